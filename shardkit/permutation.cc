@@ -98,35 +98,43 @@ void Permutation::Fill(Index first, Index stride, Index count, Index* out) const
                                     std::to_string(n_) + ")");
   }
   const std::uint64_t n = static_cast<std::uint64_t>(n_);
+  const int shift = right_bits_;
   alignas(64) std::uint32_t left[kBlock];
   alignas(64) std::uint32_t right[kBlock];
-  alignas(64) std::int32_t slot[kBlock];  // output slot of each lane
+  alignas(64) std::uint32_t slot[kBlock];  // output slot of each pending lane
   for (Index base = 0; base < count; base += kBlock) {
-    int lanes = static_cast<int>(count - base < kBlock ? count - base : kBlock);
+    const int lanes = static_cast<int>(count - base < kBlock ? count - base : kBlock);
+    Index* block_out = out + base;
     std::uint64_t position = static_cast<std::uint64_t>(first + base * stride);
     for (int j = 0; j < lanes; ++j) {
-      left[j] = static_cast<std::uint32_t>(position >> right_bits_);
-      right[j] = static_cast<std::uint32_t>(position) & right_mask_;
-      slot[j] = j;
-      position += static_cast<std::uint64_t>(stride);
+      const std::uint64_t p = position + static_cast<std::uint64_t>(j) * stride;
+      left[j] = static_cast<std::uint32_t>(p >> shift);
+      right[j] = static_cast<std::uint32_t>(p) & right_mask_;
     }
-    // Cycle walking: lanes whose value left [0, n) go round again, compacted
-    // so that every pass stays a dense vector loop.
-    while (lanes > 0) {
-      EncryptBlock(left, right, lanes, keys_, left_mask_, right_mask_);
-      int pending = 0;
-      for (int j = 0; j < lanes; ++j) {
-        std::uint64_t x = (static_cast<std::uint64_t>(left[j]) << right_bits_) | right[j];
-        if (x < n) {
-          out[base + slot[j]] = static_cast<Index>(x);
-        } else {
-          left[pending] = left[j];
-          right[pending] = right[j];
-          slot[pending] = slot[j];
-          ++pending;
-        }
+    EncryptBlock(left, right, lanes, keys_, left_mask_, right_mask_);
+    // Every lane writes its slot; lanes that left [0, n) are compacted without
+    // branches and walk again, overwriting their slot when they land.
+    int pending = 0;
+    for (int j = 0; j < lanes; ++j) {
+      const std::uint64_t x = (static_cast<std::uint64_t>(left[j]) << shift) | right[j];
+      block_out[j] = static_cast<Index>(x);
+      left[pending] = left[j];
+      right[pending] = right[j];
+      slot[pending] = static_cast<std::uint32_t>(j);
+      pending += x >= n;
+    }
+    while (pending > 0) {
+      EncryptBlock(left, right, pending, keys_, left_mask_, right_mask_);
+      int still = 0;
+      for (int j = 0; j < pending; ++j) {
+        const std::uint64_t x = (static_cast<std::uint64_t>(left[j]) << shift) | right[j];
+        block_out[slot[j]] = static_cast<Index>(x);
+        left[still] = left[j];
+        right[still] = right[j];
+        slot[still] = slot[j];
+        still += x >= n;
       }
-      lanes = pending;
+      pending = still;
     }
   }
 }

@@ -1,0 +1,73 @@
+# The two commands of a fresh machine: `make demo` and `make test`.
+# Both install what they need (Debian packages, a project venv) and are quick
+# the second time: every step is skipped when its inputs have not changed.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+JOBS ?= 2
+DEV := build/dev
+ASAN := build/asan
+APT_PACKAGES := libgtest-dev libbenchmark-dev openmpi-bin libopenmpi-dev
+CMAKE_COMMON := -G Ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY)
+
+.PHONY: demo test build system venv test-cpp test-asan test-python test-wheel bench clean
+
+demo: build
+	$(DEV)/cli/shardkit demo --out build/demo/shardkit-demo.html
+
+test: build test-cpp test-asan test-python test-wheel
+	@echo "make test: all suites passed"
+
+system:
+	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 || { \
+	  echo "installing $(APT_PACKAGES)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; }
+
+$(VENV)/.stamp: requirements-dev.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+venv: system $(VENV)/.stamp
+
+$(DEV)/build.ninja: | venv
+	cmake -S . -B $(DEV) $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Release \
+	  -DSHARDKIT_BUILD_PYTHON=ON -DSHARDKIT_BUILD_BENCHMARKS=ON
+
+build: venv $(DEV)/build.ninja
+	cmake --build $(DEV) -j $(JOBS)
+
+$(ASAN)/build.ninja: | venv
+	cmake -S . -B $(ASAN) $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DSHARDKIT_SANITIZE=ON -DSHARDKIT_BUILD_CLI=OFF
+
+test-cpp: build
+	ctest --test-dir $(DEV) --output-on-failure -j $(JOBS)
+
+test-asan: venv $(ASAN)/build.ninja
+	cmake --build $(ASAN) -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --test-dir $(ASAN) --output-on-failure -j $(JOBS)
+
+test-python: build
+	PYTHONPATH=$(CURDIR)/python SHARDKIT_CLI=$(CURDIR)/$(DEV)/cli/shardkit \
+	  $(PY) -m pytest -q
+
+# pip install . must work: build the wheel (incrementally, in build/wheel-*),
+# install it into a scratch venv that sees the project venv's packages, and
+# check the console program and the module.
+test-wheel: venv
+	$(PY) -m pip wheel -q --no-build-isolation --no-deps -w build/dist .
+	rm -rf build/wheel-venv && python3 -m venv --system-site-packages build/wheel-venv
+	build/wheel-venv/bin/python -m pip install -q --no-deps --force-reinstall build/dist/shardkit-*.whl
+	cd build && wheel-venv/bin/shardkit shard --items 10 --world 3 --json >/dev/null
+	cd build && wheel-venv/bin/python -c "import shardkit; assert shardkit.ShardPlan(10, 3).counts() == [4, 3, 3]; print('wheel ok:', shardkit.__file__)"
+
+bench: build
+	$(DEV)/bench/shardkit_bench --benchmark_min_time=0.2
+	PYTHONPATH=$(CURDIR)/python $(PY) bench/shuffle_epoch.py
+
+clean:
+	rm -rf build

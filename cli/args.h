@@ -1,0 +1,68 @@
+// A small strict command-line parser for the shardkit subcommands.
+//
+// Flags are declared before parsing; an unknown flag, a missing value or a
+// value that does not parse is a UsageError whose message names the flag and
+// the value, which main() prints as one line before exiting with status 2.
+#ifndef SHARDKIT_CLI_ARGS_H_
+#define SHARDKIT_CLI_ARGS_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace shardkit::cli {
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Args {
+ public:
+  Args(std::string command, std::string summary);
+
+  // Declares a flag. `value` is the placeholder shown in --help ("N"), empty
+  // for a switch that takes no value.
+  Args& Flag(const std::string& name, const std::string& value, const std::string& help);
+
+  // Parses argv after the subcommand. Returns false when --help was given
+  // (the help text has been printed to stdout).
+  bool Parse(const std::vector<std::string>& argv);
+
+  [[nodiscard]] bool Has(const std::string& name) const;
+  [[nodiscard]] std::string Str(const std::string& name, const std::string& fallback) const;
+  [[nodiscard]] std::optional<std::string> Str(const std::string& name) const;
+  [[nodiscard]] std::int64_t Int(const std::string& name, std::int64_t fallback) const;
+  [[nodiscard]] std::optional<std::int64_t> Int(const std::string& name) const;
+  [[nodiscard]] std::uint64_t Uint(const std::string& name, std::uint64_t fallback) const;
+  // A required flag: UsageError "--name: required" when missing.
+  [[nodiscard]] std::int64_t RequireInt(const std::string& name) const;
+  [[nodiscard]] std::string RequireStr(const std::string& name) const;
+  [[nodiscard]] std::vector<std::int64_t> IntList(const std::string& name) const;
+
+  [[nodiscard]] std::string Help() const;
+
+ private:
+  struct Spec {
+    std::string value, help;
+  };
+  std::string command_, summary_;
+  std::vector<std::string> order_;
+  std::map<std::string, Spec> specs_;
+  std::map<std::string, std::string> values_;
+};
+
+// Parses a signed 64-bit integer; UsageError naming `flag` and `text` if it is
+// not one or does not fit.
+[[nodiscard]] std::int64_t ParseInt(const std::string& flag, const std::string& text);
+
+// Reads numbers, one per line (blank lines and '#' comments skipped), or a
+// .npy array of a numeric dtype, from `path` ("-" is stdin). UsageError naming
+// `flag`, the file and the offending line or header.
+[[nodiscard]] std::vector<double> ReadNumbers(const std::string& flag, const std::string& path);
+
+}  // namespace shardkit::cli
+
+#endif  // SHARDKIT_CLI_ARGS_H_

@@ -1,0 +1,28 @@
+"""shardkit: exact, fast data distribution for multi-host accelerator jobs.
+
+Which rank and which dataloader worker gets which item, computed on every rank
+from the plan's parameters alone (no communication, no index lists):
+
+>>> import shardkit
+>>> plan = shardkit.ShardPlan(10, 4)                 # lmms-eval round robin
+>>> list(plan.shard(1))
+[1, 5, 9]
+>>> plan.counts()
+[3, 3, 2, 2]
+>>> padded = shardkit.ShardPlan(10, 4, remainder="pad")   # torch DistributedSampler
+>>> s = padded.shard(3)
+>>> list(s), s.padding, s.mask().tolist()
+([3, 7, 1], 1, [True, True, False])
+>>> epoch = shardkit.ShardPlan(10**9, 8, shuffle=True, seed=1, epoch=0)
+>>> first = epoch.shard(5).numpy(0, 4)              # O(1): nothing is materialised
+>>> len(first), first.dtype.name
+(4, 'int64')
+>>> epoch.audit()["exactly_once"]
+True
+"""
+
+from shardkit._core import Shard, ShardPlan
+from shardkit.whale import whale_plan
+
+__all__ = ["Shard", "ShardPlan", "whale_plan"]
+__version__ = "0.1.0"

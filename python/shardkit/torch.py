@@ -1,0 +1,127 @@
+"""PyTorch adapters: a drop-in DistributedSampler and worker-aware iterable sharding.
+
+>>> import torch.utils.data as tud
+>>> from shardkit.torch import DistributedSampler
+>>> data = list(range(10))
+>>> ours = DistributedSampler(data, num_replicas=4, rank=3, shuffle=False)
+>>> theirs = tud.DistributedSampler(data, num_replicas=4, rank=3, shuffle=False)
+>>> list(ours) == list(theirs) == [3, 7, 1]
+True
+>>> ours.padding                                     # torch repeats index 1 unmarked
+1
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterator, Optional, Sequence, TypeVar, Union
+
+import torch.distributed as dist
+import torch.utils.data as tud
+
+from shardkit._core import Shard, ShardPlan
+
+T = TypeVar("T")
+
+__all__ = ["DistributedSampler", "ShardedIterableDataset"]
+
+
+def _rank_and_world(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
+    """Rank and world from the arguments, else torch.distributed, else torchrun's
+    RANK / WORLD_SIZE, else a single process."""
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    if dist.is_available() and dist.is_initialized():
+        found = dist.get_rank(), dist.get_world_size()
+    else:
+        found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
+
+
+class DistributedSampler(tud.DistributedSampler):
+    """Drop-in replacement for ``torch.utils.data.DistributedSampler``.
+
+    Same constructor, ``set_epoch`` and ``len``; an instance of torch's class (so
+    Trainer/Lightning/accelerate treat it as one). With ``shuffle=False`` the
+    indices equal torch's, index for index, in both ``drop_last`` modes and when
+    there are more replicas than samples. With ``shuffle=True`` the epoch order is
+    shardkit's keyed permutation: O(1) memory instead of a ``randperm`` of the
+    whole data set on every rank, and the same global order on every rank.
+    Unlike torch, the padded (repeated) entries are known: see ``padding`` and
+    ``mask()``.
+    """
+
+    def __init__(self, dataset, num_replicas: Optional[int] = None,
+                 rank: Optional[int] = None, shuffle: bool = True, seed: int = 0,
+                 drop_last: bool = False) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
+                         seed=seed, drop_last=drop_last)
+
+    def _shard(self) -> Shard:
+        plan = ShardPlan(len(self.dataset), self.num_replicas,
+                         remainder="drop" if self.drop_last else "pad",
+                         shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
+        shard = plan.shard(self.rank)
+        assert len(shard) == self.num_samples, (len(shard), self.num_samples)
+        return shard
+
+    def __iter__(self) -> Iterator[int]:
+        shard = self._shard()
+        chunk = 1 << 16
+        for start in range(0, len(shard), chunk):
+            yield from shard.numpy(start, min(len(shard), start + chunk)).tolist()
+
+    @property
+    def padding(self) -> int:
+        """How many of this rank's indices (the last ones) repeat other items."""
+        return self._shard().padding
+
+    def mask(self):
+        """numpy bool array: False at the padded (repeated) positions."""
+        return self._shard().mask()
+
+
+class ShardedIterableDataset(tud.IterableDataset):
+    """Shards any indexable source over (rank, dataloader worker) with a ShardPlan.
+
+    Every item of the window is read by exactly one (rank, worker) pair;
+    consuming the workers round-robin (as DataLoader does with batch_size=1 or
+    batch_size=None) reproduces the rank's order. ``source`` is a sequence or a
+    callable ``index -> item`` (then pass ``num_items``). Other keyword arguments
+    (split, remainder, shuffle, seed, offset, limit, weights) go to ShardPlan;
+    call ``set_epoch`` between epochs when shuffling.
+
+    >>> ds = ShardedIterableDataset(list("abcdefg"), rank=1, world_size=2)
+    >>> list(ds)
+    ['b', 'd', 'f']
+    """
+
+    def __init__(self, source: Union[Sequence[T], Callable[[int], T]], *,
+                 num_items: Optional[int] = None, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, epoch: int = 0, **plan_options) -> None:
+        super().__init__()
+        if num_items is None:
+            if callable(source) and not hasattr(source, "__len__"):
+                raise ValueError("num_items: required when source is a callable")
+            num_items = len(source)  # type: ignore[arg-type]
+        self.source = source
+        self.num_items = num_items
+        self.rank, self.world_size = _rank_and_world(rank, world_size)
+        self.epoch = epoch
+        self.plan_options = plan_options
+        self.plan()  # validate now, not inside a worker
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def plan(self) -> ShardPlan:
+        return ShardPlan(self.num_items, self.world_size, epoch=self.epoch,
+                         **self.plan_options)
+
+    def __iter__(self) -> Iterator[T]:
+        info = tud.get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        shard = self.plan().shard(self.rank, worker=worker, num_workers=workers)
+        get = self.source if callable(self.source) else self.source.__getitem__
+        for index in shard:
+            yield get(index)

@@ -1,0 +1,47 @@
+"""Whale (Alibaba PAI) file-slicing compatibility.
+
+Whale chooses how files are split over master workers from two environment
+switches; :func:`whale_plan` reads them with Whale's rules and returns the
+equivalent :class:`shardkit.ShardPlan`.
+
+>>> from shardkit import whale_plan
+>>> plan = whale_plan(10, 3, env={})                 # default: replicate, shuffled
+>>> plan.remainder, plan.counts()
+('replicate', [10, 10, 10])
+>>> plan = whale_plan(10, 3, env={"WHALE_DROP_LAST_FILES": "True"})
+>>> plan.remainder, plan.counts(), plan.dropped
+('drop', [3, 3, 3], 1)
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Mapping, Optional
+
+from shardkit._core import ShardPlan, _parse_whale_bool, _whale_slicing
+
+UNBALANCED = "WHALE_UNBALANCED_IO_SLICING"
+DROP_LAST = "WHALE_DROP_LAST_FILES"
+
+
+def whale_plan(num_files: int, world_size: int, *, seed: int = 0, epoch: int = 0,
+               env: Optional[Mapping[str, str]] = None) -> ShardPlan:
+    """The ShardPlan Whale would use for ``num_files`` files over ``world_size``
+    master workers, reading ``WHALE_UNBALANCED_IO_SLICING`` and
+    ``WHALE_DROP_LAST_FILES`` from ``env`` (default ``os.environ``).
+
+    Rules: files that divide evenly split evenly; otherwise unbalanced slicing
+    (uneven) wins over drop-last (drop), and with neither every worker reads
+    every file in its own shuffled order (replicate), which is also forced when
+    there are fewer files than workers. Emits a ``UserWarning`` where Whale's
+    documentation warns (uneven shares with epoch-based stopping can hang).
+    """
+    env = os.environ if env is None else env
+    unbalanced = _parse_whale_bool(UNBALANCED, env.get(UNBALANCED, ""))
+    drop_last = _parse_whale_bool(DROP_LAST, env.get(DROP_LAST, ""))
+    choice = _whale_slicing(num_files, world_size, unbalanced, drop_last)
+    if choice["warning"]:
+        warnings.warn(choice["warning"], UserWarning, stacklevel=2)
+    return ShardPlan(num_files, world_size, remainder=choice["remainder"],
+                     shuffle=choice["shuffle"], seed=seed, epoch=epoch)

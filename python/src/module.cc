@@ -1,0 +1,9 @@
+// shardkit._core: the compiled core of the shardkit Python package.
+#include <nanobind/nanobind.h>
+
+#include "python/src/bindings.h"
+
+NB_MODULE(_core, m) {
+  m.doc() = "The compiled core of shardkit; use the shardkit package.";
+  shardkit::python::init_shard_plan(m);
+}

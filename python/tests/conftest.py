@@ -1,0 +1,29 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli_path() -> str:
+    """The shardkit binary under test: $SHARDKIT_CLI (make test sets it to the
+    fresh build), else the one on PATH."""
+    path = os.environ.get("SHARDKIT_CLI") or shutil.which("shardkit")
+    if not path:
+        pytest.skip("no shardkit binary (set SHARDKIT_CLI)")
+    return path
+
+
+@pytest.fixture
+def cli():
+    binary = cli_path()
+
+    def run(*args, input=None):
+        return subprocess.run([binary, *map(str, args)], capture_output=True, text=True,
+                              input=input, timeout=120)
+
+    return run
