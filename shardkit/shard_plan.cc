@@ -390,7 +390,7 @@ AuditReport ShardPlan::Audit(Index enumerate_limit) const {
     Index checked = 0;
     if (!replicate && window_ > 0) {
       u64 state = Mix64(options_->seed ^ 0xa0d17ULL);
-      const Index samples = std::min<Index>(100000, 2 * window_ + 16);
+      const Index samples = window_ > 50000 ? 100000 : 2 * window_ + 16;
       for (Index s = 0; s < samples && ok; ++s) {
         state = Mix64(state);
         Index item = window_begin() + static_cast<Index>(state % static_cast<u64>(window_));
