@@ -7,15 +7,18 @@
 // Key: (seed, epoch) select the permutation; n is mixed into the key too, so
 // orders of different lengths are unrelated. Same key, same n -> same order on
 // every machine (no floating point, no platform-dependent hashing).
-// Construction: an alternating (unbalanced) Feistel network of kRounds rounds
-// over the smallest power-of-two domain 2^k >= n (k >= 8), with cycle walking
-// back into [0, n). docs/permutation.md gives the construction and the
-// statistical tests it passes.
+// Construction: a Feistel network of kRounds rounds over the mixed-radix
+// domain [0, a) x [0, 2^k), 2^k >= sqrt(n), a = ceil(n / 2^k) (each at least
+// 16): the left half is updated by addition mod a, the right half by xor. The
+// domain exceeds n by less than 2^k <= 2 sqrt(n), so cycle walking back into
+// [0, n) is rare. docs/permutation.md gives the construction
+// and the statistical tests it passes.
 //
 // Thread-safety: immutable after construction; safe to share across threads.
 #ifndef SHARDKIT_PERMUTATION_H_
 #define SHARDKIT_PERMUTATION_H_
 
+#include <algorithm>
 #include <cstdint>
 
 #include "shardkit/errors.h"
@@ -24,7 +27,7 @@ namespace shardkit {
 
 class Permutation {
  public:
-  static constexpr int kRounds = 6;
+  static constexpr int kRounds = 4;
 
   // REQUIRES: n >= 0 (throws invalid_argument naming num_items otherwise).
   Permutation(Index n, std::uint64_t seed, std::uint64_t epoch);
@@ -59,9 +62,11 @@ class Permutation {
   std::uint64_t Decrypt(std::uint64_t x) const;
 
   Index n_;
-  int right_bits_ = 1;
-  std::uint32_t left_mask_ = 1;
-  std::uint32_t right_mask_ = 1;
+  // position = left * 2^right_bits_ + right, left in [0, a_), right in
+  // [0, 2^right_bits_).
+  std::uint32_t a_ = 1;
+  int right_bits_ = 4;
+  std::uint32_t right_mask_ = 15;
   std::uint32_t keys_[kRounds] = {};
 };
 

@@ -117,5 +117,61 @@ TEST(PermutationTest, PositionsAreUniformOverKeys) {
   }
 }
 
+// Large domains: a contiguous run of positions (one rank's contiguous block)
+// lands uniformly over [0, n), neighbouring positions are uncorrelated, and
+// two epochs' orders are uncorrelated.
+TEST(PermutationTest, LargeDomainsLookRandom) {
+  for (Index n : {Index{1000003}, Index{1} << 20, Index{123456789012}}) {
+    Permutation perm(n, 9, 0);
+    Permutation next_epoch(n, 9, 1);
+    const Index samples = 200000;
+    std::vector<Index> out(samples), other(samples);
+    perm.Fill(n / 3, 1, samples, out.data());
+    next_epoch.Fill(n / 3, 1, samples, other.data());
+    const int buckets = 100;
+    std::vector<double> counts(buckets, 0);
+    double sum_xy = 0, sum_x = 0, sum_xx = 0, sum_ab = 0, sum_b = 0, sum_bb = 0;
+    for (Index j = 0; j < samples; ++j) {
+      const double x = static_cast<double>(out[j]) / n;
+      const double b = static_cast<double>(other[j]) / n;
+      counts[static_cast<int>(x * buckets)] += 1;
+      sum_x += x;
+      sum_xx += x * x;
+      sum_b += b;
+      sum_bb += b * b;
+      sum_ab += x * b;
+      if (j > 0) sum_xy += x * (static_cast<double>(out[j - 1]) / n);
+    }
+    double chi2 = 0;
+    const double expected = static_cast<double>(samples) / buckets;
+    for (double c : counts) chi2 += (c - expected) * (c - expected) / expected;
+    EXPECT_LT(chi2, 99 + 6 * std::sqrt(2 * 99.0)) << "n=" << n;
+    const double mean = sum_x / samples, var = sum_xx / samples - mean * mean;
+    const double lag1 = (sum_xy / (samples - 1) - mean * mean) / var;
+    const double mean_b = sum_b / samples, var_b = sum_bb / samples - mean_b * mean_b;
+    const double cross = (sum_ab / samples - mean * mean_b) / std::sqrt(var * var_b);
+    // Correlations of independent uniforms have sd 1/sqrt(samples) ~ 0.0022.
+    EXPECT_LT(std::abs(lag1), 0.015) << "n=" << n;
+    EXPECT_LT(std::abs(cross), 0.015) << "n=" << n;
+  }
+}
+
+TEST(PermutationTest, MediumDomainsAreUniformOverKeys) {
+  const Index n = 300;
+  const int trials = 6000;
+  std::vector<double> table(n * n, 0.0);
+  for (int t = 0; t < trials; ++t) {
+    Permutation perm(n, 1000 + static_cast<std::uint64_t>(t), 3);
+    std::vector<Index> out(n);
+    perm.Fill(0, 1, n, out.data());
+    for (Index p = 0; p < n; ++p) table[p * n + out[p]] += 1;
+  }
+  const double expected = static_cast<double>(trials) / n;
+  double chi2 = 0;
+  for (double observed : table) chi2 += (observed - expected) * (observed - expected) / expected;
+  const double dof = static_cast<double>((n - 1) * (n - 1));
+  EXPECT_LT(chi2, dof + 6 * std::sqrt(2 * dof));
+}
+
 }  // namespace
 }  // namespace shardkit
