@@ -65,7 +65,11 @@ test-wheel: venv
 	cd build && wheel-venv/bin/shardkit shard --items 10 --world 3 --json >/dev/null
 	cd build && wheel-venv/bin/python -c "import shardkit; assert shardkit.ShardPlan(10, 3).counts() == [4, 3, 3]; print('wheel ok:', shardkit.__file__)"
 
-bench: build
+$(VENV)/.bench-stamp: requirements-bench.txt $(VENV)/.stamp
+	$(PY) -m pip install -q -r requirements-bench.txt
+	touch $@
+
+bench: build $(VENV)/.bench-stamp
 	$(DEV)/bench/shardkit_bench --benchmark_min_time=0.2
 	PYTHONPATH=$(CURDIR)/python $(PY) bench/shuffle_epoch.py
 

@@ -88,23 +88,39 @@ void init_shard_plan(nb::module_& m) {
       .def("is_padding", &Shard::IsPadding, "index"_a)
       .def(
           "numpy",
-          [](const Shard& s, Index start, std::optional<Index> stop) {
+          [](const Shard& s, Index start, std::optional<Index> stop,
+             std::optional<nb::ndarray<std::int64_t, nb::ndim<1>, nb::c_contig>> out)
+              -> nb::object {
             const Index end = stop.value_or(s.size());
             if (start < 0 || end < start || end > s.size()) {
               throw nb::index_error(("range [" + std::to_string(start) + ", " +
                                      std::to_string(end) + ") is outside [0, " +
                                      std::to_string(s.size()) + ")").c_str());
             }
+            const size_t count = static_cast<size_t>(end - start);
             std::int64_t* data;
-            auto array = NewArray<std::int64_t>(static_cast<size_t>(end - start), &data);
+            nb::object result;
+            if (out) {
+              if (out->shape(0) != count) {
+                throw std::invalid_argument("out: has " + std::to_string(out->shape(0)) +
+                                            " elements, the range needs " +
+                                            std::to_string(count));
+              }
+              data = out->data();
+              result = nb::cast(*out);
+            } else {
+              result = nb::cast(NewArray<std::int64_t>(count, &data));
+            }
             {
               nb::gil_scoped_release release;
               s.Fill(start, end, data);
             }
-            return array;
+            return result;
           },
-          "start"_a = 0, "stop"_a = nb::none(),
-          "Entries [start, stop) as a new int64 array, filled in place by C++.")
+          "start"_a = 0, "stop"_a = nb::none(), "out"_a = nb::none(),
+          "Entries [start, stop) as int64, filled in place by C++: into `out` (a\n"
+          "contiguous int64 array of stop - start elements) when given, else into a new\n"
+          "array.")
       .def(
           "mask",
           [](const Shard& s) {
