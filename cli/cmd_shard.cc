@@ -148,12 +148,16 @@ int RunShard(const Argv& argv) {
     PlanHeader(j, plan);
     j.Key("ranks").BeginList();
     for (Index r : ranks) {
-      Shard shard = plan.GetShard(r);
-      j.Begin().Key("rank").Int(r).Key("count").Int(shard.size()).Key("padding").Int(
-          shard.padding());
-      if (!report.loads.empty()) j.Key("load").Double(report.loads[r]);
-      if (indices && !split_workers) j.Key("indices").IntList(Items(shard));
-      if (split_workers) {
+      // With --worker the entry is that worker's view of the rank; with only
+      // --workers the rank's entry lists every worker's view too.
+      const bool one_worker = args.Has("worker");
+      Shard shard = one_worker ? plan.GetShard(r, worker_list[0], workers) : plan.GetShard(r);
+      j.Begin().Key("rank").Int(r);
+      if (one_worker) j.Key("worker").Int(worker_list[0]);
+      j.Key("count").Int(shard.size()).Key("padding").Int(shard.padding());
+      if (!report.loads.empty() && !one_worker) j.Key("load").Double(report.loads[r]);
+      if (indices) j.Key("indices").IntList(Items(shard));
+      if (split_workers && !one_worker) {
         j.Key("workers").BeginList();
         for (Index k : worker_list) {
           Shard part = plan.GetShard(r, k, workers);

@@ -23,8 +23,13 @@ def test_shard_one_rank_with_window_and_workers(cli):
     doc = json.loads(out.stdout)
     assert doc["window"] == [10, 30]
     (rank,) = doc["ranks"]
-    assert rank["rank"] == 1
-    assert rank["workers"][0]["indices"] == list(range(11, 30, 3))[1::2]
+    assert rank["rank"] == 1 and rank["worker"] == 1
+    assert rank["indices"] == list(range(11, 30, 3))[1::2]
+    out = cli("shard", "--items", 100, "--world", 3, "--rank", 1, "--offset", 10, "--limit", 20,
+              "--workers", 2, "--indices", "--json")
+    (rank,) = json.loads(out.stdout)["ranks"]
+    assert rank["indices"] == list(range(11, 30, 3))
+    assert [w["indices"] for w in rank["workers"]] == [rank["indices"][0::2], rank["indices"][1::2]]
 
 
 def test_human_output_is_readable(cli):
