@@ -305,6 +305,40 @@ TEST(ShardPlanTest, HandlesCountsNearTwoToTheSixtyThreeByArithmetic) {
   }
 }
 
+// Above 4096 ranks the audit derives the totals in closed form; they must
+// equal the sums over every rank.
+TEST(ShardPlanTest, AuditTotalsInClosedFormEqualTheSumOverRanks) {
+  for (Index n : {0, 3, 4999, 5000, 12345, 100000}) {
+    for (Index w : {4097, 5000, 7919}) {
+      for (Split split : {Split::kRoundRobin, Split::kContiguous}) {
+        for (Remainder rem : {Remainder::kUneven, Remainder::kDrop, Remainder::kPad,
+                              Remainder::kReplicate}) {
+          ShardOptions o;
+          o.split = split;
+          o.remainder = rem;
+          ShardPlan plan(n, w, o);
+          Index real = 0, padding = 0, lo = INT64_MAX, hi = 0;
+          for (Index r = 0; r < w; ++r) {
+            real += plan.Count(r) - plan.Padding(r);
+            padding += plan.Padding(r);
+            lo = std::min(lo, plan.Count(r));
+            hi = std::max(hi, plan.Count(r));
+          }
+          AuditReport report = plan.Audit();
+          const std::string what = "n=" + std::to_string(n) + " w=" + std::to_string(w) +
+                                   " " + std::string(SplitName(split)) + " " +
+                                   std::string(RemainderName(rem));
+          EXPECT_EQ(report.delivered, real) << what;
+          EXPECT_EQ(report.padding, padding) << what;
+          EXPECT_EQ(report.min_count, lo) << what;
+          EXPECT_EQ(report.max_count, hi) << what;
+          EXPECT_TRUE(report.exactly_once) << what << " " << report.detail;
+        }
+      }
+    }
+  }
+}
+
 TEST(ShardPlanTest, FirstIndexOfAHugeShuffledEpochIsImmediate) {
   ShardOptions o;
   o.shuffle = true;
