@@ -274,7 +274,9 @@ Location ShardPlan::Locate(Index item) const {
     const Index per = quotient_ + (remainder_ > 0 ? 1 : 0);
     return {p / per, p % per};
   }
-  const Index boundary = remainder_ * (quotient_ + 1);
+  // The first M % W ranks hold q + 1 items (no such rank when M % W == 0, and
+  // then q + 1 may not even fit: W = 1, M = 2^63 - 1).
+  const Index boundary = remainder_ > 0 ? remainder_ * (quotient_ + 1) : 0;
   if (p < boundary) return {p / (quotient_ + 1), p % (quotient_ + 1)};
   return {remainder_ + (p - boundary) / quotient_, (p - boundary) % quotient_};
 }
