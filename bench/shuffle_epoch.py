@@ -23,28 +23,25 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def side_torch(n, world, rank, limit):
-    import torch.utils.data as tud
+def time_sampler(sampler_class, n, world, rank):
     base = rss_mb()
     t0 = time.perf_counter()
-    it = iter(tud.DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True))
+    it = iter(sampler_class(range(n), num_replicas=world, rank=rank, shuffle=True))
     next(it)
     first = time.perf_counter() - t0
     count = 1 + sum(1 for _ in it)
     return dict(seconds=time.perf_counter() - t0, indices=count, first_s=first,
                 extra_mb=rss_mb() - base)
+
+
+def side_torch(n, world, rank, limit):
+    import torch.utils.data as tud
+    return time_sampler(tud.DistributedSampler, n, world, rank)
 
 
 def side_shardkit_sampler(n, world, rank, limit):
     from shardkit.torch import DistributedSampler
-    base = rss_mb()
-    t0 = time.perf_counter()
-    it = iter(DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True))
-    next(it)
-    first = time.perf_counter() - t0
-    count = 1 + sum(1 for _ in it)
-    return dict(seconds=time.perf_counter() - t0, indices=count, first_s=first,
-                extra_mb=rss_mb() - base)
+    return time_sampler(DistributedSampler, n, world, rank)
 
 
 def side_shardkit_numpy(n, world, rank, limit):

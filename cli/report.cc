@@ -26,6 +26,9 @@ std::string Short(double v) {
   }
   return buf;
 }
+
+// One coloured square and name per series along the bottom edge.
+std::string Legend(const std::vector<Series>& series, double left, double height);
 }  // namespace
 
 std::string Escape(const std::string& text) {
@@ -41,6 +44,21 @@ std::string Escape(const std::string& text) {
   }
   return out;
 }
+
+namespace {
+std::string Legend(const std::vector<Series>& series, double left, double height) {
+  std::string svg;
+  double x = left;
+  for (const auto& s : series) {
+    svg += "<rect x='" + Num(x) + "' y='" + Num(height - 16) +
+           "' width='10' height='10' fill='" + s.color + "'/>";
+    svg += "<text x='" + Num(x + 14) + "' y='" + Num(height - 7) + "'>" + Escape(s.name) +
+           "</text>";
+    x += 24 + 7 * s.name.size();
+  }
+  return svg;
+}
+}  // namespace
 
 std::string SvgBars(const std::string& title, const std::vector<std::string>& categories,
                     const std::vector<Series>& series, double reference,
@@ -86,15 +104,7 @@ std::string SvgBars(const std::string& title, const std::vector<std::string>& ca
     svg += "<text x='" + Num(width - right) + "' y='" + Num(y(reference) - 4) +
            "' text-anchor='end'>" + Escape(reference_label) + "</text>";
   }
-  double lx = left;
-  for (const auto& s : series) {
-    svg += "<rect x='" + Num(lx) + "' y='" + Num(height - 16) +
-           "' width='10' height='10' fill='" + s.color + "'/>";
-    svg += "<text x='" + Num(lx + 14) + "' y='" + Num(height - 7) + "'>" + Escape(s.name) +
-           "</text>";
-    lx += 24 + 7 * s.name.size();
-  }
-  return svg + "</svg>";
+  return svg + Legend(series, left, height) + "</svg>";
 }
 
 std::string SvgStacked(const std::string& title, const std::vector<std::string>& labels,
@@ -126,15 +136,7 @@ std::string SvgStacked(const std::string& title, const std::vector<std::string>&
       x += w;
     }
   }
-  double lx = left;
-  for (const auto& s : segments) {
-    svg += "<rect x='" + Num(lx) + "' y='" + Num(height - 16) +
-           "' width='10' height='10' fill='" + s.color + "'/>";
-    svg += "<text x='" + Num(lx + 14) + "' y='" + Num(height - 7) + "'>" + Escape(s.name) +
-           "</text>";
-    lx += 24 + 7 * s.name.size();
-  }
-  return svg + "</svg>";
+  return svg + Legend(segments, left, height) + "</svg>";
 }
 
 std::string HtmlTable(const std::vector<std::vector<std::string>>& rows) {
