@@ -1,0 +1,372 @@
+// The placement algorithms behind PackItems and StreamingPacker.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <map>
+#include <numeric>
+#include <queue>
+#include <utility>
+
+#include "shardkit/packing_internal.h"
+
+namespace shardkit::internal {
+
+namespace {
+
+using u64 = std::uint64_t;
+
+// Packs grouped by remaining room r in [0, capacity]: a stack of packs per r
+// (the most recently filled on top) and a two-level bitset of the non-empty r,
+// so the smallest r >= L is found in a few word scans. Capacities too large for
+// a dense array use an ordered map instead.
+class RoomIndex {
+ public:
+  RoomIndex(Index capacity, bool dense, std::vector<Index>* next) : dense_(dense), next_(next) {
+    if (dense_) {
+      head_.assign(static_cast<size_t>(capacity) + 1, -1);
+      bits_.assign(head_.size() / 64 + 1, 0);
+      summary_.assign(bits_.size() / 64 + 1, 0);
+    }
+  }
+
+  void Insert(Index bin, Index room) {
+    if (!dense_) {
+      sparse_[room].push_back(bin);
+      return;
+    }
+    (*next_)[bin] = head_[room];
+    head_[room] = bin;
+    const size_t w = static_cast<size_t>(room) / 64;
+    bits_[w] |= u64{1} << (room % 64);
+    summary_[w / 64] |= u64{1} << (w % 64);
+  }
+
+  // Smallest room >= need with a pack, or -1.
+  [[nodiscard]] Index FindAtLeast(Index need) const {
+    if (!dense_) {
+      auto it = sparse_.lower_bound(need);
+      return it == sparse_.end() ? -1 : it->first;
+    }
+    if (need >= static_cast<Index>(head_.size())) return -1;
+    size_t w = static_cast<size_t>(need) / 64;
+    u64 word = bits_[w] & (~u64{0} << (need % 64));
+    if (word) return static_cast<Index>(w * 64 + std::countr_zero(word));
+    // Next non-empty word after w, through the summary.
+    size_t s = (w + 1) / 64;
+    if (s >= summary_.size()) return -1;
+    u64 sw = (w + 1) % 64 == 0 ? summary_[s] : summary_[s] & (~u64{0} << ((w + 1) % 64));
+    while (!sw) {
+      if (++s >= summary_.size()) return -1;
+      sw = summary_[s];
+    }
+    w = s * 64 + std::countr_zero(sw);
+    return static_cast<Index>(w * 64 + std::countr_zero(bits_[w]));
+  }
+
+  // Removes and returns the top pack of room `room`. REQUIRES one is there.
+  Index PopAt(Index room) {
+    if (!dense_) {
+      auto it = sparse_.find(room);
+      const Index bin = it->second.back();
+      it->second.pop_back();
+      if (it->second.empty()) sparse_.erase(it);
+      return bin;
+    }
+    const Index bin = head_[room];
+    head_[room] = (*next_)[bin];
+    if (head_[room] < 0) {
+      const size_t w = static_cast<size_t>(room) / 64;
+      bits_[w] &= ~(u64{1} << (room % 64));
+      if (!bits_[w]) summary_[w / 64] &= ~(u64{1} << (w % 64));
+    }
+    return bin;
+  }
+
+ private:
+  bool dense_ = true;
+  std::vector<Index>* next_;
+  std::vector<Index> head_;
+  std::vector<u64> bits_, summary_;
+  std::map<Index, std::vector<Index>> sparse_;
+};
+
+struct Budgets {
+  Index capacity;
+  Index max_images;     // -1: no image budget
+  Index max_sequences;  // -1: no count budget
+};
+
+Budgets BudgetsOf(const PackOptions& o, bool has_images) {
+  return {o.capacity, has_images && o.max_images ? *o.max_images : -1,
+          o.max_sequences.value_or(-1)};
+}
+
+Placement NextFit(std::span<const Index> len, std::span<const Index> img, const Budgets& b) {
+  const Index n = static_cast<Index>(len.size());
+  Placement p;
+  p.order.resize(n);
+  std::iota(p.order.begin(), p.order.end(), Index{0});
+  p.bin.resize(n);
+  Index tokens = 0, images = 0, count = 0, bin = -1;
+  for (Index u = 0; u < n; ++u) {
+    const Index k = img.empty() ? 0 : img[u];
+    const bool fits = bin >= 0 && tokens + len[u] <= b.capacity &&
+                      (b.max_images < 0 || images + k <= b.max_images) &&
+                      (b.max_sequences < 0 || count < b.max_sequences);
+    if (!fits) {
+      ++bin;
+      tokens = images = count = 0;
+    }
+    tokens += len[u];
+    images += k;
+    ++count;
+    p.bin[u] = bin;
+  }
+  p.num_bins = bin + 1;
+  return p;
+}
+
+// Best fit: the pack with the least room that fits (tokens), among packs with
+// enough image room (the tightest image room on ties), the most recently
+// filled on remaining ties.
+Placement BestFit(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
+                  std::vector<Index> order) {
+  const Index n = static_cast<Index>(len.size());
+  Placement p;
+  p.bin.resize(n);
+  // Image rooms above the data's total image count are all alike: one level.
+  Index total_images = 0;
+  for (Index k : img) total_images += k;
+  const Index levels = b.max_images < 0 ? 1 : std::min(b.max_images, total_images) + 1;
+  const bool dense = b.capacity <= (Index{1} << 22) &&
+                     static_cast<double>(levels) * static_cast<double>(b.capacity) <= 1 << 24;
+  std::vector<Index> next(n), room_tokens, room_images, count;
+  std::vector<RoomIndex> index;
+  index.reserve(levels);
+  for (Index m = 0; m < levels; ++m) index.emplace_back(b.capacity, dense, &next);
+  room_tokens.reserve(n);
+  for (Index j = 0; j < n; ++j) {
+    const Index u = order[j];
+    const Index need = len[u];
+    const Index k = b.max_images < 0 ? 0 : img[u];
+    Index best_room = -1, best_level = -1;
+    for (Index m = k; m < levels; ++m) {
+      const Index r = index[m].FindAtLeast(need);
+      if (r >= 0 && (best_room < 0 || r < best_room)) {
+        best_room = r;
+        best_level = m;
+        if (r == need) break;
+      }
+    }
+    Index bin;
+    if (best_room < 0) {
+      bin = p.num_bins++;
+      room_tokens.push_back(b.capacity);
+      room_images.push_back(b.max_images < 0 ? 0 : b.max_images);
+      count.push_back(0);
+    } else {
+      bin = index[best_level].PopAt(best_room);
+    }
+    room_tokens[bin] -= need;
+    room_images[bin] -= k;
+    ++count[bin];
+    p.bin[j] = bin;
+    if (b.max_sequences < 0 || count[bin] < b.max_sequences) {
+      index[std::min(room_images[bin], levels - 1)].Insert(bin, room_tokens[bin]);
+    }
+  }
+  p.order = std::move(order);
+  return p;
+}
+
+// First fit over a max segment tree of the packs' remaining room (and image
+// room): the lowest-numbered pack that fits. Closed packs (count budget
+// reached) hold -1.
+class FirstFitTree {
+ public:
+  explicit FirstFitTree(bool images) : images_(images) { Grow(1024); }
+
+  // Lowest pack with room >= need and image room >= k, or -1.
+  [[nodiscard]] Index Find(Index need, Index k) const {
+    if (tok_[1] < need || (images_ && img_[1] < k)) return -1;
+    if (!images_) {
+      size_t node = 1;
+      while (node < cap_) node = tok_[2 * node] >= need ? 2 * node : 2 * node + 1;
+      return static_cast<Index>(node - cap_);
+    }
+    return FindFrom(1, need, k);
+  }
+
+  void Set(Index bin, Index room, Index image_room) {
+    while (static_cast<size_t>(bin) >= cap_) Grow(cap_ * 2);
+    size_t node = cap_ + static_cast<size_t>(bin);
+    tok_[node] = room;
+    if (images_) img_[node] = image_room;
+    for (node /= 2; node >= 1; node /= 2) {
+      tok_[node] = std::max(tok_[2 * node], tok_[2 * node + 1]);
+      if (images_) img_[node] = std::max(img_[2 * node], img_[2 * node + 1]);
+    }
+  }
+
+ private:
+  Index FindFrom(size_t node, Index need, Index k) const {
+    if (tok_[node] < need || img_[node] < k) return -1;
+    if (node >= cap_) return static_cast<Index>(node - cap_);
+    const Index left = FindFrom(2 * node, need, k);
+    return left >= 0 ? left : FindFrom(2 * node + 1, need, k);
+  }
+
+  void Grow(size_t cap) {
+    std::vector<Index> tok(2 * cap, -1), img(images_ ? 2 * cap : 0, -1);
+    for (size_t b = 0; b < cap_; ++b) {
+      tok[cap + b] = tok_[cap_ + b];
+      if (images_) img[cap + b] = img_[cap_ + b];
+    }
+    for (size_t node = cap - 1; node >= 1; --node) {
+      tok[node] = std::max(tok[2 * node], tok[2 * node + 1]);
+      if (images_) img[node] = std::max(img[2 * node], img[2 * node + 1]);
+    }
+    tok_ = std::move(tok);
+    img_ = std::move(img);
+    cap_ = cap;
+  }
+
+  bool images_;
+  size_t cap_ = 0;
+  std::vector<Index> tok_, img_;
+};
+
+Placement FirstFit(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
+                   std::vector<Index> order) {
+  const Index n = static_cast<Index>(len.size());
+  const bool images = b.max_images >= 0;
+  Placement p;
+  p.bin.resize(n);
+  FirstFitTree tree(images);
+  std::vector<Index> room_tokens, room_images, count;
+  for (Index j = 0; j < n; ++j) {
+    const Index u = order[j];
+    const Index k = images ? img[u] : 0;
+    Index bin = tree.Find(len[u], k);
+    if (bin < 0) {
+      bin = p.num_bins++;
+      room_tokens.push_back(b.capacity);
+      room_images.push_back(images ? b.max_images : 0);
+      count.push_back(0);
+    }
+    room_tokens[bin] -= len[u];
+    room_images[bin] -= k;
+    ++count[bin];
+    p.bin[j] = bin;
+    const bool open = b.max_sequences < 0 || count[bin] < b.max_sequences;
+    tree.Set(bin, open ? room_tokens[bin] : -1, open ? room_images[bin] : -1);
+  }
+  p.order = std::move(order);
+  return p;
+}
+
+// LPT into exactly `bins` packs: each unit (decreasing length) into the least
+// loaded pack that fits it (ties: the lower pack). False when a unit fits
+// none of the few least loaded packs tried.
+bool LeastLoaded(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
+                 const std::vector<Index>& order, Index bins, std::vector<Index>* bin_of) {
+  constexpr int kTries = 64;
+  const bool images = b.max_images >= 0;
+  using Entry = std::pair<Index, Index>;  // (load, pack)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+  for (Index p = 0; p < bins; ++p) heap.push({0, p});
+  std::vector<Index> room_images(bins, images ? b.max_images : 0), count(bins, 0);
+  bin_of->assign(order.size(), -1);
+  std::vector<Entry> skipped;
+  for (size_t j = 0; j < order.size(); ++j) {
+    const Index u = order[j];
+    const Index k = images ? img[u] : 0;
+    skipped.clear();
+    bool placed = false;
+    while (!heap.empty() && static_cast<int>(skipped.size()) < kTries) {
+      Entry e = heap.top();
+      heap.pop();
+      if (e.first + len[u] > b.capacity) {  // the least loaded cannot take it: none can
+        skipped.push_back(e);
+        break;
+      }
+      if (room_images[e.second] < k) {
+        skipped.push_back(e);
+        continue;
+      }
+      room_images[e.second] -= k;
+      ++count[e.second];
+      (*bin_of)[j] = e.second;
+      e.first += len[u];
+      if (b.max_sequences < 0 || count[e.second] < b.max_sequences) heap.push(e);
+      placed = true;
+      break;
+    }
+    for (const Entry& e : skipped) heap.push(e);
+    if (!placed) return false;
+  }
+  return true;
+}
+
+Placement Balanced(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
+                   const PackOptions& o, std::vector<Index> order) {
+  Index tokens = 0, images = 0;
+  for (Index l : len) tokens += l;
+  for (Index k : img) images += k;
+  PackOptions bound_options = o;
+  if (b.max_images < 0) bound_options.max_images.reset();
+  const Index lower = LowerBound(tokens, images, static_cast<Index>(len.size()), bound_options);
+  Placement p;
+  auto attempt = [&](Index bins) {
+    if (!LeastLoaded(len, img, b, order, bins, &p.bin)) return false;
+    p.num_bins = bins;
+    p.order = order;
+    return true;
+  };
+  if (attempt(lower)) return p;
+  Placement best = BestFit(len, img, b, order);
+  if (best.num_bins <= lower) return best;
+  for (Index bins = lower + 1; bins < std::min(best.num_bins, lower + 3); ++bins) {
+    if (attempt(bins)) return p;
+  }
+  if (attempt(best.num_bins)) return p;
+  return best;
+}
+
+}  // namespace
+
+std::vector<Index> DecreasingOrder(std::span<const Index> len) {
+  const Index n = static_cast<Index>(len.size());
+  std::vector<Index> order(n);
+  Index max_len = 0;
+  for (Index l : len) max_len = std::max(max_len, l);
+  if (max_len <= std::max<Index>(Index{1} << 16, 4 * n)) {
+    // Stable counting sort: start[l] = units longer than l.
+    std::vector<Index> start(static_cast<size_t>(max_len) + 2, 0);
+    for (Index l : len) ++start[static_cast<size_t>(max_len - l) + 1];
+    for (size_t i = 1; i < start.size(); ++i) start[i] += start[i - 1];
+    for (Index u = 0; u < n; ++u) order[start[static_cast<size_t>(max_len - len[u])]++] = u;
+    return order;
+  }
+  std::iota(order.begin(), order.end(), Index{0});
+  std::stable_sort(order.begin(), order.end(), [&](Index a, Index b) { return len[a] > len[b]; });
+  return order;
+}
+
+Placement Place(std::span<const Index> len, std::span<const Index> img,
+                const PackOptions& options) {
+  const Budgets b = BudgetsOf(options, !img.empty());
+  switch (options.algorithm) {
+    case PackAlgorithm::kNextFit:
+      return NextFit(len, img, b);
+    case PackAlgorithm::kFirstFitDecreasing:
+      return FirstFit(len, img, b, DecreasingOrder(len));
+    case PackAlgorithm::kBestFitDecreasing:
+      return BestFit(len, img, b, DecreasingOrder(len));
+    case PackAlgorithm::kBalanced:
+      return Balanced(len, img, b, options, DecreasingOrder(len));
+  }
+  return {};
+}
+
+}  // namespace shardkit::internal
