@@ -204,7 +204,6 @@ Packing PackBuffered(std::span<const Index> lengths, std::span<const Index> imag
 Packing PackItems(std::span<const Index> lengths, const PackOptions& o,
                   std::span<const Index> images) {
   CheckInputs(lengths, images, o);
-  if (o.buffer) return PackBuffered(lengths, images, o);
   const Index n = static_cast<Index>(lengths.size());
   const bool has_images = !images.empty();
   const Index capacity = o.capacity;
@@ -225,6 +224,10 @@ Packing PackItems(std::span<const Index> lengths, const PackOptions& o,
     }
     tokens = CheckedAdd("lengths", tokens, lengths[i]);
     image_count = CheckedAdd("images", image_count, img);
+  }
+  // Streaming order: through the buffer, and next_fit's split pieces in place.
+  if (o.buffer || (any_oversize && o.algorithm == PackAlgorithm::kNextFit)) {
+    return PackBuffered(lengths, images, o);
   }
   std::span<const Index> unit_len = lengths, unit_img = images;
   Index full_pieces = 0;
