@@ -110,6 +110,7 @@ int RunPack(const Argv& argv) {
       j.Key("steps").Int(schedule->num_steps);
       j.Key("padding_packs").Int(schedule->padding_packs);
       j.Key("max_step_imbalance").Double(schedule->max_step_imbalance);
+      j.Key("max_full_step_imbalance").Double(schedule->max_full_step_imbalance);
       j.Key("total_imbalance").Double(schedule->total_imbalance);
       j.End();
     }
@@ -139,10 +140,12 @@ int RunPack(const Argv& argv) {
   }
   if (schedule) {
     std::printf("%" PRId64 " ranks x %" PRId64 " packs per step: %" PRId64
-                " steps, %" PRId64 " padding packs, cost %s: worst step +%.3f%%, epoch +%.3f%%\n",
+                " steps, %" PRId64 " padding packs, cost %s: worst full step +%.3f%%, worst "
+                "step +%.3f%%, epoch +%.3f%%\n",
                 schedule->world_size, schedule->packs_per_rank, schedule->num_steps,
                 schedule->padding_packs, std::string(CostModelName(cost)).c_str(),
-                100 * schedule->max_step_imbalance, 100 * schedule->total_imbalance);
+                100 * schedule->max_full_step_imbalance, 100 * schedule->max_step_imbalance,
+                100 * schedule->total_imbalance);
   }
   if (list) {
     for (Index b = 0; b < p.num_packs(); ++b) {

@@ -7,6 +7,7 @@
 #include <queue>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "shardkit/packing_internal.h"
@@ -529,23 +530,26 @@ RankSchedule BalanceRanks(std::span<const double> costs, Index world_size, Index
   s.rank_costs.assign(static_cast<size_t>(s.num_steps * world_size), 0.0);
   std::vector<double> totals(world_size, 0.0);
   std::vector<Index> slots(world_size);
-  using Entry = std::pair<double, Index>;  // (cost so far, rank)
+  // (cost in this step, cost over the epoch so far, rank): the cheapest rank
+  // of the step takes the next pack; ties go to the rank with the lighter
+  // epoch, so the epoch evens out too.
+  using Entry = std::tuple<double, double, Index>;
   for (Index step = 0; step < s.num_steps; ++step) {
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
     for (Index r = 0; r < world_size; ++r) {
-      heap.push({0.0, r});
+      heap.push({0.0, totals[r], r});
       slots[r] = 0;
     }
     const Index begin = step * per_step, end = std::min(used, begin + per_step);
     for (Index j = begin; j < end; ++j) {
-      auto [cost, r] = heap.top();
+      auto [cost, total, r] = heap.top();
       heap.pop();
       const Index p = order[j];
       s.assignment[static_cast<size_t>((step * world_size + r) * packs_per_rank + slots[r])] = p;
       ++slots[r];
       cost += costs[p];
       s.rank_costs[static_cast<size_t>(step * world_size + r)] = cost;
-      if (slots[r] < packs_per_rank) heap.push({cost, r});
+      if (slots[r] < packs_per_rank) heap.push({cost, total, r});
     }
     double sum = 0, max = 0;
     for (Index r = 0; r < world_size; ++r) {
@@ -555,8 +559,11 @@ RankSchedule BalanceRanks(std::span<const double> costs, Index world_size, Index
       totals[r] += c;
     }
     if (sum > 0) {
-      s.max_step_imbalance =
-          std::max(s.max_step_imbalance, max / (sum / static_cast<double>(world_size)) - 1);
+      const double imbalance = max / (sum / static_cast<double>(world_size)) - 1;
+      s.max_step_imbalance = std::max(s.max_step_imbalance, imbalance);
+      if (end - begin == per_step) {
+        s.max_full_step_imbalance = std::max(s.max_full_step_imbalance, imbalance);
+      }
     }
   }
   double sum = 0, max = 0;

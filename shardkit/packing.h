@@ -225,6 +225,9 @@ struct RankSchedule {
   Index padding_packs = 0;
   // max over steps of (heaviest rank / mean rank - 1); 0 for empty steps.
   double max_step_imbalance = 0;
+  // The same over the steps without padding packs (the last step of a
+  // padded schedule holds the cheapest packs and the padding).
+  double max_full_step_imbalance = 0;
   // heaviest rank's total over the epoch / mean rank total - 1.
   double total_imbalance = 0;
 

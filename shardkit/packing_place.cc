@@ -265,40 +265,52 @@ Placement FirstFit(std::span<const Index> len, std::span<const Index> img, const
   return p;
 }
 
-// LPT into exactly `bins` packs: each unit (decreasing length) into the least
-// loaded pack that fits it (ties: the lower pack). False when a unit fits
-// none of the few least loaded packs tried.
+// LPT into exactly `bins` packs: each unit into the least loaded pack that
+// fits it (ties: the lower pack). The load is the pack's tokens, or with an
+// image budget its fuller resource, max(tokens / capacity, images /
+// max_images), so image-full packs stop attracting units. False when a unit
+// fits none of the least loaded packs tried.
 bool LeastLoaded(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
                  const std::vector<Index>& order, Index bins, std::vector<Index>* bin_of) {
   constexpr int kTries = 64;
-  const bool images = b.max_images >= 0;
-  using Entry = std::pair<Index, Index>;  // (load, pack)
+  const bool images = b.max_images > 0;
+  auto load = [&](Index tokens, Index image_count) {
+    const double t = static_cast<double>(tokens) / static_cast<double>(b.capacity);
+    return images ? std::max(t, static_cast<double>(image_count) /
+                                    static_cast<double>(b.max_images))
+                  : t;
+  };
+  using Entry = std::pair<double, Index>;  // (load, pack)
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-  for (Index p = 0; p < bins; ++p) heap.push({0, p});
-  std::vector<Index> room_images(bins, images ? b.max_images : 0), count(bins, 0);
+  for (Index p = 0; p < bins; ++p) heap.push({0.0, p});
+  std::vector<Index> tokens(bins, 0), image_count(bins, 0), count(bins, 0);
   bin_of->assign(order.size(), -1);
   std::vector<Entry> skipped;
   for (size_t j = 0; j < order.size(); ++j) {
     const Index u = order[j];
-    const Index k = images ? img[u] : 0;
+    const Index k = b.max_images >= 0 ? img[u] : 0;
     skipped.clear();
     bool placed = false;
     while (!heap.empty() && static_cast<int>(skipped.size()) < kTries) {
-      Entry e = heap.top();
+      const Entry e = heap.top();
       heap.pop();
-      if (e.first + len[u] > b.capacity) {  // the least loaded cannot take it: none can
+      const Index p = e.second;
+      const bool token_fit = tokens[p] + len[u] <= b.capacity;
+      if (!token_fit && !images) {  // the least loaded cannot take it: none can
         skipped.push_back(e);
         break;
       }
-      if (room_images[e.second] < k) {
+      if (!token_fit || (b.max_images >= 0 && image_count[p] + k > b.max_images)) {
         skipped.push_back(e);
         continue;
       }
-      room_images[e.second] -= k;
-      ++count[e.second];
-      (*bin_of)[j] = e.second;
-      e.first += len[u];
-      if (b.max_sequences < 0 || count[e.second] < b.max_sequences) heap.push(e);
+      tokens[p] += len[u];
+      image_count[p] += k;
+      ++count[p];
+      (*bin_of)[j] = p;
+      if (b.max_sequences < 0 || count[p] < b.max_sequences) {
+        heap.push({load(tokens[p], image_count[p]), p});
+      }
       placed = true;
       break;
     }
@@ -308,8 +320,27 @@ bool LeastLoaded(std::span<const Index> len, std::span<const Index> img, const B
   return true;
 }
 
+// Units by decreasing size, the size being the length, or with an image
+// budget the larger share of a pack a unit takes, max(len / capacity, images /
+// max_images); ties: lower unit first.
+std::vector<Index> BalancedOrder(std::span<const Index> len, std::span<const Index> img,
+                                 const Budgets& b) {
+  if (b.max_images <= 0) return DecreasingOrder(len);
+  std::vector<double> size(len.size());
+  for (size_t u = 0; u < len.size(); ++u) {
+    size[u] = std::max(static_cast<double>(len[u]) / static_cast<double>(b.capacity),
+                       static_cast<double>(img[u]) / static_cast<double>(b.max_images));
+  }
+  std::vector<Index> order(len.size());
+  std::iota(order.begin(), order.end(), Index{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](Index a, Index c) { return size[a] > size[c]; });
+  return order;
+}
+
 Placement Balanced(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
-                   const PackOptions& o, std::vector<Index> order) {
+                   const PackOptions& o) {
+  std::vector<Index> order = BalancedOrder(len, img, b);
   Index tokens = 0, images = 0;
   for (Index l : len) tokens += l;
   for (Index k : img) images += k;
@@ -324,11 +355,24 @@ Placement Balanced(std::span<const Index> len, std::span<const Index> img, const
     return true;
   };
   if (attempt(lower)) return p;
-  Placement best = BestFit(len, img, b, order);
+  Placement best = BestFit(len, img, b, DecreasingOrder(len));
   if (best.num_bins <= lower) return best;
-  for (Index bins = lower + 1; bins < std::min(best.num_bins, lower + 3); ++bins) {
-    if (attempt(bins)) return p;
+  // A few more packs than the bound, then a binary search below best fit's count.
+  Index lo = lower + 1, hi = best.num_bins;  // LPT fails at lo - 1
+  Placement found;
+  bool any = false;
+  for (int step = 0; step < 24 && lo < hi; ++step) {
+    const Index mid = step < 2 ? lo : lo + (hi - lo) / 2;
+    if (attempt(mid)) {
+      found = p;
+      any = true;
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
   }
+  if (any && found.num_bins == hi) return found;
+  if (hi < best.num_bins && attempt(hi)) return p;
   if (attempt(best.num_bins)) return p;
   return best;
 }
@@ -364,7 +408,7 @@ Placement Place(std::span<const Index> len, std::span<const Index> img,
     case PackAlgorithm::kBestFitDecreasing:
       return BestFit(len, img, b, DecreasingOrder(len));
     case PackAlgorithm::kBalanced:
-      return Balanced(len, img, b, options, DecreasingOrder(len));
+      return Balanced(len, img, b, options);
   }
   return {};
 }

@@ -257,6 +257,7 @@ void init_packing(nb::module_& m) {
         d["padding_packs"] = s.padding_packs;
         d["dropped_packs"] = s.dropped_packs;
         d["max_step_imbalance"] = s.max_step_imbalance;
+        d["max_full_step_imbalance"] = s.max_full_step_imbalance;
         d["total_imbalance"] = s.total_imbalance;
         return d;
       },
