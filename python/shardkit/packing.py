@@ -50,7 +50,7 @@ def _int64(values: Any, name: str) -> np.ndarray:
         bad = ~np.isfinite(array) | (array != np.floor(array))
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"{name}: item {i} is {array[i]!r}, not a whole number")
+            raise ValueError(f"{name}: item {i} is {float(array[i])!r}, not a whole number")
     elif array.dtype.kind not in "iub":
         raise ValueError(f"{name}: expected numbers, got dtype {array.dtype}")
     if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
