@@ -128,12 +128,6 @@ void CheckInputs(std::span<const Index> lengths, std::span<const Index> images,
   if (o.max_images && images.empty() && !lengths.empty()) {
     ThrowInvalid("max_images", "is set (" + Str(*o.max_images) + ") but no images were given");
   }
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    if (lengths[i] < 0) {
-      ThrowInvalid("lengths", "item " + Str(static_cast<Index>(i)) + " has negative length " +
-                                  Str(lengths[i]));
-    }
-  }
   for (size_t i = 0; i < images.size(); ++i) {
     if (images[i] < 0) {
       ThrowInvalid("images", "item " + Str(static_cast<Index>(i)) +
@@ -218,13 +212,26 @@ Packing PackItems(std::span<const Index> lengths, const PackOptions& o,
   std::vector<Index> unit_item, unit_len_store, unit_img_store, unit_start;
   bool any_oversize = false;
   Index tokens = 0, image_count = 0;
+  // One pass: negative lengths, oversize items, overflow of the totals.
+  bool overflow = false;
+  Index min_length = 0;
   for (Index i = 0; i < n; ++i) {
-    const Index img = has_images ? images[i] : 0;
-    if (lengths[i] > capacity || (o.max_images && img > *o.max_images)) {
-      any_oversize = true;
+    const Index l = lengths[i];
+    min_length = std::min(min_length, l);
+    any_oversize |= l > capacity;
+    overflow |= __builtin_add_overflow(tokens, l, &tokens);
+  }
+  if (min_length < 0) {
+    for (Index i = 0; i < n; ++i) {
+      if (lengths[i] < 0) {
+        ThrowInvalid("lengths", "item " + Str(i) + " has negative length " + Str(lengths[i]));
+      }
     }
-    tokens = CheckedAdd("lengths", tokens, lengths[i]);
-    image_count = CheckedAdd("images", image_count, img);
+  }
+  if (overflow) ThrowInvalid("lengths", "the total token count overflows a 64-bit count");
+  for (Index i = 0; i < static_cast<Index>(images.size()); ++i) {
+    any_oversize |= o.max_images && images[i] > *o.max_images;
+    image_count = CheckedAdd("images", image_count, images[i]);
   }
   // Streaming order: through the buffer, and next_fit's split pieces in place.
   if (o.buffer || (any_oversize && o.algorithm == PackAlgorithm::kNextFit)) {
@@ -280,6 +287,10 @@ Packing PackItems(std::span<const Index> lengths, const PackOptions& o,
   out.image_count = image_count;
   out.lower_bound = internal::LowerBound(tokens, image_count, units + full_pieces, o);
 
+  if (!any_oversize && !has_images && o.algorithm == PackAlgorithm::kBestFitDecreasing &&
+      internal::BestFitFast(unit_len, o, &out)) {
+    return out;
+  }
   internal::Placement placed = internal::Place(unit_len, unit_img, o);
   Scatter(placed, unit_item, unit_len, unit_img, unit_start, &out);
   return out;

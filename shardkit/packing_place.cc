@@ -379,6 +379,107 @@ Placement Balanced(std::span<const Index> len, std::span<const Index> img, const
 
 }  // namespace
 
+bool BestFitFast(std::span<const Index> len, const PackOptions& o, Packing* out) {
+  const Index n = static_cast<Index>(len.size());
+  const Index capacity = o.capacity;
+  if (o.max_sequences || o.max_images || capacity > (Index{1} << 22) ||
+      n >= (Index{1} << 31)) {
+    return false;
+  }
+  // Counting sort, decreasing length, ties by lower index: count[l], then the
+  // first sorted position of every length.
+  std::vector<std::int64_t> first(static_cast<size_t>(capacity) + 2, 0);
+  for (Index l : len) ++first[static_cast<size_t>(capacity - l) + 1];
+  for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
+  const std::vector<std::int64_t> bounds(first.begin(), first.end());
+  std::vector<std::int32_t> order(static_cast<size_t>(n));
+  for (Index u = 0; u < n; ++u) {
+    order[static_cast<size_t>(first[static_cast<size_t>(capacity - len[u])]++)] =
+        static_cast<std::int32_t>(u);
+  }
+  // Best fit: packs grouped by remaining room; the room of a pack is the
+  // bucket it sits in, so no per-pack state is touched but its item count.
+  std::vector<std::vector<std::int32_t>> bucket(static_cast<size_t>(capacity) + 1);
+  const size_t words = static_cast<size_t>(capacity) / 64 + 1;
+  std::vector<u64> bits(words, 0), summary(words / 64 + 1, 0);
+  auto set = [&](Index r) {
+    const size_t w = static_cast<size_t>(r) / 64;
+    bits[w] |= u64{1} << (r % 64);
+    summary[w / 64] |= u64{1} << (w % 64);
+  };
+  auto clear = [&](Index r) {
+    const size_t w = static_cast<size_t>(r) / 64;
+    bits[w] &= ~(u64{1} << (r % 64));
+    if (!bits[w]) summary[w / 64] &= ~(u64{1} << (w % 64));
+  };
+  auto find = [&](Index need) -> Index {
+    size_t w = static_cast<size_t>(need) / 64;
+    u64 word = bits[w] & (~u64{0} << (need % 64));
+    if (word) return static_cast<Index>(w * 64 + std::countr_zero(word));
+    size_t s = (w + 1) / 64;
+    if (s >= summary.size()) return -1;
+    u64 sw = (w + 1) % 64 == 0 ? summary[s] : summary[s] & (~u64{0} << ((w + 1) % 64));
+    while (!sw) {
+      if (++s >= summary.size()) return -1;
+      sw = summary[s];
+    }
+    w = s * 64 + std::countr_zero(sw);
+    return static_cast<Index>(w * 64 + std::countr_zero(bits[w]));
+  };
+  std::vector<std::int32_t> bin_of(static_cast<size_t>(n));
+  std::vector<std::int32_t> count;  // entries per pack (< 2^31: n is)
+  count.reserve(static_cast<size_t>(n / 4 + 16));
+  for (Index l = capacity; l >= 0; --l) {
+    const std::int64_t begin = bounds[static_cast<size_t>(capacity - l)];
+    const std::int64_t end = bounds[static_cast<size_t>(capacity - l) + 1];
+    for (std::int64_t j = begin; j < end; ++j) {
+      const Index r = find(l);
+      std::int32_t bin;
+      Index room;
+      if (r < 0) {
+        bin = static_cast<std::int32_t>(count.size());
+        count.push_back(0);
+        room = capacity;
+      } else {
+        auto& b = bucket[static_cast<size_t>(r)];
+        bin = b.back();
+        b.pop_back();
+        if (b.empty()) clear(r);
+        room = r;
+      }
+      ++count[static_cast<size_t>(bin)];
+      bin_of[static_cast<size_t>(j)] = bin;
+      const Index rest = room - l;
+      auto& target = bucket[static_cast<size_t>(rest)];
+      if (target.empty()) set(rest);
+      target.push_back(bin);
+    }
+  }
+  // CSR by pack, entries in placement order.
+  // CSR by pack, entries in placement order.
+  const size_t packs = count.size();
+  out->offsets.resize(packs + 1);
+  out->offsets[0] = 0;
+  for (size_t b = 0; b < packs; ++b) {
+    const std::int32_t c = count[b];
+    count[b] = static_cast<std::int32_t>(out->offsets[b]);  // next free entry of pack b
+    out->offsets[b + 1] = out->offsets[b] + c;
+  }
+  out->items.resize(static_cast<size_t>(n));
+  out->lengths.resize(static_cast<size_t>(n));
+  out->starts.assign(static_cast<size_t>(n), 0);
+  for (Index l = capacity; l >= 0; --l) {
+    const std::int64_t begin = bounds[static_cast<size_t>(capacity - l)];
+    const std::int64_t end = bounds[static_cast<size_t>(capacity - l) + 1];
+    for (std::int64_t j = begin; j < end; ++j) {
+      const auto e = static_cast<size_t>(count[static_cast<size_t>(bin_of[static_cast<size_t>(j)])]++);
+      out->items[e] = order[static_cast<size_t>(j)];
+      out->lengths[e] = l;
+    }
+  }
+  return true;
+}
+
 std::vector<Index> DecreasingOrder(std::span<const Index> len) {
   const Index n = static_cast<Index>(len.size());
   std::vector<Index> order(n);
