@@ -265,24 +265,20 @@ Placement FirstFit(std::span<const Index> len, std::span<const Index> img, const
   return p;
 }
 
-// LPT into exactly `bins` packs: each unit into the least loaded pack that
-// fits it (ties: the lower pack). The load is the pack's tokens, or with an
-// image budget its fuller resource, max(tokens / capacity, images /
-// max_images), so image-full packs stop attracting units. False when a unit
-// fits none of the least loaded packs tried.
-bool LeastLoaded(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
-                 const std::vector<Index>& order, Index bins, std::vector<Index>* bin_of) {
-  constexpr int kTries = 64;
-  const bool images = b.max_images > 0;
-  auto load = [&](Index tokens, Index image_count) {
-    const double t = static_cast<double>(tokens) / static_cast<double>(b.capacity);
-    return images ? std::max(t, static_cast<double>(image_count) /
-                                    static_cast<double>(b.max_images))
-                  : t;
-  };
-  using Entry = std::pair<double, Index>;  // (load, pack)
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-  for (Index p = 0; p < bins; ++p) heap.push({0.0, p});
+// LPT starting from `bins` packs: each unit into the least loaded pack that
+// fits it (ties: the lower pack); when none of the least loaded packs tried
+// fits it, a new pack opens (and takes later units like any other). The load
+// is the pack's tokens (measured: evening the fuller of tokens and images
+// packs image-budgeted data worse). Returns the number of packs used.
+Index LeastLoaded(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
+                  const std::vector<Index>& order, Index bins, std::vector<Index>* bin_of) {
+  constexpr int kTries = 4096;
+  const bool images = b.max_images >= 0;
+  using Entry = std::pair<Index, Index>;  // (tokens, pack)
+  std::vector<Entry> initial(bins);
+  for (Index p = 0; p < bins; ++p) initial[p] = {0, p};
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap(std::greater<>{},
+                                                                      std::move(initial));
   std::vector<Index> tokens(bins, 0), image_count(bins, 0), count(bins, 0);
   bin_of->assign(order.size(), -1);
   std::vector<Entry> skipped;
@@ -290,7 +286,7 @@ bool LeastLoaded(std::span<const Index> len, std::span<const Index> img, const B
     const Index u = order[j];
     const Index k = b.max_images >= 0 ? img[u] : 0;
     skipped.clear();
-    bool placed = false;
+    Index chosen = -1;
     while (!heap.empty() && static_cast<int>(skipped.size()) < kTries) {
       const Entry e = heap.top();
       heap.pop();
@@ -304,77 +300,95 @@ bool LeastLoaded(std::span<const Index> len, std::span<const Index> img, const B
         skipped.push_back(e);
         continue;
       }
-      tokens[p] += len[u];
-      image_count[p] += k;
-      ++count[p];
-      (*bin_of)[j] = p;
-      if (b.max_sequences < 0 || count[p] < b.max_sequences) {
-        heap.push({load(tokens[p], image_count[p]), p});
-      }
-      placed = true;
+      chosen = p;
       break;
     }
     for (const Entry& e : skipped) heap.push(e);
-    if (!placed) return false;
+    if (chosen < 0) {
+      chosen = static_cast<Index>(tokens.size());
+      tokens.push_back(0);
+      image_count.push_back(0);
+      count.push_back(0);
+    }
+    tokens[chosen] += len[u];
+    image_count[chosen] += k;
+    ++count[chosen];
+    (*bin_of)[j] = chosen;
+    if (b.max_sequences < 0 || count[chosen] < b.max_sequences) {
+      heap.push({tokens[chosen], chosen});
+    }
   }
-  return true;
+  // Packs that stayed empty (more packs than units) are dropped; renumber.
+  std::vector<Index> rename(tokens.size(), -1);
+  Index used = 0;
+  for (size_t p = 0; p < tokens.size(); ++p) {
+    if (count[p] > 0) rename[p] = used++;
+  }
+  for (Index& x : *bin_of) x = rename[x];
+  return used;
 }
 
-// Units by decreasing size, the size being the length, or with an image
-// budget the larger share of a pack a unit takes, max(len / capacity, images /
-// max_images); ties: lower unit first.
-std::vector<Index> BalancedOrder(std::span<const Index> len, std::span<const Index> img,
-                                 const Budgets& b) {
-  if (b.max_images <= 0) return DecreasingOrder(len);
-  std::vector<double> size(len.size());
-  for (size_t u = 0; u < len.size(); ++u) {
-    size[u] = std::max(static_cast<double>(len[u]) / static_cast<double>(b.capacity),
-                       static_cast<double>(img[u]) / static_cast<double>(b.max_images));
-  }
-  std::vector<Index> order(len.size());
-  std::iota(order.begin(), order.end(), Index{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](Index a, Index c) { return size[a] > size[c]; });
-  return order;
-}
-
+// Balanced: LPT from K packs (LeastLoaded) uses K packs when the loads fit,
+// more when units overflow. Too few starting packs overflow many units into
+// late, lightly loaded packs; too many leave every pack part full. So K is
+// searched: the lower bound first, then a coarse ladder above it, then a
+// local refinement around the best; best fit's count caps the search.
 Placement Balanced(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
                    const PackOptions& o) {
-  std::vector<Index> order = BalancedOrder(len, img, b);
+  std::vector<Index> order = DecreasingOrder(len);
   Index tokens = 0, images = 0;
   for (Index l : len) tokens += l;
   for (Index k : img) images += k;
   PackOptions bound_options = o;
   if (b.max_images < 0) bound_options.max_images.reset();
   const Index lower = LowerBound(tokens, images, static_cast<Index>(len.size()), bound_options);
-  Placement p;
-  auto attempt = [&](Index bins) {
-    if (!LeastLoaded(len, img, b, order, bins, &p.bin)) return false;
-    p.num_bins = bins;
-    p.order = order;
-    return true;
-  };
-  if (attempt(lower)) return p;
-  Placement best = BestFit(len, img, b, DecreasingOrder(len));
-  if (best.num_bins <= lower) return best;
-  // A few more packs than the bound, then a binary search below best fit's count.
-  Index lo = lower + 1, hi = best.num_bins;  // LPT fails at lo - 1
-  Placement found;
-  bool any = false;
-  for (int step = 0; step < 24 && lo < hi; ++step) {
-    const Index mid = step < 2 ? lo : lo + (hi - lo) / 2;
-    if (attempt(mid)) {
-      found = p;
-      any = true;
-      hi = mid;
-    } else {
-      lo = mid + 1;
+  std::map<Index, Index> tried;  // start K -> packs used
+  Placement best;
+  Index best_start = -1;
+  auto attempt = [&](Index start) {
+    if (start < lower || tried.count(start)) return;
+    Placement p;
+    p.num_bins = LeastLoaded(len, img, b, order, start, &p.bin);
+    tried[start] = p.num_bins;
+    if (best_start < 0 || p.num_bins < best.num_bins) {
+      best = std::move(p);
+      best_start = start;
     }
+  };
+  attempt(lower);
+  if (best.num_bins <= lower) {
+    best.order = std::move(order);
+    return best;
   }
-  if (any && found.num_bins == hi) return found;
-  if (hi < best.num_bins && attempt(hi)) return p;
-  if (attempt(best.num_bins)) return p;
-  return best;
+  Placement fit = BestFit(len, img, b, DecreasingOrder(len));
+  const Index cap = fit.num_bins;
+  // Search only where there is room to gain: best fit 0.1% or more above
+  // the bound (text packs land next to it; image budgets leave room).
+  const bool search = cap - lower > lower / 1000;
+  for (double fraction : {0.0025, 0.005, 0.01, 0.02, 0.04}) {
+    if (!search) break;
+    const Index start = lower + std::max<Index>(1, static_cast<Index>(lower * fraction));
+    if (start >= cap) break;
+    attempt(start);
+  }
+  for (Index step = std::max<Index>(1, best_start / 200); search && step >= 1; step /= 2) {
+    attempt(best_start + step);
+    attempt(best_start - step);
+    if (step == 1) break;
+  }
+  if (best.num_bins < cap) {
+    best.order = std::move(order);
+    return best;
+  }
+  // No better than best fit: LPT into exactly best fit's count evens its
+  // loads when it fits; otherwise best fit itself.
+  Placement again;
+  again.num_bins = LeastLoaded(len, img, b, order, cap, &again.bin);
+  if (again.num_bins <= cap) {
+    again.order = std::move(order);
+    return again;
+  }
+  return fit;
 }
 
 }  // namespace
