@@ -15,10 +15,13 @@
 //             room, then the most recently filled pack), else a new pack.
 //             O(n log n) (counting sort + buckets of packs by remaining room,
 //             a bitset finds the next non-empty bucket).
-//   balanced  as few packs as bfd or fewer (it starts from the lower bound),
-//             with loads evened out: items by decreasing length into the least
-//             loaded pack that fits (LPT); what does not fit goes to extra
-//             packs by bfd. Every budget is respected.
+//   balanced  as few packs as the data allows with loads evened out: LPT
+//             (items by decreasing length into the least loaded pack that
+//             fits every budget; an item no pack fits opens a new one) from K
+//             packs, K = the lower bound first, then searched above it when
+//             that overflows; never more packs than bfd (if LPT cannot match
+//             bfd's count, bfd's packing is returned). Beats bfd where a
+//             second budget (images) binds.
 // Oversize (an item that can never fit: length > capacity or images >
 // max_images): drop (counted in `dropped`, listed in `dropped_items`), error
 // (invalid_argument naming the item), split (text only: cut into pieces of
