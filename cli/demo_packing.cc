@@ -114,7 +114,7 @@ void DemoPacking(const DemoContext& c, HtmlReport& report) {
     PackAlgorithm algorithm;
     const char* note;
   };
-  const Run runs[] = {{PackAlgorithm::kNextFit, "data order, close a row when the next does not fit"},
+  const Run runs[] = {{PackAlgorithm::kNextFit, "data order, close a row when the next won't fit"},
                       {PackAlgorithm::kFirstFitDecreasing, "longest first, first row with room"},
                       {PackAlgorithm::kBestFitDecreasing, "longest first, fullest row with room"},
                       {PackAlgorithm::kBalanced, "fewest rows, loads evened out"}};

@@ -486,7 +486,8 @@ bool BestFitFast(std::span<const Index> len, const PackOptions& o, Packing* out)
     const std::int64_t begin = bounds[static_cast<size_t>(capacity - l)];
     const std::int64_t end = bounds[static_cast<size_t>(capacity - l) + 1];
     for (std::int64_t j = begin; j < end; ++j) {
-      const auto e = static_cast<size_t>(count[static_cast<size_t>(bin_of[static_cast<size_t>(j)])]++);
+      const auto bin = static_cast<size_t>(bin_of[static_cast<size_t>(j)]);
+      const auto e = static_cast<size_t>(count[bin]++);
       out->items[e] = order[static_cast<size_t>(j)];
       out->lengths[e] = l;
     }

@@ -55,7 +55,9 @@ PackOptions MakeOptions(Index capacity, const std::string& algorithm,
   return o;
 }
 
-nb::tuple PieceTuple(const PackItem& p) { return nb::make_tuple(p.item, p.start, p.length, p.images); }
+nb::tuple PieceTuple(const PackItem& p) {
+  return nb::make_tuple(p.item, p.start, p.length, p.images);
+}
 
 PackItem PieceFrom(nb::handle h) {
   auto t = nb::cast<std::tuple<Index, Index, Index, Index>>(h);
