@@ -14,6 +14,7 @@ using Argv = std::vector<std::string>;
 
 int RunShard(const Argv& argv);
 int RunAudit(const Argv& argv);
+int RunPack(const Argv& argv);
 int RunDemo(const Argv& argv);
 
 struct Command {

@@ -15,6 +15,7 @@ const std::vector<Command>& Commands() {
   static const std::vector<Command> commands = {
       {"shard", "which items each rank (and dataloader worker) gets", RunShard},
       {"audit", "prove exactly-once coverage of a plan and report its balance", RunAudit},
+      {"pack", "pack variable-length items into fixed-capacity sequences", RunPack},
       {"demo", "a tour of shardkit on the embedded data set, with an HTML report", RunDemo},
   };
   return commands;
@@ -29,6 +30,10 @@ std::string ToFlag(const std::string& message) {
       {"offset", "--offset"},     {"limit", "--limit"},        {"weights", "--weights"},
       {"split", "--split"},       {"remainder", "--remainder"}, {"num_workers", "--workers"},
       {"worker", "--worker"},     {"seed", "--seed"},          {"epoch", "--epoch"},
+      {"capacity", "--capacity"}, {"algorithm", "--algorithm"}, {"lengths", "--lengths"},
+      {"images", "--images"},     {"max_images", "--max-images"}, {"buffer", "--buffer"},
+      {"oversize", "--oversize"}, {"max_sequences", "--max-sequences"}, {"cost", "--cost"},
+      {"packs_per_rank", "--packs-per-rank"},
   };
   size_t colon = message.find(':');
   if (colon == std::string::npos) return message;

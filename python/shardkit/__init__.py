@@ -22,7 +22,10 @@ True
 """
 
 from shardkit._core import Shard, ShardPlan
+from shardkit.packing import (PackedCollator, Packing, StreamingPacker, balance_ranks,
+                              collate_packing, pack, pack_stream)
 from shardkit.whale import whale_plan
 
-__all__ = ["Shard", "ShardPlan", "whale_plan"]
+__all__ = ["Shard", "ShardPlan", "whale_plan", "Packing", "pack", "StreamingPacker",
+           "pack_stream", "balance_ranks", "collate_packing", "PackedCollator"]
 __version__ = "0.1.0"

@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.utils.data as tud
 
 from shardkit._core import Shard, ShardPlan
+from shardkit._torch_packing import ConstantLengthDataset, PackedCollator  # noqa: F401
 
 T = TypeVar("T")
 

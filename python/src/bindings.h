@@ -30,6 +30,7 @@ NumpyArray<T> NewArray(std::size_t n, T** data) {
 std::vector<double> ToDoubles(nb::handle values, const char* name);
 
 void init_shard_plan(nb::module_& m);
+void init_packing(nb::module_& m);
 
 }  // namespace shardkit::python
 

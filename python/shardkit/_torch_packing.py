@@ -1,0 +1,280 @@
+"""PyTorch side of packing: a collator returning tensors and a packed
+IterableDataset (nanoVLM's ConstantLengthDataset, made deterministic).
+
+Re-exported from ``shardkit.torch``.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_module
+import threading
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.utils.data as tud
+
+from shardkit._core import ShardPlan
+from shardkit.packing import PackedCollator as _NumpyCollator
+from shardkit.packing import StreamingPacker, _collate_csr
+
+__all__ = ["PackedCollator", "ConstantLengthDataset"]
+
+
+def _to_torch(batch: dict) -> dict:
+    out = {}
+    for key, value in batch.items():
+        if isinstance(value, np.ndarray):
+            tensor = torch.from_numpy(value)  # shares the buffer, no copy
+            out[key] = tensor.bool() if key in ("attention_mask", "block_mask") else tensor
+        else:
+            out[key] = value
+    return out
+
+
+class PackedCollator(_NumpyCollator):
+    """:class:`shardkit.PackedCollator` returning torch tensors (int64 ids,
+    labels and positions, int32 document_ids and cu_seqlens, bool masks).
+
+    >>> c = PackedCollator(seq_len=5, padding_side="left")
+    >>> b = c([[[7, 8], [9, 10]], [[1, 2, 3]]])
+    >>> b["input_ids"].tolist()
+    [[0, 7, 8, 9, 10], [0, 0, 1, 2, 3]]
+    >>> b["position_ids"].tolist(), b["cu_seqlens"].dtype
+    ([[0, 0, 1, 0, 1], [0, 0, 0, 1, 2]], torch.int32)
+    """
+
+    def __call__(self, packs):
+        return _to_torch(super().__call__(packs))
+
+
+def _rank_and_world(rank, world_size):
+    import torch.distributed as dist
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    if dist.is_available() and dist.is_initialized():
+        found = dist.get_rank(), dist.get_world_size()
+    else:
+        found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
+
+
+def _input_ids(sample) -> np.ndarray:
+    ids = sample["input_ids"] if isinstance(sample, dict) else sample
+    if isinstance(ids, torch.Tensor):
+        ids = ids.numpy()
+    return np.asarray(ids).reshape(-1)
+
+
+def _image_count(sample) -> int:
+    images = sample.get("images") if isinstance(sample, dict) else None
+    return 0 if images is None else len(images)
+
+
+class ConstantLengthDataset(tud.IterableDataset):
+    """Packs a map-style dataset of tokenised samples into fixed-shape batches.
+
+    The role of nanoVLM's ``ConstantLengthDataset`` (a producer thread packs
+    samples through a bounded buffer into a bounded queue, with token and image
+    budgets), but deterministic: the rank's samples come from a ShardPlan
+    (``shuffle``, ``seed``, ``epoch``), they are packed in that order through
+    a StreamingPacker with a buffer of ``buffer`` samples, and consecutive packs
+    form batches of ``batch_size`` rows. Batch b is built by dataloader worker
+    ``b % num_workers`` (the packing itself, lengths only, is cheap and runs in
+    every worker), so ``DataLoader(ds, batch_size=None, num_workers=K)`` yields
+    the same batches in the same order for every K. The last batch may have
+    fewer rows.
+
+    A sample is a dict with ``input_ids`` (and optional ``labels``, used instead
+    of input_ids for the loss, and ``images``, any sized sequence; the batch's
+    ``images`` lists them in ``image_sample`` order), or a bare sequence of ids.
+    Pass ``lengths`` (and ``image_counts``) to avoid reading every sample once to
+    measure it. Samples longer than ``seq_len`` or with more than
+    ``max_images_per_example`` images follow ``oversize`` (drop by default).
+
+    >>> data = [{"input_ids": list(range(n))} for n in (5, 3, 7, 2, 6, 1)]
+    >>> ds = ConstantLengthDataset(data, seq_len=8, batch_size=2, rank=0, world_size=1)
+    >>> [b["input_ids"].shape for b in ds]
+    [torch.Size([2, 8]), torch.Size([1, 8])]
+    >>> ds.efficiency() > 0.9
+    True
+    """
+
+    def __init__(self, dataset: Any, *, seq_len: int, batch_size: int = 1,
+                 buffer: int = 1024, queue_size: int = 32, algorithm: str = "balanced",
+                 max_images_per_example: Optional[int] = None,
+                 max_images_per_pack: Optional[int] = None,
+                 max_sequences: Optional[int] = None, oversize: str = "drop",
+                 lengths: Optional[Sequence[int]] = None,
+                 image_counts: Optional[Sequence[int]] = None,
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 shuffle: bool = False, seed: int = 0, epoch: int = 0,
+                 padding_side: str = "right", pad_token_id: int = 0,
+                 ignore_index: int = -100, block_mask: bool = False) -> None:
+        super().__init__()
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
+        if int(queue_size) < 1:
+            raise ValueError(f"queue_size: must be at least 1, got {queue_size}")
+        self.dataset = dataset
+        self.seq_len = int(seq_len)
+        self.batch_size = int(batch_size)
+        self.queue_size = int(queue_size)
+        self.max_images_per_example = max_images_per_example
+        self.rank, self.world_size = _rank_and_world(rank, world_size)
+        self.shuffle, self.seed, self.epoch = shuffle, seed, epoch
+        self.packer_options = dict(algorithm=algorithm, max_sequences=max_sequences,
+                                   oversize=oversize, buffer=buffer,
+                                   max_images=max_images_per_pack)
+        self.collator = _NumpyCollator(self.seq_len, padding_side=padding_side,
+                                       pad_token_id=pad_token_id, ignore_index=ignore_index,
+                                       block_mask=block_mask)
+        self._lengths = None if lengths is None else np.asarray(lengths, dtype=np.int64)
+        self._images = None if image_counts is None else np.asarray(image_counts, dtype=np.int64)
+        if self._lengths is not None and len(self._lengths) != len(dataset):
+            raise ValueError(f"lengths: has {len(self._lengths)} entries, the dataset "
+                             f"{len(dataset)}")
+        if self._images is not None and len(self._images) != len(dataset):
+            raise ValueError(f"image_counts: has {len(self._images)} entries, the dataset "
+                             f"{len(dataset)}")
+        # Validate everything now, not inside a worker.
+        StreamingPacker(self.seq_len, **self.packer_options)
+        self._plan()
+        self._efficiency = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _plan(self) -> ShardPlan:
+        return ShardPlan(len(self.dataset), self.world_size, shuffle=self.shuffle,
+                         seed=self.seed, epoch=self.epoch)
+
+    def _length(self, i: int) -> int:
+        if self._lengths is not None:
+            return int(self._lengths[i])
+        return int(_input_ids(self.dataset[i]).size)
+
+    def _images_of(self, i: int) -> int:
+        if self._images is not None:
+            return int(self._images[i])
+        if self.packer_options["max_images"] is None and self.max_images_per_example is None:
+            return 0
+        return _image_count(self.dataset[i])
+
+    def packs(self) -> Iterator[list]:
+        """This rank's packs, in order, as lists of (item, start, length, images)
+        (item = the dataset index); the same in every worker."""
+        shard = self._plan().shard(self.rank)
+        packer = StreamingPacker(self.seq_len, **self.packer_options)
+        cap = self.max_images_per_example
+        for k in range(len(shard)):
+            i = shard[k]
+            images = self._images_of(i)
+            if cap is not None and images > cap:
+                continue  # nanoVLM skips samples with too many images
+            packer.push(i, self._length(i), images)
+            yield from iter(packer.pop, None)
+        packer.finish()
+        yield from iter(packer.pop, None)
+        self._efficiency = packer.efficiency
+
+    def efficiency(self) -> float:
+        """Real tokens / (packs x seq_len) of the rank's epoch."""
+        if self._efficiency is None:
+            for _ in self.packs():
+                pass
+        return self._efficiency
+
+    def _batch(self, packs: list) -> dict:
+        samples = {}
+        chunks, label_chunks, lengths, images, row_offsets, image_list = [], [], [], [], [0], []
+        starts = []
+        items = []
+        for pack in packs:
+            for item, start, length, _ in pack:
+                sample = samples.get(item)
+                if sample is None:
+                    sample = samples[item] = self.dataset[item]
+                ids = _input_ids(sample)
+                items.append(len(chunks))
+                chunks.append(ids)
+                labels = sample.get("labels") if isinstance(sample, dict) else None
+                label_chunks.append(ids if labels is None else _input_ids({"input_ids": labels}))
+                starts.append(start)
+                lengths.append(length)
+                imgs = sample.get("images") if isinstance(sample, dict) else None
+                images.append(0 if imgs is None else len(imgs))
+                if imgs is not None:
+                    image_list.extend(imgs)
+            row_offsets.append(len(lengths))
+        offsets = np.concatenate([[0], np.cumsum([c.size for c in chunks], dtype=np.int64)])
+        args = (np.asarray(row_offsets), np.asarray(items), np.asarray(starts),
+                np.asarray(lengths), np.asarray(images))
+        c = self.collator
+        tokens = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+        out = _collate_csr(*args, tokens, offsets, c.seq_len, c.padding_side, c.pad_token_id,
+                           c.ignore_index, c.block_mask, c.causal)
+        if any(lc is not ch for lc, ch in zip(label_chunks, chunks)):
+            label_tokens = np.concatenate(label_chunks)
+            out["labels"] = _collate_csr(*args, label_tokens, offsets, c.seq_len,
+                                         c.padding_side, c.ignore_index, c.ignore_index,
+                                         False, True)["labels"]
+        out["documents"] = np.asarray([item for pack in packs for item, *_ in pack],
+                                      dtype=np.int64)
+        batch = _to_torch(out)
+        if image_list:
+            batch["images"] = image_list
+        return batch
+
+    def _batches_of_worker(self, worker: int, workers: int) -> Iterator[list]:
+        group = []
+        b = 0
+        for pack in self.packs():
+            group.append(pack)
+            if len(group) == self.batch_size:
+                if b % workers == worker:
+                    yield group
+                group = []
+                b += 1
+        if group and b % workers == worker:
+            yield group
+
+    def __iter__(self) -> Iterator[dict]:
+        info = tud.get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        q: queue_module.Queue = queue_module.Queue(maxsize=self.queue_size)
+        done = object()
+        stop = threading.Event()
+
+        def put(item) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return True
+                except queue_module.Full:
+                    continue
+            return False
+
+        def produce():
+            try:
+                for group in self._batches_of_worker(worker, workers):
+                    if not put(self._batch(group)):
+                        return
+                put(done)
+            except BaseException as error:  # surfaced in the consumer
+                put(error)
+
+        thread = threading.Thread(target=produce, daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = q.get()
+                if item is done:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            thread.join(timeout=5)

@@ -1,0 +1,260 @@
+"""Packing: variable-length samples into fixed-capacity sequences.
+
+>>> import shardkit
+>>> p = shardkit.pack([5, 3, 4, 2, 6], capacity=10)          # best-fit decreasing
+>>> p.packs, p.num_packs, p.lower_bound, p.efficiency
+([[4, 2], [0, 1, 3]], 2, 2, 1.0)
+>>> shardkit.pack([5, 3, 4, 2, 6], 10, algorithm="next_fit").packs   # keeps order
+[[0, 1], [2, 3], [4]]
+>>> p = shardkit.pack([7, 30, 2], 10, oversize="split")      # 30 -> 10 + 10 + 10
+>>> p.packs, p.dropped
+([[1], [1], [1], [0, 2]], 0)
+>>> p = shardkit.pack([4, 4, 4, 4], 16, images=[3, 3, 0, 0], max_images=4)
+>>> [sorted(x) for x in p.packs]
+[[0], [1, 2, 3]]
+
+Collating packs of tokenised samples into fixed-shape rows:
+
+>>> c = shardkit.PackedCollator(seq_len=6)
+>>> batch = c([[[11, 12, 13], [21, 22]]])        # one pack of two samples
+>>> batch["input_ids"].tolist(), batch["labels"].tolist()
+([[11, 12, 13, 21, 22, 0]], [[-100, 12, 13, -100, 22, -100]])
+>>> batch["position_ids"].tolist(), batch["cu_seqlens"].tolist()
+([[0, 1, 2, 0, 1, 0]], [0, 3, 5, 6])
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from shardkit import _core
+from shardkit._core import Packing
+
+__all__ = ["Packing", "pack", "StreamingPacker", "pack_stream", "balance_ranks",
+           "collate_packing", "PackedCollator"]
+
+
+def _int64(values: Any, name: str) -> np.ndarray:
+    """values as a contiguous 1-D int64 array: no copy when it already is one;
+    floats must be whole numbers."""
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D array, got shape {array.shape}")
+    if array.dtype == np.int64 and array.flags.c_contiguous:
+        return array
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if array.dtype.kind == "f":
+        bad = ~np.isfinite(array) | (array != np.floor(array))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"{name}: item {i} is {float(array[i])!r}, not a whole number")
+    elif array.dtype.kind not in "iub":
+        raise ValueError(f"{name}: expected numbers, got dtype {array.dtype}")
+    if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name}: a value does not fit int64")
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+def pack(lengths, capacity: int, *, algorithm: str = "bfd", images=None,
+         max_images: Optional[int] = None, buffer: Optional[int] = None,
+         oversize: str = "drop", max_sequences: Optional[int] = None) -> Packing:
+    """Packs items of ``lengths`` tokens into packs of at most ``capacity`` tokens.
+
+    algorithm: ``next_fit`` (keeps order), ``ffd``, ``bfd`` (default) or
+    ``balanced`` (as few packs as bfd or fewer, loads evened out).
+    images / max_images: images per item and per pack; max_sequences: items
+    per pack; buffer: pack through a bounded buffer of that many items, in
+    input order (streaming); oversize: ``drop`` (counted in ``dropped``),
+    ``error`` or ``split`` (text only). An int64 array is used without a copy.
+    Returns a :class:`Packing` (``packs``, ``num_packs``, ``efficiency``,
+    ``lower_bound``, ``dropped``; flat ``offsets`` / ``items`` / ``starts`` /
+    ``lengths`` arrays).
+    """
+    lengths = _int64(lengths, "lengths")
+    image_array = None if images is None else _int64(images, "images")
+    return _core._pack(lengths, int(capacity), algorithm, image_array, max_images,
+                       max_sequences, oversize, buffer)
+
+
+class StreamingPacker:
+    """Items in one at a time, packs out as they close; memory bounded by ``buffer``.
+
+    >>> sp = StreamingPacker(10, algorithm="bfd", buffer=4)
+    >>> for i, n in enumerate([6, 5, 4, 3, 2]):
+    ...     sp.push(i, n)
+    >>> sp.pop()                                     # (item, start, length, images)
+    [(0, 0, 6, 0), (2, 0, 4, 0)]
+    >>> sp.finish()
+    >>> [p for p in iter(sp.pop, None)]
+    [[(1, 0, 5, 0), (3, 0, 3, 0), (4, 0, 2, 0)]]
+
+    ``state()`` is a plain dict (JSON-serialisable); ``StreamingPacker(...,
+    state=s)`` continues exactly where it was taken.
+    """
+
+    def __init__(self, capacity: int, *, algorithm: str = "bfd",
+                 max_images: Optional[int] = None, max_sequences: Optional[int] = None,
+                 oversize: str = "drop", buffer: Optional[int] = None,
+                 state: Optional[dict] = None) -> None:
+        self._packer = _core._StreamingPacker(int(capacity), algorithm, max_images,
+                                              max_sequences, oversize, buffer, state)
+        self.capacity = int(capacity)
+
+    def push(self, item: int, length: int, images: int = 0) -> None:
+        self._packer.push(item, length, images)
+
+    def push_many(self, items, lengths, images=None) -> None:
+        self._packer.push_many(_int64(items, "items"), _int64(lengths, "lengths"),
+                               None if images is None else _int64(images, "images"))
+
+    def finish(self) -> None:
+        self._packer.finish()
+
+    def pop(self):
+        """The oldest closed pack as [(item, start, length, images), ...], or None."""
+        return self._packer.pop()
+
+    @property
+    def pending(self) -> int:
+        return self._packer.pending
+
+    @property
+    def buffered(self) -> int:
+        return self._packer.buffered
+
+    @property
+    def efficiency(self) -> float:
+        """Real tokens / (closed packs x capacity) so far."""
+        return self._packer.efficiency
+
+    def take_dropped(self) -> list:
+        return self._packer.take_dropped()
+
+    def state(self) -> dict:
+        return self._packer.state()
+
+
+def pack_stream(lengths: Iterable, capacity: int, *, images: Optional[Iterable] = None,
+                **options) -> Iterator[list]:
+    """Packs an iterable of lengths lazily; yields each pack, as soon as it
+    closes, as a list of (item, start, length, images), item = position in the
+    stream. Options as for :class:`StreamingPacker` (buffer, algorithm, ...).
+
+    >>> list(pack_stream(iter([3, 9, 2, 8]), 10, algorithm="next_fit"))
+    [[(0, 0, 3, 0)], [(1, 0, 9, 0)], [(2, 0, 2, 0), (3, 0, 8, 0)]]
+    """
+    packer = StreamingPacker(capacity, **options)
+    image_iter = iter(images) if images is not None else None
+    for i, n in enumerate(lengths):
+        packer.push(i, int(n), int(next(image_iter)) if image_iter is not None else 0)
+        yield from iter(packer.pop, None)
+    packer.finish()
+    yield from iter(packer.pop, None)
+
+
+def balance_ranks(packing: Union[Packing, Sequence[float]], world_size: int, *,
+                  packs_per_rank: int = 1, cost: str = "tokens",
+                  drop_last: bool = False) -> dict:
+    """Deals packs to ``world_size`` ranks: every rank gets exactly
+    ``packs_per_rank`` packs per step, and each step's cost is even across ranks.
+
+    cost: ``tokens`` or ``squared`` (sum of squared document lengths, the
+    attention cost); or pass the per-pack costs directly. Returns a dict with
+    ``assignment`` [steps, world, packs_per_rank] (pack ids, -1 = padding pack),
+    ``rank_costs`` [steps, world], ``max_step_imbalance``, ``total_imbalance``,
+    ``padding_packs``, ``dropped_packs`` (drop_last).
+
+    >>> s = balance_ranks([10, 1, 9, 2, 8, 3, 7, 4], 2, packs_per_rank=2)
+    >>> s["assignment"].tolist(), s["max_step_imbalance"]
+    ([[[0, 6], [2, 4]], [[7, 1], [5, 3]]], 0.0)
+    """
+    if isinstance(packing, Packing):
+        costs = _core._pack_costs(packing, cost)
+    else:
+        costs = [float(c) for c in np.asarray(packing, dtype=np.float64).ravel()]
+    return _core._balance_ranks(costs, int(world_size), int(packs_per_rank), bool(drop_last))
+
+
+def _collate_csr(row_offsets, items, starts, lengths, images, tokens, offsets, seq_len,
+                 padding_side, pad_token_id, ignore_index, block_mask, causal) -> dict:
+    return _core._collate(_int64(row_offsets, "packs"), _int64(items, "packs"),
+                          _int64(starts, "packs"), _int64(lengths, "packs"),
+                          _int64(images, "images"), _int64(tokens, "tokens"),
+                          _int64(offsets, "offsets"), int(seq_len), padding_side,
+                          int(pad_token_id), int(ignore_index), bool(block_mask), bool(causal))
+
+
+def collate_packing(packing: Packing, tokens, offsets, *, packs: Optional[Sequence[int]] = None,
+                    seq_len: Optional[int] = None, padding_side: str = "right",
+                    pad_token_id: int = 0, ignore_index: int = -100, block_mask: bool = False,
+                    causal: bool = True) -> dict:
+    """Rows for packs of a :class:`Packing` (all, or the ids in ``packs``) from a
+    flat token array: item d is ``tokens[offsets[d]:offsets[d+1]]``; split
+    pieces take their slice. seq_len defaults to the packing's capacity.
+    Returns numpy arrays (see :class:`PackedCollator`).
+    """
+    ids = np.arange(packing.num_packs) if packs is None else _int64(packs, "packs")
+    bounds = packing.offsets
+    if ids.size and (ids.min() < 0 or ids.max() >= packing.num_packs):
+        raise IndexError(f"packs: ids must lie in [0, {packing.num_packs})")
+    entries = [np.arange(bounds[p], bounds[p + 1]) for p in ids]
+    sel = np.concatenate(entries) if entries else np.zeros(0, dtype=np.int64)
+    row_offsets = np.concatenate([[0], np.cumsum([len(e) for e in entries])]).astype(np.int64)
+    return _collate_csr(row_offsets, packing.items[sel], packing.starts[sel],
+                        packing.lengths[sel], np.zeros(0, dtype=np.int64), tokens, offsets,
+                        packing.capacity if seq_len is None else seq_len, padding_side,
+                        pad_token_id, ignore_index, block_mask, causal)
+
+
+class PackedCollator:
+    """Turns packs of tokenised samples into fixed-shape numpy arrays.
+
+    Call it on a list of packs; a pack is a list of samples; a sample is a
+    sequence of token ids, or a dict with ``input_ids`` (and optionally
+    ``images``, any sized sequence). Returns a dict of numpy arrays:
+    ``input_ids``, ``labels`` (-100 at document starts and on padding),
+    ``position_ids`` (restarting per document), ``document_ids`` (-1 on
+    padding), ``attention_mask`` [batch, seq_len]; ``cu_seqlens`` (int32,
+    flash-attention varlen, over the flattened batch, padding runs as their
+    own sequences) and ``max_seqlen``; ``block_mask`` [batch, seq_len, seq_len]
+    when ``block_mask=True``; ``image_sample`` [images, 3] = (row, document,
+    sample index within the batch). A pack longer than seq_len is an error,
+    never truncated.
+    """
+
+    def __init__(self, seq_len: int, *, padding_side: str = "right", pad_token_id: int = 0,
+                 ignore_index: int = -100, block_mask: bool = False, causal: bool = True):
+        if int(seq_len) < 1:
+            raise ValueError(f"seq_len: must be at least 1, got {seq_len}")
+        if padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side: unknown side {padding_side!r} "
+                             "(expected right or left)")
+        self.seq_len = int(seq_len)
+        self.padding_side = padding_side
+        self.pad_token_id = pad_token_id
+        self.ignore_index = ignore_index
+        self.block_mask = block_mask
+        self.causal = causal
+
+    def __call__(self, packs: Sequence[Sequence[Any]]) -> dict:
+        chunks, lengths, images, row_offsets = [], [], [], [0]
+        for pack_ in packs:
+            for sample in pack_:
+                ids = sample["input_ids"] if isinstance(sample, dict) else sample
+                ids = np.asarray(ids).reshape(-1)
+                chunks.append(ids)
+                lengths.append(ids.size)
+                imgs = sample.get("images") if isinstance(sample, dict) else None
+                images.append(0 if imgs is None else len(imgs))
+            row_offsets.append(len(lengths))
+        tokens = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+        n = len(lengths)
+        return _collate_csr(np.asarray(row_offsets, dtype=np.int64), np.arange(n),
+                            np.zeros(n, dtype=np.int64), np.asarray(lengths, dtype=np.int64),
+                            np.asarray(images, dtype=np.int64), tokens, offsets, self.seq_len,
+                            self.padding_side, self.pad_token_id, self.ignore_index,
+                            self.block_mask, self.causal)

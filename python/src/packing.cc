@@ -1,0 +1,377 @@
+// Bindings of the packing engine: Packing, StreamingPacker, rank balance and
+// row collation. The Python package (shardkit/packing.py) converts inputs to
+// int64 arrays (no copy when they already are) and calls these.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "python/src/bindings.h"
+#include "shardkit/packing.h"
+#include "shardkit/packing_metadata.h"
+
+namespace shardkit::python {
+
+using namespace nb::literals;
+
+namespace {
+
+using I64In = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+std::span<const Index> Span(const I64In& a) {
+  return {reinterpret_cast<const Index*>(a.data()), a.shape(0)};
+}
+
+// A read-only numpy view of a vector owned by the Python object `owner`.
+nb::object View(const std::vector<Index>& v, nb::handle owner) {
+  using Out = nb::ndarray<nb::numpy, const std::int64_t, nb::ndim<1>>;
+  return nb::cast(Out(v.data(), {v.size()}, owner), nb::rv_policy::reference);
+}
+
+template <typename T>
+nb::ndarray<nb::numpy, T> NewNd(std::initializer_list<size_t> shape, T** data) {
+  size_t n = 1;
+  for (size_t s : shape) n *= s;
+  T* buffer = new T[n > 0 ? n : 1];
+  nb::capsule owner(buffer, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+  *data = buffer;
+  return nb::ndarray<nb::numpy, T>(buffer, shape.size(), shape.begin(), owner);
+}
+
+PackOptions MakeOptions(Index capacity, const std::string& algorithm,
+                        std::optional<Index> max_images, std::optional<Index> max_sequences,
+                        const std::string& oversize, std::optional<Index> buffer) {
+  PackOptions o;
+  o.capacity = capacity;
+  o.algorithm = ParsePackAlgorithm(algorithm);
+  o.max_images = max_images;
+  o.max_sequences = max_sequences;
+  o.oversize = ParseOversize(oversize);
+  o.buffer = buffer;
+  ValidatePackOptions(o);
+  return o;
+}
+
+nb::tuple PieceTuple(const PackItem& p) {
+  return nb::make_tuple(p.item, p.start, p.length, p.images);
+}
+
+PackItem PieceFrom(nb::handle h) {
+  auto t = nb::cast<std::tuple<Index, Index, Index, Index>>(h);
+  return {std::get<0>(t), std::get<2>(t), std::get<3>(t), std::get<1>(t)};
+}
+
+}  // namespace
+
+void init_packing(nb::module_& m) {
+  nb::class_<Packing>(m, "Packing",
+                      "Packs of a whole data set (see shardkit.pack). Pack p holds entries\n"
+                      "offsets[p]:offsets[p+1] of items / starts / lengths.")
+      .def_prop_ro("num_packs", &Packing::num_packs)
+      .def("__len__", &Packing::num_packs)
+      .def_prop_ro("efficiency", &Packing::efficiency,
+                   "real tokens / (num_packs * capacity)")
+      .def_prop_ro("lower_bound", [](const Packing& p) { return p.lower_bound; },
+                   "no packing of these items has fewer packs")
+      .def_prop_ro("dropped", &Packing::dropped, "number of oversize items dropped")
+      .def_prop_ro("capacity", [](const Packing& p) { return p.capacity; })
+      .def_prop_ro("num_items", [](const Packing& p) { return p.num_items; })
+      .def_prop_ro("split_items", [](const Packing& p) { return p.split_items; })
+      .def_prop_ro("tokens", [](const Packing& p) { return p.tokens; })
+      .def_prop_ro("images_packed", [](const Packing& p) { return p.image_count; })
+      .def_prop_ro("offsets", [](nb::handle self) {
+        return View(nb::cast<const Packing&>(self).offsets, self); })
+      .def_prop_ro("items", [](nb::handle self) {
+        return View(nb::cast<const Packing&>(self).items, self); })
+      .def_prop_ro("lengths", [](nb::handle self) {
+        return View(nb::cast<const Packing&>(self).lengths, self); })
+      .def_prop_ro("starts", [](nb::handle self) {
+        return View(nb::cast<const Packing&>(self).starts, self); })
+      .def_prop_ro("dropped_items", [](nb::handle self) {
+        return View(nb::cast<const Packing&>(self).dropped_items, self); })
+      .def_prop_ro(
+          "packs",
+          [](const Packing& p) {
+            nb::list out;
+            for (Index b = 0; b < p.num_packs(); ++b) {
+              nb::list pack;
+              for (Index e = p.offsets[b]; e < p.offsets[b + 1]; ++e) pack.append(p.items[e]);
+              out.append(pack);
+            }
+            return out;
+          },
+          "list of packs, each the list of its item ids (a split item appears once per "
+          "piece)")
+      .def(
+          "pack_tokens",
+          [](const Packing& p) {
+            std::int64_t* data;
+            auto a = NewArray<std::int64_t>(static_cast<size_t>(p.num_packs()), &data);
+            for (Index b = 0; b < p.num_packs(); ++b) data[b] = p.PackTokens(b);
+            return a;
+          },
+          "tokens of every pack")
+      .def(
+          "pieces",
+          [](const Packing& p, Index b) {
+            if (b < 0) b += p.num_packs();
+            if (b < 0 || b >= p.num_packs()) {
+              throw nb::index_error(("pack " + std::to_string(b) + " is outside [0, " +
+                                     std::to_string(p.num_packs()) + ")").c_str());
+            }
+            nb::list out;
+            for (const PackItem& e : p.Entries(b)) out.append(PieceTuple(e));
+            return out;
+          },
+          "pack"_a, "(item, start, length, images) of every entry of pack `pack`")
+      .def("__repr__", [](const Packing& p) {
+        char eff[32];
+        std::snprintf(eff, sizeof eff, "%.6f", p.efficiency());
+        return "Packing(items=" + std::to_string(p.num_items) + ", num_packs=" +
+               std::to_string(p.num_packs()) + ", lower_bound=" +
+               std::to_string(p.lower_bound) + ", efficiency=" + eff +
+               ", dropped=" + std::to_string(p.dropped()) + ")";
+      });
+
+  m.def(
+      "_pack",
+      [](const I64In& lengths, Index capacity, const std::string& algorithm,
+         std::optional<I64In> images, std::optional<Index> max_images,
+         std::optional<Index> max_sequences, const std::string& oversize,
+         std::optional<Index> buffer) {
+        PackOptions o =
+            MakeOptions(capacity, algorithm, max_images, max_sequences, oversize, buffer);
+        std::span<const Index> img;
+        if (images) img = Span(*images);
+        nb::gil_scoped_release release;
+        return PackItems(Span(lengths), o, img);
+      },
+      "lengths"_a, "capacity"_a, "algorithm"_a, "images"_a.none(), "max_images"_a.none(),
+      "max_sequences"_a.none(), "oversize"_a, "buffer"_a.none());
+
+  nb::class_<StreamingPacker>(m, "_StreamingPacker")
+      .def(
+          "__init__",
+          [](StreamingPacker* self, Index capacity, const std::string& algorithm,
+             std::optional<Index> max_images, std::optional<Index> max_sequences,
+             const std::string& oversize, std::optional<Index> buffer, nb::object state) {
+            PackOptions o =
+                MakeOptions(capacity, algorithm, max_images, max_sequences, oversize, buffer);
+            if (state.is_none()) {
+              new (self) StreamingPacker(o);
+              return;
+            }
+            PackerState s;
+            for (nb::handle h : state["buffered"]) s.buffered.push_back(PieceFrom(h));
+            for (nb::handle pack : state["pending"]) {
+              Pack p;
+              for (nb::handle h : pack) {
+                p.pieces.push_back(PieceFrom(h));
+                p.tokens += p.pieces.back().length;
+                p.images += p.pieces.back().images;
+              }
+              s.pending.push_back(std::move(p));
+            }
+            s.items_seen = nb::cast<Index>(state["items_seen"]);
+            s.dropped = nb::cast<Index>(state["dropped"]);
+            s.split_items = nb::cast<Index>(state["split_items"]);
+            s.packs_closed = nb::cast<Index>(state["packs_closed"]);
+            s.tokens_closed = nb::cast<Index>(state["tokens_closed"]);
+            new (self) StreamingPacker(o, std::move(s));
+          },
+          "capacity"_a, "algorithm"_a, "max_images"_a.none(), "max_sequences"_a.none(),
+          "oversize"_a, "buffer"_a.none(), "state"_a.none())
+      .def("push", &StreamingPacker::Push, "item"_a, "length"_a, "images"_a = 0)
+      .def(
+          "push_many",
+          [](StreamingPacker& s, const I64In& items, const I64In& lengths,
+             std::optional<I64In> images) {
+            if (items.shape(0) != lengths.shape(0) ||
+                (images && images->shape(0) != lengths.shape(0))) {
+              throw std::invalid_argument("lengths: items, lengths and images differ in size");
+            }
+            nb::gil_scoped_release release;
+            for (size_t i = 0; i < lengths.shape(0); ++i) {
+              s.Push(items.data()[i], lengths.data()[i], images ? images->data()[i] : 0);
+            }
+          },
+          "items"_a, "lengths"_a, "images"_a.none())
+      .def("finish", &StreamingPacker::Finish)
+      .def(
+          "pop",
+          [](StreamingPacker& s) -> nb::object {
+            Pack p;
+            if (!s.Pop(&p)) return nb::none();
+            nb::list out;
+            for (const PackItem& e : p.pieces) out.append(PieceTuple(e));
+            return out;
+          },
+          "The oldest closed pack as a list of (item, start, length, images), or None.")
+      .def_prop_ro("pending", &StreamingPacker::pending)
+      .def_prop_ro("buffered", &StreamingPacker::buffered)
+      .def_prop_ro("efficiency", &StreamingPacker::efficiency)
+      .def("take_dropped", &StreamingPacker::TakeDropped)
+      .def("state", [](const StreamingPacker& s) {
+        PackerState st = s.State();
+        nb::dict d;
+        nb::list buffered, pending;
+        for (const PackItem& p : st.buffered) buffered.append(PieceTuple(p));
+        for (const Pack& pack : st.pending) {
+          nb::list l;
+          for (const PackItem& p : pack.pieces) l.append(PieceTuple(p));
+          pending.append(l);
+        }
+        d["buffered"] = buffered;
+        d["pending"] = pending;
+        d["items_seen"] = st.items_seen;
+        d["dropped"] = st.dropped;
+        d["split_items"] = st.split_items;
+        d["packs_closed"] = st.packs_closed;
+        d["tokens_closed"] = st.tokens_closed;
+        return d;
+      });
+
+  m.def(
+      "_balance_ranks",
+      [](std::vector<double> costs, Index world_size, Index packs_per_rank, bool drop_last) {
+        RankSchedule s;
+        {
+          nb::gil_scoped_release release;
+          s = BalanceRanks(costs, world_size, packs_per_rank, drop_last);
+        }
+        nb::dict d;
+        std::int64_t* a;
+        auto assignment = NewNd<std::int64_t>(
+            {static_cast<size_t>(s.num_steps), static_cast<size_t>(world_size),
+             static_cast<size_t>(packs_per_rank)},
+            &a);
+        std::copy(s.assignment.begin(), s.assignment.end(), a);
+        double* c;
+        auto rank_costs = NewNd<double>(
+            {static_cast<size_t>(s.num_steps), static_cast<size_t>(world_size)}, &c);
+        std::copy(s.rank_costs.begin(), s.rank_costs.end(), c);
+        d["assignment"] = assignment;
+        d["rank_costs"] = rank_costs;
+        d["num_steps"] = s.num_steps;
+        d["padding_packs"] = s.padding_packs;
+        d["dropped_packs"] = s.dropped_packs;
+        d["max_step_imbalance"] = s.max_step_imbalance;
+        d["max_full_step_imbalance"] = s.max_full_step_imbalance;
+        d["total_imbalance"] = s.total_imbalance;
+        return d;
+      },
+      "costs"_a, "world_size"_a, "packs_per_rank"_a, "drop_last"_a);
+
+  m.def(
+      "_pack_costs",
+      [](const Packing& p, const std::string& cost) { return PackCosts(p, ParseCostModel(cost)); },
+      "packing"_a, "cost"_a);
+
+  m.def(
+      "_collate",
+      [](const I64In& row_offsets, const I64In& items, const I64In& starts, const I64In& lengths,
+         const I64In& images, const I64In& tokens, const I64In& offsets, Index seq_len,
+         const std::string& padding_side, std::int64_t pad_token_id, std::int64_t ignore_index,
+         bool block_mask, bool causal) {
+        CollateOptions o;
+        o.seq_len = seq_len;
+        o.padding_side = ParsePaddingSide(padding_side);
+        o.pad_token_id = pad_token_id;
+        o.ignore_index = ignore_index;
+        o.causal = causal;
+        ValidateCollateOptions(o);
+        const Index rows = static_cast<Index>(row_offsets.shape(0)) - 1;
+        const Index entries = static_cast<Index>(items.shape(0));
+        const Index docs = static_cast<Index>(offsets.shape(0)) - 1;
+        if (rows < 0) throw std::invalid_argument("packs: no row offsets");
+        if (starts.shape(0) != items.shape(0) || lengths.shape(0) != items.shape(0) ||
+            (images.shape(0) != 0 && images.shape(0) != items.shape(0))) {
+          throw std::invalid_argument("packs: items, starts, lengths and images differ in size");
+        }
+        if (docs < 0) throw std::invalid_argument("offsets: empty (needs num_items + 1 entries)");
+        for (Index d = 0; d < docs; ++d) {
+          if (offsets.data()[d] < 0 || offsets.data()[d + 1] < offsets.data()[d] ||
+              offsets.data()[d + 1] > static_cast<Index>(tokens.shape(0))) {
+            throw std::invalid_argument("offsets: entry " + std::to_string(d + 1) + " (" +
+                                        std::to_string(offsets.data()[d + 1]) +
+                                        ") is decreasing or past the end of tokens");
+          }
+        }
+        if (static_cast<double>(rows) * static_cast<double>(seq_len) >= 2147483647.0) {
+          throw std::invalid_argument("seq_len: batch * seq_len must stay below 2^31 "
+                                      "(int32 cu_seqlens)");
+        }
+        std::vector<std::vector<PackItem>> pieces(rows);
+        for (Index r = 0; r < rows; ++r) {
+          const Index b = row_offsets.data()[r], e = row_offsets.data()[r + 1];
+          if (b < 0 || e < b || e > entries) {
+            throw std::invalid_argument("packs: bad row offsets at row " + std::to_string(r));
+          }
+          Index used = 0;
+          for (Index j = b; j < e; ++j) {
+            PackItem p{items.data()[j], lengths.data()[j],
+                       images.shape(0) ? images.data()[j] : 0, starts.data()[j]};
+            if (p.item < 0 || p.item >= docs || p.start < 0 || p.length < 0 ||
+                offsets.data()[p.item] + p.start + p.length > offsets.data()[p.item + 1]) {
+              throw std::invalid_argument("packs: entry " + std::to_string(j) + " (item " +
+                                          std::to_string(p.item) +
+                                          ") lies outside the tokens of its item");
+            }
+            used += p.length;
+            pieces[r].push_back(p);
+          }
+          if (used > seq_len) {
+            throw std::invalid_argument("seq_len: pack " + std::to_string(r) + " holds " +
+                                        std::to_string(used) + " tokens, more than seq_len " +
+                                        std::to_string(seq_len));
+          }
+        }
+        const size_t R = static_cast<size_t>(rows), L = static_cast<size_t>(seq_len);
+        std::int64_t *ids, *labels, *pos;
+        std::int32_t* doc;
+        std::uint8_t *mask, *block = nullptr;
+        nb::dict d;
+        d["input_ids"] = NewNd<std::int64_t>({R, L}, &ids);
+        d["labels"] = NewNd<std::int64_t>({R, L}, &labels);
+        d["position_ids"] = NewNd<std::int64_t>({R, L}, &pos);
+        d["document_ids"] = NewNd<std::int32_t>({R, L}, &doc);
+        d["attention_mask"] = NewNd<std::uint8_t>({R, L}, &mask);
+        if (block_mask) d["block_mask"] = NewNd<std::uint8_t>({R, L, L}, &block);
+        std::vector<std::int32_t> cu;
+        Index max_seqlen;
+        {
+          nb::gil_scoped_release release;
+          std::vector<std::span<const PackItem>> spans(pieces.begin(), pieces.end());
+          for (size_t r = 0; r < R; ++r) {
+            FillRowMetadata(pieces[r], o,
+                            {pos + r * L, doc + r * L, mask + r * L,
+                             block ? block + r * L * L : nullptr});
+            FillRowTokens(std::span<const PackItem>(pieces[r]), tokens.data(), offsets.data(),
+                          o, ids + r * L, labels + r * L);
+          }
+          max_seqlen = BatchCuSeqlens(spans, o, &cu);
+        }
+        std::int32_t* cu_data;
+        d["cu_seqlens"] = NewNd<std::int32_t>({cu.size()}, &cu_data);
+        std::copy(cu.begin(), cu.end(), cu_data);
+        d["max_seqlen"] = max_seqlen;
+        std::vector<std::span<const PackItem>> spans(pieces.begin(), pieces.end());
+        auto map = ImageMap(spans);
+        std::int64_t* im;
+        d["image_sample"] = NewNd<std::int64_t>({map.size(), size_t{3}}, &im);
+        for (size_t i = 0; i < map.size(); ++i) {
+          im[3 * i] = map[i].row;
+          im[3 * i + 1] = map[i].sequence;
+          im[3 * i + 2] = map[i].item;
+        }
+        return d;
+      },
+      "row_offsets"_a, "items"_a, "starts"_a, "lengths"_a, "images"_a, "tokens"_a, "offsets"_a,
+      "seq_len"_a, "padding_side"_a, "pad_token_id"_a, "ignore_index"_a, "block_mask"_a,
+      "causal"_a);
+}
+
+}  // namespace shardkit::python
