@@ -45,6 +45,7 @@ int RunDemo(const Argv& argv) {
                         "tools/derive_stdlib_lengths.py.</p>");
   DemoSharding(context, report);
   DemoPacking(context, report);
+  DemoEval(context, report);
 
   std::filesystem::path out_path(path);
   if (out_path.has_parent_path()) std::filesystem::create_directories(out_path.parent_path());

@@ -15,6 +15,7 @@ using Argv = std::vector<std::string>;
 int RunShard(const Argv& argv);
 int RunAudit(const Argv& argv);
 int RunPack(const Argv& argv);
+int RunEvalPlan(const Argv& argv);
 int RunDemo(const Argv& argv);
 
 struct Command {

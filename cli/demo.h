@@ -37,6 +37,7 @@ struct DemoContext {
 
 void DemoSharding(const DemoContext& context, HtmlReport& report);
 void DemoPacking(const DemoContext& context, HtmlReport& report);
+void DemoEval(const DemoContext& context, HtmlReport& report);
 
 }  // namespace shardkit::cli
 

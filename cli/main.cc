@@ -16,6 +16,7 @@ const std::vector<Command>& Commands() {
       {"shard", "which items each rank (and dataloader worker) gets", RunShard},
       {"audit", "prove exactly-once coverage of a plan and report its balance", RunAudit},
       {"pack", "pack variable-length items into fixed-capacity sequences", RunPack},
+      {"eval-plan", "equal-step fixed-shape evaluation batches with masks", RunEvalPlan},
       {"demo", "a tour of shardkit on the embedded data set, with an HTML report", RunDemo},
   };
   return commands;
@@ -34,6 +35,8 @@ std::string ToFlag(const std::string& message) {
       {"images", "--images"},     {"max_images", "--max-images"}, {"buffer", "--buffer"},
       {"oversize", "--oversize"}, {"max_sequences", "--max-sequences"}, {"cost", "--cost"},
       {"packs_per_rank", "--packs-per-rank"},
+      {"batch_size", "--batch"},  {"devices", "--devices"},
+      {"min_device_batch", "--min-device-batch"},
   };
   size_t colon = message.find(':');
   if (colon == std::string::npos) return message;

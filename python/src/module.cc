@@ -7,4 +7,5 @@ NB_MODULE(_core, m) {
   m.doc() = "The compiled core of shardkit; use the shardkit package.";
   shardkit::python::init_shard_plan(m);
   shardkit::python::init_packing(m);
+  shardkit::python::init_eval_plan(m);
 }
