@@ -22,10 +22,15 @@ True
 """
 
 from shardkit._core import Shard, ShardPlan
+from shardkit.dist import ProcessInfo, discover
+from shardkit.evaluation import (EvalPlan, PlanMismatchError, RemoteRankError, masked_count,
+                                 masked_mean, masked_sum)
 from shardkit.packing import (PackedCollator, Packing, StreamingPacker, balance_ranks,
                               collate_packing, pack, pack_stream)
 from shardkit.whale import whale_plan
 
 __all__ = ["Shard", "ShardPlan", "whale_plan", "Packing", "pack", "StreamingPacker",
-           "pack_stream", "balance_ranks", "collate_packing", "PackedCollator"]
+           "pack_stream", "balance_ranks", "collate_packing", "PackedCollator",
+           "EvalPlan", "PlanMismatchError", "ProcessInfo", "RemoteRankError", "discover",
+           "masked_count", "masked_mean", "masked_sum"]
 __version__ = "0.1.0"

@@ -13,7 +13,6 @@ True
 
 from __future__ import annotations
 
-import os
 from typing import Callable, Iterator, Optional, Sequence, TypeVar, Union
 
 import torch.distributed as dist
@@ -21,6 +20,8 @@ import torch.utils.data as tud
 
 from shardkit._core import Shard, ShardPlan
 from shardkit._torch_packing import ConstantLengthDataset, PackedCollator  # noqa: F401
+from shardkit._torch_eval import *  # noqa: F401,F403  (evaluation helpers, see _torch_eval)
+from shardkit.dist import discover
 
 T = TypeVar("T")
 
@@ -28,15 +29,13 @@ __all__ = ["DistributedSampler", "ShardedIterableDataset"]
 
 
 def _rank_and_world(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
-    """Rank and world from the arguments, else torch.distributed, else torchrun's
-    RANK / WORLD_SIZE, else a single process."""
+    """Rank and world from the arguments, else shardkit.discover() (torch.distributed,
+    JAX, torchrun / MPI / SLURM environment, else a single process)."""
     if rank is not None and world_size is not None:
         return rank, world_size
-    if dist.is_available() and dist.is_initialized():
-        found = dist.get_rank(), dist.get_world_size()
-    else:
-        found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
+    found = discover()
+    return (found.rank if rank is None else rank), (found.world_size if world_size is None
+                                                    else world_size)
 
 
 class DistributedSampler(tud.DistributedSampler):

@@ -1,0 +1,109 @@
+"""Evaluation collectives through JAX multi-process (re-exported by shardkit.jax).
+
+The collectives are ``jax.experimental.multihost_utils.process_allgather``
+(one per call); the failure channel of ``fail_fast`` is the key-value store of
+the coordination service that ``jax.distributed.initialize`` started. On CPU,
+cross-process collectives need ``jax_cpu_collectives_implementation="gloo"``
+(set it before ``jax.distributed.initialize``).
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Optional
+
+import numpy as np
+
+from shardkit import evaluation as _ev
+from shardkit.evaluation import EvalPlan
+
+__all__ = ["JaxEngine", "check_plan", "agree_steps", "gather_unshard", "fail_fast",
+           "psum_masked"]
+
+_FAILURE = "shardkit/failure"
+_ACKS = "shardkit/failure_acks"
+
+
+def _client():
+    from jax._src import distributed as jax_distributed
+
+    client = getattr(jax_distributed.global_state, "client", None)
+    if client is None:
+        raise RuntimeError("JAX multi-process is not initialized: call "
+                           "jax.distributed.initialize first")
+    return client
+
+
+class JaxEngine:
+    """The Engine of shardkit.evaluation over JAX's processes."""
+
+    def __init__(self) -> None:
+        import jax
+        from jax.experimental import multihost_utils
+
+        self.client = _client()
+        self.rank = jax.process_index()
+        self.world_size = jax.process_count()
+        self._allgather = multihost_utils.process_allgather
+
+    def allgather_int64(self, values: np.ndarray) -> np.ndarray:
+        return np.asarray(self._allgather(np.asarray(values, dtype=np.int64)))
+
+    def allgather_rows(self, local: Any) -> list:
+        if isinstance(local, np.ndarray) and local.dtype != object:
+            return list(np.asarray(self._allgather(local)))
+        blob = np.frombuffer(pickle.dumps(list(local)), dtype=np.uint8)
+        sizes = self.allgather_int64(np.array([blob.size]))[:, 0]
+        padded = np.zeros(int(sizes.max()), np.uint8)
+        padded[:blob.size] = blob
+        blobs = np.asarray(self._allgather(padded))
+        return [pickle.loads(blobs[r, :sizes[r]].tobytes()) for r in range(self.world_size)]
+
+    def set_failure(self, reason: str) -> None:
+        self.client.key_value_set(_FAILURE, reason)
+
+    def get_failure(self) -> Optional[str]:
+        try:
+            return self.client.key_value_try_get(_FAILURE)
+        except Exception as e:  # NOT_FOUND: no rank has failed
+            if "NOT_FOUND" in str(e):
+                return None
+            raise
+
+    def ack_failure(self) -> None:
+        self.client.key_value_increment(_ACKS, 1)
+
+    def failure_acks(self) -> int:
+        return int(self.client.key_value_increment(_ACKS, 0))
+
+
+def check_plan(plan: EvalPlan) -> None:
+    """One process_allgather: raises PlanMismatchError on every process unless all
+    hold ``plan``."""
+    _ev.check_plan(plan, JaxEngine())
+
+
+def agree_steps(local_count: int, batch_size: int, plan: Optional[EvalPlan] = None) -> int:
+    """Dynamic counts: one process_allgather; the same step count on every process."""
+    return _ev.agree_steps(local_count, batch_size, JaxEngine(), plan)
+
+
+def gather_unshard(plan: EvalPlan, local_outputs: Any):
+    """All processes' outputs back in item order, on every process."""
+    return _ev.gather_unshard(plan, local_outputs, JaxEngine())
+
+
+def fail_fast(*, grace: float = 2.0):
+    """Context manager: one process's exception ends every process with its reason."""
+    return _ev.fail_fast(JaxEngine(), grace=grace)
+
+
+def psum_masked(values, mask):
+    """(sum over the real slots of all processes, their count) with one
+    process_allgather; values and mask are this process's step."""
+    from jax.experimental import multihost_utils
+
+    local = np.append(np.asarray(_ev.masked_sum(values, mask), np.float64).reshape(-1),
+                      _ev.masked_count(mask))
+    total = np.asarray(multihost_utils.process_allgather(local)).sum(0)
+    return total[:-1].reshape(np.shape(_ev.masked_sum(values, mask))), int(total[-1])

@@ -1,0 +1,88 @@
+"""Which process am I? Rank, world size and local rank, from the engine in use.
+
+shardkit never starts a distributed runtime; it asks the one that is running,
+in this order (the first that answers wins):
+
+1. ``torch.distributed``, when it is initialized (rank and world of the
+   default group; the local rank from the launcher's environment);
+2. JAX multi-process, when ``jax.distributed.initialize`` has run
+   (``jax.process_index()`` / ``jax.process_count()``);
+3. the launcher's environment (the C++ ``shardkit::DiscoverProcess`` reads it,
+   same order in both languages): torchrun's ``RANK`` / ``WORLD_SIZE`` /
+   ``LOCAL_RANK``; Open MPI's ``OMPI_COMM_WORLD_RANK`` / ``_SIZE`` /
+   ``_LOCAL_RANK``; PMI's ``PMI_RANK`` / ``PMI_SIZE`` (MPICH, Intel MPI,
+   ``srun --mpi=pmi2``); SLURM's ``SLURM_PROCID`` / ``SLURM_NTASKS`` /
+   ``SLURM_LOCALID``;
+4. otherwise a single process: rank 0 of 1.
+
+torch and JAX are only consulted when they are already imported: discovery
+never imports an engine.
+
+>>> from shardkit.dist import discover
+>>> p = discover(environ={"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4",
+...                       "OMPI_COMM_WORLD_LOCAL_RANK": "0"})
+>>> p.rank, p.world_size, p.local_rank, p.source
+(2, 4, 0, 'openmpi')
+>>> discover(environ={}).source
+'default'
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping, NamedTuple, Optional
+
+from shardkit import _core
+
+__all__ = ["ProcessInfo", "discover"]
+
+
+class ProcessInfo(NamedTuple):
+    rank: int
+    world_size: int
+    local_rank: int
+    source: str  # "torch.distributed", "jax", "torchrun", "openmpi", "pmi", "slurm", "default"
+
+
+def _torch_info() -> Optional[tuple[int, int]]:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+def _jax_info() -> Optional[tuple[int, int]]:
+    if "jax" not in sys.modules:
+        return None
+    try:
+        from jax._src import distributed as jax_distributed
+    except ImportError:  # a JAX without the private module: fall back to the environment
+        return None
+    if getattr(jax_distributed.global_state, "client", None) is None:
+        return None
+    import jax
+
+    return jax.process_index(), jax.process_count()
+
+
+def discover(environ: Optional[Mapping[str, str]] = None) -> ProcessInfo:
+    """This process's rank, world size and local rank (see the module docstring).
+
+    ``environ`` replaces ``os.environ`` and disables the engine checks (for
+    tests). Raises ``ValueError`` naming the variable when a launcher's value is
+    not an integer or the rank is outside its world.
+    """
+    env = dict(os.environ if environ is None else environ)
+    rank, world, local, source = _core._discover_env(env)
+    if environ is None:
+        for name, found in (("torch.distributed", _torch_info()), ("jax", _jax_info())):
+            if found is not None:
+                same = (rank, world) == found
+                # The launcher's local rank belongs to this process only if the
+                # launcher describes the same world.
+                return ProcessInfo(found[0], found[1], local if same else 0, name)
+    return ProcessInfo(rank, world, local, source)

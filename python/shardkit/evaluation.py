@@ -1,0 +1,250 @@
+"""Exactly-once evaluation in equal, fixed-shape steps on every rank.
+
+``EvalPlan`` says which items each rank evaluates at each step (and which
+slots are padding); the helpers here do the few collectives an evaluation
+needs through the engine in use (``shardkit.torch``, ``shardkit.jax`` bind them
+to torch.distributed and JAX): one to check that every rank holds the same
+plan, one to agree on the step count when a filter makes counts dynamic, one
+to gather outputs, and a failure channel so that one rank's exception ends
+every rank with its reason instead of a hang.
+
+>>> import numpy as np
+>>> from shardkit import EvalPlan
+>>> plan = EvalPlan(10, 3, 2)           # 10 items, 3 ranks, 2 slots per step
+>>> plan.num_steps, plan.padding        # ceil(ceil(10 / 3) / 2) steps, 2 masked slots
+(2, 2)
+>>> indices, mask = plan.batch(1, 1)
+>>> indices.tolist(), mask.tolist()     # the padded slot holds a valid index
+([7, 1], [True, False])
+>>> outputs = [np.concatenate([plan.batch(r, s)[0] * 10 for s in range(plan.num_steps)])
+...            for r in range(3)]       # each rank's outputs, every slot of every step
+>>> plan.unshard(outputs).tolist()
+[0, 10, 20, 30, 40, 50, 60, 70, 80, 90]
+>>> masked_mean(np.array([1.0, 3.0, 100.0]), np.array([True, True, False]))
+2.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Iterator, Optional, Protocol, Sequence
+
+import numpy as np
+
+from shardkit import _core
+
+__all__ = ["EvalPlan", "PlanMismatchError", "RemoteRankError", "Engine", "check_plan",
+           "agree_steps", "gather_unshard", "fail_fast", "masked_sum", "masked_mean",
+           "masked_count"]
+
+
+class PlanMismatchError(RuntimeError):
+    """The ranks built different plans (raised on every rank)."""
+
+
+class RemoteRankError(RuntimeError):
+    """Another rank failed; the message names it and its reason."""
+
+
+class EvalPlan(_core.EvalPlan):
+    """Equal, fixed-shape evaluation steps on every rank; every item exactly once.
+
+    ``EvalPlan(num_items, world_size, batch_size, *, devices=1,
+    min_device_batch=None, split="round_robin", shuffle=False, seed=0, epoch=0)``
+
+    Every rank runs ``num_steps = ceil(ceil(num_items / world_size) / batch_size)``
+    steps. Items are split over ranks as lmms-eval does (``round_robin``) or in
+    blocks (``contiguous``, tfds ``even_splits``). ``batch(rank, step)`` returns
+    ``batch_size`` indices and a mask; padded slots hold a valid index and are
+    masked out. With ``devices`` local devices the batch divides into
+    ``[devices, device_batch]`` (``per_device=True``); ``min_device_batch``
+    raises the per-device batch as Flax's ``pad_shard_unpad`` does.
+    """
+
+    def batch(self, rank: int, step: int, *, per_device: bool = False):
+        """(indices int64, mask bool) of rank's step: shape [batch_size], or
+        [devices, device_batch] with ``per_device``. Raises IndexError for a rank
+        or step outside its range."""
+        indices, mask = self._batch(rank, step)
+        if per_device:
+            shape = (self.devices, self.device_batch)
+            return indices.reshape(shape), mask.reshape(shape)
+        return indices, mask
+
+    def batches(self, rank: int, *, per_device: bool = False) -> Iterator[tuple]:
+        """(step, indices, mask) for every step of rank."""
+        for step in range(self.num_steps):
+            yield (step, *self.batch(rank, step, per_device=per_device))
+
+    def unshard(self, outputs_by_rank: Sequence[Any]):
+        """One output per item, in item order, from every rank's outputs.
+
+        ``outputs_by_rank[r]`` holds rank r's outputs for every slot of every step
+        in order (``num_steps * batch_size`` rows, padded slots included). numpy
+        arrays (any trailing shape) give a numpy array, torch tensors a tensor,
+        anything else (lists of strings, dicts, ...) a list. Raises ValueError
+        naming outputs_by_rank when a rank has the wrong number of rows.
+        """
+        outputs = list(outputs_by_rank)
+        self._check_output_rows([len(o) for o in outputs])
+        rows = self.source_rows()
+        if outputs and all(isinstance(o, np.ndarray) for o in outputs):
+            return np.concatenate(outputs)[rows]
+        torch = sys.modules.get("torch")
+        if outputs and torch is not None and all(isinstance(o, torch.Tensor) for o in outputs):
+            return torch.cat(outputs)[torch.from_numpy(rows).to(outputs[0].device)]
+        flat = [x for o in outputs for x in o]
+        return [flat[r] for r in rows.tolist()]
+
+
+def _as_bool(mask) -> np.ndarray:
+    return np.asarray(mask, dtype=bool)
+
+
+def masked_count(mask) -> int:
+    """Number of real (unmasked) slots."""
+    return int(_as_bool(mask).sum())
+
+
+def masked_sum(values, mask, axis: int = 0):
+    """Sum of values over the real slots (mask True) along ``axis``."""
+    values = np.asarray(values)
+    m = _as_bool(mask)
+    shape = [1] * values.ndim
+    shape[axis] = m.shape[0]
+    total = np.where(m.reshape(shape), values, 0).sum(axis=axis)
+    return total.item() if np.ndim(total) == 0 else total
+
+
+def masked_mean(values, mask, axis: int = 0):
+    """Mean of values over the real slots; NaN when there are none."""
+    n = masked_count(mask)
+    total = masked_sum(values, mask, axis=axis)
+    if np.ndim(total) == 0:
+        return total / n if n else float("nan")
+    return total / n if n else np.full(np.shape(total), np.nan)
+
+
+class Engine(Protocol):
+    """The collectives an evaluation needs; shardkit.torch and shardkit.jax provide one."""
+
+    rank: int
+    world_size: int
+
+    def allgather_int64(self, values: np.ndarray) -> np.ndarray: ...  # [world, k]
+    def allgather_rows(self, local: Any) -> list: ...  # every rank's outputs
+    def set_failure(self, reason: str) -> None: ...
+    def get_failure(self) -> Optional[str]: ...
+    def ack_failure(self) -> None: ...
+    def failure_acks(self) -> int: ...  # how many ranks acknowledged
+
+
+def _fingerprint_int64(plan: EvalPlan) -> int:
+    return int(np.array([plan.fingerprint], dtype=np.uint64).view(np.int64)[0])
+
+
+def _exchange(engine: Engine, plan: Optional[EvalPlan], local_count: int) -> np.ndarray:
+    fp = _fingerprint_int64(plan) if plan is not None else 0
+    rows = engine.allgather_int64(np.array([fp, local_count, engine.world_size], np.int64))
+    if plan is not None:
+        prints = rows[:, 0].astype(np.int64).view(np.uint64).tolist()
+        message = _core.compare_fingerprints(prints)
+        if message:
+            raise PlanMismatchError(f"{message} (this is rank {engine.rank} with "
+                                    f"{plan.describe()})")
+        if plan.world_size != engine.world_size:
+            raise ValueError(f"world_size: the plan has world_size {plan.world_size} but the "
+                             f"engine has {engine.world_size} ranks")
+    return rows
+
+
+def check_plan(plan: EvalPlan, engine: Engine) -> None:
+    """One collective before the first step: raises PlanMismatchError on every rank
+    unless all ranks hold the same plan (parameters and shardkit version)."""
+    _exchange(engine, plan, 0)
+
+
+def agree_steps(local_count: int, batch_size: int, engine: Engine,
+                plan: Optional[EvalPlan] = None) -> int:
+    """Dynamic counts: every rank passes how many items it kept after a filter;
+    one collective returns the same ``ceil(max count / batch_size)`` on every
+    rank (and checks ``plan``'s fingerprint in the same collective)."""
+    if local_count < 0:
+        raise ValueError(f"local_count: must be non-negative, got {local_count}")
+    rows = _exchange(engine, plan, local_count)
+    return _core.steps_for_count(int(rows[:, 1].max()), batch_size)
+
+
+def gather_unshard(plan: EvalPlan, local_outputs: Any, engine: Engine):
+    """Gathers every rank's outputs (``num_steps * batch_size`` rows each) and
+    returns one per item in item order, on every rank."""
+    if len(local_outputs) != plan.num_steps * plan.batch_size:
+        raise ValueError(f"local_outputs: rank {engine.rank} has {len(local_outputs)} rows, "
+                         f"expected {plan.num_steps * plan.batch_size} (num_steps x batch_size)")
+    return plan.unshard(engine.allgather_rows(local_outputs))
+
+
+@contextlib.contextmanager
+def fail_fast(engine: Engine, *, grace: float = 2.0, poll: float = 0.05):
+    """Makes one rank's failure end every rank with its reason, in bounded time.
+
+    On an exception inside the block this rank publishes ``"rank R: Type: message"``
+    through the engine's side channel (torch: the c10d store; JAX: the
+    coordination service's key-value store), waits up to ``grace`` seconds for
+    the other ranks to acknowledge, and re-raises. On the other ranks a watcher
+    thread sees the failure within ``poll`` seconds, prints it to stderr and
+    acknowledges; their blocked collective then fails (or the launcher stops
+    them) and the block raises RemoteRankError with the reason. A rank still
+    blocked ``grace`` seconds after seeing the failure exits with status 1.
+    """
+    stop = threading.Event()
+    seen: list[str] = []
+
+    def watch() -> None:
+        while not stop.wait(poll):
+            try:
+                reason = engine.get_failure()
+            except Exception:  # the engine is shutting down: nothing more to watch
+                return
+            if reason is None:
+                continue
+            seen.append(reason)
+            print(f"shardkit: rank {engine.rank} stopping: {reason}", file=sys.stderr,
+                  flush=True)
+            try:
+                engine.ack_failure()
+            except Exception:
+                pass
+            if not stop.wait(grace):
+                print(f"shardkit: rank {engine.rank} still blocked {grace:.1f} s after the "
+                      f"failure; exiting", file=sys.stderr, flush=True)
+                sys.stderr.flush()
+                import os
+
+                os._exit(1)
+            return
+
+    watcher = threading.Thread(target=watch, name="shardkit-fail-fast", daemon=True)
+    watcher.start()
+    try:
+        yield
+    except Exception as e:
+        stop.set()
+        if seen:  # another rank failed first: this error is a consequence
+            raise RemoteRankError(seen[0]) from e
+        reason = f"rank {engine.rank} failed: {type(e).__name__}: {e}"
+        try:
+            engine.set_failure(reason)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and engine.failure_acks() < \
+                    engine.world_size - 1:
+                time.sleep(poll)
+        except Exception:
+            traceback.print_exc()
+        raise
+    finally:
+        stop.set()
