@@ -46,12 +46,21 @@ class JaxEngine:
         self.world_size = jax.process_count()
         self._allgather = multihost_utils.process_allgather
 
+    def allgather_exact(self, local: np.ndarray) -> np.ndarray:
+        """[world, *local.shape], bit for bit. Without jax_enable_x64, JAX would
+        turn 64-bit values into 32-bit ones, so they travel as pairs of int32."""
+        local = np.ascontiguousarray(local)
+        if local.dtype.itemsize != 8:
+            return np.asarray(self._allgather(local))
+        halves = np.asarray(self._allgather(local.reshape(-1).view(np.int32)))
+        return halves.view(local.dtype).reshape((self.world_size,) + local.shape)
+
     def allgather_int64(self, values: np.ndarray) -> np.ndarray:
-        return np.asarray(self._allgather(np.asarray(values, dtype=np.int64)))
+        return self.allgather_exact(np.asarray(values, dtype=np.int64))
 
     def allgather_rows(self, local: Any) -> list:
         if isinstance(local, np.ndarray) and local.dtype != object:
-            return list(np.asarray(self._allgather(local)))
+            return list(self.allgather_exact(local))
         blob = np.frombuffer(pickle.dumps(list(local)), dtype=np.uint8)
         sizes = self.allgather_int64(np.array([blob.size]))[:, 0]
         padded = np.zeros(int(sizes.max()), np.uint8)
@@ -101,9 +110,7 @@ def fail_fast(*, grace: float = 2.0):
 def psum_masked(values, mask):
     """(sum over the real slots of all processes, their count) with one
     process_allgather; values and mask are this process's step."""
-    from jax.experimental import multihost_utils
-
     local = np.append(np.asarray(_ev.masked_sum(values, mask), np.float64).reshape(-1),
                       _ev.masked_count(mask))
-    total = np.asarray(multihost_utils.process_allgather(local)).sum(0)
+    total = JaxEngine().allgather_exact(local).sum(0)
     return total[:-1].reshape(np.shape(_ev.masked_sum(values, mask))), int(total[-1])

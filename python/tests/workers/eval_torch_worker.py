@@ -1,6 +1,6 @@
 """One process of a torchrun evaluation (python/tests/test_eval_engines.py).
 
-Modes: static (check the plan, a collective every step, gather + unshard
+Modes: ok (static, then dynamic), static (check the plan, a collective every step, gather + unshard
 tensors and strings), dynamic (a filter, then agree_steps), mismatch (rank 2
 builds a different plan), raise (rank 1 raises at step 2).
 """
@@ -30,7 +30,7 @@ assert info.local_rank == int(os.environ["LOCAL_RANK"]), info
 with fail_fast():
     batch = a.batch + (1 if a.mode == "mismatch" and rank == 2 else 0)
     plan = shardkit.EvalPlan(a.items, world, batch)
-    if a.mode == "dynamic":
+    if a.mode in ("ok", "dynamic"):
         mine = [int(i) for _, idx, m in plan.batches(rank) for i in idx[m]]
         kept = [i for i in mine if i % 3 != 0]  # a filter decided at load time
         steps = agree_steps(len(kept), a.batch, plan)
@@ -46,7 +46,7 @@ with fail_fast():
         assert total == want, (total, want)
         if rank == 0:
             print(f"OK torch dynamic world={world} steps={steps}", flush=True)
-    else:
+    if a.mode != "dynamic":
         check_plan(plan)
         preds, names, seen = [], [], 0
         for step, idx, mask in plan.batches(rank):
