@@ -77,12 +77,17 @@ def discover(environ: Optional[Mapping[str, str]] = None) -> ProcessInfo:
     not an integer or the rank is outside its world.
     """
     env = dict(os.environ if environ is None else environ)
-    rank, world, local, source = _core._discover_env(env)
     if environ is None:
         for name, found in (("torch.distributed", _torch_info()), ("jax", _jax_info())):
-            if found is not None:
-                same = (rank, world) == found
-                # The launcher's local rank belongs to this process only if the
-                # launcher describes the same world.
-                return ProcessInfo(found[0], found[1], local if same else 0, name)
+            if found is None:
+                continue
+            # The launcher's local rank belongs to this process only if the
+            # launcher describes the same world; a running engine is the truth
+            # even when the environment is inconsistent.
+            try:
+                rank, world, local, _ = _core._discover_env(env)
+            except ValueError:
+                rank, world, local = -1, -1, 0
+            return ProcessInfo(found[0], found[1], local if (rank, world) == found else 0, name)
+    rank, world, local, source = _core._discover_env(env)
     return ProcessInfo(rank, world, local, source)
