@@ -7,51 +7,57 @@ import sys
 
 import jax
 
-jax.config.update("jax_cpu_collectives_implementation", "gloo")
-pid, nproc, port, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=nproc, process_id=pid,
-                           heartbeat_timeout_seconds=10, shutdown_timeout_seconds=5)
 
-import numpy as np  # noqa: E402
+def main() -> None:
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    pid, nproc, port, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=nproc, process_id=pid,
+                               heartbeat_timeout_seconds=10, shutdown_timeout_seconds=5)
 
-import shardkit  # noqa: E402
-from shardkit.jax import agree_steps, check_plan, fail_fast, gather_unshard, psum_masked  # noqa
+    import numpy as np  # noqa: E402
 
-ITEMS, BATCH = 1001, 8
-info = shardkit.discover()
-assert (info.rank, info.world_size, info.source) == (pid, nproc, "jax"), info
-rank, world = info.rank, info.world_size
+    import shardkit  # noqa: E402
+    from shardkit.jax import agree_steps, check_plan, fail_fast, gather_unshard, psum_masked  # noqa
 
-with fail_fast():
-    batch = BATCH + (1 if mode == "mismatch" and rank == 1 else 0)
-    plan = shardkit.EvalPlan(ITEMS, world, batch)
-    if mode in ("ok", "dynamic"):
-        mine = [int(i) for _, idx, m in plan.batches(rank) for i in idx[m]]
-        kept = [i for i in mine if i % 3 != 0]
-        steps = agree_steps(len(kept), BATCH, plan)
-        total = 0.0
-        for step in range(steps):
-            chunk = kept[step * BATCH:(step + 1) * BATCH]
-            values = np.zeros(BATCH)
-            values[:len(chunk)] = chunk
-            s, _ = psum_masked(values, np.arange(BATCH) < len(chunk))
-            total += float(s)
-        assert total == sum(i for i in range(ITEMS) if i % 3 != 0), total
-        if rank == 0:
-            print(f"OK jax dynamic world={world} steps={steps}", flush=True)
-    if mode != "dynamic":
-        check_plan(plan)
-        preds, seen = [], 0
-        for step, idx, mask in plan.batches(rank):
-            if mode == "raise" and rank == 1 and step == 2:
-                raise ValueError("injected failure at step 2")
-            pred = np.asarray(jax.numpy.asarray(idx) * 3 + 1)  # the "model"
-            _, n = psum_masked(pred.astype(np.float64), mask)  # a collective every step
-            seen += n
-            preds.append(pred)
-        assert seen == ITEMS, seen
-        ordered = gather_unshard(plan, np.concatenate(preds))
-        assert ordered.tolist() == [3 * i + 1 for i in range(ITEMS)]
-        if rank == 0:
-            print(f"OK jax static world={world} steps={plan.num_steps} padding={plan.padding}",
-                  flush=True)
+    ITEMS, BATCH = 1001, 8
+    info = shardkit.discover()
+    assert (info.rank, info.world_size, info.source) == (pid, nproc, "jax"), info
+    rank, world = info.rank, info.world_size
+
+    with fail_fast():
+        batch = BATCH + (1 if mode == "mismatch" and rank == 1 else 0)
+        plan = shardkit.EvalPlan(ITEMS, world, batch)
+        if mode in ("ok", "dynamic"):
+            mine = [int(i) for _, idx, m in plan.batches(rank) for i in idx[m]]
+            kept = [i for i in mine if i % 3 != 0]
+            steps = agree_steps(len(kept), BATCH, plan)
+            total = 0.0
+            for step in range(steps):
+                chunk = kept[step * BATCH:(step + 1) * BATCH]
+                values = np.zeros(BATCH)
+                values[:len(chunk)] = chunk
+                s, _ = psum_masked(values, np.arange(BATCH) < len(chunk))
+                total += float(s)
+            assert total == sum(i for i in range(ITEMS) if i % 3 != 0), total
+            if rank == 0:
+                print(f"OK jax dynamic world={world} steps={steps}", flush=True)
+        if mode != "dynamic":
+            check_plan(plan)
+            preds, seen = [], 0
+            for step, idx, mask in plan.batches(rank):
+                if mode == "raise" and rank == 1 and step == 2:
+                    raise ValueError("injected failure at step 2")
+                pred = np.asarray(jax.numpy.asarray(idx) * 3 + 1)  # the "model"
+                _, n = psum_masked(pred.astype(np.float64), mask)  # a collective every step
+                seen += n
+                preds.append(pred)
+            assert seen == ITEMS, seen
+            ordered = gather_unshard(plan, np.concatenate(preds))
+            assert ordered.tolist() == [3 * i + 1 for i in range(ITEMS)]
+            if rank == 0:
+                print(f"OK jax static world={world} steps={plan.num_steps} padding={plan.padding}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -15,53 +15,59 @@ import torch.distributed as dist
 import shardkit
 from shardkit.torch import agree_steps, all_reduce_masked, check_plan, fail_fast, gather_unshard
 
-p = argparse.ArgumentParser()
-p.add_argument("--items", type=int, default=1001)
-p.add_argument("--batch", type=int, default=8)
-p.add_argument("--mode", default="static")
-a = p.parse_args()
 
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
-info = shardkit.discover()
-rank, world = info.rank, info.world_size
-assert info.source == "torch.distributed", info
-assert info.local_rank == int(os.environ["LOCAL_RANK"]), info
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--items", type=int, default=1001)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--mode", default="static")
+    a = p.parse_args()
 
-with fail_fast():
-    batch = a.batch + (1 if a.mode == "mismatch" and rank == 2 else 0)
-    plan = shardkit.EvalPlan(a.items, world, batch)
-    if a.mode in ("ok", "dynamic"):
-        mine = [int(i) for _, idx, m in plan.batches(rank) for i in idx[m]]
-        kept = [i for i in mine if i % 3 != 0]  # a filter decided at load time
-        steps = agree_steps(len(kept), a.batch, plan)
-        total = 0.0
-        for step in range(steps):
-            chunk = kept[step * a.batch:(step + 1) * a.batch]
-            values = torch.zeros(a.batch, dtype=torch.float64)
-            values[:len(chunk)] = torch.tensor(chunk, dtype=torch.float64)
-            mask = np.arange(a.batch) < len(chunk)
-            s, n = all_reduce_masked(values, mask)
-            total += float(s)
-        want = sum(i for i in range(a.items) if i % 3 != 0)
-        assert total == want, (total, want)
-        if rank == 0:
-            print(f"OK torch dynamic world={world} steps={steps}", flush=True)
-    if a.mode != "dynamic":
-        check_plan(plan)
-        preds, names, seen = [], [], 0
-        for step, idx, mask in plan.batches(rank):
-            if a.mode == "raise" and rank == 1 and step == 2:
-                raise ValueError("injected failure at step 2")
-            pred = torch.from_numpy(idx) * 3 + 1  # the "model"
-            _, n = all_reduce_masked(pred.double(), mask)  # a collective every step
-            seen += n
-            preds.append(pred)
-            names += [f"doc{i}" for i in idx.tolist()]
-        assert seen == a.items, seen
-        ordered = gather_unshard(plan, torch.cat(preds))
-        assert ordered.tolist() == [3 * i + 1 for i in range(a.items)]
-        assert gather_unshard(plan, names) == [f"doc{i}" for i in range(a.items)]
-        if rank == 0:
-            print(f"OK torch static world={world} steps={plan.num_steps} "
-                  f"padding={plan.padding}", flush=True)
-dist.destroy_process_group()
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+    info = shardkit.discover()
+    rank, world = info.rank, info.world_size
+    assert info.source == "torch.distributed", info
+    assert info.local_rank == int(os.environ["LOCAL_RANK"]), info
+
+    with fail_fast():
+        batch = a.batch + (1 if a.mode == "mismatch" and rank == 2 else 0)
+        plan = shardkit.EvalPlan(a.items, world, batch)
+        if a.mode in ("ok", "dynamic"):
+            mine = [int(i) for _, idx, m in plan.batches(rank) for i in idx[m]]
+            kept = [i for i in mine if i % 3 != 0]  # a filter decided at load time
+            steps = agree_steps(len(kept), a.batch, plan)
+            total = 0.0
+            for step in range(steps):
+                chunk = kept[step * a.batch:(step + 1) * a.batch]
+                values = torch.zeros(a.batch, dtype=torch.float64)
+                values[:len(chunk)] = torch.tensor(chunk, dtype=torch.float64)
+                mask = np.arange(a.batch) < len(chunk)
+                s, n = all_reduce_masked(values, mask)
+                total += float(s)
+            want = sum(i for i in range(a.items) if i % 3 != 0)
+            assert total == want, (total, want)
+            if rank == 0:
+                print(f"OK torch dynamic world={world} steps={steps}", flush=True)
+        if a.mode != "dynamic":
+            check_plan(plan)
+            preds, names, seen = [], [], 0
+            for step, idx, mask in plan.batches(rank):
+                if a.mode == "raise" and rank == 1 and step == 2:
+                    raise ValueError("injected failure at step 2")
+                pred = torch.from_numpy(idx) * 3 + 1  # the "model"
+                _, n = all_reduce_masked(pred.double(), mask)  # a collective every step
+                seen += n
+                preds.append(pred)
+                names += [f"doc{i}" for i in idx.tolist()]
+            assert seen == a.items, seen
+            ordered = gather_unshard(plan, torch.cat(preds))
+            assert ordered.tolist() == [3 * i + 1 for i in range(a.items)]
+            assert gather_unshard(plan, names) == [f"doc{i}" for i in range(a.items)]
+            if rank == 0:
+                print(f"OK torch static world={world} steps={plan.num_steps} "
+                      f"padding={plan.padding}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
