@@ -4,6 +4,7 @@
 Modes as in eval_torch_worker.py: ok, static, dynamic, mismatch, raise.
 """
 import sys
+import time
 
 import jax
 
@@ -42,10 +43,12 @@ def main() -> None:
             if rank == 0:
                 print(f"OK jax dynamic world={world} steps={steps}", flush=True)
         if mode != "dynamic":
+            print(f"TEST-EVENT {time.time():.3f}", file=sys.stderr, flush=True)
             check_plan(plan)
             preds, seen = [], 0
             for step, idx, mask in plan.batches(rank):
                 if mode == "raise" and rank == 1 and step == 2:
+                    print(f"TEST-EVENT {time.time():.3f}", file=sys.stderr, flush=True)
                     raise ValueError("injected failure at step 2")
                 pred = np.asarray(jax.numpy.asarray(idx) * 3 + 1)  # the "model"
                 _, n = psum_masked(pred.astype(np.float64), mask)  # a collective every step

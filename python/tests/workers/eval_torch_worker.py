@@ -7,6 +7,8 @@ builds a different plan), raise (rank 1 raises at step 2).
 import argparse
 import datetime
 import os
+import sys
+import time
 
 import numpy as np
 import torch
@@ -49,10 +51,12 @@ def main() -> None:
             if rank == 0:
                 print(f"OK torch dynamic world={world} steps={steps}", flush=True)
         if a.mode != "dynamic":
+            print(f"TEST-EVENT {time.time():.3f}", file=sys.stderr, flush=True)
             check_plan(plan)
             preds, names, seen = [], [], 0
             for step, idx, mask in plan.batches(rank):
                 if a.mode == "raise" and rank == 1 and step == 2:
+                    print(f"TEST-EVENT {time.time():.3f}", file=sys.stderr, flush=True)
                     raise ValueError("injected failure at step 2")
                 pred = torch.from_numpy(idx) * 3 + 1  # the "model"
                 _, n = all_reduce_masked(pred.double(), mask)  # a collective every step
