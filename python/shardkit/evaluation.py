@@ -232,6 +232,11 @@ def fail_fast(engine: Engine, *, grace: float = 2.0, poll: float = 0.05):
     watcher.start()
     try:
         yield
+    except PlanMismatchError:
+        # Every rank received every fingerprint and raises this same error:
+        # nobody is left waiting, so there is nothing to publish.
+        stop.set()
+        raise
     except Exception as e:
         stop.set()
         if seen:  # another rank failed first: this error is a consequence
