@@ -21,7 +21,7 @@ from the plan's parameters alone (no communication, no index lists):
 True
 """
 
-from shardkit._core import Shard, ShardPlan
+from shardkit._core import Shard, ShardPlan, pad_for_devices, steps_for_count
 from shardkit.dist import ProcessInfo, discover
 from shardkit.evaluation import (EvalPlan, PlanMismatchError, RemoteRankError, masked_count,
                                  masked_mean, masked_sum)
@@ -32,5 +32,5 @@ from shardkit.whale import whale_plan
 __all__ = ["Shard", "ShardPlan", "whale_plan", "Packing", "pack", "StreamingPacker",
            "pack_stream", "balance_ranks", "collate_packing", "PackedCollator",
            "EvalPlan", "PlanMismatchError", "ProcessInfo", "RemoteRankError", "discover",
-           "masked_count", "masked_mean", "masked_sum"]
+           "masked_count", "masked_mean", "masked_sum", "pad_for_devices", "steps_for_count"]
 __version__ = "0.1.0"

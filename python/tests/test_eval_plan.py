@@ -116,7 +116,7 @@ def test_min_device_batch_follows_pad_shard_unpad():
         for d in range(1, 6):
             for m in (None, 3, 9):
                 db = max(math.ceil(n / d), m or 0)
-                assert shardkit._core.pad_for_devices(n, d, min_device_batch=m) == (db, db * d - n)
+                assert shardkit.pad_for_devices(n, d, min_device_batch=m) == (db, db * d - n)
 
 
 def test_bad_input_is_a_clear_error():
