@@ -125,3 +125,4 @@ class ShardedIterableDataset(tud.IterableDataset):
         get = self.source if callable(self.source) else self.source.__getitem__
         for index in shard:
             yield get(index)
+from shardkit._torch_loader import TokenDataLoader, TokenDataset  # noqa: E402,F401

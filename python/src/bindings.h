@@ -32,6 +32,7 @@ std::vector<double> ToDoubles(nb::handle values, const char* name);
 void init_shard_plan(nb::module_& m);
 void init_packing(nb::module_& m);
 void init_eval_plan(nb::module_& m);
+void init_loader(nb::module_& m);
 
 }  // namespace shardkit::python
 

@@ -8,4 +8,5 @@ NB_MODULE(_core, m) {
   shardkit::python::init_shard_plan(m);
   shardkit::python::init_packing(m);
   shardkit::python::init_eval_plan(m);
+  shardkit::python::init_loader(m);
 }

@@ -1,0 +1,197 @@
+"""TokenLoader: sharded, shuffled, packed token batches from memory-mapped files.
+
+The C++ core reads the documents of this rank's share of one global shuffled
+order, packs them into rows of ``seq_len`` tokens and collates fixed-shape
+batches on background threads; Python receives numpy arrays that view the
+batch buffers (no copy). The GIL is released while C++ works.
+
+>>> import numpy as np, shardkit
+>>> tokens = np.arange(1, 31, dtype=np.int32)           # 30 tokens
+>>> offsets = np.array([0, 4, 10, 12, 30])              # 4 documents
+>>> loader = shardkit.TokenLoader(tokens, offsets, seq_len=8, batch_size=2,
+...                               shuffle=False)
+>>> batch = next(iter(loader))
+>>> batch["input_ids"].shape, batch["input_ids"].dtype.name
+((2, 8), 'int64')
+>>> seen = [d for b in [batch, *loader] for d in b["documents"].tolist()]
+>>> sorted(set(seen))                                   # one epoch, every document
+[0, 1, 2, 3]
+>>> loader.state_dict()["epoch"]                        # the next pass is epoch 1
+1
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from shardkit import _core
+
+__all__ = ["TokenLoader"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _default_rank_and_world(rank: Optional[int],
+                            world_size: Optional[int]) -> Tuple[int, int]:
+    """Explicit arguments win; then torch.distributed (when torch is already
+    imported) through shardkit.torch; then torchrun's RANK / WORLD_SIZE."""
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    if "torch" in sys.modules:
+        from shardkit.torch import _rank_and_world
+        return _rank_and_world(rank, world_size)
+    found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
+
+
+def _open_source(tokens: Any, offsets: Any, token_dtype: str):
+    if isinstance(tokens, (str, os.PathLike)):
+        path = os.fspath(tokens)
+        if os.path.isdir(path):
+            if offsets is not None:
+                raise ValueError(f"offsets: must be None when tokens is a directory ({path!r})")
+            return _core._TokenSource.open_directory(path, token_dtype=token_dtype)
+        if offsets is None:
+            raise ValueError(f"offsets: required with the token file {path!r}")
+        if not isinstance(offsets, (str, os.PathLike)):
+            raise ValueError("offsets: must be a path when tokens is a path")
+        return _core._TokenSource.open(path, os.fspath(offsets), token_dtype=token_dtype)
+    if offsets is None:
+        raise ValueError("offsets: required with a token array")
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1:
+        raise ValueError(f"tokens: expected a 1-D array, got shape {tokens.shape}")
+    if tokens.dtype.name not in ("uint16", "int32", "uint32"):
+        if tokens.dtype.kind not in "iu":
+            raise ValueError(f"tokens: dtype {tokens.dtype} is not an integer type")
+        if tokens.size and (tokens.min() < 0 or tokens.max() > np.iinfo(np.int32).max):
+            raise ValueError(f"tokens: {tokens.dtype} values outside int32 range")
+        tokens = tokens.astype(np.int32)
+    tokens = np.ascontiguousarray(tokens)
+    offsets = np.asarray(offsets)
+    if offsets.ndim != 1 or offsets.dtype.kind not in "iu":
+        raise ValueError(f"offsets: expected a 1-D integer array, got {offsets.dtype} "
+                         f"of shape {offsets.shape}")
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    return _core._TokenSource.from_arrays(tokens, offsets)
+
+
+class TokenLoader:
+    """Packed, fixed-shape token batches of one rank (or one dataloader worker).
+
+    ``tokens`` / ``offsets``: .npy (or raw) file paths, or numpy arrays; document
+    ``d`` is ``tokens[offsets[d]:offsets[d + 1]]``. ``tokens`` may also be a
+    directory of ``<stem>.tokens.npy`` + ``<stem>.offsets.npy`` pairs (then
+    ``offsets=None``); its documents are numbered file by file in stem order.
+
+    Consumers: ``world_size * num_workers``; consumer ``rank + worker *
+    world_size`` reads entries c, c + C, ... of one global order (shuffled per
+    ``(seed, epoch)``). Documents longer than ``seq_len`` are split into pieces
+    (``oversize="split"``) or dropped (``"drop"``). ``algorithm`` and ``buffer``
+    choose the streaming packer (next_fit, ffd, bfd, balanced).
+    ``shard_files=True`` assigns whole files to consumers by Whale's policies
+    instead (``whale_unbalanced_io_slicing``, ``whale_drop_last_files``).
+
+    Iterating yields one epoch of dicts of numpy arrays: ``input_ids``,
+    ``labels``, ``position_ids``, ``document_ids`` ([batch_size, seq_len]),
+    ``cu_seqlens`` (flattened batch, padding runs included), ``documents`` /
+    ``starts`` / ``lengths`` / ``rows`` (every piece of the batch), and
+    ``max_seqlen``. The last batch is padded, never dropped. Then the loader
+    moves to epoch + 1: the next ``for`` loop is the next epoch.
+
+    ``state_dict()`` is a small JSON-serialisable dict;
+    ``load_state_dict(state)`` continues exactly where it was taken (same
+    world size), or, given the states of *all* consumers of a run (a list) or
+    their merge (``TokenLoader.merge_states``), continues the epoch on any
+    world size and worker count without losing or repeating a document.
+
+    The arrays view buffers that are reused once every array of a batch has
+    been released; copy them if you keep them beyond the step. ``num_threads``
+    background threads prefetch ``prefetch`` batches; batches do not depend on
+    either.
+    """
+
+    def __init__(self, tokens: Any, offsets: Any = None, *, seq_len: int, batch_size: int,
+                 rank: Optional[int] = None, world_size: Optional[int] = None, shuffle: bool = True,
+                 seed: int = 0, epoch: int = 0, algorithm: str = "bfd",
+                 oversize: str = "split", buffer: Optional[int] = None, worker: int = 0,
+                 num_workers: int = 1, pad_token_id: int = 0, ignore_index: int = -100,
+                 padding_side: str = "right", num_threads: int = 1, prefetch: int = 2,
+                 token_dtype: str = "int32", shard_files: bool = False,
+                 whale_unbalanced_io_slicing: bool = False,
+                 whale_drop_last_files: bool = False) -> None:
+        rank, world_size = _default_rank_and_world(rank, world_size)
+        self._source = _open_source(tokens, offsets, token_dtype)
+        self._options = dict(
+            seq_len=seq_len, batch_size=batch_size, rank=rank, world_size=world_size,
+            worker=worker, num_workers=num_workers, shuffle=shuffle, seed=seed,
+            algorithm=algorithm, oversize=oversize, buffer=buffer, pad_token_id=pad_token_id,
+            ignore_index=ignore_index, padding_side=padding_side, num_threads=num_threads,
+            prefetch=prefetch, shard_files=shard_files,
+            whale_unbalanced_io_slicing=whale_unbalanced_io_slicing,
+            whale_drop_last_files=whale_drop_last_files)
+        self._loader = _core._TokenLoader(self._source, epoch=epoch, **self._options)
+
+    # -- properties -------------------------------------------------------------
+    @property
+    def num_documents(self) -> int:
+        return self._source.num_documents
+
+    @property
+    def rank(self) -> int:
+        return self._options["rank"]
+
+    @property
+    def world_size(self) -> int:
+        return self._options["world_size"]
+
+    @property
+    def epoch(self) -> int:
+        return self._loader.state()["epoch"]
+
+    @property
+    def dropped(self) -> int:
+        """Documents dropped so far this epoch (oversize="drop")."""
+        return self._loader.dropped
+
+    # -- iteration --------------------------------------------------------------
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        while True:
+            batch = self._loader.next()
+            if batch is None:
+                self.set_epoch(self.epoch + 1)
+                return
+            yield batch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its beginning."""
+        self._loader = _core._TokenLoader(self._source, epoch=epoch, **self._options)
+
+    # -- state ------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        """The state after the last batch delivered: JSON-serialisable."""
+        return self._loader.state()
+
+    def load_state_dict(self, state: Union[Dict[str, Any], Sequence[Dict[str, Any]]]) -> None:
+        """Continue from ``state``: this consumer's own state (exact resume), a
+        merged state, or the list of the states of every consumer of a run
+        (merged here; resume on any world size / worker count)."""
+        if isinstance(state, (list, tuple)):
+            state = self.merge_states(state)
+        self._loader = _core._TokenLoader(self._source, state=state, **self._options)
+
+    @staticmethod
+    def merge_states(states: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+        """One state per consumer (rank x worker) of a run -> a merged state from
+        which any number of consumers delivers the rest of the epoch exactly once."""
+        return _core._merge_loader_states(list(states))
+
+    def __repr__(self) -> str:
+        o = self._options
+        return (f"TokenLoader(documents={self.num_documents}, seq_len={o['seq_len']}, "
+                f"batch_size={o['batch_size']}, rank={o['rank']}/{o['world_size']}, "
+                f"worker={o['worker']}/{o['num_workers']}, epoch={self.epoch})")

@@ -1,0 +1,329 @@
+// Bindings of TokenSource and TokenLoader (the Python class TokenLoader in
+// shardkit/loader.py wraps these) and the state <-> dict conversion.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "python/src/bindings.h"
+#include "shardkit/loader.h"
+#include "shardkit/token_source.h"
+
+namespace shardkit::python {
+
+using namespace nb::literals;
+
+namespace {
+
+// A source plus the Python objects (numpy arrays) whose memory it views.
+struct PySource {
+  std::shared_ptr<const TokenSource> source;
+  nb::object keep_tokens, keep_offsets;
+};
+
+// ---- state <-> dict --------------------------------------------------------
+
+[[noreturn]] void BadState(const std::string& what) { ThrowInvalid("state", what); }
+
+nb::handle Field(nb::dict d, const char* key) {
+  if (!d.contains(key)) BadState(std::string("missing key '") + key + "'");
+  return d[key];
+}
+
+template <typename T>
+T Get(nb::dict d, const char* key) {
+  try {
+    return nb::cast<T>(Field(d, key));
+  } catch (const nb::cast_error&) {
+    BadState(std::string("key '") + key + "' has the wrong type");
+  }
+}
+
+nb::list PackItemList(const PackItem& p) {
+  nb::list l;
+  l.append(p.item);
+  l.append(p.length);
+  l.append(p.start);
+  l.append(p.images);
+  return l;
+}
+
+PackItem ToPackItem(nb::handle h) {
+  auto v = nb::cast<std::vector<Index>>(h);
+  if (v.size() != 4) BadState("a packer item is [item, length, start, images]");
+  return {v[0], v[1], v[2], v[3]};
+}
+
+nb::dict StateToDict(const LoaderState& s) {
+  nb::dict d;
+  d["version"] = 1;
+  d["epoch"] = s.epoch;
+  nb::list head;
+  for (const PieceRef& p : s.head) {
+    nb::list l;
+    l.append(p.document);
+    l.append(p.start);
+    l.append(p.length);
+    head.append(l);
+  }
+  d["head"] = head;
+  d["position"] = s.position;
+  d["done"] = s.done;
+  d["consumers"] = s.consumers;
+  d["consumer"] = s.consumer;
+  d["read"] = s.read;
+  d["batches"] = s.batches;
+  nb::dict packer;
+  nb::list buffered, pending;
+  for (const PackItem& p : s.packer.buffered) buffered.append(PackItemList(p));
+  for (const Pack& pack : s.packer.pending) {
+    nb::list l;
+    for (const PackItem& p : pack.pieces) l.append(PackItemList(p));
+    pending.append(l);
+  }
+  packer["buffered"] = buffered;
+  packer["pending"] = pending;
+  packer["items_seen"] = s.packer.items_seen;
+  packer["dropped"] = s.packer.dropped;
+  packer["split_items"] = s.packer.split_items;
+  packer["packs_closed"] = s.packer.packs_closed;
+  packer["tokens_closed"] = s.packer.tokens_closed;
+  d["packer"] = packer;
+  d["num_documents"] = s.num_documents;
+  d["seq_len"] = s.seq_len;
+  d["shuffle"] = s.shuffle;
+  d["seed"] = s.seed;
+  d["shard_files"] = s.shard_files;
+  return d;
+}
+
+LoaderState DictToState(nb::handle h) {
+  if (!nb::isinstance<nb::dict>(h)) BadState("expected a dict from state_dict()");
+  nb::dict d = nb::borrow<nb::dict>(h);
+  if (Get<Index>(d, "version") != 1) BadState("unknown state version");
+  LoaderState s;
+  try {
+    s.epoch = Get<std::uint64_t>(d, "epoch");
+    for (nb::handle p : nb::borrow<nb::list>(Field(d, "head"))) {
+      auto v = nb::cast<std::vector<Index>>(p);
+      if (v.size() != 3) BadState("a head piece is [document, start, length]");
+      s.head.push_back({v[0], v[1], v[2]});
+    }
+    s.position = Get<Index>(d, "position");
+    s.done = Get<std::vector<Index>>(d, "done");
+    s.consumers = Get<Index>(d, "consumers");
+    s.consumer = Get<Index>(d, "consumer");
+    s.read = Get<Index>(d, "read");
+    s.batches = Get<Index>(d, "batches");
+    nb::dict packer = nb::borrow<nb::dict>(Field(d, "packer"));
+    for (nb::handle p : nb::borrow<nb::list>(Field(packer, "buffered"))) {
+      s.packer.buffered.push_back(ToPackItem(p));
+    }
+    for (nb::handle pack : nb::borrow<nb::list>(Field(packer, "pending"))) {
+      Pack out;
+      for (nb::handle p : nb::borrow<nb::list>(pack)) {
+        out.pieces.push_back(ToPackItem(p));
+        out.tokens += out.pieces.back().length;
+        out.images += out.pieces.back().images;
+      }
+      s.packer.pending.push_back(std::move(out));
+    }
+    s.packer.items_seen = Get<Index>(packer, "items_seen");
+    s.packer.dropped = Get<Index>(packer, "dropped");
+    s.packer.split_items = Get<Index>(packer, "split_items");
+    s.packer.packs_closed = Get<Index>(packer, "packs_closed");
+    s.packer.tokens_closed = Get<Index>(packer, "tokens_closed");
+    s.num_documents = Get<Index>(d, "num_documents");
+    s.seq_len = Get<Index>(d, "seq_len");
+    s.shuffle = Get<bool>(d, "shuffle");
+    s.seed = Get<std::uint64_t>(d, "seed");
+    s.shard_files = Get<bool>(d, "shard_files");
+  } catch (const nb::cast_error&) {
+    BadState("malformed state (a value has the wrong type)");
+  } catch (const nb::python_error&) {
+    BadState("malformed state (a value has the wrong type)");
+  }
+  return s;
+}
+
+// ---- batches -> numpy without copies --------------------------------------
+
+template <typename T>
+nb::object View(const std::shared_ptr<const Batch>& batch, const std::vector<T>& values,
+                std::size_t rows, std::size_t cols) {
+  auto* keep = new std::shared_ptr<const Batch>(batch);
+  nb::capsule owner(keep, [](void* p) noexcept {
+    delete static_cast<std::shared_ptr<const Batch>*>(p);
+  });
+  T* data = const_cast<T*>(values.data());
+  if (cols == 0) {
+    std::size_t shape[1] = {values.size()};
+    return nb::cast(nb::ndarray<nb::numpy, T>(data, 1, shape, owner));
+  }
+  std::size_t shape[2] = {rows, cols};
+  return nb::cast(nb::ndarray<nb::numpy, T>(data, 2, shape, owner));
+}
+
+nb::dict BatchToDict(const std::shared_ptr<const Batch>& b) {
+  const auto rows = static_cast<std::size_t>(b->batch_size);
+  const auto cols = static_cast<std::size_t>(b->seq_len);
+  nb::dict d;
+  d["input_ids"] = View(b, b->input_ids, rows, cols);
+  d["labels"] = View(b, b->labels, rows, cols);
+  d["position_ids"] = View(b, b->position_ids, rows, cols);
+  d["document_ids"] = View(b, b->document_ids, rows, cols);
+  d["cu_seqlens"] = View(b, b->cu_seqlens, 0, 0);
+  d["documents"] = View(b, b->documents, 0, 0);
+  d["starts"] = View(b, b->starts, 0, 0);
+  d["lengths"] = View(b, b->lengths, 0, 0);
+  d["rows"] = View(b, b->rows, 0, 0);
+  d["max_seqlen"] = b->max_seqlen;
+  return d;
+}
+
+TokenDType DTypeOf(nb::handle array) {
+  const std::string name = nb::cast<std::string>(array.attr("dtype").attr("name"));
+  if (name == "uint16") return TokenDType::kUint16;
+  if (name == "int32") return TokenDType::kInt32;
+  if (name == "uint32") return TokenDType::kUint32;
+  ThrowInvalid("tokens", "dtype " + name + " is not a token type (uint16, int32, uint32)");
+}
+
+}  // namespace
+
+void init_loader(nb::module_& m) {
+  nb::class_<PySource>(m, "_TokenSource",
+                       "Tokenised documents, memory-mapped from files or viewed in arrays.")
+      .def_static(
+          "open",
+          [](const std::string& tokens, const std::string& offsets,
+             const std::string& token_dtype) {
+            SourceOptions o{ParseTokenDType(token_dtype)};
+            nb::gil_scoped_release release;
+            return PySource{TokenSource::Open(tokens, offsets, o), {}, {}};
+          },
+          "tokens"_a, "offsets"_a, "token_dtype"_a = "int32")
+      .def_static(
+          "open_directory",
+          [](const std::string& directory, const std::string& token_dtype) {
+            SourceOptions o{ParseTokenDType(token_dtype)};
+            nb::gil_scoped_release release;
+            return PySource{TokenSource::OpenDirectory(directory, o), {}, {}};
+          },
+          "directory"_a, "token_dtype"_a = "int32")
+      .def_static(
+          "from_arrays",
+          [](nb::object tokens, nb::object offsets) {
+            // The caller passes C-contiguous 1-D arrays (the Python wrapper
+            // converts); the source views them and keeps them alive.
+            const TokenDType type = DTypeOf(tokens);
+            auto t = nb::cast<nb::ndarray<nb::ndim<1>, nb::c_contig, nb::device::cpu>>(tokens);
+            auto o = nb::cast<nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig>>(
+                offsets);
+            PySource s;
+            {
+              nb::gil_scoped_release release;
+              s.source = TokenSource::FromMemory(t.data(), type, static_cast<Index>(t.shape(0)),
+                                                 o.data(), static_cast<Index>(o.shape(0)));
+            }
+            s.keep_tokens = tokens;
+            s.keep_offsets = offsets;
+            return s;
+          },
+          "tokens"_a, "offsets"_a)
+      .def_prop_ro("num_documents", [](const PySource& s) { return s.source->num_documents(); })
+      .def_prop_ro("num_tokens", [](const PySource& s) { return s.source->num_tokens(); })
+      .def_prop_ro("num_parts", [](const PySource& s) { return s.source->num_parts(); })
+      .def(
+          "document_length",
+          [](const PySource& s, Index d) {
+            if (d < 0 || d >= s.source->num_documents()) {
+              throw nb::index_error(("document " + std::to_string(d) + " is outside [0, " +
+                                     std::to_string(s.source->num_documents()) + ")")
+                                        .c_str());
+            }
+            return s.source->DocumentLength(d);
+          },
+          "document"_a);
+
+  nb::class_<TokenLoader>(m, "_TokenLoader", "The C++ loader behind shardkit.TokenLoader.")
+      .def(
+          "__init__",
+          [](TokenLoader* self, const PySource& source, Index seq_len, Index batch_size,
+             Index rank, Index world_size, Index worker, Index num_workers, bool shuffle,
+             std::uint64_t seed, std::uint64_t epoch, const std::string& algorithm,
+             const std::string& oversize, std::optional<Index> buffer, std::int64_t pad_token_id,
+             std::int64_t ignore_index, const std::string& padding_side, Index num_threads,
+             Index prefetch, bool shard_files, bool whale_unbalanced_io_slicing,
+             bool whale_drop_last_files, nb::object state) {
+            LoaderOptions o;
+            o.seq_len = seq_len;
+            o.batch_size = batch_size;
+            o.rank = rank;
+            o.world_size = world_size;
+            o.worker = worker;
+            o.num_workers = num_workers;
+            o.shuffle = shuffle;
+            o.seed = seed;
+            o.epoch = epoch;
+            o.algorithm = ParsePackAlgorithm(algorithm);
+            o.oversize = ParseOversize(oversize);
+            o.buffer = buffer;
+            o.pad_token_id = pad_token_id;
+            o.ignore_index = ignore_index;
+            o.padding_side = ParsePaddingSide(padding_side);
+            o.num_threads = num_threads;
+            o.prefetch = prefetch;
+            o.shard_files = shard_files;
+            o.whale_unbalanced_io_slicing = whale_unbalanced_io_slicing;
+            o.whale_drop_last_files = whale_drop_last_files;
+            std::optional<LoaderState> resume;
+            if (!state.is_none()) resume = DictToState(state);
+            nb::gil_scoped_release release;
+            new (self) TokenLoader(source.source, std::move(o), std::move(resume));
+          },
+          "source"_a, nb::kw_only(), "seq_len"_a, "batch_size"_a, "rank"_a = 0,
+          "world_size"_a = 1, "worker"_a = 0, "num_workers"_a = 1, "shuffle"_a = true,
+          "seed"_a = 0, "epoch"_a = 0, "algorithm"_a = "bfd", "oversize"_a = "split",
+          "buffer"_a = nb::none(), "pad_token_id"_a = 0, "ignore_index"_a = -100,
+          "padding_side"_a = "right", "num_threads"_a = 1, "prefetch"_a = 2,
+          "shard_files"_a = false, "whale_unbalanced_io_slicing"_a = false,
+          "whale_drop_last_files"_a = false, "state"_a = nb::none())
+      .def(
+          "next",
+          [](TokenLoader& loader) -> nb::object {
+            std::shared_ptr<const Batch> batch;
+            {
+              nb::gil_scoped_release release;
+              batch = loader.Next();
+            }
+            if (!batch) return nb::none();
+            return BatchToDict(batch);
+          },
+          "The next batch as a dict of numpy arrays (views of the batch's buffers), or None "
+          "at the end of the epoch.")
+      .def("state", [](const TokenLoader& l) { return StateToDict(l.State()); })
+      .def_prop_ro("list_size", &TokenLoader::ListSize)
+      .def_prop_ro("dropped", &TokenLoader::dropped)
+      .def_prop_ro("consumers", &TokenLoader::consumers)
+      .def_prop_ro("consumer", &TokenLoader::consumer);
+
+  m.def(
+      "_merge_loader_states",
+      [](nb::list states) {
+        std::vector<LoaderState> all;
+        for (nb::handle h : states) all.push_back(DictToState(h));
+        LoaderState merged;
+        {
+          nb::gil_scoped_release release;
+          merged = MergeLoaderStates(all);
+        }
+        return StateToDict(merged);
+      },
+      "states"_a);
+}
+
+}  // namespace shardkit::python
