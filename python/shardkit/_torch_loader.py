@@ -65,15 +65,29 @@ class TokenDataset(tud.IterableDataset):
         of every consumer of a run, or a merged state."""
         self._resume = list(state) if isinstance(state, (list, tuple)) else state
 
+    def roles(self, num_workers: int) -> List[int]:
+        """The consumer each DataLoader worker plays: worker k plays rank + k * W,
+        unless resumed from this rank's own worker states, which come in the
+        order the DataLoader is to serve them (TokenDataLoader.state_dict)."""
+        consumers = [self.rank + k * self.world_size for k in range(num_workers)]
+        resume = self._resume
+        if isinstance(resume, list) and len(resume) == num_workers and all(
+                s.get("consumers") == self.world_size * num_workers for s in resume):
+            ids = [s.get("consumer") for s in resume]
+            if sorted(ids) == consumers:
+                return ids
+        return consumers
+
     def loader(self, worker: int, num_workers: int) -> TokenLoader:
-        """The TokenLoader of one worker, positioned where it resumes."""
+        """The TokenLoader of DataLoader worker ``worker``, positioned where it resumes."""
+        consumer = self.roles(num_workers)[worker]
+        role = (consumer - self.rank) // self.world_size
         loader = TokenLoader(self.tokens, self.offsets, rank=self.rank,
-                             world_size=self.world_size, epoch=self.epoch, worker=worker,
+                             world_size=self.world_size, epoch=self.epoch, worker=role,
                              num_workers=num_workers, **self.options)
         resume = self._resume
         if isinstance(resume, list):
             consumers = self.world_size * num_workers
-            consumer = self.rank + worker * self.world_size
             own = [s for s in resume if s.get("consumers") == consumers
                    and s.get("consumer") == consumer]
             if own:
@@ -81,10 +95,9 @@ class TokenDataset(tud.IterableDataset):
             elif len(resume) == 1 and resume[0].get("consumers") == 0:
                 resume = resume[0]
             else:
-                raise ValueError(
-                    f"state: no state of consumer {consumer} of {consumers}; to change the "
-                    "world size or worker count pass the states of every consumer of the "
-                    "run, merged with TokenLoader.merge_states")
+                # The states of every consumer of a run (another world size or
+                # worker count): merged, then continued by this configuration.
+                resume = TokenLoader.merge_states(resume)
         if resume is not None:
             loader.load_state_dict(resume)
         return loader
@@ -108,23 +121,33 @@ class TokenDataLoader(tud.DataLoader):
     def __init__(self, dataset: TokenDataset, num_workers: int = 0, **kwargs: Any) -> None:
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self._states: Dict[int, State] = {}
+        self._served = 0
+        self._roles = dataset.roles(max(1, num_workers))
 
     def __iter__(self):
+        self._served = 0
+        self._roles = self.dataset.roles(max(1, self.num_workers))  # type: ignore[attr-defined]
         for batch in super().__iter__():
             state = batch.pop("state")
             self._states[state["consumer"]] = state
+            self._served += 1
             yield batch
 
     def state_dict(self) -> List[State]:
+        """One state per worker of this rank, the worker to be served next first
+        (so a resumed DataLoader, which starts with worker 0, continues the same
+        sequence of batches while every worker still has batches)."""
         ds: TokenDataset = self.dataset  # type: ignore[assignment]
         workers = max(1, self.num_workers)
         out = []
-        for k in range(workers):
-            consumer = ds.rank + k * ds.world_size
+        for i in range(workers):
+            k = (self._served + i) % workers
+            consumer = self._roles[k]
             state = self._states.get(consumer)
             out.append(state if state is not None else ds.loader(k, workers).state_dict())
         return out
 
     def load_state_dict(self, state: Union[State, Sequence[State]]) -> None:
         self._states = {}
+        self._served = 0
         self.dataset.load_state_dict(state)  # type: ignore[attr-defined]

@@ -54,7 +54,12 @@ nb::list PackItemList(const PackItem& p) {
 PackItem ToPackItem(nb::handle h) {
   auto v = nb::cast<std::vector<Index>>(h);
   if (v.size() != 4) BadState("a packer item is [item, length, start, images]");
-  return {v[0], v[1], v[2], v[3]};
+  PackItem p;
+  p.item = v[0];
+  p.length = v[1];
+  p.start = v[2];
+  p.images = v[3];
+  return p;
 }
 
 nb::dict StateToDict(const LoaderState& s) {
