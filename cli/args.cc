@@ -1,5 +1,7 @@
 #include "cli/args.h"
 
+#include "shardkit/npy.h"
+
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -16,85 +18,6 @@ std::string Trim(const std::string& s) {
   if (b == std::string::npos) return "";
   size_t e = s.find_last_not_of(" \t\r\n");
   return s.substr(b, e - b + 1);
-}
-
-// Reads a NumPy .npy file (format 1.0-3.0, little-endian, C order, one
-// dimension) of bool/int/uint/float elements.
-std::vector<double> ReadNpy(const std::string& flag, const std::string& path,
-                            const std::string& bytes) {
-  auto fail = [&](const std::string& why) -> UsageError {
-    return UsageError(flag + ": " + path + ": " + why);
-  };
-  if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0) {
-    throw fail("not a .npy file (bad magic)");
-  }
-  const int major = static_cast<unsigned char>(bytes[6]);
-  size_t header_len, header_start;
-  if (major == 1) {
-    header_len = static_cast<unsigned char>(bytes[8]) |
-                 (static_cast<size_t>(static_cast<unsigned char>(bytes[9])) << 8);
-    header_start = 10;
-  } else {
-    if (bytes.size() < 12) throw fail("truncated header");
-    header_len = 0;
-    for (int i = 0; i < 4; ++i) {
-      header_len |= static_cast<size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
-    }
-    header_start = 12;
-  }
-  if (header_start + header_len > bytes.size()) throw fail("truncated header");
-  const std::string header = bytes.substr(header_start, header_len);
-  auto field = [&](const std::string& key) {
-    size_t k = header.find("'" + key + "'");
-    if (k == std::string::npos) throw fail("header lacks '" + key + "'");
-    size_t colon = header.find(':', k);
-    return Trim(header.substr(colon + 1));
-  };
-  std::string descr = field("descr");
-  if (descr.size() < 4 || descr[0] != '\'') throw fail("unsupported descr " + descr);
-  descr = descr.substr(1, descr.find('\'', 1) - 1);
-  if (field("fortran_order").rfind("False", 0) != 0) throw fail("fortran_order arrays unsupported");
-  std::string shape = field("shape");
-  shape = shape.substr(1, shape.find(')') - 1);
-  size_t comma = shape.find(',');
-  std::string first = Trim(comma == std::string::npos ? shape : shape.substr(0, comma));
-  std::string rest = comma == std::string::npos ? "" : Trim(shape.substr(comma + 1));
-  if (first.empty() || !rest.empty()) throw fail("expected a 1-D array, shape (" + shape + ")");
-  const std::int64_t count = ParseInt(flag, first);
-  const char order = descr[0];
-  const char kind = descr[1];
-  const int size = std::atoi(descr.c_str() + 2);
-  if (order == '>' && size > 1) throw fail("big-endian arrays unsupported (" + descr + ")");
-  const size_t data_start = header_start + header_len;
-  if (static_cast<std::uint64_t>(count) * size > bytes.size() - data_start) {
-    throw fail("truncated data: header promises " + std::to_string(count) + " elements of " +
-               descr);
-  }
-  std::vector<double> out(static_cast<size_t>(count));
-  const char* p = bytes.data() + data_start;
-  for (std::int64_t i = 0; i < count; ++i, p += size) {
-    double v;
-    if (kind == 'f' && size == 8) {
-      std::memcpy(&v, p, 8);
-    } else if (kind == 'f' && size == 4) {
-      float f;
-      std::memcpy(&f, p, 4);
-      v = f;
-    } else if ((kind == 'i' || kind == 'u' || kind == 'b') &&
-               (size == 1 || size == 2 || size == 4 || size == 8)) {
-      std::uint64_t raw = 0;
-      std::memcpy(&raw, p, size);
-      if (kind == 'i' && size < 8 && (raw >> (8 * size - 1)) & 1) {
-        raw |= ~std::uint64_t{0} << (8 * size);  // sign-extend
-      }
-      v = kind == 'u' || kind == 'b' ? static_cast<double>(raw)
-                                     : static_cast<double>(static_cast<std::int64_t>(raw));
-    } else {
-      throw fail("unsupported dtype " + descr);
-    }
-    out[static_cast<size_t>(i)] = v;
-  }
-  return out;
 }
 
 }  // namespace
@@ -247,7 +170,7 @@ std::vector<double> ReadNumbers(const std::string& flag, const std::string& path
     bytes = ss.str();
   }
   if (bytes.size() >= 6 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0) {
-    return ReadNpy(flag, path, bytes);
+    return NpyToDoubles(bytes, flag, path);  // invalid_argument "<flag>: <path>: ..."
   }
   std::vector<double> out;
   std::istringstream in(bytes);

@@ -46,6 +46,7 @@ int RunDemo(const Argv& argv) {
   DemoSharding(context, report);
   DemoPacking(context, report);
   DemoEval(context, report);
+  DemoLoader(context, report);
 
   std::filesystem::path out_path(path);
   if (out_path.has_parent_path()) std::filesystem::create_directories(out_path.parent_path());

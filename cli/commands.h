@@ -17,6 +17,7 @@ int RunAudit(const Argv& argv);
 int RunPack(const Argv& argv);
 int RunEvalPlan(const Argv& argv);
 int RunDemo(const Argv& argv);
+int RunLoaderStats(const Argv& argv);
 
 struct Command {
   const char* name;

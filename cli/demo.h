@@ -38,6 +38,7 @@ struct DemoContext {
 void DemoSharding(const DemoContext& context, HtmlReport& report);
 void DemoPacking(const DemoContext& context, HtmlReport& report);
 void DemoEval(const DemoContext& context, HtmlReport& report);
+void DemoLoader(const DemoContext& context, HtmlReport& report);
 
 }  // namespace shardkit::cli
 

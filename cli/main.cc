@@ -17,6 +17,8 @@ const std::vector<Command>& Commands() {
       {"audit", "prove exactly-once coverage of a plan and report its balance", RunAudit},
       {"pack", "pack variable-length items into fixed-capacity sequences", RunPack},
       {"eval-plan", "equal-step fixed-shape evaluation batches with masks", RunEvalPlan},
+      {"loader-stats", "run the token loader over a data set: tokens/s, padding, balance",
+       RunLoaderStats},
       {"demo", "a tour of shardkit on the embedded data set, with an HTML report", RunDemo},
   };
   return commands;
@@ -37,6 +39,10 @@ std::string ToFlag(const std::string& message) {
       {"packs_per_rank", "--packs-per-rank"},
       {"batch_size", "--batch"},  {"devices", "--devices"},
       {"min_device_batch", "--min-device-batch"},
+      // loader-stats
+      {"seq_len", "--seq-len"},   {"num_threads", "--threads"}, {"prefetch", "--prefetch"},
+      {"token_dtype", "--token-dtype"}, {"directory", "--dir"}, {"tokens", "--tokens"},
+      {"offsets", "--offsets"},
   };
   size_t colon = message.find(':');
   if (colon == std::string::npos) return message;
@@ -47,7 +53,7 @@ std::string ToFlag(const std::string& message) {
 void PrintUsage(std::FILE* to) {
   std::fprintf(to, "usage: shardkit <command> [flags]   (shardkit <command> --help)\n\n");
   std::fprintf(to, "Distributes data across the ranks of a multi-host job, exactly.\n\n");
-  for (const Command& c : Commands()) std::fprintf(to, "  %-11s %s\n", c.name, c.summary);
+  for (const Command& c : Commands()) std::fprintf(to, "  %-13s %s\n", c.name, c.summary);
 }
 
 }  // namespace

@@ -355,3 +355,57 @@ def test_torchrun_killed_mid_epoch_restarted_on_three_processes(tmp_path):
     for rank in range(3):
         delivered += [tuple(p) for p in json.loads((tmp_path / f"resumed-{rank}.json").read_text())]
     assert_exactly_once(delivered, offsets)
+
+
+def test_cli_loader_stats_reports_every_token_once(cli, tmp_path):
+    tokens, offsets = make_data(random.Random(12), 300, 500)
+    np.save(tmp_path / "t.npy", tokens)
+    np.save(tmp_path / "o.npy", offsets)
+    r = cli("loader-stats", "--tokens", tmp_path / "t.npy", "--offsets", tmp_path / "o.npy",
+            "--seq-len", 256, "--batch", 4, "--world", 3, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["real_tokens"] == int(offsets[-1]) and out["complete"] is True
+    assert sum(rank["tokens"] for rank in out["ranks"]) == int(offsets[-1])
+    assert [rank["rank"] for rank in out["ranks"]] == [0, 1, 2]
+    # The same figures as the Python loader, rank by rank.
+    for rank in out["ranks"]:
+        batches = list(TokenLoader(tokens, offsets, seq_len=256, batch_size=4,
+                                   rank=rank["rank"], world_size=3))
+        assert rank["batches"] == len(batches)
+        assert rank["tokens"] == sum(int((b["document_ids"] >= 0).sum()) for b in batches)
+    assert "100.0%" in r.stderr  # the progress bar
+    quiet = cli("loader-stats", "--tokens", tmp_path / "t.npy", "--offsets", tmp_path / "o.npy",
+                "--seq-len", 256, "--batch", 4, "--quiet")
+    assert quiet.returncode == 0 and quiet.stderr == "" and "every token delivered" in quiet.stdout
+
+
+def test_cli_loader_stats_bad_input_exits_2_with_one_line(cli, tmp_path):
+    tokens, offsets = make_data(random.Random(13), 10, 20)
+    np.save(tmp_path / "t.npy", tokens)
+    np.save(tmp_path / "o.npy", offsets)
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "t.npy").read_bytes()[:-3])
+    t, o = tmp_path / "t.npy", tmp_path / "o.npy"
+    for args, message in [
+        (["--tokens", t, "--offsets", o, "--seq-len", 0, "--batch", 2], "--seq-len: must be"),
+        (["--tokens", t, "--offsets", o, "--seq-len", 8, "--batch", 2, "--rank", 5],
+         "--rank: 5 is outside"),
+        (["--tokens", tmp_path / "cut.npy", "--offsets", o, "--seq-len", 8, "--batch", 2],
+         "--tokens: " + str(tmp_path / "cut.npy") + ": truncated data"),
+        (["--tokens", t, "--seq-len", 8, "--batch", 2], "--offsets: required"),
+        (["--tokens", t, "--offsets", o, "--seq-len", 8, "--batch", 2, "--algorithm", "x"],
+         "--algorithm: "),
+    ]:
+        r = cli("loader-stats", *args, "--quiet")
+        assert r.returncode == 2, (args, r.stdout)
+        assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_demo_has_a_loader_section(cli, tmp_path):
+    r = cli("demo", "--json", "--out", tmp_path / "demo.html")
+    assert r.returncode == 0, r.stderr
+    loader = json.loads(r.stdout)["loader"]
+    assert loader["exactly_once"] and loader["resume_exact"] and loader["elastic_exactly_once"]
+    assert {a["algorithm"] for a in loader["algorithms"]} == {"next_fit", "ffd", "bfd",
+                                                              "balanced"}
+    assert "Loader: packed batches" in (tmp_path / "demo.html").read_text()
