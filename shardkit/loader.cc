@@ -300,18 +300,34 @@ TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOption
                                   " (merge the states of all consumers to change the world "
                                   "size or worker count)");
       }
+      // Every piece must lie inside its document and every pack inside a row:
+      // collation copies without checks.
+      auto check_piece = [&](const PackItem& p, const char* where) {
+        const Index h = static_cast<Index>(s.head.size());
+        bool ok = p.item >= -h && p.item < d && p.start >= 0 && p.length >= 0 &&
+                  p.length <= o.seq_len;
+        if (ok) {
+          const PieceRef ref = Resolve(p, s.head);
+          ok = ref.start + ref.length <= source_->DocumentLength(ref.document);
+        }
+        if (!ok) {
+          ThrowInvalid("state", std::string(where) + " item " + Str(p.item) + " (start " +
+                                    Str(p.start) + ", length " + Str(p.length) +
+                                    ") is not a piece of a document of this data set");
+        }
+      };
       for (const Pack& pack : s.packer.pending) {
+        Index tokens = 0;
         for (const PackItem& p : pack.pieces) {
-          if (p.item < -static_cast<Index>(s.head.size()) || p.item >= d) {
-            ThrowInvalid("state", "packed item " + Str(p.item) + " is not a document");
-          }
+          check_piece(p, "packed");
+          tokens += p.length;
+        }
+        if (tokens > o.seq_len) {
+          ThrowInvalid("state", "a packed row holds " + Str(tokens) + " tokens, more than seq_len " +
+                                    Str(o.seq_len));
         }
       }
-      for (const PackItem& p : s.packer.buffered) {
-        if (p.item < -static_cast<Index>(s.head.size()) || p.item >= d) {
-          ThrowInvalid("state", "buffered item " + Str(p.item) + " is not a document");
-        }
-      }
+      for (const PackItem& p : s.packer.buffered) check_piece(p, "buffered");
       read = s.read;
       batches = s.batches;
       packer = s.packer;
@@ -572,8 +588,17 @@ LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
   merged.seed = first.seed;
   merged.shard_files = false;
   // Pieces read but not delivered: the packers' closed packs, then buffers.
+  auto check = [&](const PackItem& p) {
+    if (p.item < -H || p.item >= D) {
+      ThrowInvalid("state", "consumer item " + Str(p.item) + " is not a document or head piece");
+    }
+  };
   for (Index c = 0; c < C; ++c) {
     const LoaderState& s = *by[static_cast<std::size_t>(c)];
+    for (const Pack& pack : s.packer.pending) {
+      for (const PackItem& p : pack.pieces) check(p);
+    }
+    for (const PackItem& p : s.packer.buffered) check(p);
     for (const Pack& pack : s.packer.pending) {
       for (const PackItem& p : pack.pieces) merged.head.push_back(Resolve(p, first.head));
     }

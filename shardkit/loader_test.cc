@@ -455,6 +455,16 @@ TEST(LoaderTest, RefusesStatesOfAnotherConsumerOrConfiguration) {
   LoaderState bad = s;
   bad.read = 1000000;
   EXPECT_NE(error(o, bad).find("state: read"), std::string::npos);
+  // A corrupted state is refused, never read out of bounds.
+  LoaderState corrupt = s;
+  corrupt.packer.buffered.push_back(PackItem{5, 10000, 0, 0});
+  EXPECT_NE(error(o, corrupt).find("state: buffered item 5"), std::string::npos);
+  corrupt = s;
+  corrupt.packer.pending.push_back(Pack{{PackItem{-7, 3, 0, 0}}, 3, 0});
+  EXPECT_NE(error(o, corrupt).find("state: packed item -7"), std::string::npos);
+  corrupt = s;
+  corrupt.done = {50, 40};
+  EXPECT_NE(error(o, corrupt).find("state: done must be increasing"), std::string::npos);
   EXPECT_THROW((void)MergeLoaderStates(std::vector<LoaderState>{s}), std::invalid_argument);
   EXPECT_THROW((void)MergeLoaderStates(std::vector<LoaderState>{s, s}), std::invalid_argument);
 }

@@ -335,11 +335,13 @@ void CopyTokens(const char* tokens, TokenDType type, Index first, Index count, O
 }  // namespace
 
 void TokenSource::Copy(Index d, Index begin, Index count, std::int32_t* out) const {
+  if (count <= 0) return;
   const Part& p = PartOf(d);
   CopyTokens(p.tokens, p.type, p.Offset(d - p.first_document) + begin, count, out);
 }
 
 void TokenSource::Copy(Index d, Index begin, Index count, std::int64_t* out) const {
+  if (count <= 0) return;
   const Part& p = PartOf(d);
   CopyTokens(p.tokens, p.type, p.Offset(d - p.first_document) + begin, count, out);
 }
