@@ -37,14 +37,24 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 def _default_rank_and_world(rank: Optional[int],
                             world_size: Optional[int]) -> Tuple[int, int]:
-    """Explicit arguments win; then torch.distributed (when torch is already
-    imported) through shardkit.torch; then torchrun's RANK / WORLD_SIZE."""
+    """Explicit arguments win; then the engine discovery of shardkit.dist (when
+    this build has it: torch.distributed, JAX, torchrun, MPI, SLURM); else
+    torch.distributed through shardkit.torch (when torch is already imported);
+    else torchrun's RANK / WORLD_SIZE; else a single process."""
     if rank is not None and world_size is not None:
         return rank, world_size
-    if "torch" in sys.modules:
+    try:
+        from shardkit.dist import discover  # the evaluation issue's discovery
+    except ImportError:
+        discover = None
+    if discover is not None:
+        info = discover()
+        found = info.rank, info.world_size
+    elif "torch" in sys.modules:
         from shardkit.torch import _rank_and_world
-        return _rank_and_world(rank, world_size)
-    found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        found = _rank_and_world(None, None)
+    else:
+        found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
 
 

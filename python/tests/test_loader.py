@@ -272,6 +272,18 @@ def test_zero_copy_views_and_buffer_reuse():
     assert a["input_ids"].flags.writeable and a["input_ids"].base is not None
 
 
+def test_rank_and_world_default_to_the_launcher(monkeypatch):
+    tokens, offsets = make_data(random.Random(14), 10, 10)
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    loader = TokenLoader(tokens, offsets, seq_len=8, batch_size=1)
+    assert (loader.rank, loader.world_size) == (2, 3)
+    assert (TokenLoader(tokens, offsets, seq_len=8, batch_size=1, rank=0).rank) == 0
+    monkeypatch.setenv("RANK", "3")
+    with pytest.raises(ValueError, match="rank"):
+        TokenLoader(tokens, offsets, seq_len=8, batch_size=1)
+
+
 torch = pytest.importorskip("torch")
 
 
