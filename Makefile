@@ -82,8 +82,7 @@ bench: build $(BENCH_VENV)/.stamp
 	$(DEV)/bench/shardkit_packing_bench --benchmark_min_time=0.2
 	PYTHONPATH=$(CURDIR)/python $(BENCH_VENV)/bin/python bench/packing_peers.py
 	PYTHONPATH=$(CURDIR)/python $(BENCH_VENV)/bin/python bench/shuffle_epoch.py
-	PYTHONPATH=$(CURDIR)/python $(PY) bench/shuffle_epoch.py
-	PYTHONPATH=$(CURDIR)/python $(PY) bench/loader_vs_torch.py
+	PYTHONPATH=$(CURDIR)/python $(BENCH_VENV)/bin/python bench/loader_vs_torch.py
 
 clean:
 	rm -rf build
