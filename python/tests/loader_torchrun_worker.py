@@ -8,6 +8,7 @@ resume: 3 ranks load the four states (merged), finish the epoch and write the
 """
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ def pieces(batch):
 
 def main():
     root, mode = Path(sys.argv[1]), sys.argv[2]
+    parent = os.getppid()  # the torchrun agent; when it is killed, stop too
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     # rank and world_size come from torch.distributed (shardkit.torch._rank_and_world).
@@ -46,7 +48,12 @@ def main():
                     tmp.rename(root / "checkpoint.json")
             if step >= CHECKPOINT_STEP:
                 time.sleep(0.05)  # training on past the checkpoint until killed
-        time.sleep(60)  # never reached in the test: the epoch is longer than the wait
+            if os.getppid() != parent:
+                os._exit(1)
+        for _ in range(300):  # the epoch ended before the kill: wait for it, at most 30 s
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(0.1)
     else:
         checkpoint = json.loads((root / "checkpoint.json").read_text())
         loader.load_state_dict(checkpoint["states"])
