@@ -18,6 +18,7 @@ int RunPack(const Argv& argv);
 int RunEvalPlan(const Argv& argv);
 int RunDemo(const Argv& argv);
 int RunLoaderStats(const Argv& argv);
+int RunLayout(const Argv& argv);
 
 struct Command {
   const char* name;

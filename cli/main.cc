@@ -19,6 +19,7 @@ const std::vector<Command>& Commands() {
       {"eval-plan", "equal-step fixed-shape evaluation batches with masks", RunEvalPlan},
       {"loader-stats", "run the token loader over a data set: tokens/s, padding, balance",
        RunLoaderStats},
+      {"layout", "which slice of a global array each device and process holds", RunLayout},
       {"demo", "a tour of shardkit on the embedded data set, with an HTML report", RunDemo},
   };
   return commands;
@@ -43,6 +44,8 @@ std::string ToFlag(const std::string& message) {
       {"seq_len", "--seq-len"},   {"num_threads", "--threads"}, {"prefetch", "--prefetch"},
       {"token_dtype", "--token-dtype"}, {"directory", "--dir"}, {"tokens", "--tokens"},
       {"offsets", "--offsets"},
+      {"axes", "--mesh"},         {"owners", "--owners"},      {"spec", "--spec"},
+      {"shape", "--shape"},
   };
   size_t colon = message.find(':');
   if (colon == std::string::npos) return message;

@@ -26,6 +26,7 @@ from shardkit.dist import ProcessInfo, discover
 from shardkit.evaluation import (EvalPlan, PlanMismatchError, RemoteRankError, masked_count,
                                  masked_mean, masked_sum)
 from shardkit.loader import TokenLoader
+from shardkit.layout import LoadingPlan, Mesh, NamedSharding, PartitionSpec
 from shardkit.packing import (PackedCollator, Packing, StreamingPacker, balance_ranks,
                               collate_packing, pack, pack_stream)
 from shardkit.whale import whale_plan
@@ -34,5 +35,6 @@ __all__ = ["Shard", "ShardPlan", "whale_plan", "Packing", "pack", "StreamingPack
            "pack_stream", "balance_ranks", "collate_packing", "PackedCollator",
            "EvalPlan", "PlanMismatchError", "ProcessInfo", "RemoteRankError", "discover",
            "masked_count", "masked_mean", "masked_sum", "pad_for_devices", "steps_for_count",
-           "TokenLoader"]
+           "TokenLoader",
+           "LoadingPlan", "Mesh", "NamedSharding", "PartitionSpec"]
 __version__ = "0.1.0"

@@ -33,6 +33,7 @@ void init_shard_plan(nb::module_& m);
 void init_packing(nb::module_& m);
 void init_eval_plan(nb::module_& m);
 void init_loader(nb::module_& m);
+void init_layout(nb::module_& m);
 
 }  // namespace shardkit::python
 

@@ -9,4 +9,5 @@ NB_MODULE(_core, m) {
   shardkit::python::init_packing(m);
   shardkit::python::init_eval_plan(m);
   shardkit::python::init_loader(m);
+  shardkit::python::init_layout(m);
 }

@@ -1,0 +1,168 @@
+// shardkit layout: which slice of a global array every device and process holds.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/json.h"
+#include "shardkit/loading_plan.h"
+#include "shardkit/mesh.h"
+#include "shardkit/sharding.h"
+
+namespace shardkit::cli {
+
+namespace {
+
+constexpr Index kMaxListedDevices = 64;
+
+std::string SliceText(const Slice& s) {
+  return std::to_string(s.start) + ":" + std::to_string(s.stop);
+}
+
+std::string ShapeText(const std::vector<Index>& shape) {
+  std::string out = "(";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + (shape.size() == 1 ? ",)" : ")");
+}
+
+// The mesh as a grid: rows are the first axis, columns the others (row-major);
+// each cell is device/process.
+void PrintMeshPicture(const Mesh& mesh) {
+  const Index rows = mesh.axes()[0].size;
+  const Index cols = mesh.size() / rows;
+  if (cols > 16 || rows > 32) {
+    std::printf("(mesh of %" PRId64 " devices: picture omitted)\n", mesh.size());
+    return;
+  }
+  std::string col_names;
+  for (int a = 1; a < mesh.num_axes(); ++a) col_names += (a > 1 ? "," : "") + mesh.axes()[a].name;
+  std::printf("mesh: rows %s%s, cells device/process\n", mesh.axes()[0].name.c_str(),
+              col_names.empty() ? "" : (", columns " + col_names).c_str());
+  std::printf("%8s", "");
+  for (Index c = 0; c < cols; ++c) {
+    std::string label;
+    for (int a = 1; a < mesh.num_axes(); ++a) {
+      label += (a > 1 ? "," : "") + std::to_string(mesh.Coordinate(c, a));
+    }
+    std::printf(" %9s", label.empty() ? "" : (col_names + "=" + label).substr(0, 9).c_str());
+  }
+  std::printf("\n");
+  for (Index r = 0; r < rows; ++r) {
+    std::printf("%8s", (mesh.axes()[0].name + "=" + std::to_string(r)).substr(0, 8).c_str());
+    for (Index c = 0; c < cols; ++c) {
+      const Index d = r * cols + c;
+      std::printf(" %9s", (std::to_string(d) + "/p" + std::to_string(mesh.owners()[d])).c_str());
+    }
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
+int RunLayout(const Argv& argv) {
+  Args args("layout",
+            "Which slice of a global array each device and each process holds under a\n"
+            "JAX-style NamedSharding (devices are row-major mesh positions).");
+  args.Flag("mesh", "AXES", "mesh axes as name=size,... e.g. x=2,y=4 (required)")
+      .Flag("spec", "SPEC", "PartitionSpec arguments, e.g. \"('x','y'), None\" (default: replicated)")
+      .Flag("shape", "DIMS", "global array shape, e.g. 16,8 (required)")
+      .Flag("owners", "LIST", "process of each device, e.g. 0,0,1,1 (default: all process 0)")
+      .Flag("batch", "B", "also show which rows of a B-row batch each process loads")
+      .Flag("json", "", "print one JSON object");
+  if (!args.Parse(argv)) return 0;
+  Mesh mesh(ParseMeshAxes(args.RequireStr("mesh")), args.IntList("owners"));
+  NamedSharding sharding(mesh, ParsePartitionSpec(args.Str("spec", "")));
+  const std::vector<Index> shape = args.IntList("shape");
+  if (!args.Has("shape")) throw UsageError("--shape: required");
+  const ArrayLayout layout = sharding.Layout(shape);
+  std::optional<LoadingPlan> loading;
+  if (auto batch = args.Int("batch")) loading.emplace(sharding, *batch);
+  const int n = layout.ndim();
+  std::vector<Slice> indices(mesh.size() * n);
+  layout.DevicesIndicesMap(indices.data());
+
+  if (args.Has("json")) {
+    Json j;
+    j.Begin().Key("mesh").Begin();
+    for (const MeshAxis& axis : mesh.axes()) j.Key(axis.name).Int(axis.size);
+    j.End().Key("spec").String(SpecToString(sharding.spec()));
+    j.Key("shape").IntList(shape).Key("shard_shape").IntList(layout.shard_shape());
+    j.Key("devices").BeginList();
+    for (Index d = 0; d < mesh.size(); ++d) {
+      j.Begin().Key("device").Int(d).Key("process").Int(mesh.owners()[d]).Key("index").BeginList();
+      for (int i = 0; i < n; ++i) j.IntList({indices[d * n + i].start, indices[d * n + i].stop});
+      j.End().Key("replica").Int(layout.ReplicaId(d)).End();
+    }
+    j.End().Key("processes").BeginList();
+    for (Index p : mesh.processes()) {
+      ProcessLayout view = layout.Process(p);
+      j.Begin().Key("process").Int(p).Key("local_shape").IntList(view.local_shape());
+      j.Key("index").BeginList();
+      for (int i = 0; i < n; ++i) {
+        j.BeginList();
+        for (Index start : view.Starts(i)) j.IntList({start, start + layout.shard_shape()[i]});
+        j.End();
+      }
+      j.End();
+      if (loading) {
+        j.Key("rows").BeginList();
+        for (const Slice& s : loading->Rows(p)) j.IntList({s.start, s.stop});
+        j.End();
+      }
+      j.End();
+    }
+    j.End().End();
+    std::cout << j.str() << "\n";
+    return 0;
+  }
+
+  std::printf("mesh %s (%" PRId64 " devices, %" PRId64 " processes), spec %s, shape %s -> "
+              "shard %s\n\n",
+              mesh.ToString().c_str(), mesh.size(), mesh.num_processes(),
+              SpecToString(sharding.spec()).c_str(), ShapeText(shape).c_str(),
+              ShapeText(layout.shard_shape()).c_str());
+  PrintMeshPicture(mesh);
+  std::printf("\n%7s %8s %8s  %s\n", "device", "process", "replica", "index");
+  const Index listed = std::min(mesh.size(), kMaxListedDevices);
+  for (Index d = 0; d < listed; ++d) {
+    std::string index = "[";
+    for (int i = 0; i < n; ++i) index += (i ? ", " : "") + SliceText(indices[d * n + i]);
+    std::printf("%7" PRId64 " %8" PRId64 " %8" PRId64 "  %s]\n", d, mesh.owners()[d],
+                layout.ReplicaId(d), index.c_str());
+  }
+  if (listed < mesh.size()) std::printf("    ... %" PRId64 " more devices\n", mesh.size() - listed);
+  std::printf("\n%7s %12s  %s\n", "process", "local_shape", "slices per dimension");
+  for (Index p : mesh.processes()) {
+    ProcessLayout view = layout.Process(p);
+    std::string text;
+    for (int i = 0; i < n; ++i) {
+      text += (i ? "; " : "") + std::to_string(i) + ":";
+      const auto& starts = view.Starts(i);
+      for (size_t k = 0; k < starts.size() && k < 8; ++k) {
+        text += " " + SliceText({starts[k], starts[k] + layout.shard_shape()[i]});
+      }
+      if (starts.size() > 8) text += " ... (" + std::to_string(starts.size()) + ")";
+    }
+    std::printf("%7" PRId64 " %12s  %s\n", p, ShapeText(view.local_shape()).c_str(), text.c_str());
+    if (loading) {
+      std::string rows;
+      for (const Slice& s : loading->Rows(p)) rows += " " + SliceText(s);
+      std::printf("%7s %12s  rows of a %" PRId64 "-row batch:%s\n", "", "",
+                  loading->batch_size(), rows.c_str());
+    }
+  }
+  auto inferred = sharding.InferGlobalShape(std::vector<Index>(n, 1));
+  std::string uniform;
+  for (int i = 0; i < n; ++i) {
+    if (!inferred[i]) uniform += (uniform.empty() ? "" : ", ") + std::to_string(i);
+  }
+  std::printf("\nnon-uniform dimensions (global shape must be given): %s\n",
+              uniform.empty() ? "none" : uniform.c_str());
+  return 0;
+}
+
+}  // namespace shardkit::cli

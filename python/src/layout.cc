@@ -1,0 +1,448 @@
+// Bindings of Mesh, PartitionSpec, NamedSharding and LoadingPlan.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "python/src/bindings.h"
+#include "shardkit/loading_plan.h"
+#include "shardkit/mesh.h"
+#include "shardkit/shard_plan.h"
+#include "shardkit/sharding.h"
+
+namespace shardkit::python {
+
+using namespace nb::literals;
+
+namespace {
+
+// PartitionSpec is a std::vector, which the STL casters would claim; Python
+// sees this wrapper instead.
+struct BoundSpec {
+  PartitionSpec spec;
+};
+
+// A Python int sequence (tuple, list, numpy shape) as Index values.
+std::vector<Index> ToShape(nb::handle values, const char* name) {
+  std::vector<Index> out;
+  try {
+    for (nb::handle v : values) out.push_back(nb::cast<Index>(v));
+  } catch (const nb::cast_error&) {
+    throw std::invalid_argument(std::string(name) + ": expected a sequence of ints, got " +
+                                nb::cast<std::string>(nb::repr(values)));
+  }
+  return out;
+}
+
+nb::tuple ToTuple(const std::vector<Index>& values) {
+  nb::list out;
+  for (Index v : values) out.append(v);
+  return nb::tuple(out);
+}
+
+SpecEntry EntryFromPython(nb::handle entry, size_t dim) {
+  SpecEntry out;
+  if (entry.is_none()) return out;
+  if (nb::isinstance<nb::str>(entry)) {
+    out.axes.push_back(nb::cast<std::string>(entry));
+    return out;
+  }
+  if (nb::isinstance<nb::tuple>(entry) || nb::isinstance<nb::list>(entry)) {
+    out.tuple = true;
+    for (nb::handle name : entry) {
+      if (!nb::isinstance<nb::str>(name)) {
+        throw std::invalid_argument("spec: entry " + std::to_string(dim) +
+                                    " holds a non-string axis " +
+                                    nb::cast<std::string>(nb::repr(name)));
+      }
+      out.axes.push_back(nb::cast<std::string>(name));
+    }
+    return out;
+  }
+  throw std::invalid_argument("spec: entry " + std::to_string(dim) + " is " +
+                              nb::cast<std::string>(nb::repr(entry)) +
+                              "; expected None, an axis name or a tuple of axis names");
+}
+
+nb::object EntryToPython(const SpecEntry& entry) {
+  if (!entry.tuple) {
+    if (entry.axes.empty()) return nb::none();
+    return nb::str(entry.axes[0].c_str());
+  }
+  nb::list names;
+  for (const auto& name : entry.axes) names.append(nb::str(name.c_str()));
+  return nb::tuple(names);
+}
+
+// Any iterable of entries (shardkit or JAX PartitionSpec, tuple, list).
+PartitionSpec SpecFromPython(nb::handle spec) {
+  if (nb::isinstance<BoundSpec>(spec)) return nb::cast<const BoundSpec&>(spec).spec;
+  PartitionSpec out;
+  for (nb::handle entry : spec) out.push_back(EntryFromPython(entry, out.size()));
+  return out;
+}
+
+Mesh MeshFromPython(nb::handle axes, nb::handle owners) {
+  std::vector<MeshAxis> out;
+  nb::object items = nb::hasattr(axes, "items") ? axes.attr("items")() : nb::borrow(axes);
+  for (nb::handle item : items) {
+    nb::tuple pair = nb::cast<nb::tuple>(nb::module_::import_("builtins").attr("tuple")(item));
+    if (pair.size() != 2) throw std::invalid_argument("axes: expected (name, size) pairs");
+    out.push_back({nb::cast<std::string>(pair[0]), nb::cast<Index>(pair[1])});
+  }
+  std::vector<Index> owner_list;
+  if (!owners.is_none()) owner_list = ToShape(owners, "owners");
+  nb::gil_scoped_release release;
+  return Mesh(std::move(out), std::move(owner_list));
+}
+
+Mesh MeshFromJax(nb::handle jax_mesh) {
+  nb::object devices = jax_mesh.attr("devices");
+  nb::tuple names = nb::tuple(jax_mesh.attr("axis_names"));
+  std::vector<Index> dims = ToShape(devices.attr("shape"), "mesh");
+  std::vector<MeshAxis> axes;
+  for (size_t a = 0; a < names.size(); ++a) {
+    axes.push_back({nb::cast<std::string>(nb::str(names[a])), dims[a]});
+  }
+  std::vector<Index> owners;
+  for (nb::handle device : devices.attr("flat")) {
+    owners.push_back(nb::cast<Index>(device.attr("process_index")));
+  }
+  return Mesh(std::move(axes), std::move(owners));
+}
+
+std::string SpecRepr(const PartitionSpec& spec) {
+  std::string s = SpecToString(spec);
+  return "PartitionSpec" + s.substr(1);
+}
+
+nb::object Slices(const std::vector<Slice>& slices, Index rows, Index cols) {
+  std::int64_t* data;
+  auto array = NewArray<std::int64_t>(slices.size() * 2, &data);
+  for (size_t k = 0; k < slices.size(); ++k) {
+    data[2 * k] = slices[k].start;
+    data[2 * k + 1] = slices[k].stop;
+  }
+  return nb::cast(array).attr("reshape")(rows, cols, 2);
+}
+
+ArrayLayout LayoutOf(const NamedSharding& s, nb::handle shape) {
+  return s.Layout(ToShape(shape, "shape"));
+}
+
+}  // namespace
+
+void init_layout(nb::module_& m) {
+  nb::class_<Mesh>(m, "Mesh",
+                   "Named mesh axes over devices numbered in row-major order.\n\n"
+                   "``owners[d]`` is the process holding device ``d`` (default: all in process 0).\n\n"
+                   ">>> import shardkit\n"
+                   ">>> mesh = shardkit.Mesh({'x': 2, 'y': 4}, owners=[0, 0, 0, 0, 1, 1, 1, 1])\n"
+                   ">>> mesh.size, mesh.processes, mesh.devices_of(1).tolist()\n"
+                   "(8, [0, 1], [4, 5, 6, 7])\n")
+      .def(
+          "__init__",
+          [](Mesh* self, nb::handle axes, nb::handle owners) {
+            new (self) Mesh(MeshFromPython(axes, owners));
+          },
+          "axes"_a, "owners"_a = nb::none())
+      .def_static("from_jax", &MeshFromJax, "mesh"_a,
+                  "The shardkit Mesh of a jax.sharding.Mesh: its axes, and device d = position "
+                  "in mesh.devices.flat with owner d.process_index.")
+      .def_prop_ro("axis_names",
+                   [](const Mesh& m) {
+                     nb::list names;
+                     for (const auto& a : m.axes()) names.append(nb::str(a.name.c_str()));
+                     return nb::tuple(names);
+                   })
+      .def_prop_ro("shape",
+                   [](const Mesh& m) {
+                     nb::dict d;
+                     for (const auto& a : m.axes()) d[nb::str(a.name.c_str())] = a.size;
+                     return d;
+                   })
+      .def_prop_ro("size", &Mesh::size)
+      .def_prop_ro("owners", [](const Mesh& m) { return m.owners(); })
+      .def_prop_ro("processes", [](const Mesh& m) { return m.processes(); })
+      .def(
+          "devices_of",
+          [](const Mesh& m, Index process) {
+            auto devices = m.DevicesOf(process);
+            std::int64_t* data;
+            auto array = NewArray<std::int64_t>(devices.size(), &data);
+            std::copy(devices.begin(), devices.end(), data);
+            return array;
+          },
+          "process"_a, "The devices of `process`, ascending (empty when it owns none).")
+      .def("__repr__", [](const Mesh& m) {
+        std::string out = "Mesh({";
+        for (size_t a = 0; a < m.axes().size(); ++a) {
+          out += (a ? ", '" : "'") + m.axes()[a].name + "': " + std::to_string(m.axes()[a].size);
+        }
+        return out + "}, processes=" + std::to_string(m.num_processes()) + ")";
+      });
+
+  nb::class_<BoundSpec>(m, "PartitionSpec",
+                            "How each array dimension is split over mesh axes, as in JAX: None, "
+                            "an axis name or a tuple of axis names per leading dimension.\n\n"
+                            ">>> import shardkit\n"
+                            ">>> shardkit.PartitionSpec(('x', 'y'), None)\n"
+                            "PartitionSpec(('x', 'y'), None)\n"
+                            ">>> shardkit.PartitionSpec.parse(\"x, None\")[0]\n"
+                            "'x'\n")
+      .def(
+          "__init__",
+          [](BoundSpec* self, nb::args entries) {
+            PartitionSpec spec;
+            for (nb::handle e : entries) spec.push_back(EntryFromPython(e, spec.size()));
+            new (self) BoundSpec{std::move(spec)};
+          })
+      .def_static("parse", [](std::string_view text) { return BoundSpec{ParsePartitionSpec(text)}; }, "text"_a,
+                  "Parses the arguments of a JAX PartitionSpec: \"('x', 'y'), None\".")
+      .def_static("from_jax", [](nb::handle spec) { return BoundSpec{SpecFromPython(spec)}; }, "spec"_a)
+      .def("__len__", [](const BoundSpec& b) { return b.spec.size(); })
+      .def("__getitem__",
+           [](const BoundSpec& b, Index i) {
+             const PartitionSpec& s = b.spec;
+             if (i < 0) i += static_cast<Index>(s.size());
+             if (i < 0 || i >= static_cast<Index>(s.size())) {
+               throw nb::index_error(("index " + std::to_string(i) + " is outside [0, " +
+                                      std::to_string(s.size()) + ")").c_str());
+             }
+             return EntryToPython(s[i]);
+           })
+      .def("__iter__",
+           [](const BoundSpec& b) {
+             nb::list out;
+             for (const auto& e : b.spec) out.append(EntryToPython(e));
+             return nb::iter(out);
+           })
+      .def("__eq__",
+           [](const BoundSpec& bound, nb::handle b) {
+             const PartitionSpec& a = bound.spec;
+             try {
+               PartitionSpec other = SpecFromPython(b);
+               if (other.size() != a.size()) return false;
+               for (size_t i = 0; i < a.size(); ++i) {
+                 if (other[i].axes != a[i].axes) return false;
+               }
+               return true;
+             } catch (const std::exception&) {
+               return false;
+             }
+           })
+      .def("__repr__", [](const BoundSpec& b) { return SpecRepr(b.spec); });
+
+  nb::class_<NamedSharding>(
+      m, "NamedSharding",
+      "JAX's NamedSharding arithmetic: which slice of a global array each device and each\n"
+      "process holds. Devices are positions in row-major mesh order.\n\n"
+      ">>> import shardkit\n"
+      ">>> mesh = shardkit.Mesh({'x': 2, 'y': 2}, owners=[0, 0, 1, 1])\n"
+      ">>> s = shardkit.NamedSharding(mesh, shardkit.PartitionSpec('x'))\n"
+      ">>> s.shard_shape((4, 3))\n"
+      "(2, 3)\n"
+      ">>> s.devices_indices_map((4, 3))[2]\n"
+      "(slice(2, 4, None), slice(0, 3, None))\n"
+      ">>> s.replica_ids((4, 3)).tolist()\n"
+      "[0, 1, 0, 1]\n"
+      ">>> s.process_indices((4, 3), 1), s.local_shape((4, 3), 1)\n"
+      "([[(2, 4)], [(0, 3)]], (2, 3))\n")
+      .def(
+          "__init__",
+          [](NamedSharding* self, const Mesh& mesh, nb::handle spec) {
+            new (self) NamedSharding(mesh, SpecFromPython(spec));
+          },
+          "mesh"_a, "spec"_a)
+      .def_static(
+          "from_jax",
+          [](nb::handle sharding) {
+            return NamedSharding(MeshFromJax(sharding.attr("mesh")),
+                                 SpecFromPython(sharding.attr("spec")));
+          },
+          "sharding"_a, "The shardkit view of a jax.sharding.NamedSharding.")
+      .def_prop_ro("mesh", &NamedSharding::mesh)
+      .def_prop_ro("spec", [](const NamedSharding& s) { return BoundSpec{s.spec()}; })
+      .def(
+          "shard_shape",
+          [](const NamedSharding& s, nb::handle shape) {
+            return ToTuple(LayoutOf(s, shape).shard_shape());
+          },
+          "shape"_a, "The shape every device holds.")
+      .def(
+          "indices",
+          [](const NamedSharding& s, nb::handle shape) {
+            ArrayLayout layout = LayoutOf(s, shape);
+            const Index n = layout.ndim(), devices = s.mesh().size();
+            std::vector<Slice> slices(devices * n);
+            {
+              nb::gil_scoped_release release;
+              layout.DevicesIndicesMap(slices.data());
+            }
+            return Slices(slices, devices, n);
+          },
+          "shape"_a,
+          "int64 array [device, dim, (start, stop)]: devices_indices_map without Python "
+          "objects.")
+      .def(
+          "devices_indices_map",
+          [](const NamedSharding& s, nb::handle shape) {
+            ArrayLayout layout = LayoutOf(s, shape);
+            const Index n = layout.ndim(), devices = s.mesh().size();
+            std::vector<Slice> slices(devices * n);
+            layout.DevicesIndicesMap(slices.data());
+            nb::dict out;
+            for (Index d = 0; d < devices; ++d) {
+              nb::tuple index = nb::steal<nb::tuple>(PyTuple_New(n));
+              for (Index i = 0; i < n; ++i) {
+                const Slice& sl = slices[d * n + i];
+                PyTuple_SET_ITEM(index.ptr(), i,
+                                 PySlice_New(nb::int_(sl.start).ptr(), nb::int_(sl.stop).ptr(),
+                                             Py_None));
+              }
+              out[nb::int_(d)] = index;
+            }
+            return out;
+          },
+          "shape"_a,
+          "{device: tuple of slices}, as jax.sharding.NamedSharding.devices_indices_map "
+          "(slices always have explicit bounds).")
+      .def(
+          "replica_ids",
+          [](const NamedSharding& s, nb::handle shape) {
+            ArrayLayout layout = LayoutOf(s, shape);
+            std::int64_t* data;
+            auto array = NewArray<std::int64_t>(s.mesh().size(), &data);
+            layout.ReplicaIds(data);
+            return array;
+          },
+          "shape"_a, "Replica id of every device (JAX's device_replica_id_map rule).")
+      .def(
+          "process_indices",
+          [](const NamedSharding& s, nb::handle shape, Index process) {
+            ProcessLayout view = LayoutOf(s, shape).Process(process);
+            const Index shard_dims = static_cast<Index>(view.local_shape().size());
+            std::vector<Index> shard_shape = LayoutOf(s, shape).shard_shape();
+            nb::list out;
+            for (Index i = 0; i < shard_dims; ++i) {
+              nb::list dim;
+              for (Index start : view.Starts(i)) {
+                dim.append(nb::make_tuple(start, start + shard_shape[i]));
+              }
+              out.append(dim);
+            }
+            return out;
+          },
+          "shape"_a, "process"_a,
+          "Per dimension, the sorted distinct (start, stop) slices `process` holds.")
+      .def(
+          "local_shape",
+          [](const NamedSharding& s, nb::handle shape, Index process) {
+            return ToTuple(LayoutOf(s, shape).Process(process).local_shape());
+          },
+          "shape"_a, "process"_a,
+          "The shape of `process`'s local data (JAX's num_addressable_indices per dimension).")
+      .def(
+          "process_index_and_count",
+          [](const NamedSharding& s, int dim, Index process) {
+            return s.ProcessIndexAndCount(dim, process);
+          },
+          "dim"_a, "process"_a,
+          "(index, count) of the process's distinct slices along `dim` (JAX's "
+          "get_process_index_and_count, index ordered by first start), None when non-uniform.")
+      .def(
+          "infer_global_shape",
+          [](const NamedSharding& s, nb::handle local_shape) {
+            auto shape = s.InferGlobalShape(ToShape(local_shape, "local_shape"));
+            nb::list out;
+            for (const auto& v : shape) out.append(v ? nb::cast(*v) : nb::none());
+            return nb::tuple(out);
+          },
+          "local_shape"_a, "JAX's local_to_global_shape: None in non-uniform dimensions.")
+      .def(
+          "local_to_global",
+          [](const NamedSharding& s, nb::handle local_shape, Index process,
+             nb::handle global_shape) {
+            std::vector<Index> local = ToShape(local_shape, "local_data");
+            std::vector<Index> given;
+            std::optional<std::span<const Index>> global;
+            if (!global_shape.is_none()) {
+              given = ToShape(global_shape, "global_shape");
+              global = given;
+            }
+            std::vector<Index> resolved = s.ResolveGlobalShape(local, global);
+            ProcessLayout view = s.Layout(resolved).Process(process);
+            ProcessLayout::Mapping map = view.LocalToGlobal(local);
+            const Index k = static_cast<Index>(view.devices().size());
+            const Index n = static_cast<Index>(resolved.size());
+            std::int64_t* data;
+            auto devices = NewArray<std::int64_t>(k, &data);
+            std::copy(view.devices().begin(), view.devices().end(), data);
+            nb::dict out;
+            out["global_shape"] = ToTuple(resolved);
+            out["devices"] = devices;
+            out["global"] = Slices(map.global, k, n);
+            out["local"] = Slices(map.local, k, n);
+            return out;
+          },
+          "local_shape"_a, "process"_a, "global_shape"_a = nb::none(),
+          "How `process`'s local data of `local_shape` fills its devices, exactly as\n"
+          "jax.make_array_from_process_local_data: {'global_shape', 'devices', 'global',\n"
+          "'local'} with global/local int64 arrays [device, dim, (start, stop)].")
+      .def("__repr__", [](const NamedSharding& s) {
+        return "NamedSharding(mesh=" + nb::cast<std::string>(nb::repr(nb::cast(s.mesh()))) +
+               ", spec=" + SpecRepr(s.spec()) + ")";
+      });
+
+  nb::class_<LoadingPlan>(
+      m, "LoadingPlan",
+      "Which rows of each step's global batch (dimension 0 split by `sharding`) every\n"
+      "host loads, and which hosts hold a row.\n\n"
+      ">>> import shardkit\n"
+      ">>> mesh = shardkit.Mesh({'data': 4}, owners=[0, 1, 0, 1])\n"
+      ">>> plan = shardkit.LoadingPlan(shardkit.NamedSharding(mesh, shardkit.PartitionSpec('data')), 8)\n"
+      ">>> plan.rows(1), plan.hosts_of(5)\n"
+      "([(2, 4), (6, 8)], [0])\n")
+      .def(nb::init<NamedSharding, Index>(), "sharding"_a, "batch_size"_a)
+      .def_prop_ro("batch_size", &LoadingPlan::batch_size)
+      .def_prop_ro("shard_rows", &LoadingPlan::shard_rows)
+      .def(
+          "rows",
+          [](const LoadingPlan& p, Index process) {
+            std::vector<std::pair<Index, Index>> out;
+            for (const Slice& s : p.Rows(process)) out.push_back({s.start, s.stop});
+            return out;
+          },
+          "process"_a, "Merged (start, stop) row ranges `process` loads, in local-data order.")
+      .def(
+          "hosts_of",
+          [](const LoadingPlan& p, Index row) {
+            auto hosts = p.HostsOf(row);
+            return std::vector<Index>(hosts.begin(), hosts.end());
+          },
+          "row"_a, "The processes holding global row `row`.")
+      .def("num_steps", &LoadingPlan::NumSteps, "order"_a)
+      .def(
+          "items",
+          [](const LoadingPlan& p, const Shard& order, Index step, Index process) {
+            const Index n = p.NumRows(process);
+            std::int64_t* items;
+            bool* padding;
+            auto a = NewArray<std::int64_t>(n, &items);
+            auto b = NewArray<bool>(n, &padding);
+            {
+              nb::gil_scoped_release release;
+              p.Items(order, step, process, items, padding);
+            }
+            return nb::make_tuple(a, b);
+          },
+          "order"_a, "step"_a, "process"_a,
+          "(items, padding): the items `process` reads at `step`, where the global batch of\n"
+          "step t is entries [t * batch_size, (t + 1) * batch_size) of `order` (a Shard).");
+}
+
+}  // namespace shardkit::python
