@@ -5,168 +5,168 @@ usage: layout_jax_worker.py PROCESS_ID NUM_PROCESSES PORT
 (XLA_FLAGS sets the local device count). Exits non-zero on any difference.
 """
 
+import random
 import sys
 
 import numpy as np
 import jax
 
-jax.config.update("jax_platforms", "cpu")
-process_id, num_processes, port = map(int, sys.argv[1:4])
-jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
-                           num_processes=num_processes, process_id=process_id,
-                           initialization_timeout=30)
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax._src.sharding_impls import local_to_global_shape, num_addressable_indices
 
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
-from jax._src.sharding_impls import local_to_global_shape, num_addressable_indices  # noqa: E402
-
-import shardkit  # noqa: E402
-import shardkit.jax as skjax  # noqa: E402
-
-devices = jax.devices()
-by_process = {}
-for d in devices:
-    by_process.setdefault(d.process_index, []).append(d)
-assert sorted(by_process) == list(range(num_processes)), by_process
+import shardkit
+import shardkit.jax as skjax
 
 
-def mesh_from_owners(shape, names, owners):
-    """A JAX mesh whose device at row-major position k belongs to process owners[k]."""
-    pools = {p: list(ds) for p, ds in by_process.items()}
-    grid = [pools[p].pop(0) for p in owners]
-    return Mesh(np.array(grid, dtype=object).reshape(shape), names)
+def main(process_id, num_processes, port):
+    jax.config.update("jax_platforms", "cpu")
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
+                               num_processes=num_processes, process_id=process_id,
+                               initialization_timeout=30)
+
+    devices = jax.devices()
+    by_process = {}
+    for d in devices:
+        by_process.setdefault(d.process_index, []).append(d)
+    assert sorted(by_process) == list(range(num_processes)), by_process
+
+    def mesh_from_owners(shape, names, owners):
+        """A JAX mesh whose device at row-major position k belongs to process owners[k]."""
+        pools = {p: list(ds) for p, ds in by_process.items()}
+        grid = [pools[p].pop(0) for p in owners]
+        return Mesh(np.array(grid, dtype=object).reshape(shape), names)
+
+    def local_part(sharding, global_data, full_dims=()):
+        """This process's local data, built from JAX's own index map: per dimension the
+        sorted distinct slices its devices hold, concatenated (or the whole dimension)."""
+        index_map = sharding.addressable_devices_indices_map(global_data.shape)
+        picks = []
+        for i, n in enumerate(global_data.shape):
+            if i in full_dims:
+                picks.append(np.arange(n))
+                continue
+            slices = sorted({(s[i].start or 0, n if s[i].stop is None else s[i].stop)
+                             for s in index_map.values()})
+            picks.append(np.concatenate([np.arange(a, b) for a, b in slices]))
+        return global_data[np.ix_(*picks)]
+
+    def same_array(a, b, global_data):
+        assert a.shape == b.shape == global_data.shape, (a.shape, b.shape)
+        assert a.sharding == b.sharding
+        shards_b = {s.device: s for s in b.addressable_shards}
+        assert len(shards_b) == len(a.addressable_shards)
+        for s in a.addressable_shards:
+            t = shards_b[s.device]
+            assert s.index == t.index, (s.index, t.index)
+            assert s.replica_id == t.replica_id
+            assert np.array_equal(np.asarray(s.data), np.asarray(t.data))
+            assert np.array_equal(np.asarray(t.data), global_data[t.index])
+
+    def check(name, sharding, global_shape, full_dims=(), pass_global=False, verbose=True):
+        global_data = np.arange(int(np.prod(global_shape)), dtype=np.int32).reshape(global_shape)
+        local = local_part(sharding, global_data, full_dims)
+        sk = shardkit.NamedSharding.from_jax(sharding)
+        me = jax.process_index()
+        # The per-process arithmetic itself, against JAX's private helpers.
+        for i in range(len(global_shape)):
+            assert sk.local_shape(global_shape, me)[i] == num_addressable_indices(
+                sharding, i, global_shape), (name, i)
+        want_inferred = local_to_global_shape(sharding, local.shape)
+        assert sk.infer_global_shape(local.shape) == want_inferred, (
+            name, sk.infer_global_shape(local.shape), want_inferred)
+        shape_arg = tuple(global_shape) if pass_global else None
+        theirs = jax.make_array_from_process_local_data(sharding, local, shape_arg)
+        ours = skjax.make_array_from_process_local_data(sharding, local, shape_arg)
+        same_array(theirs, ours, global_data)
+        # The loading plan names exactly the rows JAX's index map gives this process.
+        if 0 not in full_dims:
+            rows = skjax.host_rows(sharding, global_shape[0])
+            got = np.concatenate([np.arange(a, b) for a, b in rows])
+            index_map = sharding.addressable_devices_indices_map(global_shape)
+            starts = sorted({(i[0].start or 0, global_shape[0] if i[0].stop is None else i[0].stop)
+                             for i in index_map.values()})
+            want = np.concatenate([np.arange(a, b) for a, b in starts])
+            assert np.array_equal(got, want), (name, rows, want)
+        if verbose:
+            print(f"process {me}: {name}: ok", flush=True)
+
+    n = len(devices)
+    per = len(by_process[0])
+    contiguous = [k // per for k in range(n)]
+    interleaved = [k % num_processes for k in range(n)]
+
+    # 1. The common case: batch split over every device, contiguous owners.
+    m = mesh_from_owners((n,), ("data",), contiguous)
+    check("batch over data", NamedSharding(m, P("data")), (2 * n, 3))
+    # 2. Non-contiguous owners, 2-D mesh, tuple of axes, replicated trailing axis.
+    m = mesh_from_owners((2, n // 2), ("x", "y"), interleaved)
+    check("interleaved ('x','y')", NamedSharding(m, P(("x", "y"), None)), (2 * n, 5))
+    check("interleaved x, y", NamedSharding(m, P("x", "y")), (4, n))
+    check("interleaved y only (x replicates)", NamedSharding(m, P(None, "y")), (3, n), pass_global=True)
+    check("full dimension given", NamedSharding(m, P("y", None)), (n, 4), full_dims=(0,),
+          pass_global=True)
+    # 3. A non-uniform dimension: columns held by overlapping, unequal sets.
+    if num_processes == 2:
+        owners = [0, 0, 1, 1, 1, 0, 0, 1]
+    else:
+        owners = [0, 0, 1, 1, 2, 3, 3, 2]
+    m = mesh_from_owners((2, 4), ("x", "y"), owners)
+    s = NamedSharding(m, P("x", "y"))
+    sk = shardkit.NamedSharding.from_jax(s)
+    global_shape = (4, 8)
+    assert None in local_to_global_shape(s, sk.local_shape(global_shape, jax.process_index()))
+    check("non-uniform, explicit global shape", s, global_shape, pass_global=True)
+    check("non-uniform, full columns", s, global_shape, full_dims=(1,), pass_global=True)
+    # Inference in the non-uniform dimension fails on both sides.
+    local = np.zeros(sk.local_shape(global_shape, jax.process_index()), np.int32)
+    for fn in (jax.make_array_from_process_local_data, skjax.make_array_from_process_local_data):
+        try:
+            fn(s, local)
+            raise AssertionError(f"{fn.__module__} inferred a non-uniform global shape")
+        except ValueError as e:
+            assert "non-uniform" in str(e), e
+    # A local shape matching neither the global nor the addressable extent.
+    bad = np.zeros((local.shape[0] + 1, local.shape[1]), np.int32)
+    for fn in (jax.make_array_from_process_local_data, skjax.make_array_from_process_local_data):
+        try:
+            fn(s, bad, global_shape)
+            raise AssertionError("accepted a bad local shape")
+        except ValueError as e:
+            pass
+    # 4. Random owner layouts (the same seed on every process, so the same meshes).
+
+    rng = random.Random(1234)
+    random_cases = 0
+    for trial in range(40):
+        owners = contiguous[:]
+        rng.shuffle(owners)
+        shape = rng.choice([(n,), (2, n // 2), (n // 2, 2), (2, 2, n // 4)])
+        names = ("a", "b", "c")[:len(shape)]
+        m = mesh_from_owners(shape, names, owners)
+        free = list(names)
+        rng.shuffle(free)
+        spec = []
+        for _ in range(2):
+            r = rng.random()
+            if r < 0.25 or not free:
+                spec.append(None)
+            elif r < 0.6:
+                spec.append(free.pop())
+            else:
+                spec.append(tuple(free.pop() for _ in range(min(len(free), rng.randint(1, 2)))))
+        s = NamedSharding(m, P(*spec))
+        parts = [int(np.prod([m.shape[a] for a in ((e,) if isinstance(e, str) else e or ())]))
+                 for e in spec]
+        global_shape = (parts[0] * 2, parts[1] * 3)
+        full = tuple(rng.sample([0, 1], rng.randint(0, 1))) if trial % 2 else ()
+        check(f"random {trial}", s, global_shape, full_dims=full,
+              pass_global=True if trial % 2 else None in local_to_global_shape(s, (1, 1)),
+              verbose=False)
+        random_cases += 1
+    print(f"process {jax.process_index()}: {random_cases} random layouts ok", flush=True)
+    print(f"process {jax.process_index()}: all ok", flush=True)
+    jax.distributed.shutdown()
 
 
-def local_part(sharding, global_data, full_dims=()):
-    """This process's local data, built from JAX's own index map: per dimension the
-    sorted distinct slices its devices hold, concatenated (or the whole dimension)."""
-    index_map = sharding.addressable_devices_indices_map(global_data.shape)
-    picks = []
-    for i, n in enumerate(global_data.shape):
-        if i in full_dims:
-            picks.append(np.arange(n))
-            continue
-        slices = sorted({(s[i].start or 0, n if s[i].stop is None else s[i].stop)
-                         for s in index_map.values()})
-        picks.append(np.concatenate([np.arange(a, b) for a, b in slices]))
-    return global_data[np.ix_(*picks)]
-
-
-def same_array(a, b, global_data):
-    assert a.shape == b.shape == global_data.shape, (a.shape, b.shape)
-    assert a.sharding == b.sharding
-    shards_b = {s.device: s for s in b.addressable_shards}
-    assert len(shards_b) == len(a.addressable_shards)
-    for s in a.addressable_shards:
-        t = shards_b[s.device]
-        assert s.index == t.index, (s.index, t.index)
-        assert s.replica_id == t.replica_id
-        assert np.array_equal(np.asarray(s.data), np.asarray(t.data))
-        assert np.array_equal(np.asarray(t.data), global_data[t.index])
-
-
-def check(name, sharding, global_shape, full_dims=(), pass_global=False, verbose=True):
-    global_data = np.arange(int(np.prod(global_shape)), dtype=np.int32).reshape(global_shape)
-    local = local_part(sharding, global_data, full_dims)
-    sk = shardkit.NamedSharding.from_jax(sharding)
-    me = jax.process_index()
-    # The per-process arithmetic itself, against JAX's private helpers.
-    for i in range(len(global_shape)):
-        assert sk.local_shape(global_shape, me)[i] == num_addressable_indices(
-            sharding, i, global_shape), (name, i)
-    want_inferred = local_to_global_shape(sharding, local.shape)
-    assert sk.infer_global_shape(local.shape) == want_inferred, (
-        name, sk.infer_global_shape(local.shape), want_inferred)
-    shape_arg = tuple(global_shape) if pass_global else None
-    theirs = jax.make_array_from_process_local_data(sharding, local, shape_arg)
-    ours = skjax.make_array_from_process_local_data(sharding, local, shape_arg)
-    same_array(theirs, ours, global_data)
-    # The loading plan names exactly the rows JAX's index map gives this process.
-    if 0 not in full_dims:
-        rows = skjax.host_rows(sharding, global_shape[0])
-        got = np.concatenate([np.arange(a, b) for a, b in rows])
-        index_map = sharding.addressable_devices_indices_map(global_shape)
-        starts = sorted({(i[0].start or 0, global_shape[0] if i[0].stop is None else i[0].stop)
-                         for i in index_map.values()})
-        want = np.concatenate([np.arange(a, b) for a, b in starts])
-        assert np.array_equal(got, want), (name, rows, want)
-    if verbose:
-        print(f"process {me}: {name}: ok", flush=True)
-
-
-n = len(devices)
-per = len(by_process[0])
-contiguous = [k // per for k in range(n)]
-interleaved = [k % num_processes for k in range(n)]
-
-# 1. The common case: batch split over every device, contiguous owners.
-m = mesh_from_owners((n,), ("data",), contiguous)
-check("batch over data", NamedSharding(m, P("data")), (2 * n, 3))
-# 2. Non-contiguous owners, 2-D mesh, tuple of axes, replicated trailing axis.
-m = mesh_from_owners((2, n // 2), ("x", "y"), interleaved)
-check("interleaved ('x','y')", NamedSharding(m, P(("x", "y"), None)), (2 * n, 5))
-check("interleaved x, y", NamedSharding(m, P("x", "y")), (4, n))
-check("interleaved y only (x replicates)", NamedSharding(m, P(None, "y")), (3, n), pass_global=True)
-check("full dimension given", NamedSharding(m, P("y", None)), (n, 4), full_dims=(0,),
-      pass_global=True)
-# 3. A non-uniform dimension: columns held by overlapping, unequal sets.
-if num_processes == 2:
-    owners = [0, 0, 1, 1, 1, 0, 0, 1]
-else:
-    owners = [0, 0, 1, 1, 2, 3, 3, 2]
-m = mesh_from_owners((2, 4), ("x", "y"), owners)
-s = NamedSharding(m, P("x", "y"))
-sk = shardkit.NamedSharding.from_jax(s)
-global_shape = (4, 8)
-assert None in local_to_global_shape(s, sk.local_shape(global_shape, jax.process_index()))
-check("non-uniform, explicit global shape", s, global_shape, pass_global=True)
-check("non-uniform, full columns", s, global_shape, full_dims=(1,), pass_global=True)
-# Inference in the non-uniform dimension fails on both sides.
-local = np.zeros(sk.local_shape(global_shape, jax.process_index()), np.int32)
-for fn in (jax.make_array_from_process_local_data, skjax.make_array_from_process_local_data):
-    try:
-        fn(s, local)
-        raise AssertionError(f"{fn.__module__} inferred a non-uniform global shape")
-    except ValueError as e:
-        assert "non-uniform" in str(e), e
-# A local shape matching neither the global nor the addressable extent.
-bad = np.zeros((local.shape[0] + 1, local.shape[1]), np.int32)
-for fn in (jax.make_array_from_process_local_data, skjax.make_array_from_process_local_data):
-    try:
-        fn(s, bad, global_shape)
-        raise AssertionError("accepted a bad local shape")
-    except ValueError as e:
-        pass
-# 4. Random owner layouts (the same seed on every process, so the same meshes).
-import random  # noqa: E402
-
-rng = random.Random(1234)
-random_cases = 0
-for trial in range(40):
-    owners = contiguous[:]
-    rng.shuffle(owners)
-    shape = rng.choice([(n,), (2, n // 2), (n // 2, 2), (2, 2, n // 4)])
-    names = ("a", "b", "c")[:len(shape)]
-    m = mesh_from_owners(shape, names, owners)
-    free = list(names)
-    rng.shuffle(free)
-    spec = []
-    for _ in range(2):
-        r = rng.random()
-        if r < 0.25 or not free:
-            spec.append(None)
-        elif r < 0.6:
-            spec.append(free.pop())
-        else:
-            spec.append(tuple(free.pop() for _ in range(min(len(free), rng.randint(1, 2)))))
-    s = NamedSharding(m, P(*spec))
-    parts = [int(np.prod([m.shape[a] for a in ((e,) if isinstance(e, str) else e or ())]))
-             for e in spec]
-    global_shape = (parts[0] * 2, parts[1] * 3)
-    full = tuple(rng.sample([0, 1], rng.randint(0, 1))) if trial % 2 else ()
-    check(f"random {trial}", s, global_shape, full_dims=full,
-          pass_global=True if trial % 2 else None in local_to_global_shape(s, (1, 1)),
-          verbose=False)
-    random_cases += 1
-print(f"process {jax.process_index()}: {random_cases} random layouts ok", flush=True)
-print(f"process {jax.process_index()}: all ok", flush=True)
-jax.distributed.shutdown()
+if __name__ == "__main__":
+    main(*map(int, sys.argv[1:4]))
