@@ -22,8 +22,10 @@ LoadingPlan::LoadingPlan(NamedSharding sharding, Index batch_size)
   }
   shard_rows_ = batch_size / tiles;
   const Mesh& mesh = sharding_.mesh();
+  std::vector<Index> tile_of(mesh.size());
+  sharding_.Tiles(0, tile_of.data());
   std::vector<std::pair<Index, Index>> pairs(mesh.size());  // (tile, host)
-  for (Index d = 0; d < mesh.size(); ++d) pairs[d] = {sharding_.Tile(d, 0), mesh.owners()[d]};
+  for (Index d = 0; d < mesh.size(); ++d) pairs[d] = {tile_of[d], mesh.owners()[d]};
   std::sort(pairs.begin(), pairs.end());
   pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
   tile_offsets_.assign(tiles + 1, 0);

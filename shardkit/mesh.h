@@ -61,6 +61,11 @@ class Mesh {
   [[nodiscard]] Index ProcessSlot(Index process) const;
   // The devices of `process`, ascending (empty when it owns none). O(log P).
   [[nodiscard]] std::span<const Index> DevicesOf(Index process) const;
+  // The devices of processes()[slot]. REQUIRES: 0 <= slot < num_processes().
+  [[nodiscard]] std::span<const Index> DevicesOfSlot(Index slot) const {
+    const Index* base = impl_->devices_by_process.data();
+    return {base + impl_->offsets[slot], base + impl_->offsets[slot + 1]};
+  }
 
   // "x=2,y=4" (owners are not shown).
   [[nodiscard]] std::string ToString() const;

@@ -180,6 +180,32 @@ Index NamedSharding::Tile(Index device, int dim) const {
   return tile;
 }
 
+void NamedSharding::Tiles(int dim, Index* out) const {
+  const int axes = mesh_.num_axes();
+  std::vector<Index> weight(axes, 0);
+  Index w = 1;
+  auto dim_axes = DimAxes(dim);
+  for (auto it = dim_axes.rbegin(); it != dim_axes.rend(); ++it) {
+    weight[*it] = w;
+    w *= mesh_.axes()[*it].size;
+  }
+  // Row-major odometer; the tile is linear in the coordinates.
+  std::vector<Index> coord(axes, 0);
+  const Index inner = mesh_.axes()[axes - 1].size;
+  Index base = 0;
+  for (Index d = 0; d < mesh_.size(); d += inner) {
+    for (Index c = 0; c < inner; ++c) out[d + c] = base + c * weight[axes - 1];
+    for (int a = axes - 2; a >= 0; --a) {
+      if (++coord[a] < mesh_.axes()[a].size) {
+        base += weight[a];
+        break;
+      }
+      base -= (mesh_.axes()[a].size - 1) * weight[a];
+      coord[a] = 0;
+    }
+  }
+}
+
 ArrayLayout NamedSharding::Layout(std::span<const Index> shape) const {
   if (shape.size() < spec_.size()) {
     ThrowInvalid("shape", ShapeToString(shape) + " has " + std::to_string(shape.size()) +
@@ -215,31 +241,58 @@ std::optional<std::pair<Index, Index>> NamedSharding::ProcessIndexAndCount(
     ThrowOutOfRange("process", std::to_string(process) + " owns no device of the mesh");
   }
   if (mesh_.num_processes() == 1 || IsFullyReplicated()) return std::make_pair(Index{0}, Index{1});
-  // The sorted distinct tiles of every process.
-  std::vector<std::vector<Index>> sets(mesh_.num_processes());
-  std::vector<Index> all;
-  for (Index s = 0; s < mesh_.num_processes(); ++s) {
-    std::vector<Index>& tiles = sets[s];
-    for (Index d : mesh_.DevicesOf(mesh_.processes()[s])) tiles.push_back(Tile(d, dim));
-    std::sort(tiles.begin(), tiles.end());
-    tiles.erase(std::unique(tiles.begin(), tiles.end()), tiles.end());
-    all.insert(all.end(), tiles.begin(), tiles.end());
+  // Every process's sorted distinct tiles, as segments of one flat array in
+  // process order (the mesh lists each process's devices contiguously).
+  const Index processes = mesh_.num_processes();
+  std::vector<Index> tile_of(mesh_.size());
+  Tiles(dim, tile_of.data());
+  std::vector<Index> tiles;
+  tiles.reserve(mesh_.size());
+  std::vector<Index> begin(processes + 1, 0);
+  for (Index s = 0; s < processes; ++s) {
+    const size_t first = tiles.size();
+    for (Index d : mesh_.DevicesOfSlot(s)) tiles.push_back(tile_of[d]);
+    std::sort(tiles.begin() + first, tiles.end());
+    tiles.erase(std::unique(tiles.begin() + first, tiles.end()), tiles.end());
+    begin[s + 1] = static_cast<Index>(tiles.size());
   }
-  for (const auto& tiles : sets) {
-    if (tiles.size() != sets[slot].size()) return std::nullopt;
+  const Index mine = begin[slot + 1] - begin[slot];
+  for (Index s = 0; s < processes; ++s) {
+    if (begin[s + 1] - begin[s] != mine) return std::nullopt;
   }
-  std::sort(all.begin(), all.end());
-  all.erase(std::unique(all.begin(), all.end()), all.end());
-  std::vector<std::vector<Index>> unique_sets = sets;
-  std::sort(unique_sets.begin(), unique_sets.end());
-  unique_sets.erase(std::unique(unique_sets.begin(), unique_sets.end()), unique_sets.end());
-  size_t covered = 0;
-  for (const auto& tiles : unique_sets) covered += tiles.size();
-  if (covered != all.size()) return std::nullopt;
+  // Distinct tiles over all processes.
+  std::vector<bool> seen(Partitions(dim), false);
+  Index distinct = 0;
+  for (Index t : tiles) {
+    if (!seen[t]) {
+      seen[t] = true;
+      ++distinct;
+    }
+  }
+  // Distinct sets: sort the processes by their set, then count changes.
+  auto set = [&](Index s) {
+    return std::span<const Index>(tiles.data() + begin[s], static_cast<size_t>(mine));
+  };
+  auto less = [&](Index a, Index b) {
+    auto x = set(a), y = set(b);
+    return std::lexicographical_compare(x.begin(), x.end(), y.begin(), y.end());
+  };
+  auto equal = [&](Index a, Index b) {
+    auto x = set(a), y = set(b);
+    return std::equal(x.begin(), x.end(), y.begin(), y.end());
+  };
+  std::vector<Index> order(processes);
+  for (Index s = 0; s < processes; ++s) order[s] = s;
+  std::sort(order.begin(), order.end(), less);
+  Index unique_sets = 0, index = -1;
+  for (Index k = 0; k < processes; ++k) {
+    if (k == 0 || !equal(order[k - 1], order[k])) ++unique_sets;
+    if (order[k] == slot) index = unique_sets - 1;
+  }
+  // Equal-sized sets that are disjoint unless equal cover every tile once.
+  if (unique_sets * mine != distinct) return std::nullopt;
   // Disjoint sets: lexicographic order is the order of their first tiles.
-  const Index index =
-      std::lower_bound(unique_sets.begin(), unique_sets.end(), sets[slot]) - unique_sets.begin();
-  return std::make_pair(index, static_cast<Index>(unique_sets.size()));
+  return std::make_pair(index, unique_sets);
 }
 
 std::vector<std::optional<Index>> NamedSharding::InferGlobalShape(
@@ -328,21 +381,37 @@ void ArrayLayout::DevicesIndicesMap(Slice* out) const {
   const Mesh& mesh = sharding_.mesh();
   const int axes = mesh.num_axes();
   const int n = ndim();
-  // Walk devices in row-major order with an odometer over the coordinates,
-  // so no division is done per device.
-  std::vector<Index> coord(axes, 0);
-  std::vector<std::span<const int>> dim_axes(n);
-  for (int i = 0; i < n; ++i) dim_axes[i] = sharding_.DimAxes(i);
-  for (Index d = 0; d < mesh.size(); ++d) {
-    for (int i = 0; i < n; ++i) {
-      Index tile = 0;
-      for (int a : dim_axes[i]) tile = tile * mesh.axes()[a].size + coord[a];
-      const Index start = tile * shard_shape_[i];
-      out[d * n + i] = {start, start + shard_shape_[i]};
+  if (mesh.size() == 0 || n == 0) return;
+  // The start of dimension i is linear in the coordinates: sum over its axes
+  // of coord[a] * weight[i][a] (mixed radix times the shard extent). Walk the
+  // devices in row-major order and update the starts as an odometer turns.
+  std::vector<Index> weight(static_cast<size_t>(n) * axes, 0);
+  for (int i = 0; i < n; ++i) {
+    Index w = shard_shape_[i];
+    auto dim_axes = sharding_.DimAxes(i);
+    for (auto it = dim_axes.rbegin(); it != dim_axes.rend(); ++it) {
+      weight[static_cast<size_t>(i) * axes + *it] = w;
+      w *= mesh.axes()[*it].size;
     }
-    for (int a = axes - 1; a >= 0; --a) {
-      if (++coord[a] < mesh.axes()[a].size) break;
+  }
+  std::vector<Index> coord(axes, 0), start(n, 0);
+  const Index inner = mesh.axes()[axes - 1].size;
+  for (Index d = 0; d < mesh.size(); d += inner) {
+    for (Index c = 0; c < inner; ++c) {
+      Slice* row = out + (d + c) * n;
+      for (int i = 0; i < n; ++i) {
+        const Index s = start[i] + c * weight[static_cast<size_t>(i) * axes + axes - 1];
+        row[i] = {s, s + shard_shape_[i]};
+      }
+    }
+    for (int a = axes - 2; a >= 0; --a) {
+      const Index size = mesh.axes()[a].size;
+      if (++coord[a] < size) {
+        for (int i = 0; i < n; ++i) start[i] += weight[static_cast<size_t>(i) * axes + a];
+        break;
+      }
       coord[a] = 0;
+      for (int i = 0; i < n; ++i) start[i] -= (size - 1) * weight[static_cast<size_t>(i) * axes + a];
     }
   }
 }

@@ -84,6 +84,8 @@ class NamedSharding {
   [[nodiscard]] bool IsFullyReplicated() const;
   // Tile of `device` along `dim`. REQUIRES: 0 <= device < mesh().size().
   [[nodiscard]] Index Tile(Index device, int dim) const;
+  // out[d] = Tile(d, dim) for every device, without divisions. O(mesh).
+  void Tiles(int dim, Index* out) const;
 
   // The layout of an array of `shape`. Throws invalid_argument naming
   // `shape`: a negative extent, fewer dimensions than spec entries, or a

@@ -1,0 +1,209 @@
+"""Side by side: shardkit's layout arithmetic vs JAX's, same meshes, one run.
+
+For each mesh size the script starts one child interpreter with that many host
+CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count=N) and measures in
+that same process, on the same sharding:
+
+  index map      JAX: NamedSharding.devices_indices_map(shape) with its cache
+                 cleared before every call (the uncached cost);
+                 shardkit: NamedSharding.indices(shape) (int64 array) and
+                 .devices_indices_map(shape) (the same dict of slices as JAX's).
+  replica ids    JAX: device_replica_id_map uncached; shardkit: replica_ids.
+  per-process    JAX: the index computation of make_array_from_process_local_data
+  mapping        for one process (global shape inference, local shape checks,
+                 distinct slices, local block of every device), run as JAX's own
+                 _array_from_process_local_data with the device transfer replaced
+                 by recording the local slices; devices are given owners by a thin
+                 view over the real sharding (one CPU process cannot own several
+                 hosts), whose index map is JAX's own, computed uncached once per
+                 call as JAX's addressable-map cache would do within one call.
+                 shardkit: NamedSharding.local_to_global(local_shape, process).
+Both mappings are checked equal before timing. Prints one line per measurement
+with both times and the ratio; no speed is asserted anywhere.
+
+usage: python bench/layout_vs_jax.py [--devices 8192,16384] [--per-host 4]
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+
+def timeit(fn, min_reps, min_seconds=0.5):
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_reps or time.perf_counter() - start < min_seconds:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+        if len(times) >= 10000:
+            break
+    return statistics.median(times)
+
+
+def child(num_devices, per_host):
+    import numpy as np
+    import jax
+    from jax._src import array as jarray
+    from jax._src import sharding as jsharding
+    from jax._src import sharding_impls
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    import shardkit
+
+    t0 = time.perf_counter()
+    devices = jax.devices()
+    assert len(devices) == num_devices
+    setup = time.perf_counter() - t0
+    fsdp, model = 16, 16
+    data = num_devices // (fsdp * model)
+    mesh = Mesh(np.array(devices).reshape(data, fsdp, model), ("data", "fsdp", "model"))
+    spec = P(("data", "fsdp"), "model")
+    js = NamedSharding(mesh, spec)
+    shape = (data * fsdp * 4, model * 64)
+    owners = [k // per_host for k in range(num_devices)]  # hosts of per_host chips
+    sk = shardkit.NamedSharding(shardkit.Mesh(dict(mesh.shape), owners=owners), spec)
+    processes = num_devices // per_host
+    rows = []
+
+    def report(what, jax_s, sk_s, note=""):
+        rows.append({"devices": num_devices, "processes": processes, "what": what,
+                     "jax_ms": jax_s * 1e3, "shardkit_ms": sk_s * 1e3, "ratio": jax_s / sk_s,
+                     "note": note})
+
+    # ---- index map ---------------------------------------------------------------
+    def jax_map():
+        jsharding.common_devices_indices_map.cache_clear()
+        jsharding._common_shard_shape.cache_clear()
+        return js.devices_indices_map(shape)
+
+    jmap = jax_map()
+    flat = list(mesh.devices.flat)
+    smap = sk.devices_indices_map(shape)
+    arr = sk.indices(shape)
+    for pos in (0, 1, num_devices // 2, num_devices - 1):
+        want = [(s.start or 0, shape[i] if s.stop is None else s.stop)
+                for i, s in enumerate(jmap[flat[pos]])]
+        assert [(s.start, s.stop) for s in smap[pos]] == want
+        assert arr[pos].tolist() == [list(w) for w in want]
+    t_jax = timeit(jax_map, 5)
+    report("devices_indices_map -> numpy array", t_jax, timeit(lambda: sk.indices(shape), 50))
+    report("devices_indices_map -> dict of slices", t_jax,
+           timeit(lambda: sk.devices_indices_map(shape), 20), "same output type as JAX")
+
+    # ---- replica ids -------------------------------------------------------------
+    def jax_replicas():
+        jsharding.common_devices_indices_map.cache_clear()
+        return sharding_impls.device_replica_id_map.__wrapped__(js, shape)
+
+    jrep = jax_replicas()
+    srep = sk.replica_ids(shape)
+    assert all(srep[pos] == jrep[d] for pos, d in enumerate(flat))
+    report("replica ids", timeit(jax_replicas, 5), timeit(lambda: sk.replica_ids(shape), 50))
+
+    # ---- per-process mapping of make_array_from_process_local_data ---------------
+    class Host:
+        __slots__ = ("id", "process_index")
+
+        def __init__(self, i, p):
+            self.id, self.process_index = i, p
+
+    hosts = [Host(i, owners[i]) for i in range(num_devices)]
+
+    class ProcessView:
+        """JAX's sharding with device d owned by owners[d], as process `me` sees it."""
+
+        def __init__(self, me):
+            self.me = me
+            self.num_devices = num_devices
+            self.is_fully_replicated = js.is_fully_replicated
+            self.is_fully_addressable = False
+            self.addressable_devices = {h for h in hosts if h.process_index == me}
+            self._addressable = {}
+
+        def shard_shape(self, s):
+            return js.shard_shape(s)
+
+        def devices_indices_map(self, s):
+            jsharding.common_devices_indices_map.cache_clear()
+            return dict(zip(hosts, js.devices_indices_map(s).values()))
+
+        def addressable_devices_indices_map(self, s):
+            if s not in self._addressable:  # JAX caches this one within a call
+                m = self.devices_indices_map(s)
+                self._addressable[s] = {h: m[h] for h in hosts if h.process_index == self.me}
+            return self._addressable[s]
+
+    class Recorder:
+        def __init__(self, shape):
+            self.shape = shape
+
+        def __getitem__(self, index):
+            return index
+
+    def record(global_shape, sharding, cb):
+        return [cb(i) for i in sharding.addressable_devices_indices_map(global_shape).values()]
+
+    def jax_process(me, local_shape, global_shape=None):
+        original = jarray.make_array_from_callback
+        jarray.make_array_from_callback = record
+        try:
+            sharding_impls.get_process_index_and_count.cache_clear()
+            return jarray._array_from_process_local_data(Recorder(local_shape), ProcessView(me),
+                                                         global_shape)
+        finally:
+            jarray.make_array_from_callback = original
+
+    me = processes // 3
+    local_shape = sk.local_shape(shape, me)
+    got = sk.local_to_global(local_shape, me)
+    assert got["global_shape"] == shape
+    want = jax_process(me, local_shape)
+    assert [[(s.start, s.stop) for s in idx] for idx in want] == \
+        [[tuple(x) for x in dev] for dev in got["local"].tolist()]
+    report(f"make_array_from_process_local_data mapping, 1 process of {per_host} devices",
+           timeit(lambda: jax_process(me, local_shape), 3),
+           timeit(lambda: sk.local_to_global(local_shape, me), 50),
+           "global shape inferred")
+    report("same, global_shape given (no inference)",
+           timeit(lambda: jax_process(me, local_shape, shape), 3),
+           timeit(lambda: sk.local_to_global(local_shape, me, shape), 200))
+    return {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "jax": jax.__version__, "device_setup_s": setup, "shape": shape,
+            "mesh": dict(mesh.shape), "spec": str(spec), "rows": rows}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--devices", default="8192,16384")
+    parser.add_argument("--per-host", type=int, default=4)
+    parser.add_argument("--child", type=int, default=0)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.per_host)))
+        return
+    for n in map(int, args.devices.split(",")):
+        env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}",
+                   JAX_PLATFORMS="cpu")
+        out = subprocess.run([sys.executable, __file__, "--child", str(n), "--per-host",
+                              str(args.per_host)], env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            print(out.stderr[-3000:], file=sys.stderr)
+            sys.exit(out.returncode)
+        doc = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"\n{n} devices, mesh {doc['mesh']}, spec {doc['spec']}, shape {tuple(doc['shape'])},"
+              f" {n // args.per_host} processes of {args.per_host} devices; jax {doc['jax']},"
+              f" {doc['cpus']} cpus ({doc['device_setup_s']:.1f} s to create the CPU devices)")
+        print(f"{'measurement':<64} {'JAX ms':>10} {'shardkit ms':>12} {'ratio':>9}")
+        for r in doc["rows"]:
+            print(f"{r['what']:<64} {r['jax_ms']:>10.3f} {r['shardkit_ms']:>12.4f}"
+                  f" {r['ratio']:>8.0f}x")
+
+
+if __name__ == "__main__":
+    main()
