@@ -47,6 +47,7 @@ int RunDemo(const Argv& argv) {
   DemoPacking(context, report);
   DemoEval(context, report);
   DemoLoader(context, report);
+  DemoLayout(context, report);
 
   std::filesystem::path out_path(path);
   if (out_path.has_parent_path()) std::filesystem::create_directories(out_path.parent_path());

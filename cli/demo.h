@@ -39,6 +39,7 @@ void DemoSharding(const DemoContext& context, HtmlReport& report);
 void DemoPacking(const DemoContext& context, HtmlReport& report);
 void DemoEval(const DemoContext& context, HtmlReport& report);
 void DemoLoader(const DemoContext& context, HtmlReport& report);
+void DemoLayout(const DemoContext& context, HtmlReport& report);
 
 }  // namespace shardkit::cli
 

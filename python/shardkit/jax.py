@@ -47,6 +47,11 @@ def to_shardkit(sharding: Any) -> NamedSharding:
 def _one_array(sharding: Any, local_data: Any, global_shape: Sequence[int] | None):
     import jax
 
+    if isinstance(sharding, jax.sharding.PartitionSpec):
+        # As JAX does: a bare spec means a NamedSharding over the mesh set by jax.set_mesh.
+        from jax._src.api import pspec_to_sharding
+
+        sharding = pspec_to_sharding("make_array_from_process_local_data", sharding)
     data = np.asarray(local_data)
     if jax.process_count() == 1 and global_shape is not None and tuple(global_shape) != data.shape:
         # JAX's own single-process rule: the local data is the global array.

@@ -293,18 +293,30 @@ void init_layout(nb::module_& m) {
           [](const NamedSharding& s, nb::handle shape) {
             ArrayLayout layout = LayoutOf(s, shape);
             const Index n = layout.ndim(), devices = s.mesh().size();
-            std::vector<Slice> slices(devices * n);
-            layout.DevicesIndicesMap(slices.data());
+            // One slice object per tile of each dimension, shared by every
+            // device holding it (devices differ only in their tuple).
+            std::vector<std::vector<nb::object>> tile_slices(n);
+            std::vector<Index> tiles(static_cast<size_t>(devices) * n);
+            for (Index i = 0; i < n; ++i) {
+              const Index shard = layout.shard_shape()[i];
+              for (Index t = 0; t < s.Partitions(static_cast<int>(i)); ++t) {
+                tile_slices[i].push_back(nb::steal(PySlice_New(
+                    nb::int_(t * shard).ptr(), nb::int_(t * shard + shard).ptr(), Py_None)));
+              }
+              s.Tiles(static_cast<int>(i), tiles.data() + i * devices);
+            }
             nb::dict out;
             for (Index d = 0; d < devices; ++d) {
-              nb::tuple index = nb::steal<nb::tuple>(PyTuple_New(n));
+              PyObject* index = PyTuple_New(n);
               for (Index i = 0; i < n; ++i) {
-                const Slice& sl = slices[d * n + i];
-                PyTuple_SET_ITEM(index.ptr(), i,
-                                 PySlice_New(nb::int_(sl.start).ptr(), nb::int_(sl.stop).ptr(),
-                                             Py_None));
+                PyObject* slice = tile_slices[i][tiles[i * devices + d]].ptr();
+                Py_INCREF(slice);
+                PyTuple_SET_ITEM(index, i, slice);
               }
-              out[nb::int_(d)] = index;
+              PyObject* key = PyLong_FromLongLong(d);
+              PyDict_SetItem(out.ptr(), key, index);
+              Py_DECREF(key);
+              Py_DECREF(index);
             }
             return out;
           },

@@ -238,3 +238,13 @@ def test_cli_bad_input_exits_2_with_one_line(cli, args, message):
     assert out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], out.stderr
+
+
+def test_demo_layout_section_reads_each_row_on_the_hosts_holding_it(cli, tmp_path):
+    out = cli("demo", "--json", "--out", tmp_path / "demo.html")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)["layout"]
+    assert doc["batch"] == 32 and doc["steps"] == 734 // 32
+    # data=4 x model=2 with interleaved owners: every row on exactly 2 of the 4 hosts.
+    assert doc["hosts_per_row"] == [2, 2]
+    assert sorted(h["rows"] for h in doc["hosts"]) == [16, 16, 16, 16]
