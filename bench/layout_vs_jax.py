@@ -21,7 +21,7 @@ that same process, on the same sharding:
 Both mappings are checked equal before timing. Prints one line per measurement
 with both times and the ratio; no speed is asserted anywhere.
 
-usage: python bench/layout_vs_jax.py [--devices 8192,16384] [--per-host 4]
+usage: python bench/layout_vs_jax.py [--devices 8192,16384] [--per-host 4] [--timeout S]
 """
 
 import argparse
@@ -183,6 +183,7 @@ def main():
     parser.add_argument("--devices", default="8192,16384")
     parser.add_argument("--per-host", type=int, default=4)
     parser.add_argument("--child", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.per_host)))
@@ -190,8 +191,15 @@ def main():
     for n in map(int, args.devices.split(",")):
         env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}",
                    JAX_PLATFORMS="cpu")
-        out = subprocess.run([sys.executable, __file__, "--child", str(n), "--per-host",
-                              str(args.per_host)], env=env, capture_output=True, text=True)
+        try:
+            out = subprocess.run([sys.executable, __file__, "--child", str(n), "--per-host",
+                                  str(args.per_host)], env=env, capture_output=True, text=True,
+                                 timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            # XLA's CPU client sometimes stalls creating this many host devices on a
+            # loaded machine; say so instead of hanging.
+            print(f"\n{n} devices: no result within {args.timeout} s (JAX CPU client start-up)")
+            continue
         if out.returncode != 0:
             print(out.stderr[-3000:], file=sys.stderr)
             sys.exit(out.returncode)
