@@ -143,6 +143,22 @@ std::string Args::Help() const {
   return out.str();
 }
 
+std::vector<std::int64_t> ListedRanks(const Args& args, std::int64_t world,
+                                      const std::function<void(std::int64_t)>& validate) {
+  constexpr std::int64_t kMaxListedRanks = 1000000;
+  if (auto rank = args.Int("rank")) {
+    validate(*rank);
+    return {*rank};
+  }
+  if (world > kMaxListedRanks) {
+    throw UsageError("--world: " + std::to_string(world) +
+                     " ranks are too many to list; pass --rank");
+  }
+  std::vector<std::int64_t> ranks(static_cast<size_t>(world));
+  for (std::int64_t r = 0; r < world; ++r) ranks[static_cast<size_t>(r)] = r;
+  return ranks;
+}
+
 std::int64_t ParseInt(const std::string& flag, const std::string& text) {
   const std::string t = Trim(text);
   std::int64_t v = 0;

@@ -7,6 +7,7 @@
 #define SHARDKIT_CLI_ARGS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -53,6 +54,12 @@ class Args {
   std::map<std::string, Spec> specs_;
   std::map<std::string, std::string> values_;
 };
+
+// The ranks a command prints: the one given with --rank (after `validate`
+// accepts it), else every rank of `world`; UsageError naming --world when
+// there are more than a million to list.
+[[nodiscard]] std::vector<std::int64_t> ListedRanks(
+    const Args& args, std::int64_t world, const std::function<void(std::int64_t)>& validate);
 
 // Parses a signed 64-bit integer; UsageError naming `flag` and `text` if it is
 // not one or does not fit.

@@ -15,7 +15,6 @@ namespace shardkit::cli {
 
 namespace {
 
-constexpr Index kMaxListedRanks = 1000000;
 constexpr Index kMaxListedSlots = 10000000;
 
 std::string Hex(std::uint64_t v) {
@@ -52,18 +51,8 @@ int RunEvalPlan(const Argv& argv) {
   o.seed = args.Uint("seed", 0);
   o.epoch = args.Uint("epoch", 0);
   EvalPlan plan(args.RequireInt("items"), args.RequireInt("world"), args.RequireInt("batch"), o);
-  const Index world = plan.world_size();
-  std::vector<Index> ranks;
-  if (auto rank = args.Int("rank")) {
-    (void)plan.Real(*rank);  // validates the rank
-    ranks.push_back(*rank);
-  } else {
-    if (world > kMaxListedRanks) {
-      throw UsageError("--world: " + std::to_string(world) +
-                       " ranks are too many to list; pass --rank");
-    }
-    for (Index r = 0; r < world; ++r) ranks.push_back(r);
-  }
+  const std::vector<Index> ranks =
+      ListedRanks(args, plan.world_size(), [&](Index r) { (void)plan.Real(r); });
   const bool batches = args.Has("batches");
   if (batches && static_cast<Index>(ranks.size()) * plan.num_steps() * plan.batch_size() >
                      kMaxListedSlots) {
@@ -76,7 +65,7 @@ int RunEvalPlan(const Argv& argv) {
   if (args.Has("json")) {
     Json j;
     j.Begin();
-    j.Key("items").Int(plan.num_items()).Key("world").Int(world);
+    j.Key("items").Int(plan.num_items()).Key("world").Int(plan.world_size());
     j.Key("batch").Int(plan.batch_size()).Key("devices").Int(plan.devices());
     j.Key("device_batch").Int(plan.device_batch());
     j.Key("split").String(SplitName(o.split));
@@ -107,12 +96,12 @@ int RunEvalPlan(const Argv& argv) {
   }
   std::printf("%" PRId64 " items over %" PRId64 " ranks, batch %" PRId64 " (%" PRId64
               " device(s) x %" PRId64 "), split %s\n",
-              plan.num_items(), world, plan.batch_size(), plan.devices(), plan.device_batch(),
-              std::string(SplitName(o.split)).c_str());
+              plan.num_items(), plan.world_size(), plan.batch_size(), plan.devices(),
+              plan.device_batch(), std::string(SplitName(o.split)).c_str());
   std::printf("steps on every rank: %" PRId64 "; padded slots: %" PRId64 " (%.2f%% of %" PRId64
               "), all masked\n",
               plan.num_steps(), plan.TotalPadding(), 100 * plan.PaddingFraction(),
-              plan.num_steps() * world * plan.batch_size());
+              plan.num_steps() * plan.world_size() * plan.batch_size());
   std::printf("%6s %12s %10s\n", "rank", "real", "padding");
   for (Index r : ranks) {
     std::printf("%6" PRId64 " %12" PRId64 " %10" PRId64 "\n", r, plan.Real(r), plan.Padding(r));

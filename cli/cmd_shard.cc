@@ -14,7 +14,6 @@ namespace shardkit::cli {
 
 namespace {
 
-constexpr Index kMaxListedRanks = 1000000;
 constexpr Index kMaxListedIndices = 100000000;
 
 Args PlanArgs(const std::string& command, const std::string& summary) {
@@ -106,18 +105,8 @@ int RunShard(const Argv& argv) {
   args.Flag("indices", "", "list every index (JSON) or every index of each rank (text)");
   if (!args.Parse(argv)) return 0;
   ShardPlan plan = PlanFromArgs(args);
-  const Index world = plan.world_size();
-  std::vector<Index> ranks;
-  if (auto rank = args.Int("rank")) {
-    (void)plan.Count(*rank);  // validates the rank
-    ranks.push_back(*rank);
-  } else {
-    if (world > kMaxListedRanks) {
-      throw UsageError("--world: " + std::to_string(world) +
-                       " ranks are too many to list; pass --rank");
-    }
-    for (Index r = 0; r < world; ++r) ranks.push_back(r);
-  }
+  const std::vector<Index> ranks =
+      ListedRanks(args, plan.world_size(), [&](Index r) { (void)plan.Count(r); });
   const Index workers = args.Int("workers", 1);
   if (workers < 1) throw UsageError("--workers: must be at least 1, got " + std::to_string(workers));
   std::vector<Index> worker_list;
