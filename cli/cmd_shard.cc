@@ -95,6 +95,16 @@ void PlanHeader(Json& j, const ShardPlan& plan) {
   j.Key("dropped").Int(plan.Dropped());
 }
 
+// The weight figures of an audit (only when the plan has weights); `shard`
+// reports each rank's load in its rank entries, `audit` lists them here.
+void LoadFields(Json& j, const AuditReport& r, bool per_rank) {
+  if (r.loads.empty()) return;
+  if (per_rank) j.Key("loads").DoubleList(r.loads);
+  j.Key("max_load").Double(r.max_load);
+  j.Key("lower_bound").Double(r.lower_bound);
+  j.Key("load_imbalance").Double(r.load_imbalance);
+}
+
 }  // namespace
 
 int RunShard(const Argv& argv) {
@@ -162,11 +172,7 @@ int RunShard(const Argv& argv) {
     j.End();
     j.Key("exactly_once").Bool(report.exactly_once);
     j.Key("max_imbalance").Int(report.max_imbalance);
-    if (!report.loads.empty()) {
-      j.Key("max_load").Double(report.max_load);
-      j.Key("lower_bound").Double(report.lower_bound);
-      j.Key("load_imbalance").Double(report.load_imbalance);
-    }
+    LoadFields(j, report, /*per_rank=*/false);
     j.End();
     std::cout << j.str() << "\n";
     return 0;
@@ -229,12 +235,7 @@ int RunAudit(const Argv& argv) {
     j.Key("min_count").Int(r.min_count);
     j.Key("max_count").Int(r.max_count);
     j.Key("max_imbalance").Int(r.max_imbalance);
-    if (!r.loads.empty()) {
-      j.Key("loads").DoubleList(r.loads);
-      j.Key("max_load").Double(r.max_load);
-      j.Key("lower_bound").Double(r.lower_bound);
-      j.Key("load_imbalance").Double(r.load_imbalance);
-    }
+    LoadFields(j, r, /*per_rank=*/true);
     j.End();
     std::cout << j.str() << "\n";
   } else {
