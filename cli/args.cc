@@ -1,6 +1,6 @@
 #include "cli/args.h"
 
-#include "shardkit/npy.h"
+#include "shardkit/loader/npy.h"
 
 #include <charconv>
 #include <cmath>

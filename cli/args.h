@@ -67,7 +67,7 @@ class Args {
 
 // Reads numbers, one per line (blank lines and '#' comments skipped), or a
 // .npy array of a numeric dtype, from `path` ("-" is stdin). UsageError (or, for
-// a bad .npy file, invalid_argument from shardkit/npy.h) naming
+// a bad .npy file, invalid_argument from shardkit/loader/npy.h) naming
 // `flag`, the file and the offending line or header.
 [[nodiscard]] std::vector<double> ReadNumbers(const std::string& flag, const std::string& path);
 

@@ -9,9 +9,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/json.h"
-#include "shardkit/loading_plan.h"
-#include "shardkit/mesh.h"
-#include "shardkit/sharding.h"
+#include "shardkit/layout/loading_plan.h"
+#include "shardkit/layout/mesh.h"
+#include "shardkit/layout/named_sharding.h"
 
 namespace shardkit::cli {
 

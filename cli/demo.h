@@ -10,7 +10,7 @@
 
 #include "cli/json.h"
 #include "cli/report.h"
-#include "shardkit/errors.h"
+#include "shardkit/base/errors.h"
 
 namespace shardkit::cli {
 

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "cli/demo.h"
-#include "shardkit/eval_plan.h"
+#include "shardkit/eval/eval_plan.h"
 
 namespace shardkit::cli {
 

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "cli/demo.h"
-#include "shardkit/loading_plan.h"
-#include "shardkit/shard_plan.h"
-#include "shardkit/sharding.h"
+#include "shardkit/layout/loading_plan.h"
+#include "shardkit/sharding/shard_plan.h"
+#include "shardkit/layout/named_sharding.h"
 
 namespace shardkit::cli {
 

@@ -9,7 +9,7 @@
 #include <tuple>
 
 #include "cli/demo.h"
-#include "shardkit/loader.h"
+#include "shardkit/loader/loader.h"
 
 namespace shardkit::cli {
 

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "cli/demo.h"
-#include "shardkit/packing.h"
+#include "shardkit/packing/packing.h"
 
 namespace shardkit::cli {
 

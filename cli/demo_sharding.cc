@@ -5,7 +5,7 @@
 #include <iomanip>
 
 #include "cli/demo.h"
-#include "shardkit/shard_plan.h"
+#include "shardkit/sharding/shard_plan.h"
 
 namespace shardkit::cli {
 

@@ -9,10 +9,10 @@
 #include <string>
 
 #include "python/src/bindings.h"
-#include "shardkit/loading_plan.h"
-#include "shardkit/mesh.h"
-#include "shardkit/shard_plan.h"
-#include "shardkit/sharding.h"
+#include "shardkit/layout/loading_plan.h"
+#include "shardkit/layout/mesh.h"
+#include "shardkit/sharding/shard_plan.h"
+#include "shardkit/layout/named_sharding.h"
 
 namespace shardkit::python {
 

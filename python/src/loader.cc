@@ -9,8 +9,8 @@
 #include <string>
 
 #include "python/src/bindings.h"
-#include "shardkit/loader.h"
-#include "shardkit/token_source.h"
+#include "shardkit/loader/loader.h"
+#include "shardkit/loader/token_source.h"
 
 namespace shardkit::python {
 

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "python/src/bindings.h"
-#include "shardkit/packing.h"
-#include "shardkit/packing_metadata.h"
+#include "shardkit/packing/packing.h"
+#include "shardkit/packing/packing_metadata.h"
 
 namespace shardkit::python {
 

@@ -1,0 +1,192 @@
+#include "shardkit/eval/eval_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "shardkit/sharding/permutation.h"
+
+namespace shardkit {
+
+namespace {
+
+std::string Str(Index v) { return std::to_string(v); }
+
+ShardPlan MakeItemPlan(Index num_items, Index world_size, const EvalOptions& o) {
+  if (o.split == Split::kBalanced) {
+    ThrowInvalid("split", "balanced is not supported by EvalPlan (expected round_robin or "
+                          "contiguous): evaluation needs no weights to be exact");
+  }
+  ShardOptions so;
+  so.split = o.split;
+  so.remainder = Remainder::kUneven;
+  so.shuffle = o.shuffle;
+  so.seed = o.seed;
+  so.epoch = o.epoch;
+  return ShardPlan(num_items, world_size, so);
+}
+
+Index EffectiveBatch(Index batch_size, const EvalOptions& o) {
+  CheckAtLeast("batch_size", batch_size, 1);
+  CheckAtLeast("devices", o.devices, 1);
+  CheckAtLeast("min_device_batch", o.min_device_batch, 0);
+  if (batch_size % o.devices != 0) {
+    ThrowInvalid("devices", Str(o.devices) + " devices do not divide batch_size " +
+                                Str(batch_size) + " (each device needs an equal share)");
+  }
+  const Index per_device = std::max(batch_size / o.devices, o.min_device_batch);
+  return CheckedMul("min_device_batch", per_device, o.devices);
+}
+
+}  // namespace
+
+EvalPlan::EvalPlan(Index num_items, Index world_size, Index batch_size, EvalOptions options)
+    : plan_(MakeItemPlan(num_items, world_size, options)), options_(options) {
+  batch_ = EffectiveBatch(batch_size, options_);
+  steps_ = CeilDiv(CeilDiv(num_items, world_size), batch_);
+  // Every slot of every rank must be addressable as one Index (SourceRows).
+  (void)CheckedMul("num_items", CheckedMul("num_items", steps_, batch_), world_size);
+}
+
+void EvalPlan::CheckRank(Index rank) const {
+  if (rank < 0 || rank >= world_size()) {
+    ThrowOutOfRange("rank", "rank " + Str(rank) + " is outside the world [0, " +
+                                Str(world_size()) + ")");
+  }
+}
+
+Index EvalPlan::Real(Index rank) const {
+  CheckRank(rank);
+  return plan_.Count(rank);
+}
+
+Index EvalPlan::Padding(Index rank) const { return steps_ * batch_ - Real(rank); }
+
+Index EvalPlan::TotalPadding() const { return steps_ * world_size() * batch_ - num_items(); }
+
+double EvalPlan::PaddingFraction() const {
+  const Index slots = steps_ * world_size() * batch_;
+  return slots == 0 ? 0.0 : static_cast<double>(TotalPadding()) / static_cast<double>(slots);
+}
+
+void EvalPlan::Batch(Index rank, Index step, Index* indices, bool* mask) const {
+  CheckRank(rank);
+  if (step < 0 || step >= steps_) {
+    ThrowOutOfRange("step", "step " + Str(step) + " is outside [0, " + Str(steps_) + ")");
+  }
+  const Shard shard = plan_.GetShard(rank);
+  const Index real = shard.size();
+  const Index begin = step * batch_;
+  const Index real_end = std::clamp(real, begin, begin + batch_);
+  shard.Fill(begin, real_end, indices);
+  for (Index e = begin; e < begin + batch_; ++e) {
+    const Index j = e - begin;
+    mask[j] = e < real_end;
+    if (e >= real_end) indices[j] = real > 0 ? shard[e % real] : 0;
+  }
+}
+
+EvalPlan::Slot EvalPlan::Locate(Index item) const {
+  if (item < 0 || item >= num_items()) {
+    ThrowOutOfRange("item", "item " + Str(item) + " is outside [0, " + Str(num_items()) + ")");
+  }
+  const Location loc = plan_.Locate(item);
+  return {loc.rank, loc.entry / batch_, loc.entry % batch_};
+}
+
+std::vector<Index> EvalPlan::SourceRows() const {
+  std::vector<Index> rows(static_cast<size_t>(num_items()));
+  std::vector<Index> items;
+  const Index per_rank = steps_ * batch_;
+  for (Index r = 0; r < world_size(); ++r) {
+    const Shard shard = plan_.GetShard(r);
+    items.resize(static_cast<size_t>(shard.size()));
+    shard.Fill(0, shard.size(), items.data());
+    for (Index e = 0; e < shard.size(); ++e) rows[items[e]] = r * per_rank + e;
+  }
+  return rows;
+}
+
+void EvalPlan::CheckOutputRows(const std::vector<Index>& rows_by_rank) const {
+  if (static_cast<Index>(rows_by_rank.size()) != world_size()) {
+    ThrowInvalid("outputs_by_rank", "expected one entry per rank (" + Str(world_size()) +
+                                        "), got " + Str(static_cast<Index>(rows_by_rank.size())));
+  }
+  const Index expected = steps_ * batch_;
+  for (Index r = 0; r < world_size(); ++r) {
+    if (rows_by_rank[r] != expected) {
+      ThrowInvalid("outputs_by_rank",
+                   "rank " + Str(r) + " has " + Str(rows_by_rank[r]) + " rows, expected " +
+                       Str(expected) + " (num_steps " + Str(steps_) + " x batch_size " +
+                       Str(batch_) + ", padded slots included)");
+    }
+  }
+}
+
+std::uint64_t EvalPlan::Fingerprint() const {
+  std::uint64_t h = 0x5348415244454b31ULL;  // "SHARDEK1"
+  auto add = [&h](std::uint64_t v) { h = Mix64(h ^ Mix64(v + 0x9e3779b97f4a7c15ULL)); };
+  for (const char* c = kEvalPlanVersion; *c; ++c) add(static_cast<unsigned char>(*c));
+  add(static_cast<std::uint64_t>(num_items()));
+  add(static_cast<std::uint64_t>(world_size()));
+  add(static_cast<std::uint64_t>(batch_));
+  add(static_cast<std::uint64_t>(options_.devices));
+  add(static_cast<std::uint64_t>(options_.min_device_batch));
+  add(static_cast<std::uint64_t>(options_.split));
+  add(options_.shuffle ? 1 : 0);
+  add(options_.seed);
+  add(options_.epoch);
+  return h;
+}
+
+std::string EvalPlan::Describe() const {
+  std::string s = "EvalPlan(num_items=" + Str(num_items()) + ", world_size=" +
+                  Str(world_size()) + ", batch_size=" + Str(batch_) +
+                  ", devices=" + Str(options_.devices) + ", split=" +
+                  std::string(SplitName(options_.split));
+  if (options_.min_device_batch) s += ", min_device_batch=" + Str(options_.min_device_batch);
+  if (options_.shuffle) {
+    s += ", shuffle=True, seed=" + std::to_string(options_.seed) +
+         ", epoch=" + std::to_string(options_.epoch);
+  }
+  return s + ", version=" + kEvalPlanVersion + ")";
+}
+
+Index StepsForCount(Index max_count, Index batch_size) {
+  CheckAtLeast("batch_size", batch_size, 1);
+  CheckAtLeast("counts", max_count, 0);
+  return CeilDiv(max_count, batch_size);
+}
+
+DevicePadding PadForDevices(Index n, Index devices, Index min_device_batch) {
+  CheckAtLeast("n", n, 0);
+  CheckAtLeast("devices", devices, 1);
+  CheckAtLeast("min_device_batch", min_device_batch, 0);
+  DevicePadding p;
+  p.device_batch = std::max(CeilDiv(n, devices), min_device_batch);
+  p.padding = CheckedMul("min_device_batch", p.device_batch, devices) - n;
+  return p;
+}
+
+std::string CompareFingerprints(const std::vector<std::uint64_t>& by_rank) {
+  std::string differing;
+  Index count = 0;
+  for (size_t r = 1; r < by_rank.size(); ++r) {
+    if (by_rank[r] == by_rank[0]) continue;
+    if (++count <= 8) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s%zu (%016llx)", differing.empty() ? "" : ", ", r,
+                    static_cast<unsigned long long>(by_rank[r]));
+      differing += buf;
+    }
+  }
+  if (count == 0) return "";
+  char head[160];
+  std::snprintf(head, sizeof head,
+                "plan fingerprint mismatch: %lld of %zu ranks differ from rank 0 (%016llx): ",
+                static_cast<long long>(count), by_rank.size(),
+                static_cast<unsigned long long>(by_rank[0]));
+  return std::string(head) + "ranks " + differing + (count > 8 ? ", ..." : "") +
+         "; every rank must build the EvalPlan with the same parameters and shardkit version";
+}
+
+}  // namespace shardkit

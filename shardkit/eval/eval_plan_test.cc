@@ -1,0 +1,267 @@
+#include "shardkit/eval/eval_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <memory>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+namespace shardkit {
+namespace {
+
+struct Config {
+  Index n, w, b, d;
+  Split split;
+};
+
+// The reference: lmms-eval's islice for round_robin, tfds even_splits for
+// contiguous, written out here independently of ShardPlan.
+std::vector<Index> ReferenceItems(Index n, Index w, Index r, Split split) {
+  std::vector<Index> out;
+  if (split == Split::kRoundRobin) {
+    for (Index i = r; i < n; i += w) out.push_back(i);
+  } else {
+    const Index q = n / w, extra = n % w;
+    const Index begin = r * q + std::min(r, extra);
+    const Index size = q + (r < extra ? 1 : 0);
+    for (Index i = begin; i < begin + size; ++i) out.push_back(i);
+  }
+  return out;
+}
+
+void CheckPlan(const Config& c) {
+  SCOPED_TRACE(testing::Message() << "N=" << c.n << " W=" << c.w << " B=" << c.b
+                                  << " D=" << c.d << " split=" << SplitName(c.split));
+  EvalOptions o;
+  o.devices = c.d;
+  o.split = c.split;
+  EvalPlan plan(c.n, c.w, c.b, o);
+  const Index per_rank_max = (c.n + c.w - 1) / c.w;
+  const Index steps = (per_rank_max + c.b - 1) / c.b;
+  ASSERT_EQ(plan.num_steps(), steps);
+  ASSERT_EQ(plan.TotalPadding(), steps * c.w * c.b - c.n);
+  std::vector<int> seen(c.n, 0);
+  std::vector<std::vector<double>> outputs(c.w);
+  std::vector<Index> idx(c.b);
+  std::unique_ptr<bool[]> mask(new bool[c.b]);
+  for (Index r = 0; r < c.w; ++r) {
+    const std::vector<Index> want = ReferenceItems(c.n, c.w, r, c.split);
+    ASSERT_EQ(plan.Real(r), static_cast<Index>(want.size()));
+    std::vector<Index> real;
+    for (Index s = 0; s < plan.num_steps(); ++s) {
+      plan.Batch(r, s, idx.data(), mask.get());
+      for (Index j = 0; j < c.b; ++j) {
+        ASSERT_GE(idx[j], 0);  // padded slots hold a valid index too
+        ASSERT_LT(idx[j], c.n);
+        if (mask[j]) {
+          ++seen[idx[j]];
+          real.push_back(idx[j]);
+          ASSERT_EQ(s * c.b + j, static_cast<Index>(real.size()) - 1) << "real slots first";
+        }
+        outputs[r].push_back(mask[j] ? 3.0 * idx[j] + 1 : -1.0);
+      }
+    }
+    ASSERT_EQ(real, want);
+    ASSERT_EQ(plan.Padding(r), steps * c.b - static_cast<Index>(want.size()));
+  }
+  for (Index i = 0; i < c.n; ++i) ASSERT_EQ(seen[i], 1) << "item " << i;
+  const std::vector<double> ordered = plan.Unshard(outputs);
+  ASSERT_EQ(static_cast<Index>(ordered.size()), c.n);
+  for (Index i = 0; i < c.n; ++i) ASSERT_EQ(ordered[i], 3.0 * i + 1);
+  for (Index i = 0; i < c.n; i += 1 + c.n / 7) {
+    const auto slot = plan.Locate(i);
+    plan.Batch(slot.rank, slot.step, idx.data(), mask.get());
+    ASSERT_TRUE(mask[slot.slot]);
+    ASSERT_EQ(idx[slot.slot], i);
+  }
+}
+
+TEST(EvalPlanTest, EveryItemExactlyOnceInEqualStepsOverRandomConfigs) {
+  std::mt19937_64 rng(2024);
+  for (int t = 0; t < 400; ++t) {
+    const Index d = Index{1} << (rng() % 4);
+    Config c{static_cast<Index>(rng() % 300), 1 + static_cast<Index>(rng() % 12),
+             d * (1 + static_cast<Index>(rng() % 9)), d,
+             rng() % 2 ? Split::kRoundRobin : Split::kContiguous};
+    CheckPlan(c);
+  }
+}
+
+TEST(EvalPlanTest, EdgesHoldExactlyOnce) {
+  for (Split split : {Split::kRoundRobin, Split::kContiguous}) {
+    CheckPlan({0, 1, 1, 1, split});    // nothing to evaluate: zero steps
+    CheckPlan({0, 5, 4, 2, split});
+    CheckPlan({3, 8, 4, 1, split});    // fewer items than ranks
+    CheckPlan({1, 1, 1, 1, split});    // world 1
+    CheckPlan({17, 1, 4, 4, split});
+    CheckPlan({64, 8, 8, 8, split});   // no padding at all
+    CheckPlan({65, 8, 8, 8, split});   // one item more: a whole extra step
+  }
+}
+
+TEST(EvalPlanTest, FlaxFullEvalCaseGivesTwoStepsOnEveryHost) {
+  // Flax "full eval": 4097 examples on 8 hosts, per-host batch 512 (8 devices
+  // x 64). Evenly split, the first host holds 513 examples: 2 batches there
+  // and 1 elsewhere if each host batches its own share; shardkit runs 2 on all.
+  for (Split split : {Split::kRoundRobin, Split::kContiguous}) {
+    EvalOptions o;
+    o.devices = 8;
+    o.split = split;
+    EvalPlan plan(4097, 8, 512, o);
+    EXPECT_EQ(plan.num_steps(), 2);
+    EXPECT_EQ(plan.device_batch(), 64);
+    EXPECT_EQ(plan.Real(0), 513);
+    for (Index r = 1; r < 8; ++r) EXPECT_EQ(plan.Real(r), 512);
+    EXPECT_EQ(plan.TotalPadding(), 2 * 8 * 512 - 4097);
+  }
+}
+
+TEST(EvalPlanTest, HugeCountsDoNotOverflow) {
+  const Index n = std::numeric_limits<Index>::max() - 5;
+  EvalPlan plan(n, 7, 1);
+  const Index q = n / 7 + (n % 7 != 0);
+  EXPECT_EQ(plan.num_steps(), q);
+  Index idx;
+  bool mask;
+  plan.Batch(6, plan.num_steps() - 1, &idx, &mask);
+  EXPECT_GE(idx, 0);
+  EXPECT_THROW(EvalPlan(n, 2, Index{1} << 62), std::invalid_argument);  // 2^63 slots
+}
+
+TEST(EvalPlanTest, MinDeviceBatchRaisesThePerDeviceBatchAsFlaxPads) {
+  EvalOptions o;
+  o.devices = 4;
+  o.min_device_batch = 16;
+  EvalPlan plan(100, 2, 8, o);  // 2 per device, raised to 16
+  EXPECT_EQ(plan.device_batch(), 16);
+  EXPECT_EQ(plan.batch_size(), 64);
+  EXPECT_EQ(plan.num_steps(), 1);
+  o.min_device_batch = 1;  // below B / D: no effect
+  EXPECT_EQ(EvalPlan(100, 2, 8, o).batch_size(), 8);
+}
+
+TEST(EvalPlanTest, PadForDevicesFollowsPadShardUnpad) {
+  // flax.jax_utils.pad_shard_unpad: db = ceil(n / d), at least min_device_batch.
+  for (Index n = 0; n < 50; ++n) {
+    for (Index d = 1; d < 9; ++d) {
+      for (Index m : {0, 3, 8}) {
+        DevicePadding p = PadForDevices(n, d, m);
+        Index db = (n + d - 1) / d;
+        if (db < m) db = m;
+        EXPECT_EQ(p.device_batch, db);
+        EXPECT_EQ(p.padding, db * d - n);
+      }
+    }
+  }
+  EXPECT_THROW((void)PadForDevices(-1, 2), std::invalid_argument);
+  EXPECT_THROW((void)PadForDevices(4, 0), std::invalid_argument);
+}
+
+TEST(EvalPlanTest, ShuffledPlansStillCoverEveryItemOnce) {
+  EvalOptions o;
+  o.shuffle = true;
+  o.seed = 7;
+  EvalPlan plan(1000, 3, 16, o);
+  std::set<Index> seen;
+  std::vector<Index> idx(16);
+  std::unique_ptr<bool[]> mask(new bool[16]);
+  std::vector<std::vector<Index>> outs(3);
+  for (Index r = 0; r < 3; ++r) {
+    for (Index s = 0; s < plan.num_steps(); ++s) {
+      plan.Batch(r, s, idx.data(), mask.get());
+      for (Index j = 0; j < 16; ++j) {
+        if (mask[j]) {
+          EXPECT_TRUE(seen.insert(idx[j]).second);
+        }
+        outs[r].push_back(idx[j]);
+      }
+    }
+  }
+  EXPECT_EQ(seen.size(), 1000u);
+  std::vector<Index> ordered = plan.Unshard(outs);
+  for (Index i = 0; i < 1000; ++i) ASSERT_EQ(ordered[i], i);
+}
+
+TEST(EvalPlanTest, BadInputNamesTheParameter) {
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([] { EvalPlan(10, 2, 0); }).rfind("batch_size: ", 0), 0u);
+  EvalOptions o;
+  o.devices = 3;
+  EXPECT_EQ(message([&] { EvalPlan(10, 2, 8, o); }).rfind("devices: 3 devices do not divide", 0),
+            0u);
+  EXPECT_THROW(EvalPlan(10, 2, 8, o), std::invalid_argument);
+  EXPECT_THROW(EvalPlan(-1, 2, 8), std::invalid_argument);
+  EXPECT_THROW(EvalPlan(10, 0, 8), std::invalid_argument);
+  o.devices = 1;
+  o.split = Split::kBalanced;
+  EXPECT_THROW(EvalPlan(10, 2, 8, o), std::invalid_argument);
+  EvalPlan plan(10, 2, 4);
+  Index idx[4];
+  bool mask[4];
+  EXPECT_THROW(plan.Batch(2, 0, idx, mask), std::out_of_range);
+  EXPECT_THROW(plan.Batch(-1, 0, idx, mask), std::out_of_range);
+  EXPECT_EQ(message([&] { plan.Batch(2, 0, idx, mask); }).rfind("rank: rank 2 is outside", 0),
+            0u);
+  EXPECT_THROW(plan.Batch(0, 2, idx, mask), std::out_of_range);
+  EXPECT_THROW((void)plan.Real(5), std::out_of_range);
+  std::vector<std::vector<int>> wrong = {std::vector<int>(8), std::vector<int>(7)};
+  EXPECT_EQ(message([&] { (void)plan.Unshard(wrong); })
+                .rfind("outputs_by_rank: rank 1 has 7 rows, expected 8", 0),
+            0u);
+  std::vector<std::vector<int>> one = {std::vector<int>(8)};
+  EXPECT_THROW((void)plan.Unshard(one), std::invalid_argument);
+  EXPECT_THROW((void)plan.Locate(10), std::out_of_range);
+  EXPECT_THROW((void)StepsForCount(5, 0), std::invalid_argument);
+  EXPECT_THROW((void)StepsForCount(-1, 2), std::invalid_argument);
+}
+
+TEST(EvalPlanTest, FingerprintSeparatesEveryParameter) {
+  std::set<std::uint64_t> prints;
+  prints.insert(EvalPlan(100, 4, 8).Fingerprint());
+  prints.insert(EvalPlan(101, 4, 8).Fingerprint());
+  prints.insert(EvalPlan(100, 5, 8).Fingerprint());
+  prints.insert(EvalPlan(100, 4, 16).Fingerprint());
+  EvalOptions o;
+  o.devices = 2;
+  prints.insert(EvalPlan(100, 4, 8, o).Fingerprint());
+  o = {};
+  o.split = Split::kContiguous;
+  prints.insert(EvalPlan(100, 4, 8, o).Fingerprint());
+  o = {};
+  o.shuffle = true;
+  prints.insert(EvalPlan(100, 4, 8, o).Fingerprint());
+  o.seed = 1;
+  prints.insert(EvalPlan(100, 4, 8, o).Fingerprint());
+  o.epoch = 1;
+  prints.insert(EvalPlan(100, 4, 8, o).Fingerprint());
+  EXPECT_EQ(prints.size(), 9u);
+  EXPECT_EQ(EvalPlan(100, 4, 8).Fingerprint(), EvalPlan(100, 4, 8).Fingerprint());
+}
+
+TEST(EvalPlanTest, CompareFingerprintsNamesTheOddRanks) {
+  EXPECT_EQ(CompareFingerprints({5, 5, 5}), "");
+  EXPECT_EQ(CompareFingerprints({}), "");
+  const std::string m = CompareFingerprints({5, 5, 6, 5});
+  EXPECT_NE(m.find("plan fingerprint mismatch: 1 of 4 ranks"), std::string::npos) << m;
+  EXPECT_NE(m.find("ranks 2 ("), std::string::npos) << m;
+}
+
+TEST(EvalPlanTest, StepsForCountIsTheCeilingOfTheLargestShare) {
+  EXPECT_EQ(StepsForCount(0, 4), 0);
+  EXPECT_EQ(StepsForCount(1, 4), 1);
+  EXPECT_EQ(StepsForCount(8, 4), 2);
+  EXPECT_EQ(StepsForCount(9, 4), 3);
+}
+
+}  // namespace
+}  // namespace shardkit

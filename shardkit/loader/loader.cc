@@ -1,0 +1,629 @@
+#include "shardkit/loader/loader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "shardkit/sharding/shard_plan.h"
+#include "shardkit/sharding/whale.h"
+
+namespace shardkit {
+
+namespace {
+
+std::string Str(Index v) { return std::to_string(v); }
+
+// The remaining order of an epoch: head pieces, then the global order
+// positions [position, D) without `done`. Suffix lookups are incremental for
+// non-decreasing j (the way a consumer reads), O(1) amortised.
+class RemainingOrder {
+ public:
+  RemainingOrder(const std::vector<PieceRef>* head, Index position,
+                 const std::vector<Index>* done, Index num_documents)
+      : head_(head), position_(position), done_(done), num_documents_(num_documents) {}
+
+  [[nodiscard]] Index head_size() const { return static_cast<Index>(head_->size()); }
+  [[nodiscard]] Index size() const {
+    return head_size() + num_documents_ - position_ - static_cast<Index>(done_->size());
+  }
+  // The global order position of suffix entry j (0-based among the suffix).
+  Index SuffixPosition(Index j) {
+    if (j < last_j_) idx_ = 0;
+    last_j_ = j;
+    Index p = position_ + j + static_cast<Index>(idx_);
+    while (idx_ < done_->size() && (*done_)[idx_] <= p) {
+      ++idx_;
+      ++p;
+    }
+    return p;
+  }
+
+ private:
+  const std::vector<PieceRef>* head_;
+  Index position_;
+  const std::vector<Index>* done_;
+  Index num_documents_;
+  Index last_j_ = 0;
+  std::size_t idx_ = 0;
+};
+
+void CheckFingerprint(const LoaderState& a, const LoaderState& b, const char* what) {
+  if (a.num_documents != b.num_documents || a.seq_len != b.seq_len || a.shuffle != b.shuffle ||
+      a.seed != b.seed || a.shard_files != b.shard_files) {
+    ThrowInvalid("state", std::string(what) + " (num_documents " + Str(a.num_documents) +
+                              " vs " + Str(b.num_documents) + ", seq_len " + Str(a.seq_len) +
+                              " vs " + Str(b.seq_len) + ", shuffle/seed/shard_files must match)");
+  }
+}
+
+PieceRef Resolve(const PackItem& item, const std::vector<PieceRef>& head) {
+  if (item.item >= 0) return {item.item, item.start, item.length};
+  const PieceRef& ref = head[static_cast<std::size_t>(-item.item - 1)];
+  return {ref.document, ref.start + item.start, item.length};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// A consumer's list: entry k -> a head piece or a document.
+
+class TokenLoader::ConsumerList {
+ public:
+  ConsumerList(const TokenSource& source, const LoaderOptions& o, Index consumers,
+               Index consumer, const LoaderState& base)
+      : base_(base),
+        order_(source.num_documents(), o.seed, base.epoch),
+        remaining_(&base_.head, base_.position, &base_.done, source.num_documents()),
+        shuffle_(o.shuffle),
+        consumers_(consumers),
+        consumer_(consumer),
+        files_(o.shard_files) {
+    if (!files_) {
+      const Index s = remaining_.size();
+      size_ = s > consumer ? (s - consumer - 1) / consumers + 1 : 0;
+      return;
+    }
+    ShardPlan plan = WhalePlan(source.num_parts(), consumers, o.whale_unbalanced_io_slicing,
+                               o.whale_drop_last_files, o.seed, base.epoch);
+    Shard shard = plan.GetShard(consumer);
+    Index total = 0;
+    for (Index k = 0; k < shard.size(); ++k) {
+      const Index part = shard[k];
+      part_first_.push_back(source.PartBegin(part));
+      part_offset_.push_back(total);
+      total += source.PartBegin(part + 1) - source.PartBegin(part);
+    }
+    part_offset_.push_back(total);
+    size_ = total;
+    file_order_ = Permutation(total, o.seed ^ Mix64(static_cast<std::uint64_t>(consumer) + 1),
+                              base.epoch);
+  }
+
+  [[nodiscard]] Index size() const { return size_; }
+
+  // Entry k: sets *head_index (>= 0 for a head piece) or returns a document.
+  Index Entry(Index k, Index* head_index) {
+    *head_index = -1;
+    if (files_) {
+      const Index j = shuffle_ ? file_order_.Forward(k) : k;
+      auto it = std::upper_bound(part_offset_.begin(), part_offset_.end(), j) - 1;
+      const std::size_t f = static_cast<std::size_t>(it - part_offset_.begin());
+      return part_first_[f] + (j - part_offset_[f]);
+    }
+    const Index i = consumer_ + k * consumers_;
+    if (i < remaining_.head_size()) {
+      *head_index = i;
+      return -1;
+    }
+    const Index p = remaining_.SuffixPosition(i - remaining_.head_size());
+    return shuffle_ ? order_.Forward(p) : p;
+  }
+
+ private:
+  const LoaderState& base_;
+  Permutation order_;
+  RemainingOrder remaining_;
+  bool shuffle_;
+  Index consumers_, consumer_;
+  bool files_;
+  Index size_ = 0;
+  std::vector<Index> part_first_, part_offset_;
+  Permutation file_order_{0, 0, 0};
+};
+
+// ---------------------------------------------------------------------------
+// The sequential part: read entries, push them into the packer, pop packs.
+
+struct TokenLoader::Plan {
+  std::vector<std::vector<PackItem>> rows;  // resolved: item = document
+  std::uint64_t epoch = 0;
+  Index index = 0;
+};
+
+class TokenLoader::Planner {
+ public:
+  Planner(const TokenSource& source, const LoaderOptions& o, Index consumers, Index consumer,
+          LoaderState base, Index read, Index batches, std::optional<PackerState> packer)
+      : source_(source),
+        batch_size_(o.batch_size),
+        base_(std::move(base)),
+        list_(source, o, consumers, consumer, base_),
+        packer_(MakePacker(o, std::move(packer))),
+        read_(read),
+        batches_(batches) {
+    if (read_ < 0 || read_ > list_.size()) {
+      ThrowInvalid("state", "read = " + Str(read_) + " is outside [0, " + Str(list_.size()) +
+                                "] (this consumer's list)");
+    }
+  }
+
+  static PackOptions Options(const LoaderOptions& o) {
+    PackOptions p;
+    p.capacity = o.seq_len;
+    p.algorithm = o.algorithm;
+    p.oversize = o.oversize;
+    p.buffer = o.buffer;
+    return p;
+  }
+  static StreamingPacker MakePacker(const LoaderOptions& o, std::optional<PackerState> state) {
+    if (state) return StreamingPacker(Options(o), std::move(*state));
+    return StreamingPacker(Options(o));
+  }
+
+  // Plans the next batch; false at the end of the epoch.
+  bool Next(Plan* plan) {
+    while (packer_.pending() < batch_size_) {
+      if (read_ < list_.size()) {
+        Index head_index;
+        const Index doc = list_.Entry(read_++, &head_index);
+        if (head_index >= 0) {
+          packer_.Push(-(head_index + 1), base_.head[static_cast<std::size_t>(head_index)].length);
+        } else {
+          packer_.Push(doc, source_.DocumentLength(doc));
+        }
+      } else if (!finished_) {
+        packer_.Finish();
+        finished_ = true;
+      } else {
+        break;
+      }
+    }
+    if (packer_.pending() == 0) return false;
+    plan->rows.clear();
+    Pack pack;
+    while (static_cast<Index>(plan->rows.size()) < batch_size_ && packer_.Pop(&pack)) {
+      std::vector<PackItem> row = std::move(pack.pieces);
+      for (PackItem& piece : row) {
+        const PieceRef ref = Resolve(piece, base_.head);
+        piece.item = ref.document;
+        piece.start = ref.start;
+      }
+      plan->rows.push_back(std::move(row));
+    }
+    plan->epoch = base_.epoch;
+    plan->index = batches_++;
+    return true;
+  }
+
+  struct Snapshot {
+    Index read = 0, batches = 0;
+    PackerState packer;
+  };
+  [[nodiscard]] Snapshot Take() const { return {read_, batches_, packer_.State()}; }
+  [[nodiscard]] const LoaderState& base() const { return base_; }
+  [[nodiscard]] Index list_size() const { return list_.size(); }
+  [[nodiscard]] Index dropped() const { return packer_.State().dropped; }
+
+ private:
+  const TokenSource& source_;
+  Index batch_size_;
+  LoaderState base_;  // the plan part and fingerprint; list_ points into it
+  ConsumerList list_;
+  StreamingPacker packer_;
+  Index read_, batches_;
+  bool finished_ = false;
+};
+
+// ---------------------------------------------------------------------------
+
+TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOptions options,
+                         std::optional<LoaderState> resume)
+    : source_(std::move(source)), options_(std::move(options)) {
+  const LoaderOptions& o = options_;
+  CheckAtLeast("seq_len", o.seq_len, 1);
+  CheckAtLeast("batch_size", o.batch_size, 1);
+  CheckAtLeast("world_size", o.world_size, 1);
+  CheckAtLeast("num_workers", o.num_workers, 1);
+  CheckAtLeast("num_threads", o.num_threads, 0);
+  CheckAtLeast("prefetch", o.prefetch, 1);
+  if (o.num_threads > 256) ThrowInvalid("num_threads", "at most 256, got " + Str(o.num_threads));
+  if (o.rank < 0 || o.rank >= o.world_size) {
+    ThrowInvalid("rank", Str(o.rank) + " is outside [0, " + Str(o.world_size) + ")");
+  }
+  if (o.worker < 0 || o.worker >= o.num_workers) {
+    ThrowInvalid("worker", Str(o.worker) + " is outside [0, " + Str(o.num_workers) + ")");
+  }
+  if (o.oversize == Oversize::kError) {
+    ThrowInvalid("oversize", "'error' is not supported by the loader (a long document would "
+                             "stop the epoch half-way); use split or drop");
+  }
+  (void)CheckedMul("batch_size", o.batch_size, o.seq_len);
+  ValidatePackOptions(Planner::Options(o));
+  consumers_ = CheckedMul("num_workers", o.world_size, o.num_workers);
+  consumer_ = o.rank + o.worker * o.world_size;
+  collate_.seq_len = o.seq_len;
+  collate_.padding_side = o.padding_side;
+  collate_.pad_token_id = o.pad_token_id;
+  collate_.ignore_index = o.ignore_index;
+  if (o.shard_files) {
+    // Validates the Whale switches against the part count now.
+    (void)WhaleSlicing(source_->num_parts(), consumers_, o.whale_unbalanced_io_slicing,
+                       o.whale_drop_last_files);
+  }
+
+  LoaderState base;
+  base.epoch = o.epoch;
+  base.num_documents = source_->num_documents();
+  base.seq_len = o.seq_len;
+  base.shuffle = o.shuffle;
+  base.seed = o.seed;
+  base.shard_files = o.shard_files;
+  Index read = 0, batches = 0;
+  std::optional<PackerState> packer;
+  if (resume) {
+    const LoaderState& s = *resume;
+    CheckFingerprint(s, base, "was saved for another data set or configuration");
+    const Index d = base.num_documents;
+    if (s.position < 0 || s.position > d) {
+      ThrowInvalid("state", "position " + Str(s.position) + " is outside [0, " + Str(d) + "]");
+    }
+    for (std::size_t i = 0; i < s.done.size(); ++i) {
+      if (s.done[i] < s.position || s.done[i] >= d || (i > 0 && s.done[i] <= s.done[i - 1])) {
+        ThrowInvalid("state", "done must be increasing positions in [position, " + Str(d) +
+                                  "), got " + Str(s.done[i]) + " at " + Str(Index(i)));
+      }
+    }
+    for (const PieceRef& p : s.head) {
+      if (p.document < 0 || p.document >= d || p.start < 0 || p.length < 0 ||
+          p.length > o.seq_len || p.start + p.length > source_->DocumentLength(p.document)) {
+        ThrowInvalid("state", "head piece (document " + Str(p.document) + ", start " +
+                                  Str(p.start) + ", length " + Str(p.length) +
+                                  ") does not fit the data set or seq_len");
+      }
+    }
+    if (s.consumers != 0) {
+      if (s.consumers != consumers_ || s.consumer != consumer_) {
+        ThrowInvalid("state", "was saved by consumer " + Str(s.consumer) + " of " +
+                                  Str(s.consumers) + "; this loader is consumer " +
+                                  Str(consumer_) + " of " + Str(consumers_) +
+                                  " (merge the states of all consumers to change the world "
+                                  "size or worker count)");
+      }
+      // Every piece must lie inside its document and every pack inside a row:
+      // collation copies without checks.
+      auto check_piece = [&](const PackItem& p, const char* where) {
+        const Index h = static_cast<Index>(s.head.size());
+        bool ok = p.item >= -h && p.item < d && p.start >= 0 && p.length >= 0 &&
+                  p.length <= o.seq_len;
+        if (ok) {
+          const PieceRef ref = Resolve(p, s.head);
+          ok = ref.start + ref.length <= source_->DocumentLength(ref.document);
+        }
+        if (!ok) {
+          ThrowInvalid("state", std::string(where) + " item " + Str(p.item) + " (start " +
+                                    Str(p.start) + ", length " + Str(p.length) +
+                                    ") is not a piece of a document of this data set");
+        }
+      };
+      for (const Pack& pack : s.packer.pending) {
+        Index tokens = 0;
+        for (const PackItem& p : pack.pieces) {
+          check_piece(p, "packed");
+          tokens += p.length;
+        }
+        if (tokens > o.seq_len) {
+          ThrowInvalid("state", "a packed row holds " + Str(tokens) + " tokens, more than seq_len " +
+                                    Str(o.seq_len));
+        }
+      }
+      for (const PackItem& p : s.packer.buffered) check_piece(p, "buffered");
+      read = s.read;
+      batches = s.batches;
+      packer = s.packer;
+    } else if (s.shard_files) {
+      ThrowInvalid("state", "a merged state cannot come from file sharding");
+    }
+    base.epoch = s.epoch;
+    base.head = s.head;
+    base.position = s.position;
+    base.done = s.done;
+  }
+  planner_ = std::make_unique<Planner>(*source_, o, consumers_, consumer_, std::move(base), read,
+                                       batches, std::move(packer));
+  auto snapshot = planner_->Take();
+  auto state = std::make_shared<LoaderState>(planner_->base());
+  state->consumers = consumers_;
+  state->consumer = consumer_;
+  state->read = snapshot.read;
+  state->batches = snapshot.batches;
+  state->packer = std::move(snapshot.packer);
+  state_ = std::move(state);
+}
+
+TokenLoader::~TokenLoader() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  consumed_.notify_all();
+  produced_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+Index TokenLoader::ListSize() const {
+  std::lock_guard lock(mu_);
+  return planner_->list_size();
+}
+
+Index TokenLoader::dropped() const { return State().packer.dropped; }
+
+LoaderState TokenLoader::State() const {
+  std::lock_guard lock(mu_);
+  return *state_;
+}
+
+std::shared_ptr<Batch> TokenLoader::AcquireBatch() {
+  for (auto& b : pool_) {
+    if (b.use_count() == 1) return b;
+  }
+  auto b = std::make_shared<Batch>();
+  const std::size_t n = static_cast<std::size_t>(options_.batch_size * options_.seq_len);
+  b->batch_size = options_.batch_size;
+  b->seq_len = options_.seq_len;
+  b->input_ids.resize(n);
+  b->labels.resize(n);
+  b->position_ids.resize(n);
+  b->document_ids.resize(n);
+  pool_.push_back(b);
+  return b;
+}
+
+void TokenLoader::Collate(const Plan& plan, Batch* batch) const {
+  const Index L = options_.seq_len;
+  batch->epoch = plan.epoch;
+  batch->index = plan.index;
+  batch->documents.clear();
+  batch->starts.clear();
+  batch->lengths.clear();
+  batch->rows.clear();
+  batch->tokens = 0;
+  std::vector<std::span<const PackItem>> rows(static_cast<std::size_t>(options_.batch_size));
+  for (Index b = 0; b < options_.batch_size; ++b) {
+    std::span<const PackItem> pieces;
+    if (b < static_cast<Index>(plan.rows.size())) pieces = plan.rows[static_cast<std::size_t>(b)];
+    rows[static_cast<std::size_t>(b)] = pieces;
+    const Index offset = b * L;
+    // The row layout of packing_metadata.h (FillRowMetadata), written with
+    // one pass per piece: the per-token loop there is the hot spot here.
+    std::int64_t* ids = batch->input_ids.data() + offset;
+    std::int64_t* labels = batch->labels.data() + offset;
+    std::int64_t* positions = batch->position_ids.data() + offset;
+    std::int32_t* segments = batch->document_ids.data() + offset;
+    Index t = RowStart(pieces, collate_);
+    const Index used = RowTokens(pieces);
+    for (auto [lo, hi] : {std::pair<Index, Index>{0, t}, {t + used, L}}) {
+      std::fill(ids + lo, ids + hi, collate_.pad_token_id);
+      std::fill(labels + lo, labels + hi, collate_.ignore_index);
+      std::fill(positions + lo, positions + hi, std::int64_t{0});
+      std::fill(segments + lo, segments + hi, std::int32_t{-1});
+    }
+    std::int32_t segment = 0;
+    for (const PackItem& p : pieces) {
+      if (p.length > 0) {
+        source_->Copy(p.item, p.start, p.length, ids + t);
+        std::memcpy(labels + t, ids + t, static_cast<std::size_t>(p.length) * 8);
+        labels[t] = collate_.ignore_index;
+        for (Index k = 0; k < p.length; ++k) positions[t + k] = k;
+        std::fill(segments + t, segments + t + p.length, segment++);
+      }
+      t += p.length;
+      batch->documents.push_back(p.item);
+      batch->starts.push_back(p.start);
+      batch->lengths.push_back(p.length);
+      batch->rows.push_back(static_cast<std::int32_t>(b));
+    }
+    batch->tokens += used;
+  }
+  batch->max_seqlen = BatchCuSeqlens(rows, collate_, &batch->cu_seqlens);
+}
+
+void TokenLoader::StartThreads() {
+  started_ = true;
+  for (Index i = 0; i < options_.num_threads; ++i) {
+    threads_.emplace_back([this] { ProducerLoop(); });
+  }
+}
+
+void TokenLoader::ProducerLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    consumed_.wait(lock, [this] {
+      return stop_ || planned_all_ || next_plan_ - next_out_ < options_.prefetch;
+    });
+    if (stop_ || planned_all_) return;
+    Plan plan;
+    bool more = false;
+    try {
+      more = planner_->Next(&plan);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+    if (!more) {
+      planned_all_ = true;
+      produced_.notify_all();
+      consumed_.notify_all();
+      return;
+    }
+    const Index seq = next_plan_++;
+    auto snap = planner_->Take();
+    auto state = std::make_shared<LoaderState>();
+    state->read = snap.read;
+    state->batches = snap.batches;
+    state->packer = std::move(snap.packer);
+    std::shared_ptr<Batch> batch = AcquireBatch();
+    lock.unlock();
+    Collate(plan, batch.get());
+    lock.lock();
+    ready_[seq] = {std::move(batch), std::move(state)};
+    produced_.notify_all();
+  }
+}
+
+std::shared_ptr<const Batch> TokenLoader::Next() {
+  std::unique_lock lock(mu_);
+  auto publish = [&](const LoaderState& partial) {
+    auto state = std::make_shared<LoaderState>(planner_->base());
+    state->consumers = consumers_;
+    state->consumer = consumer_;
+    state->read = partial.read;
+    state->batches = partial.batches;
+    state->packer = partial.packer;
+    state_ = std::move(state);
+  };
+  if (options_.num_threads == 0) {
+    Plan plan;
+    if (!planner_->Next(&plan)) return nullptr;
+    auto snap = planner_->Take();
+    LoaderState partial;
+    partial.read = snap.read;
+    partial.batches = snap.batches;
+    partial.packer = std::move(snap.packer);
+    std::shared_ptr<Batch> batch = AcquireBatch();
+    Collate(plan, batch.get());
+    publish(partial);
+    return batch;
+  }
+  if (!started_) StartThreads();
+  produced_.wait(lock, [this] {
+    return ready_.count(next_out_) > 0 || error_ != nullptr ||
+           (planned_all_ && next_out_ == next_plan_);
+  });
+  auto it = ready_.find(next_out_);
+  if (it == ready_.end()) {
+    if (error_) std::rethrow_exception(error_);
+    return nullptr;
+  }
+  Ready r = std::move(it->second);
+  ready_.erase(it);
+  ++next_out_;
+  publish(*r.state);
+  consumed_.notify_all();
+  return r.batch;
+}
+
+// ---------------------------------------------------------------------------
+
+LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
+  if (states.empty()) ThrowInvalid("state", "no states to merge");
+  const LoaderState& first = states[0];
+  if (first.consumers == 0) {
+    if (states.size() == 1) return first;
+    ThrowInvalid("state", "a merged state cannot be merged with others");
+  }
+  if (first.shard_files) {
+    ThrowInvalid("state", "states of a file-sharded loader cannot be merged (a file belongs "
+                          "to one consumer; resume on the same world size instead)");
+  }
+  const Index C = first.consumers;
+  if (static_cast<Index>(states.size()) != C) {
+    ThrowInvalid("state", "got " + Str(static_cast<Index>(states.size())) +
+                              " states but they were saved by " + Str(C) +
+                              " consumers; pass one state per consumer");
+  }
+  std::vector<const LoaderState*> by(static_cast<std::size_t>(C), nullptr);
+  for (const LoaderState& s : states) {
+    CheckFingerprint(s, first, "states come from different configurations");
+    if (s.consumers != C || s.epoch != first.epoch || s.position != first.position ||
+        s.head != first.head || s.done != first.done) {
+      ThrowInvalid("state", "states come from different epochs or plans (epoch " +
+                                Str(static_cast<Index>(s.epoch)) + " vs " +
+                                Str(static_cast<Index>(first.epoch)) + ")");
+    }
+    if (s.consumer < 0 || s.consumer >= C || by[static_cast<std::size_t>(s.consumer)]) {
+      ThrowInvalid("state", "consumer " + Str(s.consumer) + " is repeated or outside [0, " +
+                                Str(C) + ")");
+    }
+    by[static_cast<std::size_t>(s.consumer)] = &s;
+  }
+  const Index D = first.num_documents;
+  RemainingOrder order(&first.head, first.position, &first.done, D);
+  const Index S = order.size();
+  const Index H = order.head_size();
+  // Every entry before q was read by its consumer (round robin).
+  Index q = S;
+  for (Index c = 0; c < C; ++c) {
+    const LoaderState& s = *by[static_cast<std::size_t>(c)];
+    const Index list_size = S > c ? (S - c - 1) / C + 1 : 0;
+    if (s.read < 0 || s.read > list_size) {
+      ThrowInvalid("state", "consumer " + Str(c) + " read " + Str(s.read) +
+                                " entries, its list holds " + Str(list_size));
+    }
+    q = std::min(q, s.read == list_size ? S : c + s.read * C);
+  }
+  // Entries at or after q that some consumer read.
+  std::vector<Index> read_after;
+  for (Index c = 0; c < C; ++c) {
+    const LoaderState& s = *by[static_cast<std::size_t>(c)];
+    Index k = q > c ? (q - c + C - 1) / C : 0;
+    for (; k < s.read; ++k) read_after.push_back(c + k * C);
+  }
+  std::sort(read_after.begin(), read_after.end());
+
+  LoaderState merged;
+  merged.epoch = first.epoch;
+  merged.num_documents = D;
+  merged.seq_len = first.seq_len;
+  merged.shuffle = first.shuffle;
+  merged.seed = first.seed;
+  merged.shard_files = false;
+  // Pieces read but not delivered: the packers' closed packs, then buffers.
+  auto check = [&](const PackItem& p) {
+    if (p.item < -H || p.item >= D) {
+      ThrowInvalid("state", "consumer item " + Str(p.item) + " is not a document or head piece");
+    }
+  };
+  for (Index c = 0; c < C; ++c) {
+    const LoaderState& s = *by[static_cast<std::size_t>(c)];
+    for (const Pack& pack : s.packer.pending) {
+      for (const PackItem& p : pack.pieces) check(p);
+    }
+    for (const PackItem& p : s.packer.buffered) check(p);
+    for (const Pack& pack : s.packer.pending) {
+      for (const PackItem& p : pack.pieces) merged.head.push_back(Resolve(p, first.head));
+    }
+    for (const PackItem& p : s.packer.buffered) merged.head.push_back(Resolve(p, first.head));
+  }
+  // Head entries nobody read.
+  for (Index i = q; i < H; ++i) {
+    if (!std::binary_search(read_after.begin(), read_after.end(), i)) {
+      merged.head.push_back(first.head[static_cast<std::size_t>(i)]);
+    }
+  }
+  const Index s0 = std::max(q, H);
+  if (s0 >= S) {
+    merged.position = D;
+    return merged;
+  }
+  merged.position = order.SuffixPosition(s0 - H);
+  for (Index p : first.done) {
+    if (p >= merged.position) merged.done.push_back(p);
+  }
+  for (Index i : read_after) {
+    if (i >= s0) merged.done.push_back(order.SuffixPosition(i - H));
+  }
+  std::sort(merged.done.begin(), merged.done.end());
+  return merged;
+}
+
+}  // namespace shardkit

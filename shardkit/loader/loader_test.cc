@@ -1,0 +1,502 @@
+#include "shardkit/loader/loader.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "shardkit/loader/npy.h"
+
+namespace shardkit {
+namespace {
+
+// A data set in memory: the test's own copy of every document is the oracle.
+struct Data {
+  std::vector<std::int32_t> tokens;
+  std::vector<std::int64_t> offsets = {0};
+  std::shared_ptr<const TokenSource> source;
+
+  Index length(Index d) const { return offsets[d + 1] - offsets[d]; }
+};
+
+Data MakeData(std::mt19937_64& rng, Index docs, Index max_len) {
+  Data data;
+  for (Index d = 0; d < docs; ++d) {
+    Index len = static_cast<Index>(rng() % static_cast<std::uint64_t>(max_len + 1));
+    if (rng() % 10 == 0) len = 0;
+    for (Index k = 0; k < len; ++k) data.tokens.push_back(static_cast<std::int32_t>(d * 7919 + k));
+    data.offsets.push_back(static_cast<std::int64_t>(data.tokens.size()));
+  }
+  data.source =
+      TokenSource::FromMemory(data.tokens.data(), TokenDType::kInt32,
+                              static_cast<Index>(data.tokens.size()), data.offsets.data(),
+                              static_cast<Index>(data.offsets.size()));
+  return data;
+}
+
+using PieceKey = std::tuple<Index, Index, Index>;  // document, start, length
+
+// Checks a batch against a reference collation written here from the batch's
+// own piece list and the oracle tokens; returns its pieces.
+std::vector<PieceKey> CheckBatch(const Batch& b, const Data& data, const LoaderOptions& o) {
+  const Index L = o.seq_len;
+  EXPECT_EQ(b.batch_size, o.batch_size);
+  EXPECT_EQ(b.seq_len, L);
+  std::vector<PieceKey> pieces;
+  std::vector<std::int32_t> cu = {0};
+  std::size_t k = 0;
+  Index real = 0;
+  for (Index row = 0; row < o.batch_size; ++row) {
+    std::vector<std::int64_t> ids(L, o.pad_token_id), labels(L, -100), pos(L, 0);
+    std::vector<std::int32_t> seg(L, -1);
+    Index t = 0;
+    std::int32_t s = 0;
+    for (; k < b.documents.size() && b.rows[k] == row; ++k) {
+      const Index d = b.documents[k], start = b.starts[k], len = b.lengths[k];
+      pieces.emplace_back(d, start, len);
+      EXPECT_LE(start + len, data.length(d));
+      EXPECT_LE(len, L);
+      for (Index i = 0; i < len; ++i) {
+        ids[t + i] = data.tokens[data.offsets[d] + start + i];
+        labels[t + i] = i == 0 ? -100 : ids[t + i];
+        pos[t + i] = i;
+        seg[t + i] = s;
+      }
+      if (len > 0) {
+        ++s;
+        cu.push_back(cu.back() + static_cast<std::int32_t>(len));
+      }
+      t += len;
+    }
+    EXPECT_LE(t, L);
+    if (t < L) cu.push_back(cu.back() + static_cast<std::int32_t>(L - t));
+    real += t;
+    for (Index i = 0; i < L; ++i) {
+      const std::size_t at = static_cast<std::size_t>(row * L + i);
+      EXPECT_EQ(b.input_ids[at], ids[i]) << "row " << row << " t " << i;
+      EXPECT_EQ(b.labels[at], labels[i]);
+      EXPECT_EQ(b.position_ids[at], pos[i]);
+      EXPECT_EQ(b.document_ids[at], seg[i]);
+    }
+  }
+  EXPECT_EQ(k, b.documents.size()) << "pieces must be listed in row order";
+  EXPECT_EQ(b.cu_seqlens, cu);
+  EXPECT_EQ(b.tokens, real);
+  return pieces;
+}
+
+// Every document delivered exactly once: its pieces tile [0, length).
+void ExpectExactlyOnce(std::vector<PieceKey> pieces, const Data& data, Index docs,
+                       const std::string& where) {
+  std::sort(pieces.begin(), pieces.end());
+  std::size_t i = 0;
+  for (Index d = 0; d < docs; ++d) {
+    Index covered = 0;
+    bool any = false;
+    for (; i < pieces.size() && std::get<0>(pieces[i]) == d; ++i) {
+      ASSERT_EQ(std::get<1>(pieces[i]), covered) << where << ": document " << d;
+      covered += std::get<2>(pieces[i]);
+      any = true;
+    }
+    ASSERT_TRUE(any) << where << ": document " << d << " never delivered";
+    ASSERT_EQ(covered, data.length(d)) << where << ": document " << d;
+  }
+  ASSERT_EQ(i, pieces.size()) << where << ": unknown documents delivered";
+}
+
+std::vector<std::shared_ptr<const Batch>> Drain(TokenLoader& loader, Index max = -1) {
+  std::vector<std::shared_ptr<const Batch>> out;
+  while (max < 0 || static_cast<Index>(out.size()) < max) {
+    auto b = loader.Next();
+    if (!b) break;
+    out.push_back(b);
+  }
+  return out;
+}
+
+void ExpectSameBatch(const Batch& a, const Batch& b) {
+  EXPECT_EQ(a.index, b.index);
+  EXPECT_EQ(a.input_ids, b.input_ids);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_EQ(a.position_ids, b.position_ids);
+  EXPECT_EQ(a.document_ids, b.document_ids);
+  EXPECT_EQ(a.cu_seqlens, b.cu_seqlens);
+  EXPECT_EQ(a.documents, b.documents);
+  EXPECT_EQ(a.starts, b.starts);
+}
+
+LoaderOptions RandomOptions(std::mt19937_64& rng) {
+  LoaderOptions o;
+  o.seq_len = 8 + static_cast<Index>(rng() % 60);
+  o.batch_size = 1 + static_cast<Index>(rng() % 4);
+  o.world_size = 1 + static_cast<Index>(rng() % 5);
+  o.num_workers = 1 + static_cast<Index>(rng() % 3);
+  o.shuffle = rng() % 4 != 0;
+  o.seed = rng();
+  o.epoch = rng() % 3;
+  const PackAlgorithm algorithms[] = {PackAlgorithm::kNextFit, PackAlgorithm::kFirstFitDecreasing,
+                                      PackAlgorithm::kBestFitDecreasing, PackAlgorithm::kBalanced};
+  o.algorithm = algorithms[rng() % 4];
+  o.buffer = 1 + static_cast<Index>(rng() % 20);
+  o.num_threads = static_cast<Index>(rng() % 3);
+  o.prefetch = 1 + static_cast<Index>(rng() % 3);
+  return o;
+}
+
+TEST(LoaderTest, EveryDocumentOnceAcrossRanksAndWorkers) {
+  std::mt19937_64 rng(1);
+  for (int trial = 0; trial < 60; ++trial) {
+    const Index docs = trial == 0 ? 0 : trial == 1 ? 1 : static_cast<Index>(rng() % 200);
+    LoaderOptions o = RandomOptions(rng);
+    Data data = MakeData(rng, docs, 3 * o.seq_len);
+    std::vector<PieceKey> all;
+    for (Index r = 0; r < o.world_size; ++r) {
+      for (Index w = 0; w < o.num_workers; ++w) {
+        LoaderOptions c = o;
+        c.rank = r;
+        c.worker = w;
+        TokenLoader loader(data.source, c);
+        for (auto& b : Drain(loader)) {
+          auto p = CheckBatch(*b, data, c);
+          all.insert(all.end(), p.begin(), p.end());
+        }
+        EXPECT_EQ(loader.Next(), nullptr) << "an epoch ends and stays ended";
+      }
+    }
+    ExpectExactlyOnce(all, data, docs, "trial " + std::to_string(trial));
+  }
+}
+
+TEST(LoaderTest, ShuffleIsOneGlobalOrderPerSeedAndEpoch) {
+  std::mt19937_64 rng(2);
+  Data data = MakeData(rng, 50, 4);
+  LoaderOptions o;
+  o.seq_len = 4;  // a document (<= 4 tokens) fills at most one row
+  o.batch_size = 1;
+  o.algorithm = PackAlgorithm::kNextFit;
+  o.buffer = 1;
+  auto first_docs = [&](std::uint64_t epoch) {
+    LoaderOptions c = o;
+    c.epoch = epoch;
+    TokenLoader loader(data.source, c);
+    std::vector<Index> docs;
+    for (auto& b : Drain(loader)) docs.insert(docs.end(), b->documents.begin(), b->documents.end());
+    return docs;
+  };
+  EXPECT_EQ(first_docs(0), first_docs(0));
+  EXPECT_NE(first_docs(0), first_docs(1));
+  o.shuffle = false;
+  std::vector<Index> sequential;
+  TokenLoader loader(data.source, o);
+  for (auto& b : Drain(loader)) {
+    sequential.insert(sequential.end(), b->documents.begin(), b->documents.end());
+  }
+  std::vector<Index> expected(50);
+  for (Index i = 0; i < 50; ++i) expected[i] = i;
+  EXPECT_EQ(sequential, expected);
+}
+
+TEST(LoaderTest, IdenticalForAnyThreadCountAndQueueDepth) {
+  std::mt19937_64 rng(3);
+  Data data = MakeData(rng, 300, 100);
+  LoaderOptions o;
+  o.seq_len = 64;
+  o.batch_size = 3;
+  o.world_size = 2;
+  o.rank = 1;
+  o.buffer = 16;
+  o.num_threads = 0;
+  TokenLoader reference_loader(data.source, o);
+  auto reference = Drain(reference_loader);
+  ASSERT_GT(reference.size(), 10u);
+  for (Index threads : {1, 2, 4, 8}) {
+    for (Index depth : {1, 2, 7}) {
+      LoaderOptions c = o;
+      c.num_threads = threads;
+      c.prefetch = depth;
+      TokenLoader loader(data.source, c);
+      for (std::size_t i = 0; i < reference.size(); ++i) {
+        auto b = loader.Next();
+        ASSERT_NE(b, nullptr);
+        ExpectSameBatch(*b, *reference[i]);
+      }
+      EXPECT_EQ(loader.Next(), nullptr);
+    }
+  }
+}
+
+TEST(LoaderTest, ResumeAtRandomPointsEqualsTheUninterruptedRun) {
+  std::mt19937_64 rng(4);
+  for (int trial = 0; trial < 25; ++trial) {
+    LoaderOptions o = RandomOptions(rng);
+    o.rank = static_cast<Index>(rng() % static_cast<std::uint64_t>(o.world_size));
+    Data data = MakeData(rng, static_cast<Index>(rng() % 300), 2 * o.seq_len);
+    TokenLoader full_loader(data.source, o);
+    auto full = Drain(full_loader);
+    for (int cut = 0; cut < 4; ++cut) {
+      const Index at = full.empty() ? 0 : static_cast<Index>(rng() % (full.size() + 1));
+      LoaderOptions first = o;
+      first.num_threads = static_cast<Index>(rng() % 3);
+      LoaderState state;
+      {
+        TokenLoader loader(data.source, first);
+        auto head = Drain(loader, at);
+        ASSERT_EQ(static_cast<Index>(head.size()), at);
+        state = loader.State();
+      }  // the loader (and its prefetched batches) is gone
+      LoaderOptions second = o;
+      second.num_threads = static_cast<Index>(rng() % 3);
+      TokenLoader resumed(data.source, second, state);
+      auto rest = Drain(resumed);
+      ASSERT_EQ(rest.size(), full.size() - static_cast<std::size_t>(at)) << "trial " << trial;
+      for (std::size_t i = 0; i < rest.size(); ++i) ExpectSameBatch(*rest[i], *full[at + i]);
+    }
+  }
+}
+
+// Runs `consumers` loaders from `state` (merged or fresh when null); each
+// delivers a random number of batches (all of them when `finish`). Returns
+// their states and adds the delivered pieces to *delivered.
+std::vector<LoaderState> RunSome(const Data& data, const LoaderOptions& o,
+                                 const std::optional<LoaderState>& state, std::mt19937_64& rng,
+                                 bool finish, std::vector<PieceKey>* delivered) {
+  std::vector<LoaderState> states;
+  for (Index r = 0; r < o.world_size; ++r) {
+    for (Index w = 0; w < o.num_workers; ++w) {
+      LoaderOptions c = o;
+      c.rank = r;
+      c.worker = w;
+      TokenLoader loader(data.source, c, state);
+      const Index take = finish ? -1 : static_cast<Index>(rng() % 6);
+      for (auto& b : Drain(loader, take)) {
+        auto p = CheckBatch(*b, data, c);
+        delivered->insert(delivered->end(), p.begin(), p.end());
+      }
+      states.push_back(loader.State());
+    }
+  }
+  return states;
+}
+
+TEST(LoaderTest, ElasticResumeFourRanksToThreeDeliversTheRestExactlyOnce) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    LoaderOptions o = RandomOptions(rng);
+    o.world_size = 4;
+    o.num_workers = 1;
+    Data data = MakeData(rng, static_cast<Index>(rng() % 400), 2 * o.seq_len);
+    std::vector<PieceKey> delivered;
+    auto states = RunSome(data, o, std::nullopt, rng, false, &delivered);
+    LoaderState merged = MergeLoaderStates(states);
+    EXPECT_EQ(merged.consumers, 0);
+    o.world_size = 3;
+    (void)RunSome(data, o, merged, rng, true, &delivered);
+    ExpectExactlyOnce(delivered, data, data.source->num_documents(),
+                      "trial " + std::to_string(trial));
+  }
+}
+
+TEST(LoaderTest, ChainedElasticResumesOverRanksAndWorkersStayExactlyOnce) {
+  std::mt19937_64 rng(6);
+  for (int trial = 0; trial < 30; ++trial) {
+    LoaderOptions o = RandomOptions(rng);
+    Data data = MakeData(rng, static_cast<Index>(rng() % 500), 2 * o.seq_len);
+    std::vector<PieceKey> delivered;
+    std::optional<LoaderState> state;
+    for (int hop = 0; hop < 4; ++hop) {
+      o.world_size = 1 + static_cast<Index>(rng() % 5);
+      o.num_workers = 1 + static_cast<Index>(rng() % 3);
+      auto states = RunSome(data, o, state, rng, hop == 3, &delivered);
+      state = MergeLoaderStates(states);
+    }
+    EXPECT_EQ(state->head.size(), 0u);
+    EXPECT_EQ(state->position, data.source->num_documents());
+    ExpectExactlyOnce(delivered, data, data.source->num_documents(),
+                      "trial " + std::to_string(trial));
+  }
+}
+
+TEST(LoaderTest, LastBatchIsPaddedNeverDropped) {
+  std::mt19937_64 rng(7);
+  Data data = MakeData(rng, 5, 3);
+  LoaderOptions o;
+  o.seq_len = 100;
+  o.batch_size = 4;
+  o.shuffle = false;
+  TokenLoader loader(data.source, o);
+  auto batches = Drain(loader);
+  ASSERT_EQ(batches.size(), 1u);  // 5 tiny documents fit one row
+  const Batch& b = *batches[0];
+  EXPECT_EQ(b.input_ids.size(), 400u);
+  std::set<Index> rows(b.rows.begin(), b.rows.end());
+  EXPECT_EQ(rows, std::set<Index>{0});
+  for (std::size_t i = 100; i < 400; ++i) {
+    ASSERT_EQ(b.labels[i], -100);
+    ASSERT_EQ(b.document_ids[i], -1);
+  }
+  EXPECT_EQ(b.cu_seqlens.back(), 400);
+}
+
+TEST(LoaderTest, OversizeDropCountsTheDroppedDocuments) {
+  std::vector<std::int32_t> tokens(30, 1);
+  std::vector<std::int64_t> offsets = {0, 5, 25, 30};
+  auto source = TokenSource::FromMemory(tokens.data(), TokenDType::kInt32, 30, offsets.data(), 4);
+  LoaderOptions o;
+  o.seq_len = 10;
+  o.batch_size = 2;
+  o.oversize = Oversize::kDrop;
+  TokenLoader loader(source, o);
+  std::set<Index> seen;
+  for (auto& b : Drain(loader)) seen.insert(b->documents.begin(), b->documents.end());
+  EXPECT_EQ(seen, (std::set<Index>{0, 2}));
+  EXPECT_EQ(loader.dropped(), 1);
+}
+
+TEST(LoaderTest, FileShardingFollowsWhalePolicies) {
+  // 6 files (parts) of 4 documents each.
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("shardkit_loader_files_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Index docs = 0;
+  for (int part = 0; part < 6; ++part) {
+    std::vector<std::int32_t> t(100);
+    for (int i = 0; i < 100; ++i) t[i] = part * 100 + i;
+    std::vector<std::int64_t> off = {0, 10, 35, 60, 100};
+    docs += 4;
+    auto write = [](const fs::path& p, const std::string& descr, const void* data, std::size_t n,
+                    Index count) {
+      std::string bytes = NpyHeaderBytes(descr, count);
+      bytes.append(static_cast<const char*>(data), n);
+      std::ofstream(p, std::ios::binary) << bytes;
+    };
+    const std::string stem = "shard-" + std::to_string(part);
+    write(dir / (stem + ".tokens.npy"), "<i4", t.data(), 400, 100);
+    write(dir / (stem + ".offsets.npy"), "<i8", off.data(), 40, 5);
+  }
+  auto source = TokenSource::OpenDirectory(dir.string());
+  ASSERT_EQ(source->num_parts(), 6);
+  auto run = [&](Index world, bool unbalanced, bool drop) {
+    std::vector<std::multiset<Index>> per_rank(static_cast<std::size_t>(world));
+    for (Index r = 0; r < world; ++r) {
+      LoaderOptions o;
+      o.seq_len = 50;
+      o.batch_size = 2;
+      o.world_size = world;
+      o.rank = r;
+      o.shard_files = true;
+      o.whale_unbalanced_io_slicing = unbalanced;
+      o.whale_drop_last_files = drop;
+      TokenLoader loader(source, o);
+      for (auto& b : Drain(loader)) {
+        for (std::size_t k = 0; k < b->documents.size(); ++k) {
+          if (b->starts[k] == 0) per_rank[static_cast<std::size_t>(r)].insert(b->documents[k]);
+        }
+      }
+    }
+    return per_rank;
+  };
+  // 6 files over 3 ranks: an even split, every document once, whole files.
+  auto even = run(3, false, false);
+  std::multiset<Index> all;
+  for (auto& s : even) {
+    EXPECT_EQ(s.size(), 8u);
+    std::set<Index> files;
+    for (Index d : s) files.insert(d / 4);
+    EXPECT_EQ(files.size(), 2u);
+    all.insert(s.begin(), s.end());
+  }
+  EXPECT_EQ(all.size(), static_cast<std::size_t>(docs));
+  EXPECT_EQ(std::set<Index>(all.begin(), all.end()).size(), static_cast<std::size_t>(docs));
+  // 6 files over 4 ranks, Whale's default: every rank reads every file.
+  for (auto& s : run(4, false, false)) EXPECT_EQ(s.size(), static_cast<std::size_t>(docs));
+  // Unbalanced: 2, 2, 1, 1 files.
+  std::vector<std::size_t> sizes;
+  for (auto& s : run(4, true, false)) sizes.push_back(s.size());
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{8, 8, 4, 4}));
+  // Drop last files: 1 file each, 2 files unread.
+  for (auto& s : run(4, false, true)) EXPECT_EQ(s.size(), 4u);
+  fs::remove_all(dir);
+}
+
+TEST(LoaderTest, RefusesStatesOfAnotherConsumerOrConfiguration) {
+  std::mt19937_64 rng(9);
+  Data data = MakeData(rng, 100, 20);
+  LoaderOptions o;
+  o.seq_len = 32;
+  o.batch_size = 2;
+  o.world_size = 2;
+  TokenLoader loader(data.source, o);
+  (void)loader.Next();
+  LoaderState s = loader.State();
+  auto error = [&](LoaderOptions c, const LoaderState& st) -> std::string {
+    try {
+      TokenLoader l(data.source, c, st);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  LoaderOptions other_rank = o;
+  other_rank.rank = 1;
+  EXPECT_NE(error(other_rank, s).find("state: was saved by consumer 0 of 2"), std::string::npos);
+  LoaderOptions other_len = o;
+  other_len.seq_len = 16;
+  EXPECT_NE(error(other_len, s).find("state: was saved for another"), std::string::npos);
+  LoaderState bad = s;
+  bad.read = 1000000;
+  EXPECT_NE(error(o, bad).find("state: read"), std::string::npos);
+  // A corrupted state is refused, never read out of bounds.
+  LoaderState corrupt = s;
+  corrupt.packer.buffered.push_back(PackItem{5, 10000, 0, 0});
+  EXPECT_NE(error(o, corrupt).find("state: buffered item 5"), std::string::npos);
+  corrupt = s;
+  corrupt.packer.pending.push_back(Pack{{PackItem{-7, 3, 0, 0}}, 3, 0});
+  EXPECT_NE(error(o, corrupt).find("state: packed item -7"), std::string::npos);
+  corrupt = s;
+  corrupt.done = {50, 40};
+  EXPECT_NE(error(o, corrupt).find("state: done must be increasing"), std::string::npos);
+  EXPECT_THROW((void)MergeLoaderStates(std::vector<LoaderState>{s}), std::invalid_argument);
+  EXPECT_THROW((void)MergeLoaderStates(std::vector<LoaderState>{s, s}), std::invalid_argument);
+}
+
+TEST(LoaderTest, InvalidOptionsNameTheParameter) {
+  std::mt19937_64 rng(10);
+  Data data = MakeData(rng, 10, 5);
+  auto error = [&](auto mutate) -> std::string {
+    LoaderOptions o;
+    o.seq_len = 8;
+    o.batch_size = 2;
+    mutate(o);
+    try {
+      TokenLoader l(data.source, o);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(error([](LoaderOptions& o) { o.seq_len = 0; }).rfind("seq_len: ", 0), 0u);
+  EXPECT_EQ(error([](LoaderOptions& o) { o.batch_size = -1; }).rfind("batch_size: ", 0), 0u);
+  EXPECT_EQ(error([](LoaderOptions& o) { o.rank = 3; }).rfind("rank: 3 is outside", 0), 0u);
+  EXPECT_EQ(error([](LoaderOptions& o) { o.prefetch = 0; }).rfind("prefetch: ", 0), 0u);
+  EXPECT_EQ(error([](LoaderOptions& o) { o.buffer = 0; }).rfind("buffer: ", 0), 0u);
+  EXPECT_EQ(error([](LoaderOptions& o) { o.oversize = Oversize::kError; }).rfind("oversize: ", 0),
+            0u);
+  EXPECT_EQ(error([](LoaderOptions& o) {
+              o.seq_len = Index{1} << 40;
+              o.batch_size = Index{1} << 40;
+            }).rfind("batch_size: ", 0),
+            0u);
+}
+
+}  // namespace
+}  // namespace shardkit

@@ -1,0 +1,126 @@
+#include "shardkit/loader/npy.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace shardkit {
+namespace {
+
+// A header as NumPy 1.x/2.x writes it, built by hand (not by NpyHeaderBytes,
+// which is under test too).
+std::string Handmade(int major, const std::string& dict, std::size_t data_bytes) {
+  std::string text = dict;
+  const std::size_t prefix = major == 1 ? 10 : 12;
+  while ((prefix + text.size() + 1) % 64 != 0) text += ' ';
+  text += '\n';
+  std::string out = "\x93NUMPY";
+  out += static_cast<char>(major);
+  out += '\0';
+  const std::size_t n = text.size();
+  out += static_cast<char>(n & 0xff);
+  out += static_cast<char>((n >> 8) & 0xff);
+  if (major != 1) {
+    out += static_cast<char>((n >> 16) & 0xff);
+    out += static_cast<char>((n >> 24) & 0xff);
+  }
+  return out + text + std::string(data_bytes, '\0');
+}
+
+std::string ErrorOf(const std::string& bytes) {
+  try {
+    (void)ParseNpyHeader(bytes, bytes.size(), "tokens", "/data/t.npy");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(NpyTest, ParsesTheHeadersNumpyWritesInEveryVersion) {
+  for (int major : {1, 2, 3}) {
+    const std::string bytes =
+        Handmade(major, "{'descr': '<u2', 'fortran_order': False, 'shape': (5,), }", 10);
+    NpyHeader h = ParseNpyHeader(bytes, bytes.size(), "tokens", "t.npy");
+    EXPECT_EQ(h.kind, 'u');
+    EXPECT_EQ(h.item_size, 2);
+    EXPECT_EQ(h.count, 5);
+    EXPECT_EQ(h.shape, std::vector<Index>{5});
+    EXPECT_EQ(h.data_offset % 64, 0u);
+    EXPECT_EQ(h.data_offset + 10, bytes.size());
+  }
+  const std::string two_d =
+      Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (3, 4), }", 48);
+  EXPECT_EQ(ParseNpyHeader(two_d, two_d.size(), "x", "x").count, 12);
+  const std::string scalar_empty =
+      Handmade(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (0,), }", 0);
+  EXPECT_EQ(ParseNpyHeader(scalar_empty, scalar_empty.size(), "x", "x").count, 0);
+}
+
+TEST(NpyTest, WrittenHeaderRoundTrips) {
+  std::string bytes = NpyHeaderBytes("<i4", 7) + std::string(28, '\0');
+  NpyHeader h = ParseNpyHeader(bytes, bytes.size(), "tokens", "t.npy");
+  EXPECT_EQ(h.descr, "<i4");
+  EXPECT_EQ(h.count, 7);
+  EXPECT_EQ(h.data_offset % 64, 0u);
+}
+
+TEST(NpyTest, CorruptOrTruncatedFilesAreErrorsNamingTheFile) {
+  const std::string good =
+      Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", 16);
+  EXPECT_EQ(ErrorOf(good), "no error");
+  auto has = [](const std::string& message, const std::string& what) {
+    return message.rfind("tokens: /data/t.npy: ", 0) == 0 &&
+           message.find(what) != std::string::npos;
+  };
+  EXPECT_TRUE(has(ErrorOf("hello world, not numpy"), "bad magic")) << ErrorOf("hello");
+  EXPECT_TRUE(has(ErrorOf(good.substr(0, 40)), "truncated header"));
+  EXPECT_TRUE(has(ErrorOf(good.substr(0, good.size() - 1)), "truncated data"));
+  EXPECT_TRUE(has(ErrorOf(Handmade(1, "{'descr': '>i4', 'fortran_order': False, 'shape': (4,), }",
+                                   16)),
+                  "big-endian"));
+  EXPECT_TRUE(has(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': True, 'shape': (4,), }",
+                                   16)),
+                  "Fortran"));
+  EXPECT_TRUE(has(ErrorOf(Handmade(1, "{'descr': '|O', 'fortran_order': False, 'shape': (4,), }",
+                                   16)),
+                  "unsupported dtype"));
+  EXPECT_TRUE(has(ErrorOf(Handmade(1, "{'descr': '<i4', 'shape': (4,), }", 16)), "lacks"));
+  EXPECT_TRUE(has(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,", 16)),
+                  "malformed"));
+  EXPECT_TRUE(has(ErrorOf(Handmade(9, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }",
+                                   16)),
+                  "version 9"));
+  EXPECT_TRUE(has(ErrorOf(Handmade(1,
+                                   "{'descr': '<i4', 'fortran_order': False, 'shape': "
+                                   "(99999999999, 99999999999), }",
+                                   16)),
+                  "overflows"));
+  // Corrupting any single byte of the header never crashes: it parses or throws.
+  for (std::size_t i = 0; i < good.size() - 16; ++i) {
+    for (int v : {0, 32, 40, 39, 0x93, 0xff}) {
+      std::string bad = good;
+      bad[i] = static_cast<char>(v);
+      try {
+        NpyHeader h = ParseNpyHeader(bad, bad.size(), "tokens", "t.npy");
+        EXPECT_LE(h.data_offset + static_cast<std::size_t>(h.count * h.item_size), bad.size());
+      } catch (const std::invalid_argument&) {
+      }
+    }
+  }
+}
+
+TEST(NpyTest, ReadsOneDimensionalNumbersOfEveryType) {
+  std::string bytes = Handmade(1, "{'descr': '<i2', 'fortran_order': False, 'shape': (3,), }", 0);
+  const std::int16_t values[3] = {-2, 7, 300};
+  bytes.append(reinterpret_cast<const char*>(values), sizeof values);
+  EXPECT_EQ(NpyToDoubles(bytes, "lengths", "x.npy"), (std::vector<double>{-2, 7, 300}));
+  std::string f = Handmade(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", 0);
+  const double half = 0.5;
+  f.append(reinterpret_cast<const char*>(&half), 8);
+  EXPECT_EQ(NpyToDoubles(f, "lengths", "x.npy"), std::vector<double>{0.5});
+}
+
+}  // namespace
+}  // namespace shardkit

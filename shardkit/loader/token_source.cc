@@ -1,0 +1,349 @@
+#include "shardkit/loader/token_source.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "shardkit/loader/npy.h"
+
+namespace shardkit {
+
+TokenDType ParseTokenDType(std::string_view name) {
+  if (name == "uint16") return TokenDType::kUint16;
+  if (name == "int32") return TokenDType::kInt32;
+  if (name == "uint32") return TokenDType::kUint32;
+  ThrowInvalid("token_dtype", "'" + std::string(name) + "' is not one of uint16, int32, uint32");
+}
+
+std::string_view TokenDTypeName(TokenDType type) {
+  switch (type) {
+    case TokenDType::kUint16: return "uint16";
+    case TokenDType::kInt32: return "int32";
+    case TokenDType::kUint32: return "uint32";
+  }
+  return "?";
+}
+
+MappedFile::MappedFile(const std::string& path, std::string_view param) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) ThrowInvalid(param, "cannot open '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const std::string why = S_ISDIR(st.st_mode) ? "is a directory" : std::strerror(errno);
+    ::close(fd);
+    ThrowInvalid(param, "cannot read '" + path + "': " + why);
+  }
+  size_ = static_cast<std::uint64_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      ThrowInvalid(param, "cannot map '" + path + "': " + why);
+    }
+    data_ = static_cast<const char*>(p);
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+}
+
+namespace {
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+int TokenSize(TokenDType type) { return type == TokenDType::kUint16 ? 2 : 4; }
+
+}  // namespace
+
+Index TokenSource::Part::Offset(Index i) const {
+  const char* p = offsets + i * offset_size;
+  switch (offset_size) {
+    case 8: {
+      std::int64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case 4: {
+      if (offset_signed) {
+        std::int32_t v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      std::uint32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case 2: {
+      if (offset_signed) {
+        std::int16_t v;
+        std::memcpy(&v, p, 2);
+        return v;
+      }
+      std::uint16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    default:
+      return offset_signed ? static_cast<std::int8_t>(*p) : static_cast<std::uint8_t>(*p);
+  }
+}
+
+TokenSource::Part TokenSource::OpenPart(const std::string& tokens_path,
+                                        const std::string& offsets_path,
+                                        SourceOptions options) {
+  Part part;
+  part.name = tokens_path;
+  part.tokens_file = std::make_shared<MappedFile>(tokens_path, "tokens");
+  part.offsets_file = std::make_shared<MappedFile>(offsets_path, "offsets");
+  const MappedFile& t = *part.tokens_file;
+  const MappedFile& o = *part.offsets_file;
+  std::string_view tbytes(t.data() == nullptr ? "" : t.data(), t.size());
+  std::string_view obytes(o.data() == nullptr ? "" : o.data(), o.size());
+
+  if (IsNpy(tbytes) || EndsWith(tokens_path, ".npy")) {
+    NpyHeader h = ParseNpyHeader(tbytes, t.size(), "tokens", tokens_path);
+    if (h.shape.size() != 1) {
+      ThrowInvalid("tokens", tokens_path + ": expected a 1-D token array, got " +
+                                 std::to_string(h.shape.size()) + " dimensions");
+    }
+    if (h.kind == 'u' && h.item_size == 2) {
+      part.type = TokenDType::kUint16;
+    } else if (h.kind == 'i' && h.item_size == 4) {
+      part.type = TokenDType::kInt32;
+    } else if (h.kind == 'u' && h.item_size == 4) {
+      part.type = TokenDType::kUint32;
+    } else {
+      ThrowInvalid("tokens", tokens_path + ": dtype '" + h.descr +
+                                 "' is not a token type (uint16, int32, uint32)");
+    }
+    part.tokens = t.data() + h.data_offset;
+    part.num_tokens = h.count;
+  } else {
+    part.type = options.raw_token_dtype;
+    const int size = TokenSize(part.type);
+    if (t.size() % size != 0) {
+      ThrowInvalid("tokens", tokens_path + ": raw " + std::string(TokenDTypeName(part.type)) +
+                                 " file of " + std::to_string(t.size()) +
+                                 " bytes is not a whole number of tokens (truncated?)");
+    }
+    part.tokens = t.data();
+    part.num_tokens = static_cast<Index>(t.size() / size);
+  }
+
+  Index num_offsets = 0;
+  if (IsNpy(obytes) || EndsWith(offsets_path, ".npy")) {
+    NpyHeader h = ParseNpyHeader(obytes, o.size(), "offsets", offsets_path);
+    if (h.shape.size() != 1 || (h.kind != 'i' && h.kind != 'u')) {
+      ThrowInvalid("offsets", offsets_path + ": expected a 1-D integer array, got dtype '" +
+                                  h.descr + "' with " + std::to_string(h.shape.size()) +
+                                  " dimensions");
+    }
+    if (h.kind == 'u' && h.item_size == 8) {
+      ThrowInvalid("offsets", offsets_path + ": uint64 offsets are not supported; use int64");
+    }
+    part.offsets = o.data() + h.data_offset;
+    part.offset_size = h.item_size;
+    part.offset_signed = h.kind == 'i';
+    num_offsets = h.count;
+  } else {
+    if (o.size() % 8 != 0) {
+      ThrowInvalid("offsets", offsets_path + ": raw int64 file of " + std::to_string(o.size()) +
+                                  " bytes is not a whole number of offsets (truncated?)");
+    }
+    part.offsets = o.data();
+    num_offsets = static_cast<Index>(o.size() / 8);
+  }
+  if (num_offsets < 1) {
+    ThrowInvalid("offsets", offsets_path +
+                                ": empty; needs num_documents + 1 entries (the first is 0)");
+  }
+  part.num_documents = num_offsets - 1;
+  Index previous = part.Offset(0);
+  if (previous < 0) {
+    ThrowInvalid("offsets", offsets_path + ": offsets[0] = " + std::to_string(previous) +
+                                " is negative");
+  }
+  for (Index i = 1; i < num_offsets; ++i) {
+    const Index v = part.Offset(i);
+    if (v < previous) {
+      ThrowInvalid("offsets", offsets_path + ": offsets[" + std::to_string(i) + "] = " +
+                                  std::to_string(v) + " < offsets[" + std::to_string(i - 1) +
+                                  "] = " + std::to_string(previous) + " (not non-decreasing)");
+    }
+    previous = v;
+  }
+  if (previous > part.num_tokens) {
+    ThrowInvalid("offsets", offsets_path + ": last offset " + std::to_string(previous) +
+                                " is past the end of " + tokens_path + " (" +
+                                std::to_string(part.num_tokens) +
+                                " tokens; truncated token file?)");
+  }
+  return part;
+}
+
+void TokenSource::AddPart(Part part) {
+  if (part_begin_.empty()) part_begin_.push_back(0);
+  part.first_document = num_documents_;
+  num_documents_ = CheckedAdd("offsets", num_documents_, part.num_documents);
+  num_tokens_ = CheckedAdd("tokens", num_tokens_, part.num_tokens);
+  part_begin_.push_back(num_documents_);
+  parts_.push_back(std::move(part));
+}
+
+std::shared_ptr<const TokenSource> TokenSource::Open(const std::string& tokens_path,
+                                                     const std::string& offsets_path,
+                                                     SourceOptions options) {
+  std::shared_ptr<TokenSource> source(new TokenSource());
+  source->AddPart(OpenPart(tokens_path, offsets_path, options));
+  return source;
+}
+
+std::shared_ptr<const TokenSource> TokenSource::OpenDirectory(const std::string& directory,
+                                                              SourceOptions options) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(directory, ec)) {
+    ThrowInvalid("directory", "'" + directory + "' is not a directory");
+  }
+  std::map<std::string, std::string> tokens;  // stem -> tokens file (sorted by stem)
+  for (const auto& entry : fs::directory_iterator(directory, ec)) {
+    const std::string name = entry.path().filename().string();
+    for (const char* suffix : {".tokens.npy", ".tokens.bin"}) {
+      if (EndsWith(name, suffix)) {
+        const std::string stem = name.substr(0, name.size() - std::strlen(suffix));
+        if (tokens.count(stem)) {
+          ThrowInvalid("directory", directory + ": both " + stem + ".tokens.npy and " + stem +
+                                        ".tokens.bin exist");
+        }
+        tokens[stem] = entry.path().string();
+      }
+    }
+  }
+  if (ec) ThrowInvalid("directory", "cannot list '" + directory + "': " + ec.message());
+  if (tokens.empty()) {
+    ThrowInvalid("directory", "'" + directory +
+                                  "' holds no <stem>.tokens.npy / <stem>.tokens.bin files");
+  }
+  std::shared_ptr<TokenSource> source(new TokenSource());
+  for (const auto& [stem, tokens_path] : tokens) {
+    const std::string ext = EndsWith(tokens_path, ".npy") ? ".npy" : ".bin";
+    const std::string offsets_path = (fs::path(directory) / (stem + ".offsets" + ext)).string();
+    if (!fs::exists(offsets_path, ec)) {
+      ThrowInvalid("directory", tokens_path + " has no offsets file " + offsets_path);
+    }
+    source->AddPart(OpenPart(tokens_path, offsets_path, options));
+  }
+  return source;
+}
+
+std::shared_ptr<const TokenSource> TokenSource::FromMemory(const void* tokens, TokenDType type,
+                                                           Index num_tokens,
+                                                           const std::int64_t* offsets,
+                                                           Index num_offsets) {
+  CheckAtLeast("tokens", num_tokens, 0);
+  Part part;
+  part.name = "<memory>";
+  part.tokens = static_cast<const char*>(tokens);
+  part.type = type;
+  part.num_tokens = num_tokens;
+  part.offsets = reinterpret_cast<const char*>(offsets);
+  part.offset_size = 8;
+  if (num_offsets < 1) {
+    ThrowInvalid("offsets", "empty; needs num_documents + 1 entries (the first is 0)");
+  }
+  part.num_documents = num_offsets - 1;
+  for (Index i = 0; i < num_offsets; ++i) {
+    const Index v = offsets[i];
+    if (v < 0 || v > num_tokens || (i > 0 && v < offsets[i - 1])) {
+      ThrowInvalid("offsets", "offsets[" + std::to_string(i) + "] = " + std::to_string(v) +
+                                  (v < 0 || v > num_tokens
+                                       ? " is outside [0, " + std::to_string(num_tokens) +
+                                             "] (the token count)"
+                                       : " < offsets[" + std::to_string(i - 1) +
+                                             "] (not non-decreasing)"));
+    }
+  }
+  std::shared_ptr<TokenSource> source(new TokenSource());
+  source->AddPart(std::move(part));
+  return source;
+}
+
+Index TokenSource::PartBegin(Index part) const { return part_begin_[part]; }
+
+const TokenSource::Part& TokenSource::PartOf(Index d) const {
+  if (parts_.size() == 1) return parts_[0];
+  auto it = std::upper_bound(part_begin_.begin(), part_begin_.end(), d);
+  return parts_[static_cast<std::size_t>(it - part_begin_.begin() - 1)];
+}
+
+Index TokenSource::DocumentLength(Index d) const {
+  const Part& p = PartOf(d);
+  const Index local = d - p.first_document;
+  return p.Offset(local + 1) - p.Offset(local);
+}
+
+namespace {
+
+template <typename In, typename Out>
+void Widen(const char* src, Index count, Out* out) {
+  // memcpy into an aligned block, then a plain loop the compiler vectorises.
+  constexpr Index kBlock = 512;
+  In block[kBlock];
+  for (Index i = 0; i < count; i += kBlock) {
+    const Index n = std::min(kBlock, count - i);
+    std::memcpy(block, src + i * static_cast<Index>(sizeof(In)),
+                static_cast<std::size_t>(n) * sizeof(In));
+    for (Index j = 0; j < n; ++j) out[i + j] = static_cast<Out>(block[j]);
+  }
+}
+
+template <typename Out>
+void CopyTokens(const char* tokens, TokenDType type, Index first, Index count, Out* out) {
+  switch (type) {
+    case TokenDType::kInt32:
+      if constexpr (sizeof(Out) == 4) {
+        std::memcpy(out, tokens + first * 4, static_cast<std::size_t>(count) * 4);
+      } else {
+        Widen<std::int32_t>(tokens + first * 4, count, out);
+      }
+      return;
+    case TokenDType::kUint32:
+      if constexpr (sizeof(Out) == 4) {
+        std::memcpy(out, tokens + first * 4, static_cast<std::size_t>(count) * 4);
+      } else {
+        Widen<std::uint32_t>(tokens + first * 4, count, out);
+      }
+      return;
+    case TokenDType::kUint16:
+      Widen<std::uint16_t>(tokens + first * 2, count, out);
+      return;
+  }
+}
+
+}  // namespace
+
+void TokenSource::Copy(Index d, Index begin, Index count, std::int32_t* out) const {
+  if (count <= 0) return;
+  const Part& p = PartOf(d);
+  CopyTokens(p.tokens, p.type, p.Offset(d - p.first_document) + begin, count, out);
+}
+
+void TokenSource::Copy(Index d, Index begin, Index count, std::int64_t* out) const {
+  if (count <= 0) return;
+  const Part& p = PartOf(d);
+  CopyTokens(p.tokens, p.type, p.Offset(d - p.first_document) + begin, count, out);
+}
+
+}  // namespace shardkit

@@ -1,0 +1,124 @@
+// TokenSource: tokenised documents read in place from memory-mapped files (or
+// from memory the caller owns), numbered 0 .. num_documents() - 1.
+//
+// A part is a flat token array plus a document-offsets array: document d of
+// the part is tokens[offsets[d] : offsets[d + 1]], so offsets has
+// num_documents + 1 entries. Tokens are uint16, int32 or uint32; offsets are
+// any integer type. Arrays are .npy files (dtype and length from the validated
+// header) or raw little-endian files (token dtype given; offsets int64).
+// A source of several parts (a directory) numbers the documents of part 0
+// first, then part 1, and so on; a document never spans parts.
+//
+// Everything is validated when the source is opened: headers, file sizes,
+// offsets non-decreasing and within the token array. Errors are
+// std::invalid_argument "tokens: <file>: ..." / "offsets: <file>: ..." (or
+// "directory: ..."), naming the file. After that, reading never throws.
+// Token ids are delivered as int32; uint32 ids must be below 2^31.
+//
+// Thread-safety: immutable after construction; share freely. Memory is the
+// mapped files (paged in on demand) plus O(number of parts).
+#ifndef SHARDKIT_LOADER_TOKEN_SOURCE_H_
+#define SHARDKIT_LOADER_TOKEN_SOURCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/base/errors.h"
+
+namespace shardkit {
+
+enum class TokenDType { kUint16, kInt32, kUint32 };
+
+// "uint16" | "int32" | "uint32"; throws invalid_argument naming token_dtype.
+[[nodiscard]] TokenDType ParseTokenDType(std::string_view name);
+[[nodiscard]] std::string_view TokenDTypeName(TokenDType type);
+
+// A read-only memory map of a whole file; unmapped on destruction.
+class MappedFile {
+ public:
+  // Throws invalid_argument "<param>: cannot open '<path>': <reason>".
+  MappedFile(const std::string& path, std::string_view param);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  [[nodiscard]] const char* data() const { return data_; }
+  [[nodiscard]] std::uint64_t size() const { return size_; }
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const char* data_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+struct SourceOptions {
+  // The dtype of raw (not .npy) token files; .npy files carry their own.
+  TokenDType raw_token_dtype = TokenDType::kInt32;
+};
+
+class TokenSource {
+ public:
+  // One part from a tokens file and an offsets file.
+  static std::shared_ptr<const TokenSource> Open(const std::string& tokens_path,
+                                                 const std::string& offsets_path,
+                                                 SourceOptions options = {});
+  // Every part of a directory: files named <stem>.tokens.npy (or .tokens.bin)
+  // with <stem>.offsets.npy (or .offsets.bin) beside them, in stem order.
+  // Throws invalid_argument naming directory when it holds no parts or a
+  // tokens file lacks its offsets file.
+  static std::shared_ptr<const TokenSource> OpenDirectory(const std::string& directory,
+                                                         SourceOptions options = {});
+  // A view of caller-owned arrays (they must outlive the source). `offsets`
+  // has num_documents + 1 entries. Validated like files (name "<memory>").
+  static std::shared_ptr<const TokenSource> FromMemory(const void* tokens, TokenDType type,
+                                                       Index num_tokens,
+                                                       const std::int64_t* offsets,
+                                                       Index num_offsets);
+
+  [[nodiscard]] Index num_documents() const { return num_documents_; }
+  [[nodiscard]] Index num_tokens() const { return num_tokens_; }
+  [[nodiscard]] Index num_parts() const { return static_cast<Index>(parts_.size()); }
+  // Documents [PartBegin(p), PartBegin(p + 1)) are part p's.
+  [[nodiscard]] Index PartBegin(Index part) const;
+  [[nodiscard]] const std::string& PartName(Index part) const { return parts_[part].name; }
+
+  // Length in tokens of document d. REQUIRES: 0 <= d < num_documents().
+  [[nodiscard]] Index DocumentLength(Index d) const;
+  // out[i] = token begin + i of document d, for i < count.
+  // REQUIRES: 0 <= begin, begin + count <= DocumentLength(d).
+  void Copy(Index d, Index begin, Index count, std::int32_t* out) const;
+  void Copy(Index d, Index begin, Index count, std::int64_t* out) const;
+
+ private:
+  struct Part {
+    std::string name;
+    std::shared_ptr<MappedFile> tokens_file, offsets_file;
+    const char* tokens = nullptr;
+    TokenDType type = TokenDType::kInt32;
+    Index num_tokens = 0;
+    const char* offsets = nullptr;
+    int offset_size = 8;
+    bool offset_signed = true;
+    Index num_documents = 0;
+    Index first_document = 0;  // global id of the part's document 0
+    [[nodiscard]] Index Offset(Index i) const;
+  };
+  TokenSource() = default;
+  void AddPart(Part part);
+  static Part OpenPart(const std::string& tokens_path, const std::string& offsets_path,
+                       SourceOptions options);
+  [[nodiscard]] const Part& PartOf(Index d) const;
+
+  std::vector<Part> parts_;
+  std::vector<Index> part_begin_;  // parts_.size() + 1 entries
+  Index num_documents_ = 0;
+  Index num_tokens_ = 0;
+};
+
+}  // namespace shardkit
+
+#endif  // SHARDKIT_LOADER_TOKEN_SOURCE_H_

@@ -1,0 +1,180 @@
+#include "shardkit/loader/token_source.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "shardkit/loader/npy.h"
+
+namespace shardkit {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path TempDir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() /
+                 ("shardkit_token_source_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+template <typename T>
+void WriteNpy(const fs::path& path, const std::string& descr, const std::vector<T>& values,
+              std::size_t cut = 0) {
+  std::string bytes = NpyHeaderBytes(descr, static_cast<Index>(values.size()));
+  bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+  bytes.resize(bytes.size() - cut);
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+template <typename T>
+void WriteRaw(const fs::path& path, const std::vector<T>& values) {
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(values.data()),
+             static_cast<std::streamsize>(values.size() * sizeof(T)));
+}
+
+std::string ErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(TokenSourceTest, ReadsEveryDocumentOfEveryDtypeInPlace) {
+  fs::path dir = TempDir("dtypes");
+  const std::vector<std::int64_t> offsets = {0, 3, 3, 7, 10};
+  std::vector<std::uint16_t> u16(10);
+  std::vector<std::int32_t> i32(10);
+  std::vector<std::uint32_t> u32(10);
+  for (int i = 0; i < 10; ++i) u16[i] = static_cast<std::uint16_t>(60000 + i), i32[i] = -i,
+                               u32[i] = 100000u + i;
+  WriteNpy(dir / "u16.npy", "<u2", u16);
+  WriteNpy(dir / "i32.npy", "<i4", i32);
+  WriteRaw(dir / "u32.bin", u32);
+  WriteNpy(dir / "off.npy", "<i8", offsets);
+  auto a = TokenSource::Open(dir / "u16.npy", dir / "off.npy");
+  auto b = TokenSource::Open(dir / "i32.npy", dir / "off.npy");
+  auto c = TokenSource::Open(dir / "u32.bin", dir / "off.npy",
+                             SourceOptions{TokenDType::kUint32});
+  for (auto* s : {a.get(), b.get(), c.get()}) {
+    ASSERT_EQ(s->num_documents(), 4);
+    EXPECT_EQ(s->num_tokens(), 10);
+    EXPECT_EQ(s->DocumentLength(0), 3);
+    EXPECT_EQ(s->DocumentLength(1), 0);
+    EXPECT_EQ(s->DocumentLength(2), 4);
+  }
+  std::int64_t out[4];
+  a->Copy(2, 1, 3, out);
+  EXPECT_EQ(std::vector<std::int64_t>(out, out + 3), (std::vector<std::int64_t>{60004, 60005, 60006}));
+  b->Copy(3, 0, 3, out);
+  EXPECT_EQ(std::vector<std::int64_t>(out, out + 3), (std::vector<std::int64_t>{-7, -8, -9}));
+  c->Copy(0, 0, 2, out);
+  EXPECT_EQ(std::vector<std::int64_t>(out, out + 2), (std::vector<std::int64_t>{100000, 100001}));
+  std::int32_t small[2];
+  a->Copy(0, 1, 2, small);
+  EXPECT_EQ(small[0], 60001);
+  fs::remove_all(dir);
+}
+
+TEST(TokenSourceTest, DirectoryNumbersDocumentsPartByPartInStemOrder) {
+  fs::path dir = TempDir("directory");
+  std::mt19937_64 rng(3);
+  std::vector<std::vector<std::int32_t>> docs;  // oracle: every document's tokens
+  for (int part = 0; part < 3; ++part) {
+    std::vector<std::int32_t> tokens;
+    std::vector<std::int32_t> offsets = {0};
+    const int n = 1 + static_cast<int>(rng() % 5);
+    for (int d = 0; d < n; ++d) {
+      std::vector<std::int32_t> doc(rng() % 6);
+      for (auto& t : doc) t = static_cast<std::int32_t>(rng() % 50000);
+      tokens.insert(tokens.end(), doc.begin(), doc.end());
+      offsets.push_back(static_cast<std::int32_t>(tokens.size()));
+      docs.push_back(doc);
+    }
+    const std::string stem = "part-" + std::to_string(part);
+    WriteNpy(dir / (stem + ".tokens.npy"), "<i4", tokens);
+    WriteNpy(dir / (stem + ".offsets.npy"), "<i4", offsets);
+  }
+  auto s = TokenSource::OpenDirectory(dir);
+  ASSERT_EQ(s->num_parts(), 3);
+  ASSERT_EQ(s->num_documents(), static_cast<Index>(docs.size()));
+  for (Index d = 0; d < s->num_documents(); ++d) {
+    ASSERT_EQ(s->DocumentLength(d), static_cast<Index>(docs[d].size()));
+    std::vector<std::int32_t> got(docs[d].size());
+    s->Copy(d, 0, static_cast<Index>(got.size()), got.data());
+    EXPECT_EQ(got, docs[d]) << d;
+  }
+  EXPECT_NE(s->PartName(1).find("part-1.tokens.npy"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(TokenSourceTest, CorruptOrTruncatedFilesAreClearErrorsNamingTheFile) {
+  fs::path dir = TempDir("corrupt");
+  const std::vector<std::int32_t> tokens = {1, 2, 3, 4, 5, 6};
+  WriteNpy(dir / "t.npy", "<i4", tokens);
+  WriteNpy(dir / "short.npy", "<i4", tokens, 3);  // truncated data
+  WriteNpy(dir / "o.npy", "<i8", std::vector<std::int64_t>{0, 2, 6});
+  WriteNpy(dir / "down.npy", "<i8", std::vector<std::int64_t>{0, 4, 2, 6});
+  WriteNpy(dir / "past.npy", "<i8", std::vector<std::int64_t>{0, 2, 9});
+  WriteNpy(dir / "neg.npy", "<i8", std::vector<std::int64_t>{-1, 2});
+  WriteNpy(dir / "empty.npy", "<i8", std::vector<std::int64_t>{});
+  WriteNpy(dir / "float.npy", "<f4", std::vector<float>{1, 2});
+  std::ofstream(dir / "garbage.npy") << "definitely not numpy";
+  WriteRaw(dir / "odd.bin", std::vector<std::uint8_t>{1, 2, 3, 4, 5});
+  auto open = [&](const char* t, const char* o) {
+    return ErrorOf([&] { (void)TokenSource::Open(dir / t, dir / o); });
+  };
+  auto expect = [&](const std::string& error, const std::string& prefix, const char* file,
+                    const std::string& what) {
+    EXPECT_EQ(error.rfind(prefix + ": ", 0), 0u) << error;
+    EXPECT_NE(error.find(file), std::string::npos) << error;
+    EXPECT_NE(error.find(what), std::string::npos) << error;
+  };
+  EXPECT_EQ(open("t.npy", "o.npy"), "no error");
+  expect(open("short.npy", "o.npy"), "tokens", "short.npy", "truncated data");
+  expect(open("garbage.npy", "o.npy"), "tokens", "garbage.npy", "bad magic");
+  expect(open("float.npy", "o.npy"), "tokens", "float.npy", "not a token type");
+  expect(open("odd.bin", "o.npy"), "tokens", "odd.bin", "whole number of tokens");
+  expect(open("missing.npy", "o.npy"), "tokens", "missing.npy", "cannot open");
+  expect(open("t.npy", "down.npy"), "offsets", "down.npy", "not non-decreasing");
+  expect(open("t.npy", "past.npy"), "offsets", "past.npy", "past the end");
+  expect(open("t.npy", "neg.npy"), "offsets", "neg.npy", "negative");
+  expect(open("t.npy", "empty.npy"), "offsets", "empty.npy", "empty");
+  expect(open("t.npy", "float.npy"), "offsets", "float.npy", "integer");
+  expect(open("t.npy", "odd.bin"), "offsets", "odd.bin", "whole number of offsets");
+  // A directory with a tokens file but no offsets file.
+  fs::create_directories(dir / "d");
+  WriteNpy(dir / "d" / "a.tokens.npy", "<i4", tokens);
+  expect(ErrorOf([&] { (void)TokenSource::OpenDirectory(dir / "d"); }), "directory",
+         "a.tokens.npy", "no offsets file");
+  expect(ErrorOf([&] { (void)TokenSource::OpenDirectory(dir / "nothere"); }), "directory",
+         "nothere", "not a directory");
+  fs::remove_all(dir);
+}
+
+TEST(TokenSourceTest, MemoryViewsAreValidatedLikeFiles) {
+  const std::vector<std::int32_t> tokens = {1, 2, 3};
+  const std::vector<std::int64_t> bad = {0, 5};
+  EXPECT_NE(ErrorOf([&] {
+              (void)TokenSource::FromMemory(tokens.data(), TokenDType::kInt32, 3, bad.data(), 2);
+            }).find("offsets: offsets[1] = 5 is outside [0, 3]"),
+            std::string::npos);
+  const std::vector<std::int64_t> good = {0, 1, 3};
+  auto s = TokenSource::FromMemory(tokens.data(), TokenDType::kInt32, 3, good.data(), 3);
+  EXPECT_EQ(s->DocumentLength(1), 2);
+}
+
+}  // namespace
+}  // namespace shardkit

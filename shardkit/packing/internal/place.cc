@@ -1,0 +1,532 @@
+// The placement algorithms behind PackItems and StreamingPacker.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <map>
+#include <numeric>
+#include <queue>
+#include <utility>
+
+#include "shardkit/packing/internal/place.h"
+
+namespace shardkit::internal {
+
+namespace {
+
+using u64 = std::uint64_t;
+
+// Packs grouped by remaining room r in [0, capacity]: a stack of packs per r
+// (the most recently filled on top) and a two-level bitset of the non-empty r,
+// so the smallest r >= L is found in a few word scans. Capacities too large for
+// a dense array use an ordered map instead.
+class RoomIndex {
+ public:
+  RoomIndex(Index capacity, bool dense, std::vector<Index>* next) : dense_(dense), next_(next) {
+    if (dense_) {
+      head_.assign(static_cast<size_t>(capacity) + 1, -1);
+      bits_.assign(head_.size() / 64 + 1, 0);
+      summary_.assign(bits_.size() / 64 + 1, 0);
+    }
+  }
+
+  void Insert(Index bin, Index room) {
+    if (!dense_) {
+      sparse_[room].push_back(bin);
+      return;
+    }
+    (*next_)[bin] = head_[room];
+    head_[room] = bin;
+    const size_t w = static_cast<size_t>(room) / 64;
+    bits_[w] |= u64{1} << (room % 64);
+    summary_[w / 64] |= u64{1} << (w % 64);
+  }
+
+  // Smallest room >= need with a pack, or -1.
+  [[nodiscard]] Index FindAtLeast(Index need) const {
+    if (!dense_) {
+      auto it = sparse_.lower_bound(need);
+      return it == sparse_.end() ? -1 : it->first;
+    }
+    if (need >= static_cast<Index>(head_.size())) return -1;
+    size_t w = static_cast<size_t>(need) / 64;
+    u64 word = bits_[w] & (~u64{0} << (need % 64));
+    if (word) return static_cast<Index>(w * 64 + std::countr_zero(word));
+    // Next non-empty word after w, through the summary.
+    size_t s = (w + 1) / 64;
+    if (s >= summary_.size()) return -1;
+    u64 sw = (w + 1) % 64 == 0 ? summary_[s] : summary_[s] & (~u64{0} << ((w + 1) % 64));
+    while (!sw) {
+      if (++s >= summary_.size()) return -1;
+      sw = summary_[s];
+    }
+    w = s * 64 + std::countr_zero(sw);
+    return static_cast<Index>(w * 64 + std::countr_zero(bits_[w]));
+  }
+
+  // Removes and returns the top pack of room `room`. REQUIRES one is there.
+  Index PopAt(Index room) {
+    if (!dense_) {
+      auto it = sparse_.find(room);
+      const Index bin = it->second.back();
+      it->second.pop_back();
+      if (it->second.empty()) sparse_.erase(it);
+      return bin;
+    }
+    const Index bin = head_[room];
+    head_[room] = (*next_)[bin];
+    if (head_[room] < 0) {
+      const size_t w = static_cast<size_t>(room) / 64;
+      bits_[w] &= ~(u64{1} << (room % 64));
+      if (!bits_[w]) summary_[w / 64] &= ~(u64{1} << (w % 64));
+    }
+    return bin;
+  }
+
+ private:
+  bool dense_ = true;
+  std::vector<Index>* next_;
+  std::vector<Index> head_;
+  std::vector<u64> bits_, summary_;
+  std::map<Index, std::vector<Index>> sparse_;
+};
+
+struct Budgets {
+  Index capacity;
+  Index max_images;     // -1: no image budget
+  Index max_sequences;  // -1: no count budget
+};
+
+Budgets BudgetsOf(const PackOptions& o, bool has_images) {
+  return {o.capacity, has_images && o.max_images ? *o.max_images : -1,
+          o.max_sequences.value_or(-1)};
+}
+
+Placement NextFit(std::span<const Index> len, std::span<const Index> img, const Budgets& b) {
+  const Index n = static_cast<Index>(len.size());
+  Placement p;
+  p.order.resize(n);
+  std::iota(p.order.begin(), p.order.end(), Index{0});
+  p.bin.resize(n);
+  Index tokens = 0, images = 0, count = 0, bin = -1;
+  for (Index u = 0; u < n; ++u) {
+    const Index k = img.empty() ? 0 : img[u];
+    const bool fits = bin >= 0 && tokens + len[u] <= b.capacity &&
+                      (b.max_images < 0 || images + k <= b.max_images) &&
+                      (b.max_sequences < 0 || count < b.max_sequences);
+    if (!fits) {
+      ++bin;
+      tokens = images = count = 0;
+    }
+    tokens += len[u];
+    images += k;
+    ++count;
+    p.bin[u] = bin;
+  }
+  p.num_bins = bin + 1;
+  return p;
+}
+
+// Best fit: the pack with the least room that fits (tokens), among packs with
+// enough image room (the tightest image room on ties), the most recently
+// filled on remaining ties.
+Placement BestFit(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
+                  std::vector<Index> order) {
+  const Index n = static_cast<Index>(len.size());
+  Placement p;
+  p.bin.resize(n);
+  // Image rooms above the data's total image count are all alike: one level.
+  Index total_images = 0;
+  for (Index k : img) total_images += k;
+  const Index levels = b.max_images < 0 ? 1 : std::min(b.max_images, total_images) + 1;
+  const bool dense = b.capacity <= (Index{1} << 22) &&
+                     static_cast<double>(levels) * static_cast<double>(b.capacity) <= 1 << 24;
+  std::vector<Index> next(n), room_tokens, room_images, count;
+  std::vector<RoomIndex> index;
+  index.reserve(levels);
+  for (Index m = 0; m < levels; ++m) index.emplace_back(b.capacity, dense, &next);
+  room_tokens.reserve(n);
+  for (Index j = 0; j < n; ++j) {
+    const Index u = order[j];
+    const Index need = len[u];
+    const Index k = b.max_images < 0 ? 0 : img[u];
+    Index best_room = -1, best_level = -1;
+    for (Index m = k; m < levels; ++m) {
+      const Index r = index[m].FindAtLeast(need);
+      if (r >= 0 && (best_room < 0 || r < best_room)) {
+        best_room = r;
+        best_level = m;
+        if (r == need) break;
+      }
+    }
+    Index bin;
+    if (best_room < 0) {
+      bin = p.num_bins++;
+      room_tokens.push_back(b.capacity);
+      room_images.push_back(b.max_images < 0 ? 0 : b.max_images);
+      count.push_back(0);
+    } else {
+      bin = index[best_level].PopAt(best_room);
+    }
+    room_tokens[bin] -= need;
+    room_images[bin] -= k;
+    ++count[bin];
+    p.bin[j] = bin;
+    if (b.max_sequences < 0 || count[bin] < b.max_sequences) {
+      index[std::min(room_images[bin], levels - 1)].Insert(bin, room_tokens[bin]);
+    }
+  }
+  p.order = std::move(order);
+  return p;
+}
+
+// First fit over a max segment tree of the packs' remaining room (and image
+// room): the lowest-numbered pack that fits. Closed packs (count budget
+// reached) hold -1.
+class FirstFitTree {
+ public:
+  explicit FirstFitTree(bool images) : images_(images) { Grow(1024); }
+
+  // Lowest pack with room >= need and image room >= k, or -1.
+  [[nodiscard]] Index Find(Index need, Index k) const {
+    if (tok_[1] < need || (images_ && img_[1] < k)) return -1;
+    if (!images_) {
+      size_t node = 1;
+      while (node < cap_) node = tok_[2 * node] >= need ? 2 * node : 2 * node + 1;
+      return static_cast<Index>(node - cap_);
+    }
+    return FindFrom(1, need, k);
+  }
+
+  void Set(Index bin, Index room, Index image_room) {
+    while (static_cast<size_t>(bin) >= cap_) Grow(cap_ * 2);
+    size_t node = cap_ + static_cast<size_t>(bin);
+    tok_[node] = room;
+    if (images_) img_[node] = image_room;
+    for (node /= 2; node >= 1; node /= 2) {
+      tok_[node] = std::max(tok_[2 * node], tok_[2 * node + 1]);
+      if (images_) img_[node] = std::max(img_[2 * node], img_[2 * node + 1]);
+    }
+  }
+
+ private:
+  Index FindFrom(size_t node, Index need, Index k) const {
+    if (tok_[node] < need || img_[node] < k) return -1;
+    if (node >= cap_) return static_cast<Index>(node - cap_);
+    const Index left = FindFrom(2 * node, need, k);
+    return left >= 0 ? left : FindFrom(2 * node + 1, need, k);
+  }
+
+  void Grow(size_t cap) {
+    std::vector<Index> tok(2 * cap, -1), img(images_ ? 2 * cap : 0, -1);
+    for (size_t b = 0; b < cap_; ++b) {
+      tok[cap + b] = tok_[cap_ + b];
+      if (images_) img[cap + b] = img_[cap_ + b];
+    }
+    for (size_t node = cap - 1; node >= 1; --node) {
+      tok[node] = std::max(tok[2 * node], tok[2 * node + 1]);
+      if (images_) img[node] = std::max(img[2 * node], img[2 * node + 1]);
+    }
+    tok_ = std::move(tok);
+    img_ = std::move(img);
+    cap_ = cap;
+  }
+
+  bool images_;
+  size_t cap_ = 0;
+  std::vector<Index> tok_, img_;
+};
+
+Placement FirstFit(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
+                   std::vector<Index> order) {
+  const Index n = static_cast<Index>(len.size());
+  const bool images = b.max_images >= 0;
+  Placement p;
+  p.bin.resize(n);
+  FirstFitTree tree(images);
+  std::vector<Index> room_tokens, room_images, count;
+  for (Index j = 0; j < n; ++j) {
+    const Index u = order[j];
+    const Index k = images ? img[u] : 0;
+    Index bin = tree.Find(len[u], k);
+    if (bin < 0) {
+      bin = p.num_bins++;
+      room_tokens.push_back(b.capacity);
+      room_images.push_back(images ? b.max_images : 0);
+      count.push_back(0);
+    }
+    room_tokens[bin] -= len[u];
+    room_images[bin] -= k;
+    ++count[bin];
+    p.bin[j] = bin;
+    const bool open = b.max_sequences < 0 || count[bin] < b.max_sequences;
+    tree.Set(bin, open ? room_tokens[bin] : -1, open ? room_images[bin] : -1);
+  }
+  p.order = std::move(order);
+  return p;
+}
+
+// LPT starting from `bins` packs: each unit into the least loaded pack that
+// fits it (ties: the lower pack); when none of the least loaded packs tried
+// fits it, a new pack opens (and takes later units like any other). The load
+// is the pack's tokens (measured: evening the fuller of tokens and images
+// packs image-budgeted data worse). Returns the number of packs used.
+Index LeastLoaded(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
+                  const std::vector<Index>& order, Index bins, std::vector<Index>* bin_of) {
+  constexpr int kTries = 4096;
+  const bool images = b.max_images >= 0;
+  using Entry = std::pair<Index, Index>;  // (tokens, pack)
+  std::vector<Entry> initial(bins);
+  for (Index p = 0; p < bins; ++p) initial[p] = {0, p};
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap(std::greater<>{},
+                                                                      std::move(initial));
+  std::vector<Index> tokens(bins, 0), image_count(bins, 0), count(bins, 0);
+  bin_of->assign(order.size(), -1);
+  std::vector<Entry> skipped;
+  for (size_t j = 0; j < order.size(); ++j) {
+    const Index u = order[j];
+    const Index k = b.max_images >= 0 ? img[u] : 0;
+    skipped.clear();
+    Index chosen = -1;
+    while (!heap.empty() && static_cast<int>(skipped.size()) < kTries) {
+      const Entry e = heap.top();
+      heap.pop();
+      const Index p = e.second;
+      const bool token_fit = tokens[p] + len[u] <= b.capacity;
+      if (!token_fit && !images) {  // the least loaded cannot take it: none can
+        skipped.push_back(e);
+        break;
+      }
+      if (!token_fit || (b.max_images >= 0 && image_count[p] + k > b.max_images)) {
+        skipped.push_back(e);
+        continue;
+      }
+      chosen = p;
+      break;
+    }
+    for (const Entry& e : skipped) heap.push(e);
+    if (chosen < 0) {
+      chosen = static_cast<Index>(tokens.size());
+      tokens.push_back(0);
+      image_count.push_back(0);
+      count.push_back(0);
+    }
+    tokens[chosen] += len[u];
+    image_count[chosen] += k;
+    ++count[chosen];
+    (*bin_of)[j] = chosen;
+    if (b.max_sequences < 0 || count[chosen] < b.max_sequences) {
+      heap.push({tokens[chosen], chosen});
+    }
+  }
+  // Packs that stayed empty (more packs than units) are dropped; renumber.
+  std::vector<Index> rename(tokens.size(), -1);
+  Index used = 0;
+  for (size_t p = 0; p < tokens.size(); ++p) {
+    if (count[p] > 0) rename[p] = used++;
+  }
+  for (Index& x : *bin_of) x = rename[x];
+  return used;
+}
+
+// Balanced: LPT from K packs (LeastLoaded) uses K packs when the loads fit,
+// more when units overflow. Too few starting packs overflow many units into
+// late, lightly loaded packs; too many leave every pack part full. So K is
+// searched: the lower bound first, then a coarse ladder above it, then a
+// local refinement around the best; best fit's count caps the search.
+Placement Balanced(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
+                   const PackOptions& o) {
+  std::vector<Index> order = DecreasingOrder(len);
+  Index tokens = 0, images = 0;
+  for (Index l : len) tokens += l;
+  for (Index k : img) images += k;
+  PackOptions bound_options = o;
+  if (b.max_images < 0) bound_options.max_images.reset();
+  const Index lower = LowerBound(tokens, images, static_cast<Index>(len.size()), bound_options);
+  std::map<Index, Index> tried;  // start K -> packs used
+  Placement best;
+  Index best_start = -1;
+  auto attempt = [&](Index start) {
+    if (start < lower || tried.count(start)) return;
+    Placement p;
+    p.num_bins = LeastLoaded(len, img, b, order, start, &p.bin);
+    tried[start] = p.num_bins;
+    if (best_start < 0 || p.num_bins < best.num_bins) {
+      best = std::move(p);
+      best_start = start;
+    }
+  };
+  attempt(lower);
+  if (best.num_bins <= lower) {
+    best.order = std::move(order);
+    return best;
+  }
+  Placement fit = BestFit(len, img, b, DecreasingOrder(len));
+  const Index cap = fit.num_bins;
+  // Search only where there is room to gain: best fit 0.1% or more above
+  // the bound (text packs land next to it; image budgets leave room).
+  const bool search = cap - lower > lower / 1000;
+  for (double fraction : {0.0025, 0.005, 0.01, 0.02, 0.04}) {
+    if (!search) break;
+    const Index start = lower + std::max<Index>(1, static_cast<Index>(lower * fraction));
+    if (start >= cap) break;
+    attempt(start);
+  }
+  for (Index step = std::max<Index>(1, best_start / 200); search && step >= 1; step /= 2) {
+    attempt(best_start + step);
+    attempt(best_start - step);
+    if (step == 1) break;
+  }
+  if (best.num_bins < cap) {
+    best.order = std::move(order);
+    return best;
+  }
+  // No better than best fit: LPT into exactly best fit's count evens its
+  // loads when it fits; otherwise best fit itself.
+  Placement again;
+  again.num_bins = LeastLoaded(len, img, b, order, cap, &again.bin);
+  if (again.num_bins <= cap) {
+    again.order = std::move(order);
+    return again;
+  }
+  return fit;
+}
+
+}  // namespace
+
+bool BestFitFast(std::span<const Index> len, const PackOptions& o, Packing* out) {
+  const Index n = static_cast<Index>(len.size());
+  const Index capacity = o.capacity;
+  if (o.max_sequences || o.max_images || capacity > (Index{1} << 22) ||
+      n >= (Index{1} << 31)) {
+    return false;
+  }
+  // Counting sort, decreasing length, ties by lower index: count[l], then the
+  // first sorted position of every length.
+  std::vector<std::int64_t> first(static_cast<size_t>(capacity) + 2, 0);
+  for (Index l : len) ++first[static_cast<size_t>(capacity - l) + 1];
+  for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
+  const std::vector<std::int64_t> bounds(first.begin(), first.end());
+  std::vector<std::int32_t> order(static_cast<size_t>(n));
+  for (Index u = 0; u < n; ++u) {
+    order[static_cast<size_t>(first[static_cast<size_t>(capacity - len[u])]++)] =
+        static_cast<std::int32_t>(u);
+  }
+  // Best fit: packs grouped by remaining room; the room of a pack is the
+  // bucket it sits in, so no per-pack state is touched but its item count.
+  std::vector<std::vector<std::int32_t>> bucket(static_cast<size_t>(capacity) + 1);
+  const size_t words = static_cast<size_t>(capacity) / 64 + 1;
+  std::vector<u64> bits(words, 0), summary(words / 64 + 1, 0);
+  auto set = [&](Index r) {
+    const size_t w = static_cast<size_t>(r) / 64;
+    bits[w] |= u64{1} << (r % 64);
+    summary[w / 64] |= u64{1} << (w % 64);
+  };
+  auto clear = [&](Index r) {
+    const size_t w = static_cast<size_t>(r) / 64;
+    bits[w] &= ~(u64{1} << (r % 64));
+    if (!bits[w]) summary[w / 64] &= ~(u64{1} << (w % 64));
+  };
+  auto find = [&](Index need) -> Index {
+    size_t w = static_cast<size_t>(need) / 64;
+    u64 word = bits[w] & (~u64{0} << (need % 64));
+    if (word) return static_cast<Index>(w * 64 + std::countr_zero(word));
+    size_t s = (w + 1) / 64;
+    if (s >= summary.size()) return -1;
+    u64 sw = (w + 1) % 64 == 0 ? summary[s] : summary[s] & (~u64{0} << ((w + 1) % 64));
+    while (!sw) {
+      if (++s >= summary.size()) return -1;
+      sw = summary[s];
+    }
+    w = s * 64 + std::countr_zero(sw);
+    return static_cast<Index>(w * 64 + std::countr_zero(bits[w]));
+  };
+  std::vector<std::int32_t> bin_of(static_cast<size_t>(n));
+  std::vector<std::int32_t> count;  // entries per pack (< 2^31: n is)
+  count.reserve(static_cast<size_t>(n / 4 + 16));
+  for (Index l = capacity; l >= 0; --l) {
+    const std::int64_t begin = bounds[static_cast<size_t>(capacity - l)];
+    const std::int64_t end = bounds[static_cast<size_t>(capacity - l) + 1];
+    for (std::int64_t j = begin; j < end; ++j) {
+      const Index r = find(l);
+      std::int32_t bin;
+      Index room;
+      if (r < 0) {
+        bin = static_cast<std::int32_t>(count.size());
+        count.push_back(0);
+        room = capacity;
+      } else {
+        auto& b = bucket[static_cast<size_t>(r)];
+        bin = b.back();
+        b.pop_back();
+        if (b.empty()) clear(r);
+        room = r;
+      }
+      ++count[static_cast<size_t>(bin)];
+      bin_of[static_cast<size_t>(j)] = bin;
+      const Index rest = room - l;
+      auto& target = bucket[static_cast<size_t>(rest)];
+      if (target.empty()) set(rest);
+      target.push_back(bin);
+    }
+  }
+  // CSR by pack, entries in placement order.
+  // CSR by pack, entries in placement order.
+  const size_t packs = count.size();
+  out->offsets.resize(packs + 1);
+  out->offsets[0] = 0;
+  for (size_t b = 0; b < packs; ++b) {
+    const std::int32_t c = count[b];
+    count[b] = static_cast<std::int32_t>(out->offsets[b]);  // next free entry of pack b
+    out->offsets[b + 1] = out->offsets[b] + c;
+  }
+  out->items.resize(static_cast<size_t>(n));
+  out->lengths.resize(static_cast<size_t>(n));
+  out->starts.assign(static_cast<size_t>(n), 0);
+  for (Index l = capacity; l >= 0; --l) {
+    const std::int64_t begin = bounds[static_cast<size_t>(capacity - l)];
+    const std::int64_t end = bounds[static_cast<size_t>(capacity - l) + 1];
+    for (std::int64_t j = begin; j < end; ++j) {
+      const auto bin = static_cast<size_t>(bin_of[static_cast<size_t>(j)]);
+      const auto e = static_cast<size_t>(count[bin]++);
+      out->items[e] = order[static_cast<size_t>(j)];
+      out->lengths[e] = l;
+    }
+  }
+  return true;
+}
+
+std::vector<Index> DecreasingOrder(std::span<const Index> len) {
+  const Index n = static_cast<Index>(len.size());
+  std::vector<Index> order(n);
+  Index max_len = 0;
+  for (Index l : len) max_len = std::max(max_len, l);
+  if (max_len <= std::max<Index>(Index{1} << 16, 4 * n)) {
+    // Stable counting sort: start[l] = units longer than l.
+    std::vector<Index> start(static_cast<size_t>(max_len) + 2, 0);
+    for (Index l : len) ++start[static_cast<size_t>(max_len - l) + 1];
+    for (size_t i = 1; i < start.size(); ++i) start[i] += start[i - 1];
+    for (Index u = 0; u < n; ++u) order[start[static_cast<size_t>(max_len - len[u])]++] = u;
+    return order;
+  }
+  std::iota(order.begin(), order.end(), Index{0});
+  std::stable_sort(order.begin(), order.end(), [&](Index a, Index b) { return len[a] > len[b]; });
+  return order;
+}
+
+Placement Place(std::span<const Index> len, std::span<const Index> img,
+                const PackOptions& options) {
+  const Budgets b = BudgetsOf(options, !img.empty());
+  switch (options.algorithm) {
+    case PackAlgorithm::kNextFit:
+      return NextFit(len, img, b);
+    case PackAlgorithm::kFirstFitDecreasing:
+      return FirstFit(len, img, b, DecreasingOrder(len));
+    case PackAlgorithm::kBestFitDecreasing:
+      return BestFit(len, img, b, DecreasingOrder(len));
+    case PackAlgorithm::kBalanced:
+      return Balanced(len, img, b, options);
+  }
+  return {};
+}
+
+}  // namespace shardkit::internal

@@ -1,0 +1,589 @@
+#include "shardkit/packing/packing.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <numeric>
+#include <queue>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "shardkit/packing/internal/place.h"
+
+namespace shardkit {
+
+namespace {
+
+std::string Str(Index v) { return std::to_string(v); }
+
+}  // namespace
+
+PackAlgorithm ParsePackAlgorithm(std::string_view name) {
+  if (name == "next_fit") return PackAlgorithm::kNextFit;
+  if (name == "ffd") return PackAlgorithm::kFirstFitDecreasing;
+  if (name == "bfd") return PackAlgorithm::kBestFitDecreasing;
+  if (name == "balanced") return PackAlgorithm::kBalanced;
+  ThrowInvalid("algorithm", "unknown algorithm '" + std::string(name) +
+                                "' (expected next_fit, ffd, bfd or balanced)");
+}
+
+Oversize ParseOversize(std::string_view name) {
+  if (name == "drop") return Oversize::kDrop;
+  if (name == "error") return Oversize::kError;
+  if (name == "split") return Oversize::kSplit;
+  ThrowInvalid("oversize",
+               "unknown policy '" + std::string(name) + "' (expected drop, error or split)");
+}
+
+std::string_view PackAlgorithmName(PackAlgorithm algorithm) {
+  switch (algorithm) {
+    case PackAlgorithm::kNextFit: return "next_fit";
+    case PackAlgorithm::kFirstFitDecreasing: return "ffd";
+    case PackAlgorithm::kBestFitDecreasing: return "bfd";
+    case PackAlgorithm::kBalanced: return "balanced";
+  }
+  return "?";
+}
+
+std::string_view OversizeName(Oversize oversize) {
+  switch (oversize) {
+    case Oversize::kDrop: return "drop";
+    case Oversize::kError: return "error";
+    case Oversize::kSplit: return "split";
+  }
+  return "?";
+}
+
+void ValidatePackOptions(const PackOptions& o) {
+  CheckAtLeast("capacity", o.capacity, 1);
+  if (o.max_images) CheckAtLeast("max_images", *o.max_images, 0);
+  if (o.max_sequences) CheckAtLeast("max_sequences", *o.max_sequences, 1);
+  if (o.buffer) CheckAtLeast("buffer", *o.buffer, 1);
+}
+
+double Packing::efficiency() const {
+  if (num_packs() == 0) return 1.0;
+  return static_cast<double>(tokens) /
+         (static_cast<double>(num_packs()) * static_cast<double>(capacity));
+}
+
+Index Packing::PackTokens(Index p) const {
+  Index sum = 0;
+  for (Index e = offsets[p]; e < offsets[p + 1]; ++e) sum += lengths[e];
+  return sum;
+}
+
+std::vector<PackItem> Packing::Entries(Index p) const {
+  std::vector<PackItem> out;
+  for (Index e = offsets[p]; e < offsets[p + 1]; ++e) {
+    out.push_back({items[e], lengths[e], images.empty() ? 0 : images[e], starts[e]});
+  }
+  return out;
+}
+
+namespace internal {
+
+Index LowerBound(Index tokens, Index images, Index pieces, const PackOptions& o) {
+  if (pieces == 0) return 0;
+  Index bound = std::max<Index>(1, CeilDiv(tokens, o.capacity));
+  if (o.max_images && *o.max_images > 0) bound = std::max(bound, CeilDiv(images, *o.max_images));
+  if (o.max_sequences) bound = std::max(bound, CeilDiv(pieces, *o.max_sequences));
+  return bound;
+}
+
+}  // namespace internal
+
+namespace {
+
+// Classifies item i: 0 fits, 1 dropped, 2 split (text longer than capacity).
+// Throws under oversize error.
+int Classify(Index i, Index length, Index images, const PackOptions& o) {
+  const bool too_long = length > o.capacity;
+  const bool too_many_images = o.max_images && images > *o.max_images;
+  if (!too_long && !too_many_images) return 0;
+  if (o.oversize == Oversize::kError) {
+    if (too_long) {
+      ThrowInvalid("lengths", "item " + Str(i) + " has " + Str(length) +
+                                  " tokens, more than capacity " + Str(o.capacity) +
+                                  " (oversize=error)");
+    }
+    ThrowInvalid("images", "item " + Str(i) + " has " + Str(images) +
+                               " images, more than max_images " + Str(*o.max_images) +
+                               " (oversize=error)");
+  }
+  if (o.oversize == Oversize::kSplit && !too_many_images && images == 0) return 2;
+  return 1;
+}
+
+void CheckInputs(std::span<const Index> lengths, std::span<const Index> images,
+                 const PackOptions& o) {
+  ValidatePackOptions(o);
+  if (!images.empty() && images.size() != lengths.size()) {
+    ThrowInvalid("images", "has " + Str(static_cast<Index>(images.size())) +
+                               " entries but lengths has " +
+                               Str(static_cast<Index>(lengths.size())));
+  }
+  if (o.max_images && images.empty() && !lengths.empty()) {
+    ThrowInvalid("max_images", "is set (" + Str(*o.max_images) + ") but no images were given");
+  }
+  for (size_t i = 0; i < images.size(); ++i) {
+    if (images[i] < 0) {
+      ThrowInvalid("images", "item " + Str(static_cast<Index>(i)) +
+                                 " has a negative image count " + Str(images[i]));
+    }
+  }
+}
+
+// Builds the CSR packing from units in placement order and their bins.
+void Scatter(const internal::Placement& placed, const std::vector<Index>& unit_item,
+             std::span<const Index> unit_len, std::span<const Index> unit_img,
+             const std::vector<Index>& unit_start, Packing* out) {
+  const Index first_pack = out->num_packs();
+  const Index base = static_cast<Index>(out->items.size());
+  const Index n = static_cast<Index>(placed.order.size());
+  std::vector<Index> count(placed.num_bins + 1, 0);
+  for (Index j = 0; j < n; ++j) ++count[placed.bin[j] + 1];
+  for (Index b = 0; b < placed.num_bins; ++b) count[b + 1] += count[b];
+  for (Index b = 1; b <= placed.num_bins; ++b) out->offsets.push_back(base + count[b]);
+  (void)first_pack;
+  out->items.resize(base + n);
+  out->lengths.resize(base + n);
+  out->starts.resize(base + n);
+  const bool has_images = !unit_img.empty();
+  if (has_images) out->images.resize(base + n);
+  for (Index j = 0; j < n; ++j) {
+    const Index u = placed.order[j];
+    const Index e = base + count[placed.bin[j]]++;
+    out->items[e] = unit_item.empty() ? u : unit_item[u];
+    out->lengths[e] = unit_len[u];
+    out->starts[e] = unit_start.empty() ? 0 : unit_start[u];
+    if (has_images) out->images[e] = unit_img[u];
+  }
+}
+
+Packing PackBuffered(std::span<const Index> lengths, std::span<const Index> images,
+                     const PackOptions& o) {
+  StreamingPacker packer(o);
+  const bool has_images = !images.empty();
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    packer.Push(static_cast<Index>(i), lengths[i], has_images ? images[i] : 0);
+  }
+  packer.Finish();
+  Packing out;
+  out.capacity = o.capacity;
+  out.num_items = static_cast<Index>(lengths.size());
+  Pack pack;
+  Index pieces = 0;
+  while (packer.Pop(&pack)) {
+    for (const PackItem& p : pack.pieces) {
+      out.items.push_back(p.item);
+      out.lengths.push_back(p.length);
+      out.starts.push_back(p.start);
+      if (has_images) out.images.push_back(p.images);
+      out.tokens += p.length;
+      out.image_count += p.images;
+      ++pieces;
+    }
+    out.offsets.push_back(static_cast<Index>(out.items.size()));
+  }
+  out.dropped_items = packer.dropped_items();
+  out.split_items = packer.State().split_items;
+  out.lower_bound = internal::LowerBound(out.tokens, out.image_count, pieces, o);
+  return out;
+}
+
+}  // namespace
+
+Packing PackItems(std::span<const Index> lengths, const PackOptions& o,
+                  std::span<const Index> images) {
+  CheckInputs(lengths, images, o);
+  const Index n = static_cast<Index>(lengths.size());
+  const bool has_images = !images.empty();
+  const Index capacity = o.capacity;
+
+  Packing out;
+  out.capacity = capacity;
+  out.num_items = n;
+
+  // Units: the items (or split remainders) the algorithm places. Without
+  // oversize items they are the input itself, not copied.
+  std::vector<Index> unit_item, unit_len_store, unit_img_store, unit_start;
+  bool any_oversize = false;
+  Index tokens = 0, image_count = 0;
+  // One pass: negative lengths, oversize items, overflow of the totals.
+  bool overflow = false;
+  Index min_length = 0;
+  for (Index i = 0; i < n; ++i) {
+    const Index l = lengths[i];
+    min_length = std::min(min_length, l);
+    any_oversize |= l > capacity;
+    overflow |= __builtin_add_overflow(tokens, l, &tokens);
+  }
+  if (min_length < 0) {
+    for (Index i = 0; i < n; ++i) {
+      if (lengths[i] < 0) {
+        ThrowInvalid("lengths", "item " + Str(i) + " has negative length " + Str(lengths[i]));
+      }
+    }
+  }
+  if (overflow) ThrowInvalid("lengths", "the total token count overflows a 64-bit count");
+  for (Index i = 0; i < static_cast<Index>(images.size()); ++i) {
+    any_oversize |= o.max_images && images[i] > *o.max_images;
+    image_count = CheckedAdd("images", image_count, images[i]);
+  }
+  // Streaming order: through the buffer, and next_fit's split pieces in place.
+  if (o.buffer || (any_oversize && o.algorithm == PackAlgorithm::kNextFit)) {
+    return PackBuffered(lengths, images, o);
+  }
+  std::span<const Index> unit_len = lengths, unit_img = images;
+  Index full_pieces = 0;
+  if (any_oversize) {
+    tokens = 0;
+    image_count = 0;
+    // Full pieces of split items: one pack each, first, in input order.
+    for (Index i = 0; i < n; ++i) {
+      const Index img = has_images ? images[i] : 0;
+      switch (Classify(i, lengths[i], img, o)) {
+        case 0:
+          unit_item.push_back(i);
+          unit_len_store.push_back(lengths[i]);
+          if (has_images) unit_img_store.push_back(img);
+          unit_start.push_back(0);
+          tokens += lengths[i];
+          image_count += img;
+          break;
+        case 1:
+          out.dropped_items.push_back(i);
+          break;
+        default: {
+          ++out.split_items;
+          const Index pieces = lengths[i] / capacity;
+          for (Index k = 0; k < pieces; ++k) {
+            out.items.push_back(i);
+            out.lengths.push_back(capacity);
+            out.starts.push_back(k * capacity);
+            if (has_images) out.images.push_back(0);
+            out.offsets.push_back(static_cast<Index>(out.items.size()));
+          }
+          full_pieces += pieces;
+          tokens += lengths[i];
+          const Index rest = lengths[i] % capacity;
+          if (rest > 0) {
+            unit_item.push_back(i);
+            unit_len_store.push_back(rest);
+            if (has_images) unit_img_store.push_back(0);
+            unit_start.push_back(pieces * capacity);
+          }
+        }
+      }
+    }
+    unit_len = unit_len_store;
+    unit_img = unit_img_store;
+  }
+  const Index units = static_cast<Index>(unit_len.size());
+  out.tokens = tokens;
+  out.image_count = image_count;
+  out.lower_bound = internal::LowerBound(tokens, image_count, units + full_pieces, o);
+
+  if (!any_oversize && !has_images && o.algorithm == PackAlgorithm::kBestFitDecreasing &&
+      internal::BestFitFast(unit_len, o, &out)) {
+    return out;
+  }
+  internal::Placement placed = internal::Place(unit_len, unit_img, o);
+  Scatter(placed, unit_item, unit_len, unit_img, unit_start, &out);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// StreamingPacker
+
+StreamingPacker::StreamingPacker(const PackOptions& options) : options_(options) {
+  ValidatePackOptions(options_);
+  buffer_limit_ = options_.buffer.value_or(1024);
+}
+
+StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
+    : StreamingPacker(options) {
+  const bool next_fit = options_.algorithm == PackAlgorithm::kNextFit;
+  if (!next_fit && static_cast<Index>(state.buffered.size()) >= buffer_limit_) {
+    ThrowInvalid("state", "holds " + Str(static_cast<Index>(state.buffered.size())) +
+                              " buffered items, the buffer takes fewer than " +
+                              Str(buffer_limit_));
+  }
+  Index tokens = 0, images = 0;
+  for (const PackItem& p : state.buffered) {
+    if (p.length < 0 || p.images < 0 || p.start < 0 || p.length > options_.capacity ||
+        (options_.max_images && p.images > *options_.max_images)) {
+      ThrowInvalid("state", "buffered item " + Str(p.item) + " (length " + Str(p.length) +
+                                ", images " + Str(p.images) + ") does not fit a pack");
+    }
+    tokens += p.length;
+    images += p.images;
+  }
+  if (next_fit && (tokens > options_.capacity ||
+                   (options_.max_images && images > *options_.max_images) ||
+                   (options_.max_sequences &&
+                    static_cast<Index>(state.buffered.size()) > *options_.max_sequences))) {
+    ThrowInvalid("state", "the buffered items do not fit one pack (next_fit)");
+  }
+  state_ = std::move(state);
+  if (next_fit) {
+    open_.pieces = std::move(state_.buffered);
+    state_.buffered.clear();
+    open_.tokens = tokens;
+    open_.images = images;
+  }
+}
+
+void StreamingPacker::Push(Index item, Index length, Index images) {
+  if (length < 0) {
+    ThrowInvalid("lengths", "item " + Str(item) + " has negative length " + Str(length));
+  }
+  if (images < 0) {
+    ThrowInvalid("images", "item " + Str(item) + " has a negative image count " + Str(images));
+  }
+  const int kind = Classify(item, length, images, options_);
+  ++state_.items_seen;
+  if (kind == 1) {
+    ++state_.dropped;
+    dropped_items_.push_back(item);
+    return;
+  }
+  if (kind == 2) {
+    ++state_.split_items;
+    const Index capacity = options_.capacity;
+    const Index pieces = length / capacity;
+    for (Index k = 0; k < pieces; ++k) {
+      Close(Pack{{PackItem{item, capacity, 0, k * capacity}}, capacity, 0});
+    }
+    if (length % capacity) Place(PackItem{item, length % capacity, 0, pieces * capacity});
+    return;
+  }
+  Place(PackItem{item, length, images, 0});
+}
+
+void StreamingPacker::Place(const PackItem& piece) {
+  if (options_.algorithm == PackAlgorithm::kNextFit) {
+    const bool fits =
+        open_.tokens + piece.length <= options_.capacity &&
+        (!options_.max_images || open_.images + piece.images <= *options_.max_images) &&
+        (!options_.max_sequences ||
+         static_cast<Index>(open_.pieces.size()) < *options_.max_sequences);
+    if (!fits && !open_.pieces.empty()) Close(std::exchange(open_, Pack{}));
+    open_.pieces.push_back(piece);
+    open_.tokens += piece.length;
+    open_.images += piece.images;
+    return;
+  }
+  state_.buffered.push_back(piece);
+  if (static_cast<Index>(state_.buffered.size()) >= buffer_limit_) Repack(false);
+}
+
+void StreamingPacker::Repack(bool finish) {
+  auto& buffered = state_.buffered;
+  if (buffered.empty()) return;
+  const Index n = static_cast<Index>(buffered.size());
+  std::vector<Index> len(n), img;
+  const bool has_images = options_.max_images.has_value();
+  if (has_images) img.resize(n);
+  for (Index i = 0; i < n; ++i) {
+    len[i] = buffered[i].length;
+    if (has_images) img[i] = buffered[i].images;
+  }
+  internal::Placement placed = internal::Place(len, img, options_);
+  std::vector<Pack> packs(placed.num_bins);
+  std::vector<std::vector<Index>> members(placed.num_bins);
+  for (size_t j = 0; j < placed.order.size(); ++j) {
+    const Index u = placed.order[j];
+    Pack& pack = packs[placed.bin[j]];
+    pack.pieces.push_back(buffered[u]);
+    pack.tokens += buffered[u].length;
+    pack.images += buffered[u].images;
+    members[placed.bin[j]].push_back(u);
+  }
+  Index keep = -1;
+  if (!finish) {
+    // The least full pack (ties: the last one) waits for better company,
+    // unless it holds more than half of the buffer.
+    for (Index b = 0; b < placed.num_bins; ++b) {
+      if (keep < 0 || packs[b].tokens <= packs[keep].tokens) keep = b;
+    }
+    if (2 * static_cast<Index>(members[keep].size()) > buffer_limit_) keep = -1;
+  }
+  std::vector<PackItem> rest;
+  if (keep >= 0) {
+    std::vector<Index> m = members[keep];
+    std::sort(m.begin(), m.end());  // arrival order
+    for (Index u : m) rest.push_back(buffered[u]);
+  }
+  for (Index b = 0; b < placed.num_bins; ++b) {
+    if (b != keep) Close(std::move(packs[b]));
+  }
+  buffered = std::move(rest);
+}
+
+void StreamingPacker::Close(Pack pack) {
+  ++state_.packs_closed;
+  state_.tokens_closed += pack.tokens;
+  state_.pending.push_back(std::move(pack));
+}
+
+void StreamingPacker::Finish() {
+  if (options_.algorithm == PackAlgorithm::kNextFit) {
+    if (!open_.pieces.empty()) Close(std::exchange(open_, Pack{}));
+    return;
+  }
+  Repack(true);
+}
+
+bool StreamingPacker::Pop(Pack* pack) {
+  auto& pending = state_.pending;
+  if (pending_head_ >= pending.size()) return false;
+  *pack = std::move(pending[pending_head_++]);
+  if (pending_head_ == pending.size()) {
+    pending.clear();
+    pending_head_ = 0;
+  } else if (pending_head_ >= 64 && 2 * pending_head_ >= pending.size()) {
+    pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(pending_head_));
+    pending_head_ = 0;
+  }
+  return true;
+}
+
+Index StreamingPacker::pending() const {
+  return static_cast<Index>(state_.pending.size() - pending_head_);
+}
+
+Index StreamingPacker::buffered() const {
+  return options_.algorithm == PackAlgorithm::kNextFit
+             ? static_cast<Index>(open_.pieces.size())
+             : static_cast<Index>(state_.buffered.size());
+}
+
+std::vector<Index> StreamingPacker::TakeDropped() { return std::exchange(dropped_items_, {}); }
+
+double StreamingPacker::efficiency() const {
+  if (state_.packs_closed == 0) return 1.0;
+  return static_cast<double>(state_.tokens_closed) /
+         (static_cast<double>(state_.packs_closed) * static_cast<double>(options_.capacity));
+}
+
+PackerState StreamingPacker::State() const {
+  PackerState s;
+  s.buffered = options_.algorithm == PackAlgorithm::kNextFit ? open_.pieces : state_.buffered;
+  s.pending.assign(state_.pending.begin() + static_cast<std::ptrdiff_t>(pending_head_),
+                   state_.pending.end());
+  s.items_seen = state_.items_seen;
+  s.dropped = state_.dropped;
+  s.split_items = state_.split_items;
+  s.packs_closed = state_.packs_closed;
+  s.tokens_closed = state_.tokens_closed;
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Cross-rank balance
+
+CostModel ParseCostModel(std::string_view name) {
+  if (name == "tokens") return CostModel::kTokens;
+  if (name == "squared") return CostModel::kSquaredLengths;
+  ThrowInvalid("cost", "unknown cost model '" + std::string(name) +
+                           "' (expected tokens or squared)");
+}
+
+std::string_view CostModelName(CostModel model) {
+  return model == CostModel::kTokens ? "tokens" : "squared";
+}
+
+std::vector<double> PackCosts(const Packing& packing, CostModel model) {
+  std::vector<double> costs(packing.num_packs(), 0.0);
+  for (Index p = 0; p < packing.num_packs(); ++p) {
+    double c = 0;
+    for (Index e = packing.offsets[p]; e < packing.offsets[p + 1]; ++e) {
+      const double l = static_cast<double>(packing.lengths[e]);
+      c += model == CostModel::kTokens ? l : l * l;
+    }
+    costs[p] = c;
+  }
+  return costs;
+}
+
+RankSchedule BalanceRanks(std::span<const double> costs, Index world_size, Index packs_per_rank,
+                          bool drop_last) {
+  CheckAtLeast("world_size", world_size, 1);
+  CheckAtLeast("packs_per_rank", packs_per_rank, 1);
+  const Index num_packs = static_cast<Index>(costs.size());
+  for (Index p = 0; p < num_packs; ++p) {
+    if (!(costs[p] >= 0) || !std::isfinite(costs[p])) {
+      ThrowInvalid("costs", "pack " + Str(p) + " has cost " + std::to_string(costs[p]) +
+                                " (must be finite and >= 0)");
+    }
+  }
+  const Index per_step = CheckedMul("world_size", world_size, packs_per_rank);
+  RankSchedule s;
+  s.world_size = world_size;
+  s.packs_per_rank = packs_per_rank;
+  std::vector<Index> order(num_packs);
+  std::iota(order.begin(), order.end(), Index{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](Index a, Index b) { return costs[a] > costs[b]; });
+  Index used = num_packs;
+  if (drop_last) {
+    used = num_packs / per_step * per_step;
+    s.dropped_packs.assign(order.begin() + used, order.end());
+    std::sort(s.dropped_packs.begin(), s.dropped_packs.end());
+  }
+  s.num_steps = CeilDiv(used, per_step);
+  s.padding_packs = s.num_steps * per_step - used;
+  s.assignment.assign(static_cast<size_t>(s.num_steps * per_step), -1);
+  s.rank_costs.assign(static_cast<size_t>(s.num_steps * world_size), 0.0);
+  std::vector<double> totals(world_size, 0.0);
+  std::vector<Index> slots(world_size);
+  // (cost in this step, cost over the epoch so far, rank): the cheapest rank
+  // of the step takes the next pack; ties go to the rank with the lighter
+  // epoch, so the epoch evens out too.
+  using Entry = std::tuple<double, double, Index>;
+  for (Index step = 0; step < s.num_steps; ++step) {
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+    for (Index r = 0; r < world_size; ++r) {
+      heap.push({0.0, totals[r], r});
+      slots[r] = 0;
+    }
+    const Index begin = step * per_step, end = std::min(used, begin + per_step);
+    for (Index j = begin; j < end; ++j) {
+      auto [cost, total, r] = heap.top();
+      heap.pop();
+      const Index p = order[j];
+      s.assignment[static_cast<size_t>((step * world_size + r) * packs_per_rank + slots[r])] = p;
+      ++slots[r];
+      cost += costs[p];
+      s.rank_costs[static_cast<size_t>(step * world_size + r)] = cost;
+      if (slots[r] < packs_per_rank) heap.push({cost, total, r});
+    }
+    double sum = 0, max = 0;
+    for (Index r = 0; r < world_size; ++r) {
+      const double c = s.rank_costs[static_cast<size_t>(step * world_size + r)];
+      sum += c;
+      max = std::max(max, c);
+      totals[r] += c;
+    }
+    if (sum > 0) {
+      const double imbalance = max / (sum / static_cast<double>(world_size)) - 1;
+      s.max_step_imbalance = std::max(s.max_step_imbalance, imbalance);
+      if (end - begin == per_step) {
+        s.max_full_step_imbalance = std::max(s.max_full_step_imbalance, imbalance);
+      }
+    }
+  }
+  double sum = 0, max = 0;
+  for (double t : totals) {
+    sum += t;
+    max = std::max(max, t);
+  }
+  if (sum > 0) s.total_imbalance = max / (sum / static_cast<double>(world_size)) - 1;
+  return s;
+}
+
+}  // namespace shardkit

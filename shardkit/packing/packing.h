@@ -1,0 +1,249 @@
+// Packing: variable-length items (documents, samples) into fixed-capacity
+// packs (sequences of `capacity` tokens) with little padding.
+//
+// An item has a length in tokens and, optionally, a number of images. A pack
+// holds items whose lengths sum to at most `capacity`, whose images sum to at
+// most `max_images` and whose count is at most `max_sequences`. Algorithms:
+//   next_fit  keeps input order; closes the open pack when the next item does
+//             not fit. O(n), streaming, state = the open pack.
+//   ffd       first-fit decreasing: items by decreasing length (ties: lower
+//             item position first), each into the lowest-numbered pack with
+//             room, else a new pack. O(n log n) (counting sort + max segment
+//             tree over the packs' remaining room).
+//   bfd       best-fit decreasing: same order, each into the pack with the
+//             least remaining room that still fits it (ties: the lowest image
+//             room, then the most recently filled pack), else a new pack.
+//             O(n log n) (counting sort + buckets of packs by remaining room,
+//             a bitset finds the next non-empty bucket).
+//   balanced  as few packs as the data allows with loads evened out: LPT
+//             (items by decreasing length into the least loaded pack that
+//             fits every budget; an item no pack fits opens a new one) from K
+//             packs, K = the lower bound first, then searched above it when
+//             that overflows; never more packs than bfd (if LPT cannot match
+//             bfd's count, bfd's packing is returned). Beats bfd where a
+//             second budget (images) binds.
+// Oversize (an item that can never fit: length > capacity or images >
+// max_images): drop (counted in `dropped`, listed in `dropped_items`), error
+// (invalid_argument naming the item), split (text only: cut into pieces of
+// `capacity` tokens, each full piece its own pack, the rest packed as an item;
+// an oversize item with images is dropped even under split).
+//
+// With `buffer` set, items are packed in input order through a bounded buffer
+// of that many items (StreamingPacker below); without it, all at once.
+//
+// Everything is deterministic: the same input gives the same packs, in the
+// same order, on every machine. No globals, no RNG.
+//
+// Thread-safety: the free functions are pure; a StreamingPacker is
+// thread-compatible (one thread at a time, no shared state between packers).
+#ifndef SHARDKIT_PACKING_PACKING_H_
+#define SHARDKIT_PACKING_PACKING_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/base/errors.h"
+
+namespace shardkit {
+
+enum class PackAlgorithm { kNextFit, kFirstFitDecreasing, kBestFitDecreasing, kBalanced };
+enum class Oversize { kDrop, kError, kSplit };
+
+// Names as written in the CLI and Python: "next_fit", "ffd", "bfd",
+// "balanced"; "drop", "error", "split". Parse throws invalid_argument naming
+// `algorithm` / `oversize` and the value.
+[[nodiscard]] PackAlgorithm ParsePackAlgorithm(std::string_view name);
+[[nodiscard]] Oversize ParseOversize(std::string_view name);
+[[nodiscard]] std::string_view PackAlgorithmName(PackAlgorithm algorithm);
+[[nodiscard]] std::string_view OversizeName(Oversize oversize);
+
+struct PackOptions {
+  Index capacity = 0;  // tokens per pack; REQUIRES >= 1
+  PackAlgorithm algorithm = PackAlgorithm::kBestFitDecreasing;
+  std::optional<Index> max_images;     // images per pack; REQUIRES >= 0
+  std::optional<Index> max_sequences;  // items (pieces) per pack; REQUIRES >= 1
+  Oversize oversize = Oversize::kDrop;
+  std::optional<Index> buffer;  // stream through a buffer of this many items; >= 1
+};
+
+// Throws invalid_argument naming the field (capacity, max_images,
+// max_sequences, buffer) when it is out of its domain.
+void ValidatePackOptions(const PackOptions& options);
+
+// One item, or one piece of a split item, as placed in a pack.
+struct PackItem {
+  Index item = 0;    // the caller's id (position in the input for PackItems)
+  Index length = 0;  // tokens
+  Index images = 0;
+  Index start = 0;  // first token of this piece within the item (0 unless split)
+};
+
+// The packs of a whole data set, as flat arrays (CSR): the entries of pack p
+// are [offsets[p], offsets[p + 1]). Within a pack, entries are in placement
+// order (input order for next_fit, decreasing length for the others).
+struct Packing {
+  Index capacity = 0;
+  std::vector<Index> offsets = {0};  // num_packs() + 1
+  std::vector<Index> items;          // item id of each entry
+  std::vector<Index> lengths;        // tokens of each entry
+  std::vector<Index> starts;         // first token of each entry within its item
+  std::vector<Index> images;         // images of each entry; empty without images
+  std::vector<Index> dropped_items;  // oversize items dropped, in input order
+  Index num_items = 0;               // items offered
+  Index split_items = 0;             // items cut into pieces (oversize split)
+  Index tokens = 0;                  // tokens in packs
+  Index image_count = 0;             // images in packs
+  // max(ceil(tokens / capacity), ceil(images / max_images),
+  //     ceil(pieces / max_sequences)): no packing of these items has fewer.
+  Index lower_bound = 0;
+
+  [[nodiscard]] Index num_packs() const { return static_cast<Index>(offsets.size()) - 1; }
+  [[nodiscard]] Index dropped() const { return static_cast<Index>(dropped_items.size()); }
+  // tokens / (num_packs * capacity); 1 when there are no packs.
+  [[nodiscard]] double efficiency() const;
+  // Tokens of pack p. REQUIRES 0 <= p < num_packs().
+  [[nodiscard]] Index PackTokens(Index p) const;
+  // The entries of pack p as PackItems. REQUIRES 0 <= p < num_packs().
+  [[nodiscard]] std::vector<PackItem> Entries(Index p) const;
+};
+
+// Packs items 0..n-1 with lengths[i] tokens and images[i] images (`images`
+// empty: none). Throws invalid_argument naming `lengths` / `images` for a
+// negative value or a size mismatch, the option for a bad option, `images`
+// when max_images is set without images, `lengths` for an oversize item
+// under oversize error, and `capacity` / `lengths` when a count overflows.
+[[nodiscard]] Packing PackItems(std::span<const Index> lengths, const PackOptions& options,
+                                std::span<const Index> images = {});
+
+// A closed pack of the streaming packer.
+struct Pack {
+  std::vector<PackItem> pieces;  // placement order
+  Index tokens = 0;
+  Index images = 0;
+};
+
+// Everything a StreamingPacker holds: restore it to continue exactly where a
+// checkpoint was taken. `buffered` is the buffer in arrival order (split
+// remainders carry their `start`); `pending` the closed packs not yet popped.
+struct PackerState {
+  std::vector<PackItem> buffered;
+  std::vector<Pack> pending;
+  Index items_seen = 0;  // Push calls
+  Index dropped = 0;
+  Index split_items = 0;
+  Index packs_closed = 0;   // packs closed (pending or popped)
+  Index tokens_closed = 0;  // tokens in closed packs
+};
+
+// Streaming packer: items arrive one at a time (Push), packs come out as they
+// close (Pop), memory is bounded by the buffer.
+//   next_fit: the buffer is the open pack; it closes when an item does not fit.
+//   ffd, bfd, balanced: when `buffer` items are waiting, they are packed with
+//     the algorithm; every pack but the least full closes, the least full
+//     one's items stay buffered (unless it holds more than half of the buffer,
+//     then it closes too, so every repack frees at least half of the buffer:
+//     O(log buffer) amortised work per item).
+// Finish() packs whatever is buffered and closes everything.
+// Oversize items follow options.oversize at Push: drop counts them (see
+// dropped_items()), split closes the full pieces at once and buffers the
+// rest, error throws invalid_argument naming the item (the packer is unchanged).
+//
+// Thread-compatible: one thread at a time. Deterministic: the same pushes
+// give the same packs; a packer restored from State() continues exactly as the
+// original would have.
+class StreamingPacker {
+ public:
+  // Throws invalid_argument for bad options; buffer defaults to 1024 when unset
+  // (ignored by next_fit).
+  explicit StreamingPacker(const PackOptions& options);
+  // Continues from a checkpoint. Throws invalid_argument naming `state` when
+  // the state does not fit the options (an item too large, too many buffered).
+  StreamingPacker(const PackOptions& options, PackerState state);
+
+  // Offers one item. REQUIRES length >= 0, images >= 0 (invalid_argument
+  // otherwise, naming `lengths` / `images`).
+  void Push(Index item, Index length, Index images = 0);
+  // End of input: packs the buffer and closes every pack.
+  void Finish();
+  // Moves the oldest closed pack into *pack; false when none is pending.
+  [[nodiscard]] bool Pop(Pack* pack);
+  [[nodiscard]] Index pending() const;
+  [[nodiscard]] Index buffered() const;
+
+  // Items dropped (oversize drop) since the start, in arrival order; cleared
+  // by TakeDropped.
+  [[nodiscard]] const std::vector<Index>& dropped_items() const { return dropped_items_; }
+  std::vector<Index> TakeDropped();
+
+  // Tokens in closed packs / (closed packs * capacity): efficiency so far; 1
+  // before the first pack closes.
+  [[nodiscard]] double efficiency() const;
+  [[nodiscard]] PackerState State() const;
+  [[nodiscard]] const PackOptions& options() const { return options_; }
+
+ private:
+  void Place(const PackItem& piece);
+  void Repack(bool finish);
+  void Close(Pack pack);
+
+  PackOptions options_;
+  Index buffer_limit_ = 0;
+  PackerState state_;
+  Pack open_;  // next_fit's open pack
+  std::vector<Index> dropped_items_;
+  std::size_t pending_head_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Cross-rank balance: packs over W ranks so that every rank gets exactly
+// `packs_per_rank` packs per step (no rank runs an extra step) and each
+// step's cost is even across ranks.
+//
+// Packs are ordered by decreasing cost (ties: lower pack id), cut into steps of
+// W * packs_per_rank consecutive packs (similar costs together), and inside a
+// step dealt to ranks by LPT with a count limit (each pack to the cheapest rank
+// that still has a free slot). The last step is completed with padding packs
+// (id -1, cost 0) unless drop_last, which leaves its packs out (listed in
+// `dropped_packs`).
+enum class CostModel { kTokens, kSquaredLengths };
+[[nodiscard]] CostModel ParseCostModel(std::string_view name);  // "tokens", "squared"
+[[nodiscard]] std::string_view CostModelName(CostModel model);
+
+// Cost of every pack: its tokens, or the sum of its entries' squared lengths
+// (the attention cost of a block-diagonal mask).
+[[nodiscard]] std::vector<double> PackCosts(const Packing& packing, CostModel model);
+
+struct RankSchedule {
+  Index world_size = 0;
+  Index packs_per_rank = 0;
+  Index num_steps = 0;
+  // assignment[(step * world_size + rank) * packs_per_rank + k]: a pack id, or
+  // -1 for a padding pack.
+  std::vector<Index> assignment;
+  std::vector<double> rank_costs;  // [num_steps * world_size]
+  std::vector<Index> dropped_packs;
+  Index padding_packs = 0;
+  // max over steps of (heaviest rank / mean rank - 1); 0 for empty steps.
+  double max_step_imbalance = 0;
+  // The same over the steps without padding packs (the last step of a
+  // padded schedule holds the cheapest packs and the padding).
+  double max_full_step_imbalance = 0;
+  // heaviest rank's total over the epoch / mean rank total - 1.
+  double total_imbalance = 0;
+
+  [[nodiscard]] Index At(Index step, Index rank, Index k) const {
+    return assignment[static_cast<std::size_t>((step * world_size + rank) * packs_per_rank + k)];
+  }
+};
+
+// Throws invalid_argument naming world_size (< 1), packs_per_rank (< 1) or
+// costs (negative or not finite).
+[[nodiscard]] RankSchedule BalanceRanks(std::span<const double> pack_costs, Index world_size,
+                                        Index packs_per_rank = 1, bool drop_last = false);
+
+}  // namespace shardkit
+
+#endif  // SHARDKIT_PACKING_PACKING_H_

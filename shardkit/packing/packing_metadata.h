@@ -1,0 +1,125 @@
+// Packed-sequence metadata: how the pieces of a pack become one row of a
+// fixed-shape [batch, seq_len] batch, and the boundary information attention
+// and the loss need.
+//
+// A row holds the pack's pieces back to back, then padding (right padding,
+// the default) or padding first (left). For every token position t of a row:
+//   input_ids[t]     the token, or pad_token_id on padding
+//   labels[t]        input_ids[t], except ignore_index (-100) on padding and on
+//                    the first token of every piece (in the shift-inside-the-
+//                    model convention of Hugging Face, label t is predicted
+//                    from position t - 1, which belongs to another document)
+//   position_ids[t]  0, 1, 2, ... restarting at every piece; 0 on padding
+//   document_ids[t]  the piece's index within the row (0, 1, ...), -1 on
+//                    padding: segment ids of a block-diagonal mask
+//   attention_mask[t] 1 on real tokens, 0 on padding (padding-free form: no
+//                    square mask; position_ids / cu_seqlens carry the
+//                    boundaries)
+//   block_mask[t][u] (dense form, [seq_len, seq_len]) 1 iff t and u are real
+//                    tokens of the same piece (and u <= t when causal)
+//   cu_seqlens       int32 offsets of the sequences of the whole batch
+//                    flattened row-major (flash-attention varlen): a real
+//                    sequence per non-empty piece, and one sequence per padding
+//                    run, so the last offset is batch * seq_len.
+// Zero-length pieces occupy no token and no sequence.
+//
+// Thread-safety: pure functions over caller-owned buffers; different rows may
+// be filled from different threads.
+#ifndef SHARDKIT_PACKING_PACKING_METADATA_H_
+#define SHARDKIT_PACKING_PACKING_METADATA_H_
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/base/errors.h"
+#include "shardkit/packing/packing.h"
+
+namespace shardkit {
+
+enum class PaddingSide { kRight, kLeft };
+[[nodiscard]] PaddingSide ParsePaddingSide(std::string_view name);  // "right", "left"
+[[nodiscard]] std::string_view PaddingSideName(PaddingSide side);
+
+struct CollateOptions {
+  Index seq_len = 0;  // row length; REQUIRES >= 1
+  PaddingSide padding_side = PaddingSide::kRight;
+  std::int64_t pad_token_id = 0;
+  std::int64_t ignore_index = -100;
+  bool causal = true;  // block_mask: lower-triangular within each piece
+};
+
+// Throws invalid_argument naming seq_len when it is < 1.
+void ValidateCollateOptions(const CollateOptions& options);
+
+// Sum of the pieces' lengths; the row overflows when it exceeds seq_len.
+[[nodiscard]] Index RowTokens(std::span<const PackItem> pieces);
+
+// Output of one row, each of seq_len elements (block_mask: seq_len^2); a null
+// pointer is not filled.
+struct RowBuffers {
+  std::int64_t* position_ids = nullptr;
+  std::int32_t* document_ids = nullptr;
+  std::uint8_t* attention_mask = nullptr;
+  std::uint8_t* block_mask = nullptr;
+};
+
+// First real token of the row: 0 for right padding, seq_len - RowTokens for
+// left padding. REQUIRES RowTokens(pieces) <= options.seq_len.
+[[nodiscard]] Index RowStart(std::span<const PackItem> pieces, const CollateOptions& options);
+
+// Fills the token-independent metadata of one row.
+// REQUIRES RowTokens(pieces) <= options.seq_len; options validated.
+void FillRowMetadata(std::span<const PackItem> pieces, const CollateOptions& options,
+                     const RowBuffers& out);
+
+// Fills input_ids and labels of one row from a flat token array: the tokens
+// of item d are tokens[offsets[d], offsets[d + 1]) and a piece takes
+// [offsets[item] + start, ... + length). Either output may be null.
+// REQUIRES RowTokens(pieces) <= options.seq_len and every piece inside its
+// item's tokens (the caller validated offsets).
+template <typename Token, typename Offset>
+void FillRowTokens(std::span<const PackItem> pieces, const Token* tokens, const Offset* offsets,
+                   const CollateOptions& options, std::int64_t* input_ids,
+                   std::int64_t* labels) {
+  const Index seq_len = options.seq_len;
+  Index t = RowStart(pieces, options);
+  const Index real_end = t + RowTokens(pieces);
+  for (Index i = 0; i < seq_len; ++i) {
+    if (i >= t && i < real_end) continue;
+    if (input_ids) input_ids[i] = options.pad_token_id;
+    if (labels) labels[i] = options.ignore_index;
+  }
+  for (const PackItem& p : pieces) {
+    const Token* src = tokens + static_cast<Index>(offsets[p.item]) + p.start;
+    for (Index k = 0; k < p.length; ++k) {
+      const auto v = static_cast<std::int64_t>(src[k]);
+      if (input_ids) input_ids[t + k] = v;
+      if (labels) labels[t + k] = k == 0 ? options.ignore_index : v;
+    }
+    t += p.length;
+  }
+}
+
+// The batch-level cu_seqlens (see above) for rows of pieces, written to *out
+// (cleared first); returns max_seqlen. REQUIRES each row fits and
+// rows * seq_len < 2^31.
+Index BatchCuSeqlens(std::span<const std::span<const PackItem>> rows,
+                     const CollateOptions& options, std::vector<std::int32_t>* out);
+
+// Where each image of a batch goes: images are numbered in row order, then
+// piece order, then image order within the item (a piece of a split item
+// never has images).
+struct ImageSlot {
+  Index row = 0;       // row of the batch
+  Index sequence = 0;  // piece index within the row (its document_id); -1 for
+                       // an item of zero tokens
+  Index item = 0;      // the caller's item id (the sample)
+};
+[[nodiscard]] std::vector<ImageSlot> ImageMap(std::span<const std::span<const PackItem>> rows);
+
+}  // namespace shardkit
+
+#endif  // SHARDKIT_PACKING_PACKING_METADATA_H_
