@@ -47,12 +47,13 @@ def timeit(fn, min_reps, min_seconds=0.5):
 
 
 def child(num_devices, per_host):
-    import numpy as np
     import jax
+    import numpy as np
     from jax._src import array as jarray
     from jax._src import sharding as jsharding
     from jax._src import sharding_impls
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     import shardkit
 
@@ -72,9 +73,17 @@ def child(num_devices, per_host):
     rows = []
 
     def report(what, jax_s, sk_s, note=""):
-        rows.append({"devices": num_devices, "processes": processes, "what": what,
-                     "jax_ms": jax_s * 1e3, "shardkit_ms": sk_s * 1e3, "ratio": jax_s / sk_s,
-                     "note": note})
+        rows.append(
+            {
+                "devices": num_devices,
+                "processes": processes,
+                "what": what,
+                "jax_ms": jax_s * 1e3,
+                "shardkit_ms": sk_s * 1e3,
+                "ratio": jax_s / sk_s,
+                "note": note,
+            }
+        )
 
     # ---- index map ---------------------------------------------------------------
     def jax_map():
@@ -87,14 +96,20 @@ def child(num_devices, per_host):
     smap = sk.devices_indices_map(shape)
     arr = sk.indices(shape)
     for pos in (0, 1, num_devices // 2, num_devices - 1):
-        want = [(s.start or 0, shape[i] if s.stop is None else s.stop)
-                for i, s in enumerate(jmap[flat[pos]])]
+        want = [
+            (s.start or 0, shape[i] if s.stop is None else s.stop)
+            for i, s in enumerate(jmap[flat[pos]])
+        ]
         assert [(s.start, s.stop) for s in smap[pos]] == want
         assert arr[pos].tolist() == [list(w) for w in want]
     t_jax = timeit(jax_map, 5)
     report("devices_indices_map -> numpy array", t_jax, timeit(lambda: sk.indices(shape), 50))
-    report("devices_indices_map -> dict of slices", t_jax,
-           timeit(lambda: sk.devices_indices_map(shape), 20), "same output type as JAX")
+    report(
+        "devices_indices_map -> dict of slices",
+        t_jax,
+        timeit(lambda: sk.devices_indices_map(shape), 20),
+        "same output type as JAX",
+    )
 
     # ---- replica ids -------------------------------------------------------------
     def jax_replicas():
@@ -154,8 +169,9 @@ def child(num_devices, per_host):
         jarray.make_array_from_callback = record
         try:
             sharding_impls.get_process_index_and_count.cache_clear()
-            return jarray._array_from_process_local_data(Recorder(local_shape), ProcessView(me),
-                                                         global_shape)
+            return jarray._array_from_process_local_data(
+                Recorder(local_shape), ProcessView(me), global_shape
+            )
         finally:
             jarray.make_array_from_callback = original
 
@@ -164,18 +180,30 @@ def child(num_devices, per_host):
     got = sk.local_to_global(local_shape, me)
     assert got["global_shape"] == shape
     want = jax_process(me, local_shape)
-    assert [[(s.start, s.stop) for s in idx] for idx in want] == \
-        [[tuple(x) for x in dev] for dev in got["local"].tolist()]
-    report(f"make_array_from_process_local_data mapping, 1 process of {per_host} devices",
-           timeit(lambda: jax_process(me, local_shape), 3),
-           timeit(lambda: sk.local_to_global(local_shape, me), 50),
-           "global shape inferred")
-    report("same, global_shape given (no inference)",
-           timeit(lambda: jax_process(me, local_shape, shape), 3),
-           timeit(lambda: sk.local_to_global(local_shape, me, shape), 200))
-    return {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "jax": jax.__version__, "device_setup_s": setup, "shape": shape,
-            "mesh": dict(mesh.shape), "spec": str(spec), "rows": rows}
+    assert [[(s.start, s.stop) for s in idx] for idx in want] == [
+        [tuple(x) for x in dev] for dev in got["local"].tolist()
+    ]
+    report(
+        f"make_array_from_process_local_data mapping, 1 process of {per_host} devices",
+        timeit(lambda: jax_process(me, local_shape), 3),
+        timeit(lambda: sk.local_to_global(local_shape, me), 50),
+        "global shape inferred",
+    )
+    report(
+        "same, global_shape given (no inference)",
+        timeit(lambda: jax_process(me, local_shape, shape), 3),
+        timeit(lambda: sk.local_to_global(local_shape, me, shape), 200),
+    )
+    return {
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "jax": jax.__version__,
+        "device_setup_s": setup,
+        "shape": shape,
+        "mesh": dict(mesh.shape),
+        "spec": str(spec),
+        "rows": rows,
+    }
 
 
 def main():
@@ -190,12 +218,17 @@ def main():
         # Tearing down 16384 host devices takes minutes; the results are out.
         os._exit(0)
     for n in map(int, args.devices.split(",")):
-        env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}",
-                   JAX_PLATFORMS="cpu")
+        env = dict(
+            os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu"
+        )
         try:
-            out = subprocess.run([sys.executable, __file__, "--child", str(n), "--per-host",
-                                  str(args.per_host)], env=env, capture_output=True, text=True,
-                                 timeout=args.timeout)
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", str(n), "--per-host", str(args.per_host)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=args.timeout,
+            )
         except subprocess.TimeoutExpired:
             # XLA's CPU client sometimes stalls creating this many host devices on a
             # loaded machine; say so instead of hanging.
@@ -205,13 +238,17 @@ def main():
             print(out.stderr[-3000:], file=sys.stderr)
             sys.exit(out.returncode)
         doc = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"\n{n} devices, mesh {doc['mesh']}, spec {doc['spec']}, shape {tuple(doc['shape'])},"
-              f" {n // args.per_host} processes of {args.per_host} devices; jax {doc['jax']},"
-              f" {doc['cpus']} cpus ({doc['device_setup_s']:.1f} s to create the CPU devices)")
+        print(
+            f"\n{n} devices, mesh {doc['mesh']}, spec {doc['spec']}, shape {tuple(doc['shape'])},"
+            f" {n // args.per_host} processes of {args.per_host} devices; jax {doc['jax']},"
+            f" {doc['cpus']} cpus ({doc['device_setup_s']:.1f} s to create the CPU devices)"
+        )
         print(f"{'measurement':<64} {'JAX ms':>10} {'shardkit ms':>12} {'ratio':>9}")
         for r in doc["rows"]:
-            print(f"{r['what']:<64} {r['jax_ms']:>10.3f} {r['shardkit_ms']:>12.4f}"
-                  f" {r['ratio']:>8.0f}x")
+            print(
+                f"{r['what']:<64} {r['jax_ms']:>10.3f} {r['shardkit_ms']:>12.4f}"
+                f" {r['ratio']:>8.0f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ def make_data(directory, num_tokens, seed=0):
 
 # ---- the torch side: Python packing (TRL-style) ---------------------------
 
+
 def bfd(lengths, capacity):
     """Best-fit decreasing over one buffer: bins as lists of indices."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
@@ -89,9 +90,9 @@ class PackedRows(tud.IterableDataset):
         offsets = np.load(os.path.join(self.directory, "offsets.npy"))
         pending = []
         for d in range(len(offsets) - 1):
-            doc = tokens[offsets[d]:offsets[d + 1]]
+            doc = tokens[offsets[d] : offsets[d + 1]]
             for s in range(0, len(doc), self.seq_len):
-                pending.append(doc[s:s + self.seq_len])
+                pending.append(doc[s : s + self.seq_len])
             if len(pending) >= self.buffer:
                 yield from self._pack(pending)
                 pending = []
@@ -114,24 +115,32 @@ def trl_collate(rows, seq_len=4096, batch_size=8):
         for k, piece in enumerate(row):
             n = len(piece)
             ids = torch.from_numpy(np.asarray(piece, dtype=np.int64))
-            input_ids[r, t:t + n] = ids
-            labels[r, t + 1:t + n] = ids[1:]
-            position_ids[r, t:t + n] = torch.arange(n)
-            document_ids[r, t:t + n] = k
+            input_ids[r, t : t + n] = ids
+            labels[r, t + 1 : t + n] = ids[1:]
+            position_ids[r, t : t + n] = torch.arange(n)
+            document_ids[r, t : t + n] = k
             cu.append(cu[-1] + n)
             t += n
         if t < seq_len:
             cu.append(cu[-1] + seq_len - t)
     for _ in range(len(rows), batch_size):
         cu.append(cu[-1] + seq_len)
-    return dict(input_ids=input_ids, labels=labels, position_ids=position_ids,
-                document_ids=document_ids, cu_seqlens=torch.tensor(cu, dtype=torch.int32))
+    return dict(
+        input_ids=input_ids,
+        labels=labels,
+        position_ids=position_ids,
+        document_ids=document_ids,
+        cu_seqlens=torch.tensor(cu, dtype=torch.int32),
+    )
 
 
 def run_torch(directory, seq_len, batch_size, max_seconds):
-    loader = tud.DataLoader(PackedRows(directory, seq_len), batch_size=batch_size,
-                            num_workers=0,
-                            collate_fn=lambda rows: trl_collate(rows, seq_len, batch_size))
+    loader = tud.DataLoader(
+        PackedRows(directory, seq_len),
+        batch_size=batch_size,
+        num_workers=0,
+        collate_fn=lambda rows: trl_collate(rows, seq_len, batch_size),
+    )
     start, cpu = time.perf_counter(), time.thread_time()
     tokens = batches = 0
     for batch in loader:
@@ -143,10 +152,17 @@ def run_torch(directory, seq_len, batch_size, max_seconds):
 
 
 def run_shardkit(directory, seq_len, batch_size, num_threads):
-    loader = shardkit.TokenLoader(os.path.join(directory, "tokens.npy"),
-                                  os.path.join(directory, "offsets.npy"), seq_len=seq_len,
-                                  batch_size=batch_size, rank=0, world_size=1, shuffle=False,
-                                  num_threads=num_threads, buffer=1024)
+    loader = shardkit.TokenLoader(
+        os.path.join(directory, "tokens.npy"),
+        os.path.join(directory, "offsets.npy"),
+        seq_len=seq_len,
+        batch_size=batch_size,
+        rank=0,
+        world_size=1,
+        shuffle=False,
+        num_threads=num_threads,
+        buffer=1024,
+    )
     start, cpu = time.perf_counter(), time.thread_time()
     tokens = batches = 0
     for batch in loader:
@@ -172,44 +188,63 @@ def main():
     parser.add_argument("--tokens", type=float, default=20e6)
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--torch-seconds", type=float, default=10.0,
-                        help="stop the (slow) torch side after this long")
+    parser.add_argument(
+        "--torch-seconds",
+        type=float,
+        default=10.0,
+        help="stop the (slow) torch side after this long",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         num_tokens, num_docs = make_data(directory, int(args.tokens))
-        print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-              f"load average {os.getloadavg()[0]:.1f}; python {platform.python_version()}, "
-              f"torch {torch.__version__}")
-        print(f"data: {num_docs} documents, {num_tokens / 1e6:.1f} M int32 tokens "
-              f"(lognormal lengths), memory-mapped .npy; batches [{args.batch}, "
-              f"{args.seq_len}] int64, bfd over a 1024-document buffer")
+        print(
+            f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"load average {os.getloadavg()[0]:.1f}; python {platform.python_version()}, "
+            f"torch {torch.__version__}"
+        )
+        print(
+            f"data: {num_docs} documents, {num_tokens / 1e6:.1f} M int32 tokens "
+            f"(lognormal lengths), memory-mapped .npy; batches [{args.batch}, "
+            f"{args.seq_len}] int64, bfd over a 1024-document buffer"
+        )
         # warm the page cache for both sides
         np.load(os.path.join(directory, "tokens.npy"), mmap_mode="r").sum()
         runs = [run_shardkit(directory, args.seq_len, args.batch, 0) for _ in range(3)]
         sk_tokens, sk_batches, sk_s, sk_wall = min(runs, key=lambda r: r[2])
         sk_t1_tokens, _, _, sk_t1_wall = run_shardkit(directory, args.seq_len, args.batch, 1)
-        th_tokens, th_batches, th_s, th_wall = run_torch(directory, args.seq_len, args.batch,
-                                                         args.torch_seconds)
+        th_tokens, th_batches, th_s, th_wall = run_torch(
+            directory, args.seq_len, args.batch, args.torch_seconds
+        )
         bandwidth = memcpy_bandwidth()
     sk_rate, th_rate = sk_tokens / sk_s, th_tokens / th_s
     # Bytes the loader writes per real token: input_ids, labels, position_ids
     # (int64) and document_ids (int32) = 28 bytes, scaled by the padding.
     slots = sk_batches * args.batch * args.seq_len
     out_bytes = slots * 28 / sk_s
-    print(f"shardkit TokenLoader, 1 core (num_threads=0): {sk_rate / 1e6:8.1f} M tokens/s "
-          f"per CPU second ({sk_batches} batches, {sk_s:.3f} CPU s; wall "
-          f"{sk_tokens / sk_wall / 1e6:.1f} M tokens/s)")
-    print(f"shardkit TokenLoader, 1 prefetch thread:      wall {sk_t1_tokens / sk_t1_wall / 1e6:.1f} "
-          f"M tokens/s")
-    print(f"torch DataLoader + Python TRL-style packing:  {th_rate / 1e6:8.3f} M tokens/s "
-          f"per CPU second ({th_batches} batches, {th_s:.2f} CPU s; wall "
-          f"{th_tokens / th_wall / 1e6:.2f} M tokens/s)")
+    print(
+        f"shardkit TokenLoader, 1 core (num_threads=0): {sk_rate / 1e6:8.1f} M tokens/s "
+        f"per CPU second ({sk_batches} batches, {sk_s:.3f} CPU s; wall "
+        f"{sk_tokens / sk_wall / 1e6:.1f} M tokens/s)"
+    )
+    print(
+        f"shardkit TokenLoader, 1 prefetch thread:      wall {sk_t1_tokens / sk_t1_wall / 1e6:.1f} "
+        f"M tokens/s"
+    )
+    print(
+        f"torch DataLoader + Python TRL-style packing:  {th_rate / 1e6:8.3f} M tokens/s "
+        f"per CPU second ({th_batches} batches, {th_s:.2f} CPU s; wall "
+        f"{th_tokens / th_wall / 1e6:.2f} M tokens/s)"
+    )
     print(f"ratio shardkit / torch per core: {sk_rate / th_rate:.0f}x")
-    print(f"memcpy (numpy copyto, 1 core): {bandwidth / 1e9:.2f} GB/s = "
-          f"{bandwidth / 8 / 1e6:.0f} M int64 tokens/s")
-    print(f"shardkit batch bytes written: {out_bytes / 1e9:.2f} GB/s = "
-          f"{100 * out_bytes / bandwidth:.0f}% of memcpy; token rate = "
-          f"{100 * sk_rate * 8 / bandwidth:.0f}% of memcpy's int64 token rate")
+    print(
+        f"memcpy (numpy copyto, 1 core): {bandwidth / 1e9:.2f} GB/s = "
+        f"{bandwidth / 8 / 1e6:.0f} M int64 tokens/s"
+    )
+    print(
+        f"shardkit batch bytes written: {out_bytes / 1e9:.2f} GB/s = "
+        f"{100 * out_bytes / bandwidth:.0f}% of memcpy; token rate = "
+        f"{100 * sk_rate * 8 / bandwidth:.0f}% of memcpy's int64 token rate"
+    )
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ import math
 import os
 import platform
 import time
-from collections import defaultdict
 
 import numpy as np
 
@@ -65,12 +64,15 @@ def timed(fn, repeat=1):
 # ---------------------------------------------------------------------------
 # Peers
 
+
 def trl_bfd(lengths, cap):
     import pyarrow as pa
     from trl.data_utils import _pack_bfd
+
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    column = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()),
-                                           pa.nulls(int(offsets[-1])))
+    column = pa.LargeListArray.from_arrays(
+        pa.array(offsets, pa.int64()), pa.nulls(int(offsets[-1]))
+    )
     table = pa.table({"input_ids": column})
     packed = _pack_bfd(table, cap)
     return packed.num_rows
@@ -80,7 +82,7 @@ def mmdp_binpack(lengths, cap, buffer_size=512):
     # transcription: sort each buffer decreasing, first fit by sum(pack)
     packs = 0
     for start in range(0, len(lengths), buffer_size):
-        buffer = sorted(lengths[start:start + buffer_size].tolist(), reverse=True)
+        buffer = sorted(lengths[start : start + buffer_size].tolist(), reverse=True)
         knapsacks = []
         for item in buffer:
             if item > cap:
@@ -108,8 +110,15 @@ def mmdp_greedy(lengths, cap):
     return packs
 
 
-def nanovlm_knapsack(lengths, images, cap, num_of_sequences=1024, max_images_per_example=4,
-                     max_images_per_knapsack=18, delta=5):
+def nanovlm_knapsack(
+    lengths,
+    images,
+    cap,
+    num_of_sequences=1024,
+    max_images_per_example=4,
+    max_images_per_knapsack=18,
+    delta=5,
+):
     # transcription of the facts of ConstantLengthDataset (see module doc)
     packs, tokens = 0, 0
     budget = num_of_sequences * cap
@@ -153,18 +162,23 @@ def nanovlm_knapsack(lengths, images, cap, num_of_sequences=1024, max_images_per
 
 # ---------------------------------------------------------------------------
 
+
 def report(name, n, seconds, packs, tokens, cap, lower_bound, note=""):
     eff = tokens / (packs * cap) if packs else 1.0
     over = packs / lower_bound - 1 if lower_bound else 0.0
     rate = n / seconds if seconds > 0 else math.inf
-    print(f"  {name:<34} {n:>10,} {seconds:>9.3f}s {rate / 1e6:>10.3f}M/s "
-          f"{100 * eff:>9.4f}% {100 * over:>9.4f}%  {note}")
+    print(
+        f"  {name:<34} {n:>10,} {seconds:>9.3f}s {rate / 1e6:>10.3f}M/s "
+        f"{100 * eff:>9.4f}% {100 * over:>9.4f}%  {note}"
+    )
     return rate
 
 
 def header():
-    print(f"  {'packer':<34} {'items':>10} {'time':>10} {'items/s':>11} {'efficiency':>10} "
-          f"{'over LB':>9}")
+    print(
+        f"  {'packer':<34} {'items':>10} {'time':>10} {'items/s':>11} {'efficiency':>10} "
+        f"{'over LB':>9}"
+    )
 
 
 def text_case(rng, dist, n, cap, peer_items, trl_items):
@@ -175,8 +189,10 @@ def text_case(rng, dist, n, cap, peer_items, trl_items):
     header()
     rates = {}
     for algorithm in ("bfd", "ffd", "next_fit") + (("balanced",) if n <= 1_000_000 else ()):
-        sec, p = timed(lambda: shardkit.pack(lengths, cap, algorithm=algorithm),
-                       repeat=3 if n <= 1_000_000 else 1)
+        sec, p = timed(
+            lambda: shardkit.pack(lengths, cap, algorithm=algorithm),
+            repeat=3 if n <= 1_000_000 else 1,
+        )
         rates[algorithm] = report(f"shardkit {algorithm}", n, sec, p.num_packs, p.tokens, cap, lb)
     if trl_items:
         m = min(n, trl_items)
@@ -185,19 +201,43 @@ def text_case(rng, dist, n, cap, peer_items, trl_items):
         sec_s, p = timed(lambda: shardkit.pack(sub, cap, algorithm="bfd"), repeat=3)
         report("shardkit bfd (same prefix)", m, sec_s, p.num_packs, p.tokens, cap, sub_lb)
         sec, packs = timed(lambda: trl_bfd(sub, cap))
-        trl_rate = report("TRL pack_dataset bfd", m, sec, packs, int(sub.sum()), cap, sub_lb,
-                          "" if m == n else f"(first {m:,} items)")
+        trl_rate = report(
+            "TRL pack_dataset bfd",
+            m,
+            sec,
+            packs,
+            int(sub.sum()),
+            cap,
+            sub_lb,
+            "" if m == n else f"(first {m:,} items)",
+        )
         print(f"  -> shardkit bfd is {rates['bfd'] / trl_rate:,.0f}x TRL's bfd in items/s")
     if peer_items:
         m = min(n, peer_items)
         sub = lengths[:m]
         sub_lb = -(-int(sub.sum()) // cap)
         sec, packs = timed(lambda: mmdp_binpack(sub, cap))
-        report("mmdp binpack (FFD, buffer 512)", m, sec, packs, int(sub.sum()), cap, sub_lb,
-               f"(first {m:,} items)")
+        report(
+            "mmdp binpack (FFD, buffer 512)",
+            m,
+            sec,
+            packs,
+            int(sub.sum()),
+            cap,
+            sub_lb,
+            f"(first {m:,} items)",
+        )
         sec, packs = timed(lambda: mmdp_greedy(sub, cap))
-        report("mmdp greedy (next fit)", m, sec, packs, int(sub.sum()), cap, sub_lb,
-               f"(first {m:,} items)")
+        report(
+            "mmdp greedy (next fit)",
+            m,
+            sec,
+            packs,
+            int(sub.sum()),
+            cap,
+            sub_lb,
+            f"(first {m:,} items)",
+        )
         sec, p = timed(lambda: shardkit.pack(sub, cap, algorithm="bfd", buffer=512))
         report("shardkit bfd, buffer 512", m, sec, p.num_packs, p.tokens, cap, sub_lb)
 
@@ -206,21 +246,42 @@ def multimodal_case(rng, n, cap, peer_items):
     lengths = np.clip(rng.lognormal(math.log(500), 0.8, n).astype(np.int64), 16, 2 * cap)
     images = rng.integers(0, 5, n)  # 0-4 images per sample
     keep = (lengths <= cap) & (images <= 4)
-    print(f"\nmultimodal, n = {n:,} samples, seq_len {cap}, images 0-4 per sample "
-          f"(uniform), <= 18 images per pack; samples over {cap} tokens are dropped by all")
+    print(
+        f"\nmultimodal, n = {n:,} samples, seq_len {cap}, images 0-4 per sample "
+        f"(uniform), <= 18 images per pack; samples over {cap} tokens are dropped by all"
+    )
     header()
     m = min(n, peer_items)
     sub_len, sub_img = lengths[:m], images[:m]
     k = keep[:m]
     lb = max(-(-int(sub_len[k].sum()) // cap), -(-int(sub_img[k].sum()) // 18))
     sec, (packs, tokens) = timed(lambda: nanovlm_knapsack(sub_len, sub_img, cap))
-    report("nanoVLM balanced knapsack", m, sec, packs, tokens, cap, lb,
-           f"(first {m:,} samples; buffer 1024 x seq_len tokens, delta 5)")
+    report(
+        "nanoVLM balanced knapsack",
+        m,
+        sec,
+        packs,
+        tokens,
+        cap,
+        lb,
+        f"(first {m:,} samples; buffer 1024 x seq_len tokens, delta 5)",
+    )
     for algorithm, buffer in (("balanced", None), ("balanced", 8192), ("bfd", None)):
-        sec, p = timed(lambda: shardkit.pack(sub_len, cap, algorithm=algorithm, images=sub_img,
-                                             max_images=18, buffer=buffer), repeat=3)
-        report(f"shardkit {algorithm}" + (f", buffer {buffer}" if buffer else ""), m, sec,
-               p.num_packs, p.tokens, cap, lb)
+        sec, p = timed(
+            lambda: shardkit.pack(
+                sub_len, cap, algorithm=algorithm, images=sub_img, max_images=18, buffer=buffer
+            ),
+            repeat=3,
+        )
+        report(
+            f"shardkit {algorithm}" + (f", buffer {buffer}" if buffer else ""),
+            m,
+            sec,
+            p.num_packs,
+            p.tokens,
+            cap,
+            lb,
+        )
 
 
 def main():
@@ -228,18 +289,26 @@ def main():
     parser.add_argument("--quick", action="store_true", help="1M only, small peer prefixes")
     parser.add_argument("--sizes", default="1000000,10000000")
     parser.add_argument("--capacities", default="4096,8192")
-    parser.add_argument("--trl-items", type=int, default=200_000,
-                        help="TRL runs on this prefix of each data set (0: skip)")
-    parser.add_argument("--peer-items", type=int, default=50_000,
-                        help="mmdp / nanoVLM run on this prefix (0: skip)")
+    parser.add_argument(
+        "--trl-items",
+        type=int,
+        default=200_000,
+        help="TRL runs on this prefix of each data set (0: skip)",
+    )
+    parser.add_argument(
+        "--peer-items", type=int, default=50_000, help="mmdp / nanoVLM run on this prefix (0: skip)"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.quick:
         sizes, args.trl_items, args.peer_items = [1_000_000], 50_000, 20_000
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.1f}; shardkit {shardkit.__version__}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.1f}; shardkit {shardkit.__version__}"
+    )
     try:
         import trl
+
         print(f"TRL {trl.__version__}")
     except ImportError:
         print("TRL not installed: skipped (pip install -r requirements-bench.txt)")
@@ -248,8 +317,9 @@ def main():
         for cap in (int(c) for c in args.capacities.split(",")):
             for dist in ("lognormal", "heavy-tailed mix"):
                 rng = np.random.default_rng(n + cap)
-                text_case(rng, dist, n, cap, args.peer_items if n == sizes[0] else 0,
-                          args.trl_items)
+                text_case(
+                    rng, dist, n, cap, args.peer_items if n == sizes[0] else 0, args.trl_items
+                )
     if args.peer_items:
         multimodal_case(np.random.default_rng(7), 1_000_000, 4096, args.peer_items)
 

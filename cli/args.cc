@@ -1,13 +1,13 @@
 #include "cli/args.h"
 
-#include "shardkit/loader/npy.h"
-
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+
+#include "shardkit/loader/npy.h"
 
 namespace shardkit::cli {
 

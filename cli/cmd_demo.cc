@@ -24,8 +24,8 @@ int RunDemo(const Argv& argv) {
   std::ostringstream discard;
   Json figures;
   figures.Begin();
-  DemoContext context{documents, {}, json ? static_cast<std::ostream&>(discard) : std::cout,
-                      figures};
+  DemoContext context{
+      documents, {}, json ? static_cast<std::ostream&>(discard) : std::cout, figures};
   Index total = 0;
   for (const auto& d : documents) {
     context.tokens.push_back(static_cast<double>(d.tokens));
@@ -33,8 +33,13 @@ int RunDemo(const Argv& argv) {
   }
   context.out << "shardkit demo on " << StdlibDescription() << "\n"
               << documents.size() << " documents, " << total << " tokens\n\n";
-  figures.Key("data").Begin().Key("documents").Int(static_cast<Index>(documents.size()))
-      .Key("tokens").Int(total).End();
+  figures.Key("data")
+      .Begin()
+      .Key("documents")
+      .Int(static_cast<Index>(documents.size()))
+      .Key("tokens")
+      .Int(total)
+      .End();
 
   HtmlReport report("shardkit demo");
   report.AddSection("The data set",

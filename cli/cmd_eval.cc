@@ -54,8 +54,8 @@ int RunEvalPlan(const Argv& argv) {
   const std::vector<Index> ranks =
       ListedRanks(args, plan.world_size(), [&](Index r) { (void)plan.Real(r); });
   const bool batches = args.Has("batches");
-  if (batches && static_cast<Index>(ranks.size()) * plan.num_steps() * plan.batch_size() >
-                     kMaxListedSlots) {
+  if (batches &&
+      static_cast<Index>(ranks.size()) * plan.num_steps() * plan.batch_size() > kMaxListedSlots) {
     throw UsageError("--batches: would list more than " + std::to_string(kMaxListedSlots) +
                      " slots; narrow with --rank");
   }
@@ -75,8 +75,13 @@ int RunEvalPlan(const Argv& argv) {
     j.Key("fingerprint").String(Hex(plan.Fingerprint()));
     j.Key("ranks").BeginList();
     for (Index r : ranks) {
-      j.Begin().Key("rank").Int(r).Key("real").Int(plan.Real(r)).Key("padding").Int(
-          plan.Padding(r));
+      j.Begin()
+          .Key("rank")
+          .Int(r)
+          .Key("real")
+          .Int(plan.Real(r))
+          .Key("padding")
+          .Int(plan.Padding(r));
       if (batches) {
         j.Key("batches").BeginList();
         for (Index s = 0; s < plan.num_steps(); ++s) {

@@ -68,7 +68,8 @@ int RunLayout(const Argv& argv) {
             "Which slice of a global array each device and each process holds under a\n"
             "JAX-style NamedSharding (devices are row-major mesh positions).");
   args.Flag("mesh", "AXES", "mesh axes as name=size,... e.g. x=2,y=4 (required)")
-      .Flag("spec", "SPEC", "PartitionSpec arguments, e.g. \"('x','y'), None\" (default: replicated)")
+      .Flag("spec", "SPEC",
+            "PartitionSpec arguments, e.g. \"('x','y'), None\" (default: replicated)")
       .Flag("shape", "DIMS", "global array shape, e.g. 16,8 (required)")
       .Flag("owners", "LIST", "process of each device, e.g. 0,0,1,1 (default: all process 0)")
       .Flag("batch", "B", "also show which rows of a B-row batch each process loads")
@@ -120,7 +121,8 @@ int RunLayout(const Argv& argv) {
     return 0;
   }
 
-  std::printf("mesh %s (%" PRId64 " devices, %" PRId64 " processes), spec %s, shape %s -> "
+  std::printf("mesh %s (%" PRId64 " devices, %" PRId64
+              " processes), spec %s, shape %s -> "
               "shard %s\n\n",
               mesh.ToString().c_str(), mesh.size(), mesh.num_processes(),
               SpecToString(sharding.spec()).c_str(), ShapeText(shape).c_str(),
@@ -151,8 +153,8 @@ int RunLayout(const Argv& argv) {
     if (loading) {
       std::string rows;
       for (const Slice& s : loading->Rows(p)) rows += " " + SliceText(s);
-      std::printf("%7s %12s  rows of a %" PRId64 "-row batch:%s\n", "", "",
-                  loading->batch_size(), rows.c_str());
+      std::printf("%7s %12s  rows of a %" PRId64 "-row batch:%s\n", "", "", loading->batch_size(),
+                  rows.c_str());
     }
   }
   auto inferred = sharding.InferGlobalShape(std::vector<Index>(n, 1));

@@ -24,8 +24,8 @@ using Clock = std::chrono::steady_clock;
 struct RankStats {
   Index rank = 0;
   Index batches = 0;
-  Index tokens = 0;   // real tokens
-  Index slots = 0;    // batch_size * seq_len * batches
+  Index tokens = 0;  // real tokens
+  Index slots = 0;   // batch_size * seq_len * batches
   Index pieces = 0;
   Index dropped = 0;
   double seconds = 0;
@@ -99,8 +99,8 @@ int RunLoaderStats(const Argv& argv) {
     }
     source = TokenSource::OpenDirectory(*dir, source_options);
   } else {
-    source = TokenSource::Open(args.RequireStr("tokens"), args.RequireStr("offsets"),
-                               source_options);
+    source =
+        TokenSource::Open(args.RequireStr("tokens"), args.RequireStr("offsets"), source_options);
   }
   LoaderOptions o;
   o.seq_len = args.RequireInt("seq-len");
@@ -188,8 +188,8 @@ int RunLoaderStats(const Argv& argv) {
   const double padding = slots > 0 ? 1.0 - static_cast<double>(all_tokens) / slots : 0.0;
   const double rate = seconds > 0 ? all_tokens / seconds : 0.0;
   // Every token of the data set delivered (all ranks, whole epoch, nothing dropped).
-  const bool complete = expected_tokens > 0 && max_batches < 0 && !o.shard_files &&
-                        dropped == 0 && all_tokens == source->num_tokens();
+  const bool complete = expected_tokens > 0 && max_batches < 0 && !o.shard_files && dropped == 0 &&
+                        all_tokens == source->num_tokens();
 
   if (json) {
     Json j;
@@ -205,11 +205,9 @@ int RunLoaderStats(const Argv& argv) {
     j.Key("threads").Int(o.num_threads);
     j.Key("ranks").BeginList();
     for (const RankStats& s : stats) {
-      j.Begin().Key("rank").Int(s.rank).Key("batches").Int(s.batches).Key("tokens").Int(
-          s.tokens);
+      j.Begin().Key("rank").Int(s.rank).Key("batches").Int(s.batches).Key("tokens").Int(s.tokens);
       j.Key("padding").Double(s.slots ? 1.0 - static_cast<double>(s.tokens) / s.slots : 0.0);
-      j.Key("pieces").Int(s.pieces).Key("dropped").Int(s.dropped).Key("seconds").Double(
-          s.seconds);
+      j.Key("pieces").Int(s.pieces).Key("dropped").Int(s.dropped).Key("seconds").Double(s.seconds);
       j.End();
     }
     j.End();
@@ -218,8 +216,8 @@ int RunLoaderStats(const Argv& argv) {
     j.Key("padding").Double(padding);
     j.Key("dropped").Int(dropped);
     j.Key("batch_imbalance").Int(max_batches_seen - min_batches);
-    j.Key("token_imbalance").Double(
-        min_tokens > 0 ? static_cast<double>(max_tokens) / min_tokens - 1 : 0.0);
+    j.Key("token_imbalance")
+        .Double(min_tokens > 0 ? static_cast<double>(max_tokens) / min_tokens - 1 : 0.0);
     j.Key("seconds").Double(seconds);
     j.Key("tokens_per_second").Double(rate);
     j.Key("complete").Bool(complete);
@@ -227,9 +225,9 @@ int RunLoaderStats(const Argv& argv) {
     std::cout << j.str() << "\n";
     return 0;
   }
-  std::printf("%" PRId64 " documents, %" PRId64 " tokens in %" PRId64
-              " file(s); seq_len %" PRId64 ", batch %" PRId64 ", %" PRId64 " rank(s) x %" PRId64
-              " worker(s), %s, %" PRId64 " thread(s)\n",
+  std::printf("%" PRId64 " documents, %" PRId64 " tokens in %" PRId64 " file(s); seq_len %" PRId64
+              ", batch %" PRId64 ", %" PRId64 " rank(s) x %" PRId64 " worker(s), %s, %" PRId64
+              " thread(s)\n",
               source->num_documents(), source->num_tokens(), source->num_parts(), o.seq_len,
               o.batch_size, o.world_size, o.num_workers,
               std::string(PackAlgorithmName(o.algorithm)).c_str(), o.num_threads);
@@ -238,13 +236,13 @@ int RunLoaderStats(const Argv& argv) {
   for (const RankStats& s : stats) {
     std::printf("%6" PRId64 " %9" PRId64 " %14" PRId64 " %8.2f%% %9" PRId64 " %9.3f\n", s.rank,
                 s.batches, s.tokens,
-                s.slots ? 100.0 * (1.0 - static_cast<double>(s.tokens) / s.slots) : 0.0,
-                s.pieces, s.seconds);
+                s.slots ? 100.0 * (1.0 - static_cast<double>(s.tokens) / s.slots) : 0.0, s.pieces,
+                s.seconds);
   }
-  std::printf("total: %" PRId64 " batches, %" PRId64 " real tokens, padding %.2f%%, %.1f M "
+  std::printf("total: %" PRId64 " batches, %" PRId64
+              " real tokens, padding %.2f%%, %.1f M "
               "tokens/s; batches per rank %" PRId64 "-%" PRId64,
-              all_batches, all_tokens, 100 * padding, rate / 1e6, min_batches,
-              max_batches_seen);
+              all_batches, all_tokens, 100 * padding, rate / 1e6, min_batches, max_batches_seen);
   if (dropped) std::printf("; dropped %" PRId64 " document(s)", dropped);
   if (complete) std::printf("; every token delivered once");
   std::printf("\n");

@@ -127,8 +127,7 @@ int RunPack(const Argv& argv) {
     std::cout << j.str() << "\n";
     return 0;
   }
-  std::printf("%" PRId64 " items, %" PRId64 " tokens -> %" PRId64 " packs of %" PRId64
-              " (%s%s)\n",
+  std::printf("%" PRId64 " items, %" PRId64 " tokens -> %" PRId64 " packs of %" PRId64 " (%s%s)\n",
               p.num_items, p.tokens, p.num_packs(), o.capacity,
               std::string(PackAlgorithmName(o.algorithm)).c_str(),
               o.buffer ? (", buffer " + std::to_string(*o.buffer)).c_str() : "");
@@ -139,8 +138,8 @@ int RunPack(const Argv& argv) {
                 std::string(OversizeName(o.oversize)).c_str(), p.dropped(), p.split_items);
   }
   if (schedule) {
-    std::printf("%" PRId64 " ranks x %" PRId64 " packs per step: %" PRId64
-                " steps, %" PRId64 " padding packs, cost %s: worst full step +%.3f%%, worst "
+    std::printf("%" PRId64 " ranks x %" PRId64 " packs per step: %" PRId64 " steps, %" PRId64
+                " padding packs, cost %s: worst full step +%.3f%%, worst "
                 "step +%.3f%%, epoch +%.3f%%\n",
                 schedule->world_size, schedule->packs_per_rank, schedule->num_steps,
                 schedule->padding_packs, std::string(CostModelName(cost)).c_str(),

@@ -118,7 +118,8 @@ int RunShard(const Argv& argv) {
   const std::vector<Index> ranks =
       ListedRanks(args, plan.world_size(), [&](Index r) { (void)plan.Count(r); });
   const Index workers = args.Int("workers", 1);
-  if (workers < 1) throw UsageError("--workers: must be at least 1, got " + std::to_string(workers));
+  if (workers < 1)
+    throw UsageError("--workers: must be at least 1, got " + std::to_string(workers));
   std::vector<Index> worker_list;
   if (auto worker = args.Int("worker")) {
     if (!args.Has("workers")) throw UsageError("--worker: needs --workers");
@@ -160,8 +161,13 @@ int RunShard(const Argv& argv) {
         j.Key("workers").BeginList();
         for (Index k : worker_list) {
           Shard part = plan.GetShard(r, k, workers);
-          j.Begin().Key("worker").Int(k).Key("count").Int(part.size()).Key("padding").Int(
-              part.padding());
+          j.Begin()
+              .Key("worker")
+              .Int(k)
+              .Key("count")
+              .Int(part.size())
+              .Key("padding")
+              .Int(part.padding());
           if (indices) j.Key("indices").IntList(Items(part));
           j.End();
         }
@@ -240,18 +246,18 @@ int RunAudit(const Argv& argv) {
     std::cout << j.str() << "\n";
   } else {
     std::cout << Describe(plan) << "\n";
-    std::printf("coverage: %s\n", r.exactly_once ? "OK, exactly as the policy states"
-                                                 : "FAILED");
+    std::printf("coverage: %s\n", r.exactly_once ? "OK, exactly as the policy states" : "FAILED");
     std::printf("  %s: %s\n", r.method.c_str(), r.detail.c_str());
-    std::printf("  window %" PRId64 ", delivered %" PRId64 ", padding %" PRId64
-                ", dropped %" PRId64 ", duplicates %" PRId64 ", missing %" PRId64 "\n",
+    std::printf("  window %" PRId64 ", delivered %" PRId64 ", padding %" PRId64 ", dropped %" PRId64
+                ", duplicates %" PRId64 ", missing %" PRId64 "\n",
                 r.window_size, r.delivered, r.padding, r.dropped, r.duplicates, r.missing);
     std::printf("  list lengths: min %" PRId64 ", max %" PRId64 " (imbalance %" PRId64 ")\n",
                 r.min_count, r.max_count, r.max_imbalance);
     if (!r.loads.empty()) {
-      std::printf("  loads: heaviest %.6g, lower bound max(max weight, total/W) %.6g, "
-                  "imbalance +%.3f%%\n",
-                  r.max_load, r.lower_bound, 100 * r.load_imbalance);
+      std::printf(
+          "  loads: heaviest %.6g, lower bound max(max weight, total/W) %.6g, "
+          "imbalance +%.3f%%\n",
+          r.max_load, r.lower_bound, 100 * r.load_imbalance);
     }
   }
   return r.exactly_once ? 0 : 1;

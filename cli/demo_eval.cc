@@ -24,15 +24,19 @@ void DemoEval(const DemoContext& c, HtmlReport& report) {
   c.out << "\n== Evaluation: " << n << " documents on " << kRanks
         << " ranks, every one exactly once, equal fixed-shape steps\n";
   c.out << std::setw(6) << "batch" << std::setw(8) << "steps" << std::setw(14) << "padded slots"
-        << std::setw(13) << "own-share" << std::setw(18) << "torch sampler"
-        << std::setw(14) << "torch last" << "\n";
+        << std::setw(13) << "own-share" << std::setw(18) << "torch sampler" << std::setw(14)
+        << "torch last"
+        << "\n";
   c.out << std::setw(6) << "" << std::setw(8) << "(all)" << std::setw(14) << "(masked)"
         << std::setw(13) << "steps/rank" << std::setw(18) << "dups (unmarked)" << std::setw(14)
-        << "batch shape" << "\n";
-  std::vector<std::vector<std::string>> table = {
-      {"batch", "shardkit steps (every rank)", "padded slots (all masked)",
-       "batching each rank's own share: steps per rank", "torch DistributedSampler: duplicated, "
-       "unmarked", "torch: last batch shape"}};
+        << "batch shape"
+        << "\n";
+  std::vector<std::vector<std::string>> table = {{"batch", "shardkit steps (every rank)",
+                                                  "padded slots (all masked)",
+                                                  "batching each rank's own share: steps per rank",
+                                                  "torch DistributedSampler: duplicated, "
+                                                  "unmarked",
+                                                  "torch: last batch shape"}};
   c.json.Key("eval").Begin().Key("ranks").Int(kRanks).Key("batches").BeginList();
   for (Index b : {8, 13, 16, 32}) {
     EvalPlan plan(n, kRanks, b);
@@ -72,8 +76,13 @@ void DemoEval(const DemoContext& c, HtmlReport& report) {
         << flax.Real(0) << " (2 batches of its own), the others " << flax.Real(1)
         << " (1 batch); shardkit runs " << flax.num_steps() << " steps on every host with "
         << flax.TotalPadding() << " masked slots.\n";
-  c.json.Key("flax").Begin().Key("steps").Int(flax.num_steps()).Key("padding").Int(
-      flax.TotalPadding()).End();
+  c.json.Key("flax")
+      .Begin()
+      .Key("steps")
+      .Int(flax.num_steps())
+      .Key("padding")
+      .Int(flax.TotalPadding())
+      .End();
 
   // Unshard: outputs in slot order come back in document order.
   EvalPlan plan(n, kRanks, 16);
@@ -94,8 +103,8 @@ void DemoEval(const DemoContext& c, HtmlReport& report) {
   const std::vector<Index> ordered = plan.Unshard(outputs);
   bool in_order = static_cast<Index>(ordered.size()) == n;
   for (Index i = 0; in_order && i < n; ++i) in_order = ordered[i] == i;
-  c.out << "unshard (batch 16): " << ordered.size() << " outputs back in document order: "
-        << (in_order ? "yes" : "NO") << "\n";
+  c.out << "unshard (batch 16): " << ordered.size()
+        << " outputs back in document order: " << (in_order ? "yes" : "NO") << "\n";
   c.json.Key("unshard_in_order").Bool(in_order).End();
 
   report.AddSection(

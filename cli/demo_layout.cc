@@ -7,8 +7,8 @@
 
 #include "cli/demo.h"
 #include "shardkit/layout/loading_plan.h"
-#include "shardkit/sharding/shard_plan.h"
 #include "shardkit/layout/named_sharding.h"
+#include "shardkit/sharding/shard_plan.h"
 
 namespace shardkit::cli {
 
@@ -31,10 +31,16 @@ void DemoLayout(const DemoContext& c, HtmlReport& report) {
         << "   owners ";
   for (Index o : owners) c.out << o << ' ';
   c.out << "(row-major devices), " << steps << " steps per epoch\n";
-  std::vector<std::vector<std::string>> table = {{"host", "rows of each batch", "step 0 reads",
-                                                  "tokens over the epoch"}};
-  c.json.Key("layout").Begin().Key("batch").Int(kBatch).Key("steps").Int(steps)
-      .Key("hosts").BeginList();
+  std::vector<std::vector<std::string>> table = {
+      {"host", "rows of each batch", "step 0 reads", "tokens over the epoch"}};
+  c.json.Key("layout")
+      .Begin()
+      .Key("batch")
+      .Int(kBatch)
+      .Key("steps")
+      .Int(steps)
+      .Key("hosts")
+      .BeginList();
   for (Index host = 0; host < 4; ++host) {
     std::string rows;
     for (const Slice& s : plan.Rows(host)) {

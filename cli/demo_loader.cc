@@ -59,14 +59,13 @@ void DemoLoader(const DemoContext& c, HtmlReport& report) {
   std::vector<std::int64_t> offsets = {0};
   for (std::size_t d = 0; d < c.documents.size(); ++d) {
     for (Index k = 0; k < c.documents[d].tokens; ++k) {
-      tokens.push_back(static_cast<std::int32_t>((d * 7919 + static_cast<std::size_t>(k)) %
-                                                 50000));
+      tokens.push_back(static_cast<std::int32_t>((d * 7919 + static_cast<std::size_t>(k)) % 50000));
     }
     offsets.push_back(static_cast<std::int64_t>(tokens.size()));
   }
-  auto source = TokenSource::FromMemory(tokens.data(), TokenDType::kInt32,
-                                        static_cast<Index>(tokens.size()), offsets.data(),
-                                        static_cast<Index>(offsets.size()));
+  auto source =
+      TokenSource::FromMemory(tokens.data(), TokenDType::kInt32, static_cast<Index>(tokens.size()),
+                              offsets.data(), static_cast<Index>(offsets.size()));
   LoaderOptions base;
   base.seq_len = kSeqLen;
   base.batch_size = kBatch;
@@ -123,8 +122,7 @@ void DemoLoader(const DemoContext& c, HtmlReport& report) {
     }
     names.push_back(name);
     padding_series.values.push_back(100 * padding);
-    const std::string batches =
-        std::to_string(min_batches) + "-" + std::to_string(max_batches);
+    const std::string batches = std::to_string(min_batches) + "-" + std::to_string(max_batches);
     table.push_back({name, batches, Percent(padding), once ? "yes" : "NO"});
     c.out << "  " << std::left << std::setw(10) << name << std::right << " batches/rank "
           << std::setw(7) << batches << "  padding " << std::setw(7) << Percent(padding)
@@ -185,8 +183,9 @@ void DemoLoader(const DemoContext& c, HtmlReport& report) {
   c.out << "  resume rank 1 after 5 batches from its state: "
         << (resume_exact ? "identical to the uninterrupted run" : "DIFFERS") << "\n";
   c.out << "  elastic: 4 ranks x 3 batches, then 3 ranks from the merged state ("
-        << merged.head.size() << " pending pieces): "
-        << (elastic_once ? "every document exactly once" : "FAILED") << "\n";
+        << merged.head.size()
+        << " pending pieces): " << (elastic_once ? "every document exactly once" : "FAILED")
+        << "\n";
   c.json.Key("exactly_once").Bool(bfd_once);
   c.json.Key("resume_exact").Bool(resume_exact);
   c.json.Key("elastic_exactly_once").Bool(elastic_once);
@@ -199,9 +198,10 @@ void DemoLoader(const DemoContext& c, HtmlReport& report) {
       "Loader: packed batches from the token stream",
       "<p>The documents as one token stream (synthetic ids, real lengths) through the "
       "TokenLoader: one global shuffled order dealt round robin to " +
-          std::to_string(kRanks) + " ranks, streamed through a packer (buffer 64), long "
-          "documents split into pieces of at most " + std::to_string(kSeqLen) +
-          " tokens, collated into [" + std::to_string(kBatch) + ", " +
+          std::to_string(kRanks) +
+          " ranks, streamed through a packer (buffer 64), long "
+          "documents split into pieces of at most " +
+          std::to_string(kSeqLen) + " tokens, collated into [" + std::to_string(kBatch) + ", " +
           std::to_string(kSeqLen) +
           "] batches with labels, position ids, document ids and cu_seqlens on background "
           "threads.</p>" +

@@ -25,9 +25,9 @@ Index SyntheticImages(Index i) { return (7 * i) % 5; }
 
 struct Strategy {
   std::string name, note;
-  Index rows = 0;                    // rows used
-  Index real = 0, padded = 0;        // tokens
-  Index dropped = 0;                 // documents left out
+  Index rows = 0;              // rows used
+  Index real = 0, padded = 0;  // tokens
+  Index dropped = 0;           // documents left out
   std::vector<double> batch_real, batch_pad;
   double waste() const { return padded + real ? static_cast<double>(padded) / (padded + real) : 0; }
 };
@@ -125,8 +125,8 @@ void DemoPacking(const DemoContext& c, HtmlReport& report) {
     Packing p = PackItems(lengths, o);
     lower_bound = p.lower_bound;
     if (run.algorithm == PackAlgorithm::kBestFitDecreasing) bfd = p;
-    strategies.push_back(FromPacking(std::string(PackAlgorithmName(run.algorithm)) + " (split)",
-                                     run.note, p));
+    strategies.push_back(
+        FromPacking(std::string(PackAlgorithmName(run.algorithm)) + " (split)", run.note, p));
   }
   // 7-8. Multimodal: the synthetic image counts with a budget of kMaxImages
   //      per row; samples with images cannot be split, so the longest are
@@ -145,12 +145,12 @@ void DemoPacking(const DemoContext& c, HtmlReport& report) {
   strategies.push_back(FromPacking("bfd, buffer 64 (split)", "streaming, 64 documents buffered",
                                    PackItems(lengths, o)));
 
-  c.out << "\n== Packing: " << n << " documents into rows of " << kSeqLen
-        << " tokens, batches of " << kRows << " rows (lower bound " << lower_bound
-        << " rows)\n";
+  c.out << "\n== Packing: " << n << " documents into rows of " << kSeqLen << " tokens, batches of "
+        << kRows << " rows (lower bound " << lower_bound << " rows)\n";
   c.out << std::left << std::setw(26) << "strategy" << std::right << std::setw(8) << "rows"
         << std::setw(12) << "real" << std::setw(12) << "padding" << std::setw(10) << "waste"
-        << std::setw(9) << "dropped" << "\n";
+        << std::setw(9) << "dropped"
+        << "\n";
   std::vector<std::vector<std::string>> table = {
       {"strategy", "how", "rows", "real tokens", "padding tokens", "waste", "documents dropped"}};
   c.json.Key("packing").Begin().Key("seq_len").Int(kSeqLen).Key("rows_per_batch").Int(kRows);
@@ -174,13 +174,12 @@ void DemoPacking(const DemoContext& c, HtmlReport& report) {
   std::string ranks_html = "<ul>";
   for (CostModel model : {CostModel::kTokens, CostModel::kSquaredLengths}) {
     RankSchedule s = BalanceRanks(PackCosts(bfd, model), kRanks, 1);
-    const std::string line = "cost " + std::string(CostModelName(model)) + ": " +
-                             std::to_string(s.num_steps) + " steps, " +
-                             std::to_string(s.padding_packs) +
-                             " padding rows; heaviest rank over the mean: worst full step +" +
-                             Percent(s.max_full_step_imbalance) + ", last (padded) step +" +
-                             Percent(s.max_step_imbalance) + ", whole epoch +" +
-                             Percent(s.total_imbalance);
+    const std::string line =
+        "cost " + std::string(CostModelName(model)) + ": " + std::to_string(s.num_steps) +
+        " steps, " + std::to_string(s.padding_packs) +
+        " padding rows; heaviest rank over the mean: worst full step +" +
+        Percent(s.max_full_step_imbalance) + ", last (padded) step +" +
+        Percent(s.max_step_imbalance) + ", whole epoch +" + Percent(s.total_imbalance);
     c.out << "  " << line << "\n";
     ranks_html += "<li>" + Escape(line) + "</li>";
     c.json.Begin().Key("cost").String(CostModelName(model)).Key("steps").Int(s.num_steps);
@@ -214,14 +213,17 @@ void DemoPacking(const DemoContext& c, HtmlReport& report) {
           "to its longest document), constrained padding (one fixed length, longer documents "
           "dropped), then packing. Text packing splits the few documents longer than a row "
           "into row-sized pieces, so nothing is lost; bfd and ffd land on the lower bound "
-          "ceil(tokens / " + std::to_string(kSeqLen) + ") = " + std::to_string(lower_bound) +
+          "ceil(tokens / " +
+          std::to_string(kSeqLen) + ") = " + std::to_string(lower_bound) +
           ". The multimodal rows give document <i>i</i> a synthetic (7&#183;<i>i</i>) mod 5 "
-          "images (0 to 4, 2 on average) under a budget of " + std::to_string(kMaxImages) +
+          "images (0 to 4, 2 on average) under a budget of " +
+          std::to_string(kMaxImages) +
           " images per row; samples with images are never split, so the longest are "
           "dropped and counted.</p>" +
           pictures + HtmlTable(table) +
           "<p>Cross-rank balance of the bfd rows: every rank gets one row per step; rows "
-          "are dealt so each step's cost is even.</p>" + ranks_html);
+          "are dealt so each step's cost is even.</p>" +
+          ranks_html);
 }
 
 }  // namespace shardkit::cli

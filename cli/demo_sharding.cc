@@ -45,7 +45,8 @@ void DemoSharding(const DemoContext& c, HtmlReport& report) {
         << " workers, weights = tokens\n";
   c.out << std::left << std::setw(24) << "split" << std::right << std::setw(12) << "items/rank"
         << std::setw(14) << "max tokens" << std::setw(14) << "lower bound" << std::setw(12)
-        << "over bound" << std::setw(18) << "worker tokens" << "  audit\n";
+        << "over bound" << std::setw(18) << "worker tokens"
+        << "  audit\n";
   std::vector<std::vector<std::string>> table = {
       {"split", "items per rank (min-max)", "heaviest rank (tokens)", "lower bound",
        "over the bound", "worker load (min-max)", "audit"}};
@@ -77,8 +78,8 @@ void DemoSharding(const DemoContext& c, HtmlReport& report) {
           << std::setw(14) << Fixed(audit.max_load, 0) << std::setw(14)
           << Fixed(audit.lower_bound, 0) << std::setw(12) << over << std::setw(18) << workers
           << "  " << verdict << "\n";
-    table.push_back({rows[i].name, counts, Fixed(audit.max_load, 0),
-                     Fixed(audit.lower_bound, 0), over, workers, verdict});
+    table.push_back({rows[i].name, counts, Fixed(audit.max_load, 0), Fixed(audit.lower_bound, 0),
+                     over, workers, verdict});
     if (i < 3) series.push_back({rows[i].name, audit.loads, colors[i]});
     c.json.Begin().Key("split").String(rows[i].name).Key("loads").DoubleList(audit.loads);
     c.json.Key("max_load").Double(audit.max_load).Key("lower_bound").Double(audit.lower_bound);
@@ -91,9 +92,10 @@ void DemoSharding(const DemoContext& c, HtmlReport& report) {
   ShardOptions shuffled;
   shuffled.shuffle = true;
   shuffled.seed = 2026;
-  std::string epochs_html = "<p>Shuffled with seed 2026: the first documents of rank 0, "
-                            "worker 0 in two epochs. Every rank computes the same global "
-                            "permutation from (seed, epoch) alone, in O(1) memory.</p><ul>";
+  std::string epochs_html =
+      "<p>Shuffled with seed 2026: the first documents of rank 0, "
+      "worker 0 in two epochs. Every rank computes the same global "
+      "permutation from (seed, epoch) alone, in O(1) memory.</p><ul>";
   c.out << "\nShuffled epochs (seed 2026), rank 0 / worker 0 starts with:\n";
   c.json.Key("shuffled").BeginList();
   for (std::uint64_t epoch : {0, 1}) {
@@ -105,8 +107,8 @@ void DemoSharding(const DemoContext& c, HtmlReport& report) {
       names += (j ? ", " : "") + c.documents[part[j]].path;
     }
     AuditReport audit = plan.Audit();
-    c.out << "  epoch " << epoch << ": " << names << ", ...  (audit: "
-          << (audit.exactly_once ? "exactly once" : "FAILED") << ")\n";
+    c.out << "  epoch " << epoch << ": " << names
+          << ", ...  (audit: " << (audit.exactly_once ? "exactly once" : "FAILED") << ")\n";
     epochs_html += "<li>epoch " + std::to_string(epoch) + ": " + Escape(names) + ", ... (" +
                    (audit.exactly_once ? "exactly once" : "FAILED") + ")</li>";
     c.json.Begin().Key("epoch").Int(static_cast<Index>(epoch));
@@ -124,8 +126,8 @@ void DemoSharding(const DemoContext& c, HtmlReport& report) {
           " dataloader workers. round_robin and contiguous balance item counts (within one) "
           "but not tokens; balanced assigns by token weight and lands next to the lower bound "
           "max(longest document, total / ranks).</p>" +
-          SvgBars("Tokens per rank", ranks, series, lower_bound, "lower bound") +
-          HtmlTable(table) + epochs_html);
+          SvgBars("Tokens per rank", ranks, series, lower_bound, "lower bound") + HtmlTable(table) +
+          epochs_html);
 }
 
 }  // namespace shardkit::cli

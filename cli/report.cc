@@ -35,11 +35,20 @@ std::string Escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -50,10 +59,10 @@ std::string Legend(const std::vector<Series>& series, double left, double height
   std::string svg;
   double x = left;
   for (const auto& s : series) {
-    svg += "<rect x='" + Num(x) + "' y='" + Num(height - 16) +
-           "' width='10' height='10' fill='" + s.color + "'/>";
-    svg += "<text x='" + Num(x + 14) + "' y='" + Num(height - 7) + "'>" + Escape(s.name) +
-           "</text>";
+    svg += "<rect x='" + Num(x) + "' y='" + Num(height - 16) + "' width='10' height='10' fill='" +
+           s.color + "'/>";
+    svg +=
+        "<text x='" + Num(x + 14) + "' y='" + Num(height - 7) + "'>" + Escape(s.name) + "</text>";
     x += 24 + 7 * s.name.size();
   }
   return svg;
@@ -73,10 +82,10 @@ std::string SvgBars(const std::string& title, const std::vector<std::string>& ca
   const double group_w = plot_w / std::max<size_t>(1, categories.size());
   const double bar_w = group_w * 0.8 / std::max<size_t>(1, series.size());
   auto y = [&](double v) { return top + plot_h * (1 - v / max_value); };
-  std::string svg = "<svg xmlns='http://www.w3.org/2000/svg' width='" + Num(width) +
-                    "' height='" + Num(height) + "' font-family='sans-serif' font-size='11'>";
-  svg += "<text x='" + Num(left) + "' y='18' font-size='14' font-weight='bold'>" +
-         Escape(title) + "</text>";
+  std::string svg = "<svg xmlns='http://www.w3.org/2000/svg' width='" + Num(width) + "' height='" +
+                    Num(height) + "' font-family='sans-serif' font-size='11'>";
+  svg += "<text x='" + Num(left) + "' y='18' font-size='14' font-weight='bold'>" + Escape(title) +
+         "</text>";
   for (int t = 0; t <= 4; ++t) {
     double v = max_value * t / 4;
     svg += "<line x1='" + Num(left) + "' x2='" + Num(width - right) + "' y1='" + Num(y(v)) +
@@ -89,18 +98,16 @@ std::string SvgBars(const std::string& title, const std::vector<std::string>& ca
     for (size_t s = 0; s < series.size(); ++s) {
       double v = c < series[s].values.size() ? series[s].values[c] : 0;
       svg += "<rect x='" + Num(gx + s * bar_w) + "' y='" + Num(y(v)) + "' width='" +
-             Num(std::max(1.0, bar_w - 1)) + "' height='" + Num(top + plot_h - y(v)) +
-             "' fill='" + series[s].color + "'><title>" + Escape(series[s].name) + " " +
-             Escape(categories[c]) + ": " + Short(v) + "</title></rect>";
+             Num(std::max(1.0, bar_w - 1)) + "' height='" + Num(top + plot_h - y(v)) + "' fill='" +
+             series[s].color + "'><title>" + Escape(series[s].name) + " " + Escape(categories[c]) +
+             ": " + Short(v) + "</title></rect>";
     }
-    svg += "<text x='" + Num(left + c * group_w + group_w / 2) + "' y='" +
-           Num(top + plot_h + 14) + "' text-anchor='middle'>" + Escape(categories[c]) +
-           "</text>";
+    svg += "<text x='" + Num(left + c * group_w + group_w / 2) + "' y='" + Num(top + plot_h + 14) +
+           "' text-anchor='middle'>" + Escape(categories[c]) + "</text>";
   }
   if (reference >= 0) {
-    svg += "<line x1='" + Num(left) + "' x2='" + Num(width - right) + "' y1='" +
-           Num(y(reference)) + "' y2='" + Num(y(reference)) +
-           "' stroke='black' stroke-dasharray='5,3'/>";
+    svg += "<line x1='" + Num(left) + "' x2='" + Num(width - right) + "' y1='" + Num(y(reference)) +
+           "' y2='" + Num(y(reference)) + "' stroke='black' stroke-dasharray='5,3'/>";
     svg += "<text x='" + Num(width - right) + "' y='" + Num(y(reference) - 4) +
            "' text-anchor='end'>" + Escape(reference_label) + "</text>";
   }
@@ -119,14 +126,14 @@ std::string SvgStacked(const std::string& title, const std::vector<std::string>&
   }
   if (max_total <= 0) max_total = 1;
   const double plot_w = width - left - 20;
-  std::string svg = "<svg xmlns='http://www.w3.org/2000/svg' width='" + Num(width) +
-                    "' height='" + Num(height) + "' font-family='sans-serif' font-size='10'>";
-  svg += "<text x='" + Num(left) + "' y='16' font-size='14' font-weight='bold'>" +
-         Escape(title) + "</text>";
+  std::string svg = "<svg xmlns='http://www.w3.org/2000/svg' width='" + Num(width) + "' height='" +
+                    Num(height) + "' font-family='sans-serif' font-size='10'>";
+  svg += "<text x='" + Num(left) + "' y='16' font-size='14' font-weight='bold'>" + Escape(title) +
+         "</text>";
   for (size_t r = 0; r < labels.size(); ++r) {
     double x = left, ry = top + r * row_h;
-    svg += "<text x='" + Num(left - 4) + "' y='" + Num(ry + row_h - 4) +
-           "' text-anchor='end'>" + Escape(labels[r]) + "</text>";
+    svg += "<text x='" + Num(left - 4) + "' y='" + Num(ry + row_h - 4) + "' text-anchor='end'>" +
+           Escape(labels[r]) + "</text>";
     for (const auto& s : segments) {
       double v = r < s.values.size() ? s.values[r] : 0;
       double w = plot_w * v / max_total;
@@ -158,8 +165,7 @@ void HtmlReport::AddSection(const std::string& heading, const std::string& html)
 void HtmlReport::Write(const std::string& path) const {
   std::ofstream out(path);
   if (!out) {
-    throw std::runtime_error("cannot write the report to '" + path + "': " +
-                             std::strerror(errno));
+    throw std::runtime_error("cannot write the report to '" + path + "': " + std::strerror(errno));
   }
   out << "<!doctype html><html><head><meta charset='utf-8'><title>" << Escape(title_)
       << "</title><style>body{font-family:sans-serif;max-width:820px;margin:2em auto;"

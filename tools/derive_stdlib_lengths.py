@@ -14,8 +14,14 @@ import sys
 import sysconfig
 import tokenize
 
-SKIP = {tokenize.ENCODING, tokenize.ENDMARKER, tokenize.NL, tokenize.NEWLINE,
-        tokenize.INDENT, tokenize.DEDENT}
+SKIP = {
+    tokenize.ENCODING,
+    tokenize.ENDMARKER,
+    tokenize.NL,
+    tokenize.NEWLINE,
+    tokenize.INDENT,
+    tokenize.DEDENT,
+}
 
 
 def token_count(data: bytes) -> int:
@@ -29,8 +35,11 @@ def main() -> None:
     for directory, dirs, files in os.walk(root):
         rel_dir = os.path.relpath(directory, root)
         parts = rel_dir.split(os.sep)
-        dirs[:] = sorted(d for d in dirs if d not in ("test", "tests", "idle_test",
-                                                      "site-packages", "__pycache__"))
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if d not in ("test", "tests", "idle_test", "site-packages", "__pycache__")
+        )
         if any(p in ("test", "tests") for p in parts):
             continue
         for name in sorted(files):
@@ -45,8 +54,10 @@ def main() -> None:
                 continue  # a few files are deliberately malformed fixtures
             rows.append((os.path.relpath(path, root), tokens, len(data)))
     out = sys.stdout
-    out.write(f"# Python {sys.version.split()[0]} standard library modules: "
-              f"path, tokens (tokenize), bytes. {len(rows)} documents.\n")
+    out.write(
+        f"# Python {sys.version.split()[0]} standard library modules: "
+        f"path, tokens (tokenize), bytes. {len(rows)} documents.\n"
+    )
     out.write("path\ttokens\tbytes\n")
     for path, tokens, size in sorted(rows):
         out.write(f"{path}\t{tokens}\t{size}\n")

@@ -23,18 +23,52 @@ True
 
 from shardkit._core import Shard, ShardPlan, pad_for_devices, steps_for_count
 from shardkit.dist import ProcessInfo, discover
-from shardkit.evaluation import (EvalPlan, PlanMismatchError, RemoteRankError, masked_count,
-                                 masked_mean, masked_sum)
-from shardkit.loader import TokenLoader
+from shardkit.evaluation import (
+    EvalPlan,
+    PlanMismatchError,
+    RemoteRankError,
+    masked_count,
+    masked_mean,
+    masked_sum,
+)
 from shardkit.layout import LoadingPlan, Mesh, NamedSharding, PartitionSpec
-from shardkit.packing import (PackedCollator, Packing, StreamingPacker, balance_ranks,
-                              collate_packing, pack, pack_stream)
+from shardkit.loader import TokenLoader
+from shardkit.packing import (
+    PackedCollator,
+    Packing,
+    StreamingPacker,
+    balance_ranks,
+    collate_packing,
+    pack,
+    pack_stream,
+)
 from shardkit.whale import whale_plan
 
-__all__ = ["Shard", "ShardPlan", "whale_plan", "Packing", "pack", "StreamingPacker",
-           "pack_stream", "balance_ranks", "collate_packing", "PackedCollator",
-           "EvalPlan", "PlanMismatchError", "ProcessInfo", "RemoteRankError", "discover",
-           "masked_count", "masked_mean", "masked_sum", "pad_for_devices", "steps_for_count",
-           "TokenLoader",
-           "LoadingPlan", "Mesh", "NamedSharding", "PartitionSpec"]
+__all__ = [
+    "Shard",
+    "ShardPlan",
+    "whale_plan",
+    "Packing",
+    "pack",
+    "StreamingPacker",
+    "pack_stream",
+    "balance_ranks",
+    "collate_packing",
+    "PackedCollator",
+    "EvalPlan",
+    "PlanMismatchError",
+    "ProcessInfo",
+    "RemoteRankError",
+    "discover",
+    "masked_count",
+    "masked_mean",
+    "masked_sum",
+    "pad_for_devices",
+    "steps_for_count",
+    "TokenLoader",
+    "LoadingPlan",
+    "Mesh",
+    "NamedSharding",
+    "PartitionSpec",
+]
 __version__ = "0.1.0"

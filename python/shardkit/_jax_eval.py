@@ -17,8 +17,7 @@ import numpy as np
 from shardkit import evaluation as _ev
 from shardkit.evaluation import EvalPlan
 
-__all__ = ["JaxEngine", "check_plan", "agree_steps", "gather_unshard", "fail_fast",
-           "psum_masked"]
+__all__ = ["JaxEngine", "check_plan", "agree_steps", "gather_unshard", "fail_fast", "psum_masked"]
 
 _FAILURE = "shardkit/failure"
 _ACKS = "shardkit/failure_acks"
@@ -29,8 +28,9 @@ def _client():
 
     client = getattr(jax_distributed.global_state, "client", None)
     if client is None:
-        raise RuntimeError("JAX multi-process is not initialized: call "
-                           "jax.distributed.initialize first")
+        raise RuntimeError(
+            "JAX multi-process is not initialized: call jax.distributed.initialize first"
+        )
     return client
 
 
@@ -64,9 +64,9 @@ class JaxEngine:
         blob = np.frombuffer(pickle.dumps(list(local)), dtype=np.uint8)
         sizes = self.allgather_int64(np.array([blob.size]))[:, 0]
         padded = np.zeros(int(sizes.max()), np.uint8)
-        padded[:blob.size] = blob
+        padded[: blob.size] = blob
         blobs = np.asarray(self._allgather(padded))
-        return [pickle.loads(blobs[r, :sizes[r]].tobytes()) for r in range(self.world_size)]
+        return [pickle.loads(blobs[r, : sizes[r]].tobytes()) for r in range(self.world_size)]
 
     def set_failure(self, reason: str) -> None:
         self.client.key_value_set(_FAILURE, reason)
@@ -110,7 +110,8 @@ def fail_fast(*, grace: float = 2.0):
 def psum_masked(values, mask):
     """(sum over the real slots of all processes, their count) with one
     process_allgather; values and mask are this process's step."""
-    local = np.append(np.asarray(_ev.masked_sum(values, mask), np.float64).reshape(-1),
-                      _ev.masked_count(mask))
+    local = np.append(
+        np.asarray(_ev.masked_sum(values, mask), np.float64).reshape(-1), _ev.masked_count(mask)
+    )
     total = JaxEngine().allgather_exact(local).sum(0)
     return total[:-1].reshape(np.shape(_ev.masked_sum(values, mask))), int(total[-1])

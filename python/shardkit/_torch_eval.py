@@ -18,8 +18,14 @@ from shardkit import evaluation as _ev
 from shardkit.dist import discover
 from shardkit.evaluation import EvalPlan
 
-__all__ = ["TorchEngine", "check_plan", "agree_steps", "gather_unshard", "fail_fast",
-           "all_reduce_masked"]
+__all__ = [
+    "TorchEngine",
+    "check_plan",
+    "agree_steps",
+    "gather_unshard",
+    "fail_fast",
+    "all_reduce_masked",
+]
 
 _FAILURE = "shardkit/failure"
 _ACKS = "shardkit/failure_acks"
@@ -30,8 +36,10 @@ class TorchEngine:
 
     def __init__(self, group: Optional[Any] = None) -> None:
         if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError("torch.distributed is not initialized: call "
-                               "torch.distributed.init_process_group first")
+            raise RuntimeError(
+                "torch.distributed is not initialized: call "
+                "torch.distributed.init_process_group first"
+            )
         self.group = group
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
@@ -77,8 +85,9 @@ def check_plan(plan: EvalPlan, group: Optional[Any] = None) -> None:
     _ev.check_plan(plan, TorchEngine(group))
 
 
-def agree_steps(local_count: int, batch_size: int, plan: Optional[EvalPlan] = None,
-                group: Optional[Any] = None) -> int:
+def agree_steps(
+    local_count: int, batch_size: int, plan: Optional[EvalPlan] = None, group: Optional[Any] = None
+) -> int:
     """Dynamic counts: one all_gather; the same step count on every rank."""
     return _ev.agree_steps(local_count, batch_size, TorchEngine(group), plan)
 
@@ -100,8 +109,7 @@ def all_reduce_masked(values: torch.Tensor, mask, group: Optional[Any] = None):
     m = torch.as_tensor(np.asarray(mask, dtype=bool)).to(values.device)
     shape = (-1,) + (1,) * (values.dim() - 1)
     total = torch.where(m.reshape(shape), values, torch.zeros_like(values)).sum(0)
-    packed = torch.cat([total.reshape(-1).to(torch.float64),
-                        m.sum().reshape(1).to(torch.float64)])
+    packed = torch.cat([total.reshape(-1).to(torch.float64), m.sum().reshape(1).to(torch.float64)])
     dist.all_reduce(packed, group=group)
     return packed[:-1].reshape(total.shape), int(packed[-1].item())
 
@@ -109,5 +117,9 @@ def all_reduce_masked(values: torch.Tensor, mask, group: Optional[Any] = None):
 def init_from_environment(backend: str = "gloo", timeout_s: float = 60.0) -> None:
     """init_process_group with the discovered rank and world (torchrun, MPI, SLURM)."""
     info = discover()
-    dist.init_process_group(backend, rank=info.rank, world_size=info.world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    dist.init_process_group(
+        backend,
+        rank=info.rank,
+        world_size=info.world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )

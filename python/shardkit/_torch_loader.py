@@ -46,8 +46,16 @@ class TokenDataset(tud.IterableDataset):
     from the DataLoader). Each batch carries ``"state"``: the worker's state after
     it (TokenDataLoader strips it and keeps it)."""
 
-    def __init__(self, tokens: Any, offsets: Any = None, *, rank: Optional[int] = None,
-                 world_size: Optional[int] = None, epoch: int = 0, **options: Any) -> None:
+    def __init__(
+        self,
+        tokens: Any,
+        offsets: Any = None,
+        *,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        epoch: int = 0,
+        **options: Any,
+    ) -> None:
         super().__init__()
         self.rank, self.world_size = _default_rank_and_world(rank, world_size)
         self.tokens, self.offsets = tokens, offsets
@@ -71,8 +79,11 @@ class TokenDataset(tud.IterableDataset):
         order the DataLoader is to serve them (TokenDataLoader.state_dict)."""
         consumers = [self.rank + k * self.world_size for k in range(num_workers)]
         resume = self._resume
-        if isinstance(resume, list) and len(resume) == num_workers and all(
-                s.get("consumers") == self.world_size * num_workers for s in resume):
+        if (
+            isinstance(resume, list)
+            and len(resume) == num_workers
+            and all(s.get("consumers") == self.world_size * num_workers for s in resume)
+        ):
             ids = [s.get("consumer") for s in resume]
             if sorted(ids) == consumers:
                 return ids
@@ -82,14 +93,24 @@ class TokenDataset(tud.IterableDataset):
         """The TokenLoader of DataLoader worker ``worker``, positioned where it resumes."""
         consumer = self.roles(num_workers)[worker]
         role = (consumer - self.rank) // self.world_size
-        loader = TokenLoader(self.tokens, self.offsets, rank=self.rank,
-                             world_size=self.world_size, epoch=self.epoch, worker=role,
-                             num_workers=num_workers, **self.options)
+        loader = TokenLoader(
+            self.tokens,
+            self.offsets,
+            rank=self.rank,
+            world_size=self.world_size,
+            epoch=self.epoch,
+            worker=role,
+            num_workers=num_workers,
+            **self.options,
+        )
         resume = self._resume
         if isinstance(resume, list):
             consumers = self.world_size * num_workers
-            own = [s for s in resume if s.get("consumers") == consumers
-                   and s.get("consumer") == consumer]
+            own = [
+                s
+                for s in resume
+                if s.get("consumers") == consumers and s.get("consumer") == consumer
+            ]
             if own:
                 resume = own[0]
             elif len(resume) == 1 and resume[0].get("consumers") == 0:

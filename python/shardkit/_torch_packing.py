@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import queue as queue_module
 import threading
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -51,6 +51,7 @@ class PackedCollator(_NumpyCollator):
 
 def _rank_and_world(rank, world_size):
     import torch.distributed as dist
+
     if rank is not None and world_size is not None:
         return rank, world_size
     if dist.is_available() and dist.is_initialized():
@@ -101,17 +102,31 @@ class ConstantLengthDataset(tud.IterableDataset):
     True
     """
 
-    def __init__(self, dataset: Any, *, seq_len: int, batch_size: int = 1,
-                 buffer: int = 1024, queue_size: int = 32, algorithm: str = "balanced",
-                 max_images_per_example: Optional[int] = None,
-                 max_images_per_pack: Optional[int] = None,
-                 max_sequences: Optional[int] = None, oversize: str = "drop",
-                 lengths: Optional[Sequence[int]] = None,
-                 image_counts: Optional[Sequence[int]] = None,
-                 rank: Optional[int] = None, world_size: Optional[int] = None,
-                 shuffle: bool = False, seed: int = 0, epoch: int = 0,
-                 padding_side: str = "right", pad_token_id: int = 0,
-                 ignore_index: int = -100, block_mask: bool = False) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        seq_len: int,
+        batch_size: int = 1,
+        buffer: int = 1024,
+        queue_size: int = 32,
+        algorithm: str = "balanced",
+        max_images_per_example: Optional[int] = None,
+        max_images_per_pack: Optional[int] = None,
+        max_sequences: Optional[int] = None,
+        oversize: str = "drop",
+        lengths: Optional[Sequence[int]] = None,
+        image_counts: Optional[Sequence[int]] = None,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        epoch: int = 0,
+        padding_side: str = "right",
+        pad_token_id: int = 0,
+        ignore_index: int = -100,
+        block_mask: bool = False,
+    ) -> None:
         super().__init__()
         if int(batch_size) < 1:
             raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
@@ -124,20 +139,30 @@ class ConstantLengthDataset(tud.IterableDataset):
         self.max_images_per_example = max_images_per_example
         self.rank, self.world_size = _rank_and_world(rank, world_size)
         self.shuffle, self.seed, self.epoch = shuffle, seed, epoch
-        self.packer_options = dict(algorithm=algorithm, max_sequences=max_sequences,
-                                   oversize=oversize, buffer=buffer,
-                                   max_images=max_images_per_pack)
-        self.collator = _NumpyCollator(self.seq_len, padding_side=padding_side,
-                                       pad_token_id=pad_token_id, ignore_index=ignore_index,
-                                       block_mask=block_mask)
+        self.packer_options = dict(
+            algorithm=algorithm,
+            max_sequences=max_sequences,
+            oversize=oversize,
+            buffer=buffer,
+            max_images=max_images_per_pack,
+        )
+        self.collator = _NumpyCollator(
+            self.seq_len,
+            padding_side=padding_side,
+            pad_token_id=pad_token_id,
+            ignore_index=ignore_index,
+            block_mask=block_mask,
+        )
         self._lengths = None if lengths is None else np.asarray(lengths, dtype=np.int64)
         self._images = None if image_counts is None else np.asarray(image_counts, dtype=np.int64)
         if self._lengths is not None and len(self._lengths) != len(dataset):
-            raise ValueError(f"lengths: has {len(self._lengths)} entries, the dataset "
-                             f"{len(dataset)}")
+            raise ValueError(
+                f"lengths: has {len(self._lengths)} entries, the dataset {len(dataset)}"
+            )
         if self._images is not None and len(self._images) != len(dataset):
-            raise ValueError(f"image_counts: has {len(self._images)} entries, the dataset "
-                             f"{len(dataset)}")
+            raise ValueError(
+                f"image_counts: has {len(self._images)} entries, the dataset {len(dataset)}"
+            )
         # Validate everything now, not inside a worker.
         StreamingPacker(self.seq_len, **self.packer_options)
         self._plan()
@@ -147,8 +172,13 @@ class ConstantLengthDataset(tud.IterableDataset):
         self.epoch = epoch
 
     def _plan(self) -> ShardPlan:
-        return ShardPlan(len(self.dataset), self.world_size, shuffle=self.shuffle,
-                         seed=self.seed, epoch=self.epoch)
+        return ShardPlan(
+            len(self.dataset),
+            self.world_size,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+        )
 
     def _length(self, i: int) -> int:
         if self._lengths is not None:
@@ -209,19 +239,40 @@ class ConstantLengthDataset(tud.IterableDataset):
                     image_list.extend(imgs)
             row_offsets.append(len(lengths))
         offsets = np.concatenate([[0], np.cumsum([c.size for c in chunks], dtype=np.int64)])
-        args = (np.asarray(row_offsets), np.asarray(items), np.asarray(starts),
-                np.asarray(lengths), np.asarray(images))
+        args = (
+            np.asarray(row_offsets),
+            np.asarray(items),
+            np.asarray(starts),
+            np.asarray(lengths),
+            np.asarray(images),
+        )
         c = self.collator
         tokens = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
-        out = _collate_csr(*args, tokens, offsets, c.seq_len, c.padding_side, c.pad_token_id,
-                           c.ignore_index, c.block_mask, c.causal)
+        out = _collate_csr(
+            *args,
+            tokens,
+            offsets,
+            c.seq_len,
+            c.padding_side,
+            c.pad_token_id,
+            c.ignore_index,
+            c.block_mask,
+            c.causal,
+        )
         if any(lc is not ch for lc, ch in zip(label_chunks, chunks)):
             label_tokens = np.concatenate(label_chunks)
-            out["labels"] = _collate_csr(*args, label_tokens, offsets, c.seq_len,
-                                         c.padding_side, c.ignore_index, c.ignore_index,
-                                         False, True)["labels"]
-        out["documents"] = np.asarray([item for pack in packs for item, *_ in pack],
-                                      dtype=np.int64)
+            out["labels"] = _collate_csr(
+                *args,
+                label_tokens,
+                offsets,
+                c.seq_len,
+                c.padding_side,
+                c.ignore_index,
+                c.ignore_index,
+                False,
+                True,
+            )["labels"]
+        out["documents"] = np.asarray([item for pack in packs for item, *_ in pack], dtype=np.int64)
         batch = _to_torch(out)
         if image_list:
             batch["images"] = image_list

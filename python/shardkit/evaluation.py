@@ -37,9 +37,19 @@ import numpy as np
 
 from shardkit import _core
 
-__all__ = ["EvalPlan", "PlanMismatchError", "RemoteRankError", "Engine", "check_plan",
-           "agree_steps", "gather_unshard", "fail_fast", "masked_sum", "masked_mean",
-           "masked_count"]
+__all__ = [
+    "EvalPlan",
+    "PlanMismatchError",
+    "RemoteRankError",
+    "Engine",
+    "check_plan",
+    "agree_steps",
+    "gather_unshard",
+    "fail_fast",
+    "masked_sum",
+    "masked_mean",
+    "masked_count",
+]
 
 
 class PlanMismatchError(RuntimeError):
@@ -154,11 +164,14 @@ def _exchange(engine: Engine, plan: Optional[EvalPlan], local_count: int) -> np.
         prints = rows[:, 0].astype(np.int64).view(np.uint64).tolist()
         message = _core.compare_fingerprints(prints)
         if message:
-            raise PlanMismatchError(f"{message} (this is rank {engine.rank} with "
-                                    f"{plan.describe()})")
+            raise PlanMismatchError(
+                f"{message} (this is rank {engine.rank} with {plan.describe()})"
+            )
         if plan.world_size != engine.world_size:
-            raise ValueError(f"world_size: the plan has world_size {plan.world_size} but the "
-                             f"engine has {engine.world_size} ranks")
+            raise ValueError(
+                f"world_size: the plan has world_size {plan.world_size} but the "
+                f"engine has {engine.world_size} ranks"
+            )
     return rows
 
 
@@ -168,8 +181,9 @@ def check_plan(plan: EvalPlan, engine: Engine) -> None:
     _exchange(engine, plan, 0)
 
 
-def agree_steps(local_count: int, batch_size: int, engine: Engine,
-                plan: Optional[EvalPlan] = None) -> int:
+def agree_steps(
+    local_count: int, batch_size: int, engine: Engine, plan: Optional[EvalPlan] = None
+) -> int:
     """Dynamic counts: every rank passes how many items it kept after a filter;
     one collective returns the same ``ceil(max count / batch_size)`` on every
     rank (and checks ``plan``'s fingerprint in the same collective)."""
@@ -183,8 +197,10 @@ def gather_unshard(plan: EvalPlan, local_outputs: Any, engine: Engine):
     """Gathers every rank's outputs (``num_steps * batch_size`` rows each) and
     returns one per item in item order, on every rank."""
     if len(local_outputs) != plan.num_steps * plan.batch_size:
-        raise ValueError(f"local_outputs: rank {engine.rank} has {len(local_outputs)} rows, "
-                         f"expected {plan.num_steps * plan.batch_size} (num_steps x batch_size)")
+        raise ValueError(
+            f"local_outputs: rank {engine.rank} has {len(local_outputs)} rows, "
+            f"expected {plan.num_steps * plan.batch_size} (num_steps x batch_size)"
+        )
     return plan.unshard(engine.allgather_rows(local_outputs))
 
 
@@ -213,15 +229,18 @@ def fail_fast(engine: Engine, *, grace: float = 2.0, poll: float = 0.05):
             if reason is None:
                 continue
             seen.append(reason)
-            print(f"shardkit: rank {engine.rank} stopping: {reason}", file=sys.stderr,
-                  flush=True)
+            print(f"shardkit: rank {engine.rank} stopping: {reason}", file=sys.stderr, flush=True)
             try:
                 engine.ack_failure()
             except Exception:
                 pass
             if not stop.wait(grace):
-                print(f"shardkit: rank {engine.rank} still blocked {grace:.1f} s after the "
-                      f"failure; exiting", file=sys.stderr, flush=True)
+                print(
+                    f"shardkit: rank {engine.rank} still blocked {grace:.1f} s after the "
+                    f"failure; exiting",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 sys.stderr.flush()
                 import os
 
@@ -245,8 +264,7 @@ def fail_fast(engine: Engine, *, grace: float = 2.0, poll: float = 0.05):
         try:
             engine.set_failure(reason)
             deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and engine.failure_acks() < \
-                    engine.world_size - 1:
+            while time.monotonic() < deadline and engine.failure_acks() < engine.world_size - 1:
                 time.sleep(poll)
         except Exception:
             traceback.print_exc()

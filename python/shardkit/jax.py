@@ -40,7 +40,8 @@ def to_shardkit(sharding: Any) -> NamedSharding:
         return sharding
     if not (hasattr(sharding, "mesh") and hasattr(sharding, "spec")):
         raise ValueError(
-            f"sharding: expected a jax.sharding.NamedSharding, got {type(sharding).__name__}")
+            f"sharding: expected a jax.sharding.NamedSharding, got {type(sharding).__name__}"
+        )
     return NamedSharding.from_jax(sharding)
 
 
@@ -57,7 +58,8 @@ def _one_array(sharding: Any, local_data: Any, global_shape: Sequence[int] | Non
         # JAX's own single-process rule: the local data is the global array.
         raise ValueError(
             "global_shape: on a single process it must be None or equal to local_data.shape;"
-            f" got global_shape={tuple(global_shape)} and local_data.shape={data.shape}")
+            f" got global_shape={tuple(global_shape)} and local_data.shape={data.shape}"
+        )
     layout = to_shardkit(sharding)
     mapping = layout.local_to_global(data.shape, jax.process_index(), global_shape)
     devices = sharding.mesh.devices.flat
@@ -69,8 +71,9 @@ def _one_array(sharding: Any, local_data: Any, global_shape: Sequence[int] | Non
     return jax.make_array_from_single_device_arrays(mapping["global_shape"], sharding, arrays)
 
 
-def make_array_from_process_local_data(sharding: Any, local_data: Any,
-                                       global_shape: Sequence[int] | None = None):
+def make_array_from_process_local_data(
+    sharding: Any, local_data: Any, global_shape: Sequence[int] | None = None
+):
     """Drop-in for ``jax.make_array_from_process_local_data``.
 
     sharding: a ``jax.sharding.NamedSharding`` (or a pytree prefix of them over
@@ -86,11 +89,17 @@ def make_array_from_process_local_data(sharding: Any, local_data: Any,
     leaves, treedef = jax.tree_util.tree_flatten(local_data)
     shardings = jax.tree_util.tree_leaves(
         jax.tree_util.tree_map(lambda _: sharding, local_data)
-        if not isinstance(sharding, (list, tuple, dict)) else sharding)
-    shapes = ([global_shape] * len(leaves) if global_shape is None
-              or isinstance(global_shape[0], int) else list(global_shape))
+        if not isinstance(sharding, (list, tuple, dict))
+        else sharding
+    )
+    shapes = (
+        [global_shape] * len(leaves)
+        if global_shape is None or isinstance(global_shape[0], int)
+        else list(global_shape)
+    )
     return jax.tree_util.tree_unflatten(
-        treedef, [_one_array(s, d, g) for s, d, g in zip(shardings, leaves, shapes)])
+        treedef, [_one_array(s, d, g) for s, d, g in zip(shardings, leaves, shapes)]
+    )
 
 
 def _process(process_index: int | None) -> int:
@@ -101,8 +110,9 @@ def _process(process_index: int | None) -> int:
     return jax.process_index()
 
 
-def host_rows(sharding: Any, batch_size: int, *,
-              process_index: int | None = None) -> list[tuple[int, int]]:
+def host_rows(
+    sharding: Any, batch_size: int, *, process_index: int | None = None
+) -> list[tuple[int, int]]:
     """The (start, stop) ranges of global batch rows this host must load, merged and in
     the order ``make_array_from_process_local_data`` expects its local rows.
 
@@ -112,8 +122,14 @@ def host_rows(sharding: Any, batch_size: int, *,
     return LoadingPlan(to_shardkit(sharding), batch_size).rows(_process(process_index))
 
 
-def host_items(sharding: Any, batch_size: int, order: Shard | ShardPlan, step: int, *,
-               process_index: int | None = None):
+def host_items(
+    sharding: Any,
+    batch_size: int,
+    order: Shard | ShardPlan,
+    step: int,
+    *,
+    process_index: int | None = None,
+):
     """(items, padding) this host reads at ``step``: the global batch of step t is
     entries [t * batch_size, (t + 1) * batch_size) of ``order`` (a Shard, or a
     ShardPlan with world_size 1, the same on every host), and the host reads only
@@ -122,7 +138,8 @@ def host_items(sharding: Any, batch_size: int, order: Shard | ShardPlan, step: i
         if order.world_size != 1:
             raise ValueError(
                 f"order: a ShardPlan must have world_size 1 to be the global order, got "
-                f"{order.world_size}; pass one of its shards instead")
+                f"{order.world_size}; pass one of its shards instead"
+            )
         order = order.shard(0)
     plan = LoadingPlan(to_shardkit(sharding), batch_size)
     return plan.items(order, step, _process(process_index))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -35,8 +35,7 @@ __all__ = ["TokenLoader"]
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def _default_rank_and_world(rank: Optional[int],
-                            world_size: Optional[int]) -> Tuple[int, int]:
+def _default_rank_and_world(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
     """Explicit arguments win; then the engine discovery of shardkit.dist (when
     this build has it: torch.distributed, JAX, torchrun, MPI, SLURM); else
     torch.distributed through shardkit.torch (when torch is already imported);
@@ -52,6 +51,7 @@ def _default_rank_and_world(rank: Optional[int],
         found = info.rank, info.world_size
     elif "torch" in sys.modules:
         from shardkit.torch import _rank_and_world
+
         found = _rank_and_world(None, None)
     else:
         found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -84,8 +84,9 @@ def _open_source(tokens: Any, offsets: Any, token_dtype: str):
     tokens = np.ascontiguousarray(tokens)
     offsets = np.asarray(offsets)
     if offsets.ndim != 1 or offsets.dtype.kind not in "iu":
-        raise ValueError(f"offsets: expected a 1-D integer array, got {offsets.dtype} "
-                         f"of shape {offsets.shape}")
+        raise ValueError(
+            f"offsets: expected a 1-D integer array, got {offsets.dtype} of shape {offsets.shape}"
+        )
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     return _core._TokenSource.from_arrays(tokens, offsets)
 
@@ -125,25 +126,56 @@ class TokenLoader:
     either.
     """
 
-    def __init__(self, tokens: Any, offsets: Any = None, *, seq_len: int, batch_size: int,
-                 rank: Optional[int] = None, world_size: Optional[int] = None, shuffle: bool = True,
-                 seed: int = 0, epoch: int = 0, algorithm: str = "bfd",
-                 oversize: str = "split", buffer: Optional[int] = None, worker: int = 0,
-                 num_workers: int = 1, pad_token_id: int = 0, ignore_index: int = -100,
-                 padding_side: str = "right", num_threads: int = 1, prefetch: int = 2,
-                 token_dtype: str = "int32", shard_files: bool = False,
-                 whale_unbalanced_io_slicing: bool = False,
-                 whale_drop_last_files: bool = False) -> None:
+    def __init__(
+        self,
+        tokens: Any,
+        offsets: Any = None,
+        *,
+        seq_len: int,
+        batch_size: int,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        epoch: int = 0,
+        algorithm: str = "bfd",
+        oversize: str = "split",
+        buffer: Optional[int] = None,
+        worker: int = 0,
+        num_workers: int = 1,
+        pad_token_id: int = 0,
+        ignore_index: int = -100,
+        padding_side: str = "right",
+        num_threads: int = 1,
+        prefetch: int = 2,
+        token_dtype: str = "int32",
+        shard_files: bool = False,
+        whale_unbalanced_io_slicing: bool = False,
+        whale_drop_last_files: bool = False,
+    ) -> None:
         rank, world_size = _default_rank_and_world(rank, world_size)
         self._source = _open_source(tokens, offsets, token_dtype)
         self._options = dict(
-            seq_len=seq_len, batch_size=batch_size, rank=rank, world_size=world_size,
-            worker=worker, num_workers=num_workers, shuffle=shuffle, seed=seed,
-            algorithm=algorithm, oversize=oversize, buffer=buffer, pad_token_id=pad_token_id,
-            ignore_index=ignore_index, padding_side=padding_side, num_threads=num_threads,
-            prefetch=prefetch, shard_files=shard_files,
+            seq_len=seq_len,
+            batch_size=batch_size,
+            rank=rank,
+            world_size=world_size,
+            worker=worker,
+            num_workers=num_workers,
+            shuffle=shuffle,
+            seed=seed,
+            algorithm=algorithm,
+            oversize=oversize,
+            buffer=buffer,
+            pad_token_id=pad_token_id,
+            ignore_index=ignore_index,
+            padding_side=padding_side,
+            num_threads=num_threads,
+            prefetch=prefetch,
+            shard_files=shard_files,
             whale_unbalanced_io_slicing=whale_unbalanced_io_slicing,
-            whale_drop_last_files=whale_drop_last_files)
+            whale_drop_last_files=whale_drop_last_files,
+        )
         self._loader = _core._TokenLoader(self._source, epoch=epoch, **self._options)
 
     # -- properties -------------------------------------------------------------
@@ -202,6 +234,8 @@ class TokenLoader:
 
     def __repr__(self) -> str:
         o = self._options
-        return (f"TokenLoader(documents={self.num_documents}, seq_len={o['seq_len']}, "
-                f"batch_size={o['batch_size']}, rank={o['rank']}/{o['world_size']}, "
-                f"worker={o['worker']}/{o['num_workers']}, epoch={self.epoch})")
+        return (
+            f"TokenLoader(documents={self.num_documents}, seq_len={o['seq_len']}, "
+            f"batch_size={o['batch_size']}, rank={o['rank']}/{o['world_size']}, "
+            f"worker={o['worker']}/{o['num_workers']}, epoch={self.epoch})"
+        )

@@ -32,8 +32,15 @@ import numpy as np
 from shardkit import _core
 from shardkit._core import Packing
 
-__all__ = ["Packing", "pack", "StreamingPacker", "pack_stream", "balance_ranks",
-           "collate_packing", "PackedCollator"]
+__all__ = [
+    "Packing",
+    "pack",
+    "StreamingPacker",
+    "pack_stream",
+    "balance_ranks",
+    "collate_packing",
+    "PackedCollator",
+]
 
 
 def _int64(values: Any, name: str) -> np.ndarray:
@@ -58,9 +65,17 @@ def _int64(values: Any, name: str) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.int64)
 
 
-def pack(lengths, capacity: int, *, algorithm: str = "bfd", images=None,
-         max_images: Optional[int] = None, buffer: Optional[int] = None,
-         oversize: str = "drop", max_sequences: Optional[int] = None) -> Packing:
+def pack(
+    lengths,
+    capacity: int,
+    *,
+    algorithm: str = "bfd",
+    images=None,
+    max_images: Optional[int] = None,
+    buffer: Optional[int] = None,
+    oversize: str = "drop",
+    max_sequences: Optional[int] = None,
+) -> Packing:
     """Packs items of ``lengths`` tokens into packs of at most ``capacity`` tokens.
 
     algorithm: ``next_fit`` (keeps order), ``ffd``, ``bfd`` (default) or
@@ -75,8 +90,9 @@ def pack(lengths, capacity: int, *, algorithm: str = "bfd", images=None,
     """
     lengths = _int64(lengths, "lengths")
     image_array = None if images is None else _int64(images, "images")
-    return _core._pack(lengths, int(capacity), algorithm, image_array, max_images,
-                       max_sequences, oversize, buffer)
+    return _core._pack(
+        lengths, int(capacity), algorithm, image_array, max_images, max_sequences, oversize, buffer
+    )
 
 
 class StreamingPacker:
@@ -95,20 +111,31 @@ class StreamingPacker:
     state=s)`` continues exactly where it was taken.
     """
 
-    def __init__(self, capacity: int, *, algorithm: str = "bfd",
-                 max_images: Optional[int] = None, max_sequences: Optional[int] = None,
-                 oversize: str = "drop", buffer: Optional[int] = None,
-                 state: Optional[dict] = None) -> None:
-        self._packer = _core._StreamingPacker(int(capacity), algorithm, max_images,
-                                              max_sequences, oversize, buffer, state)
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        algorithm: str = "bfd",
+        max_images: Optional[int] = None,
+        max_sequences: Optional[int] = None,
+        oversize: str = "drop",
+        buffer: Optional[int] = None,
+        state: Optional[dict] = None,
+    ) -> None:
+        self._packer = _core._StreamingPacker(
+            int(capacity), algorithm, max_images, max_sequences, oversize, buffer, state
+        )
         self.capacity = int(capacity)
 
     def push(self, item: int, length: int, images: int = 0) -> None:
         self._packer.push(item, length, images)
 
     def push_many(self, items, lengths, images=None) -> None:
-        self._packer.push_many(_int64(items, "items"), _int64(lengths, "lengths"),
-                               None if images is None else _int64(images, "images"))
+        self._packer.push_many(
+            _int64(items, "items"),
+            _int64(lengths, "lengths"),
+            None if images is None else _int64(images, "images"),
+        )
 
     def finish(self) -> None:
         self._packer.finish()
@@ -137,8 +164,9 @@ class StreamingPacker:
         return self._packer.state()
 
 
-def pack_stream(lengths: Iterable, capacity: int, *, images: Optional[Iterable] = None,
-                **options) -> Iterator[list]:
+def pack_stream(
+    lengths: Iterable, capacity: int, *, images: Optional[Iterable] = None, **options
+) -> Iterator[list]:
     """Packs an iterable of lengths lazily; yields each pack, as soon as it
     closes, as a list of (item, start, length, images), item = position in the
     stream. Options as for :class:`StreamingPacker` (buffer, algorithm, ...).
@@ -155,9 +183,14 @@ def pack_stream(lengths: Iterable, capacity: int, *, images: Optional[Iterable] 
     yield from iter(packer.pop, None)
 
 
-def balance_ranks(packing: Union[Packing, Sequence[float]], world_size: int, *,
-                  packs_per_rank: int = 1, cost: str = "tokens",
-                  drop_last: bool = False) -> dict:
+def balance_ranks(
+    packing: Union[Packing, Sequence[float]],
+    world_size: int,
+    *,
+    packs_per_rank: int = 1,
+    cost: str = "tokens",
+    drop_last: bool = False,
+) -> dict:
     """Deals packs to ``world_size`` ranks: every rank gets exactly
     ``packs_per_rank`` packs per step, and each step's cost is even across ranks.
 
@@ -178,19 +211,51 @@ def balance_ranks(packing: Union[Packing, Sequence[float]], world_size: int, *,
     return _core._balance_ranks(costs, int(world_size), int(packs_per_rank), bool(drop_last))
 
 
-def _collate_csr(row_offsets, items, starts, lengths, images, tokens, offsets, seq_len,
-                 padding_side, pad_token_id, ignore_index, block_mask, causal) -> dict:
-    return _core._collate(_int64(row_offsets, "packs"), _int64(items, "packs"),
-                          _int64(starts, "packs"), _int64(lengths, "packs"),
-                          _int64(images, "images"), _int64(tokens, "tokens"),
-                          _int64(offsets, "offsets"), int(seq_len), padding_side,
-                          int(pad_token_id), int(ignore_index), bool(block_mask), bool(causal))
+def _collate_csr(
+    row_offsets,
+    items,
+    starts,
+    lengths,
+    images,
+    tokens,
+    offsets,
+    seq_len,
+    padding_side,
+    pad_token_id,
+    ignore_index,
+    block_mask,
+    causal,
+) -> dict:
+    return _core._collate(
+        _int64(row_offsets, "packs"),
+        _int64(items, "packs"),
+        _int64(starts, "packs"),
+        _int64(lengths, "packs"),
+        _int64(images, "images"),
+        _int64(tokens, "tokens"),
+        _int64(offsets, "offsets"),
+        int(seq_len),
+        padding_side,
+        int(pad_token_id),
+        int(ignore_index),
+        bool(block_mask),
+        bool(causal),
+    )
 
 
-def collate_packing(packing: Packing, tokens, offsets, *, packs: Optional[Sequence[int]] = None,
-                    seq_len: Optional[int] = None, padding_side: str = "right",
-                    pad_token_id: int = 0, ignore_index: int = -100, block_mask: bool = False,
-                    causal: bool = True) -> dict:
+def collate_packing(
+    packing: Packing,
+    tokens,
+    offsets,
+    *,
+    packs: Optional[Sequence[int]] = None,
+    seq_len: Optional[int] = None,
+    padding_side: str = "right",
+    pad_token_id: int = 0,
+    ignore_index: int = -100,
+    block_mask: bool = False,
+    causal: bool = True,
+) -> dict:
     """Rows for packs of a :class:`Packing` (all, or the ids in ``packs``) from a
     flat token array: item d is ``tokens[offsets[d]:offsets[d+1]]``; split
     pieces take their slice. seq_len defaults to the packing's capacity.
@@ -203,10 +268,21 @@ def collate_packing(packing: Packing, tokens, offsets, *, packs: Optional[Sequen
     entries = [np.arange(bounds[p], bounds[p + 1]) for p in ids]
     sel = np.concatenate(entries) if entries else np.zeros(0, dtype=np.int64)
     row_offsets = np.concatenate([[0], np.cumsum([len(e) for e in entries])]).astype(np.int64)
-    return _collate_csr(row_offsets, packing.items[sel], packing.starts[sel],
-                        packing.lengths[sel], np.zeros(0, dtype=np.int64), tokens, offsets,
-                        packing.capacity if seq_len is None else seq_len, padding_side,
-                        pad_token_id, ignore_index, block_mask, causal)
+    return _collate_csr(
+        row_offsets,
+        packing.items[sel],
+        packing.starts[sel],
+        packing.lengths[sel],
+        np.zeros(0, dtype=np.int64),
+        tokens,
+        offsets,
+        packing.capacity if seq_len is None else seq_len,
+        padding_side,
+        pad_token_id,
+        ignore_index,
+        block_mask,
+        causal,
+    )
 
 
 class PackedCollator:
@@ -225,13 +301,22 @@ class PackedCollator:
     never truncated.
     """
 
-    def __init__(self, seq_len: int, *, padding_side: str = "right", pad_token_id: int = 0,
-                 ignore_index: int = -100, block_mask: bool = False, causal: bool = True):
+    def __init__(
+        self,
+        seq_len: int,
+        *,
+        padding_side: str = "right",
+        pad_token_id: int = 0,
+        ignore_index: int = -100,
+        block_mask: bool = False,
+        causal: bool = True,
+    ):
         if int(seq_len) < 1:
             raise ValueError(f"seq_len: must be at least 1, got {seq_len}")
         if padding_side not in ("right", "left"):
-            raise ValueError(f"padding_side: unknown side {padding_side!r} "
-                             "(expected right or left)")
+            raise ValueError(
+                f"padding_side: unknown side {padding_side!r} (expected right or left)"
+            )
         self.seq_len = int(seq_len)
         self.padding_side = padding_side
         self.pad_token_id = pad_token_id
@@ -253,8 +338,18 @@ class PackedCollator:
         tokens = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
         n = len(lengths)
-        return _collate_csr(np.asarray(row_offsets, dtype=np.int64), np.arange(n),
-                            np.zeros(n, dtype=np.int64), np.asarray(lengths, dtype=np.int64),
-                            np.asarray(images, dtype=np.int64), tokens, offsets, self.seq_len,
-                            self.padding_side, self.pad_token_id, self.ignore_index,
-                            self.block_mask, self.causal)
+        return _collate_csr(
+            np.asarray(row_offsets, dtype=np.int64),
+            np.arange(n),
+            np.zeros(n, dtype=np.int64),
+            np.asarray(lengths, dtype=np.int64),
+            np.asarray(images, dtype=np.int64),
+            tokens,
+            offsets,
+            self.seq_len,
+            self.padding_side,
+            self.pad_token_id,
+            self.ignore_index,
+            self.block_mask,
+            self.causal,
+        )

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, Optional, Sequence, TypeVar, Union
 
-import torch.distributed as dist
 import torch.utils.data as tud
 
 from shardkit._core import Shard, ShardPlan
-from shardkit._torch_packing import ConstantLengthDataset, PackedCollator  # noqa: F401
 from shardkit._torch_eval import *  # noqa: F401,F403  (evaluation helpers, see _torch_eval)
+from shardkit._torch_packing import ConstantLengthDataset, PackedCollator  # noqa: F401
 from shardkit.dist import discover
 
 T = TypeVar("T")
@@ -34,8 +33,9 @@ def _rank_and_world(rank: Optional[int], world_size: Optional[int]) -> tuple[int
     if rank is not None and world_size is not None:
         return rank, world_size
     found = discover()
-    return (found.rank if rank is None else rank), (found.world_size if world_size is None
-                                                    else world_size)
+    return (found.rank if rank is None else rank), (
+        found.world_size if world_size is None else world_size
+    )
 
 
 class DistributedSampler(tud.DistributedSampler):
@@ -51,16 +51,33 @@ class DistributedSampler(tud.DistributedSampler):
     ``mask()``.
     """
 
-    def __init__(self, dataset, num_replicas: Optional[int] = None,
-                 rank: Optional[int] = None, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = False) -> None:
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
-                         seed=seed, drop_last=drop_last)
+    def __init__(
+        self,
+        dataset,
+        num_replicas: Optional[int] = None,
+        rank: Optional[int] = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__(
+            dataset,
+            num_replicas=num_replicas,
+            rank=rank,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+        )
 
     def _shard(self) -> Shard:
-        plan = ShardPlan(len(self.dataset), self.num_replicas,
-                         remainder="drop" if self.drop_last else "pad",
-                         shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
+        plan = ShardPlan(
+            len(self.dataset),
+            self.num_replicas,
+            remainder="drop" if self.drop_last else "pad",
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+        )
         shard = plan.shard(self.rank)
         assert len(shard) == self.num_samples, (len(shard), self.num_samples)
         return shard
@@ -96,9 +113,16 @@ class ShardedIterableDataset(tud.IterableDataset):
     ['b', 'd', 'f']
     """
 
-    def __init__(self, source: Union[Sequence[T], Callable[[int], T]], *,
-                 num_items: Optional[int] = None, rank: Optional[int] = None,
-                 world_size: Optional[int] = None, epoch: int = 0, **plan_options) -> None:
+    def __init__(
+        self,
+        source: Union[Sequence[T], Callable[[int], T]],
+        *,
+        num_items: Optional[int] = None,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        epoch: int = 0,
+        **plan_options,
+    ) -> None:
         super().__init__()
         if num_items is None:
             if callable(source) and not hasattr(source, "__len__"):
@@ -115,8 +139,7 @@ class ShardedIterableDataset(tud.IterableDataset):
         self.epoch = epoch
 
     def plan(self) -> ShardPlan:
-        return ShardPlan(self.num_items, self.world_size, epoch=self.epoch,
-                         **self.plan_options)
+        return ShardPlan(self.num_items, self.world_size, epoch=self.epoch, **self.plan_options)
 
     def __iter__(self) -> Iterator[T]:
         info = tud.get_worker_info()
@@ -125,4 +148,6 @@ class ShardedIterableDataset(tud.IterableDataset):
         get = self.source if callable(self.source) else self.source.__getitem__
         for index in shard:
             yield get(index)
+
+
 from shardkit._torch_loader import TokenDataLoader, TokenDataset  # noqa: E402,F401

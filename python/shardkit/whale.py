@@ -25,8 +25,14 @@ UNBALANCED = "WHALE_UNBALANCED_IO_SLICING"
 DROP_LAST = "WHALE_DROP_LAST_FILES"
 
 
-def whale_plan(num_files: int, world_size: int, *, seed: int = 0, epoch: int = 0,
-               env: Optional[Mapping[str, str]] = None) -> ShardPlan:
+def whale_plan(
+    num_files: int,
+    world_size: int,
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+    env: Optional[Mapping[str, str]] = None,
+) -> ShardPlan:
     """The ShardPlan Whale would use for ``num_files`` files over ``world_size``
     master workers, reading ``WHALE_UNBALANCED_IO_SLICING`` and
     ``WHALE_DROP_LAST_FILES`` from ``env`` (default ``os.environ``).
@@ -43,5 +49,11 @@ def whale_plan(num_files: int, world_size: int, *, seed: int = 0, epoch: int = 0
     choice = _whale_slicing(num_files, world_size, unbalanced, drop_last)
     if choice["warning"]:
         warnings.warn(choice["warning"], UserWarning, stacklevel=2)
-    return ShardPlan(num_files, world_size, remainder=choice["remainder"],
-                     shuffle=choice["shuffle"], seed=seed, epoch=epoch)
+    return ShardPlan(
+        num_files,
+        world_size,
+        remainder=choice["remainder"],
+        shuffle=choice["shuffle"],
+        seed=seed,
+        epoch=epoch,
+    )

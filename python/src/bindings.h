@@ -2,11 +2,11 @@
 #ifndef SHARDKIT_PYTHON_BINDINGS_H_
 #define SHARDKIT_PYTHON_BINDINGS_H_
 
-#include <cstdint>
-#include <vector>
-
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <vector>
 
 namespace shardkit::python {
 

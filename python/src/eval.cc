@@ -50,9 +50,8 @@ void init_eval_plan(nb::module_& m) {
       .def_prop_ro("padding_fraction", &EvalPlan::PaddingFraction)
       .def_prop_ro("fingerprint", &EvalPlan::Fingerprint,
                    "hash of the parameters and the shardkit version (compare across ranks)")
-      .def_prop_ro("split", [](const EvalPlan& p) {
-        return std::string(SplitName(p.options().split));
-      })
+      .def_prop_ro("split",
+                   [](const EvalPlan& p) { return std::string(SplitName(p.options().split)); })
       .def("real", &EvalPlan::Real, "rank"_a, "Real (unmasked) slots of rank over all steps.")
       .def("rank_padding", &EvalPlan::Padding, "rank"_a, "Padded slots of rank.")
       .def(
@@ -110,12 +109,12 @@ void init_eval_plan(nb::module_& m) {
   m.def(
       "_discover_env",
       [](const std::map<std::string, std::string>& env) {
-        ProcessInfo p = DiscoverProcess([&env](const std::string& name)
-                                            -> std::optional<std::string> {
-          auto it = env.find(name);
-          if (it == env.end()) return std::nullopt;
-          return it->second;
-        });
+        ProcessInfo p =
+            DiscoverProcess([&env](const std::string& name) -> std::optional<std::string> {
+              auto it = env.find(name);
+              if (it == env.end()) return std::nullopt;
+              return it->second;
+            });
         return std::make_tuple(p.rank, p.world_size, p.local_rank, p.source);
       },
       "env"_a);

@@ -11,8 +11,8 @@
 #include "python/src/bindings.h"
 #include "shardkit/layout/loading_plan.h"
 #include "shardkit/layout/mesh.h"
-#include "shardkit/sharding/shard_plan.h"
 #include "shardkit/layout/named_sharding.h"
+#include "shardkit/sharding/shard_plan.h"
 
 namespace shardkit::python {
 
@@ -137,13 +137,14 @@ ArrayLayout LayoutOf(const NamedSharding& s, nb::handle shape) {
 }  // namespace
 
 void init_layout(nb::module_& m) {
-  nb::class_<Mesh>(m, "Mesh",
-                   "Named mesh axes over devices numbered in row-major order.\n\n"
-                   "``owners[d]`` is the process holding device ``d`` (default: all in process 0).\n\n"
-                   ">>> import shardkit\n"
-                   ">>> mesh = shardkit.Mesh({'x': 2, 'y': 4}, owners=[0, 0, 0, 0, 1, 1, 1, 1])\n"
-                   ">>> mesh.size, mesh.processes, mesh.devices_of(1).tolist()\n"
-                   "(8, [0, 1], [4, 5, 6, 7])\n")
+  nb::class_<Mesh>(
+      m, "Mesh",
+      "Named mesh axes over devices numbered in row-major order.\n\n"
+      "``owners[d]`` is the process holding device ``d`` (default: all in process 0).\n\n"
+      ">>> import shardkit\n"
+      ">>> mesh = shardkit.Mesh({'x': 2, 'y': 4}, owners=[0, 0, 0, 0, 1, 1, 1, 1])\n"
+      ">>> mesh.size, mesh.processes, mesh.devices_of(1).tolist()\n"
+      "(8, [0, 1], [4, 5, 6, 7])\n")
       .def(
           "__init__",
           [](Mesh* self, nb::handle axes, nb::handle owners) {
@@ -187,23 +188,24 @@ void init_layout(nb::module_& m) {
       });
 
   nb::class_<BoundSpec>(m, "PartitionSpec",
-                            "How each array dimension is split over mesh axes, as in JAX: None, "
-                            "an axis name or a tuple of axis names per leading dimension.\n\n"
-                            ">>> import shardkit\n"
-                            ">>> shardkit.PartitionSpec(('x', 'y'), None)\n"
-                            "PartitionSpec(('x', 'y'), None)\n"
-                            ">>> shardkit.PartitionSpec.parse(\"x, None\")[0]\n"
-                            "'x'\n")
-      .def(
-          "__init__",
-          [](BoundSpec* self, nb::args entries) {
-            PartitionSpec spec;
-            for (nb::handle e : entries) spec.push_back(EntryFromPython(e, spec.size()));
-            new (self) BoundSpec{std::move(spec)};
-          })
-      .def_static("parse", [](std::string_view text) { return BoundSpec{ParsePartitionSpec(text)}; }, "text"_a,
-                  "Parses the arguments of a JAX PartitionSpec: \"('x', 'y'), None\".")
-      .def_static("from_jax", [](nb::handle spec) { return BoundSpec{SpecFromPython(spec)}; }, "spec"_a)
+                        "How each array dimension is split over mesh axes, as in JAX: None, "
+                        "an axis name or a tuple of axis names per leading dimension.\n\n"
+                        ">>> import shardkit\n"
+                        ">>> shardkit.PartitionSpec(('x', 'y'), None)\n"
+                        "PartitionSpec(('x', 'y'), None)\n"
+                        ">>> shardkit.PartitionSpec.parse(\"x, None\")[0]\n"
+                        "'x'\n")
+      .def("__init__",
+           [](BoundSpec* self, nb::args entries) {
+             PartitionSpec spec;
+             for (nb::handle e : entries) spec.push_back(EntryFromPython(e, spec.size()));
+             new (self) BoundSpec{std::move(spec)};
+           })
+      .def_static(
+          "parse", [](std::string_view text) { return BoundSpec{ParsePartitionSpec(text)}; },
+          "text"_a, "Parses the arguments of a JAX PartitionSpec: \"('x', 'y'), None\".")
+      .def_static(
+          "from_jax", [](nb::handle spec) { return BoundSpec{SpecFromPython(spec)}; }, "spec"_a)
       .def("__len__", [](const BoundSpec& b) { return b.spec.size(); })
       .def("__getitem__",
            [](const BoundSpec& b, Index i) {
@@ -211,7 +213,8 @@ void init_layout(nb::module_& m) {
              if (i < 0) i += static_cast<Index>(s.size());
              if (i < 0 || i >= static_cast<Index>(s.size())) {
                throw nb::index_error(("index " + std::to_string(i) + " is outside [0, " +
-                                      std::to_string(s.size()) + ")").c_str());
+                                      std::to_string(s.size()) + ")")
+                                         .c_str());
              }
              return EntryToPython(s[i]);
            })
@@ -416,7 +419,8 @@ void init_layout(nb::module_& m) {
       "host loads, and which hosts hold a row.\n\n"
       ">>> import shardkit\n"
       ">>> mesh = shardkit.Mesh({'data': 4}, owners=[0, 1, 0, 1])\n"
-      ">>> plan = shardkit.LoadingPlan(shardkit.NamedSharding(mesh, shardkit.PartitionSpec('data')), 8)\n"
+      ">>> plan = shardkit.LoadingPlan(shardkit.NamedSharding(mesh, "
+      "shardkit.PartitionSpec('data')), 8)\n"
       ">>> plan.rows(1), plan.hosts_of(5)\n"
       "([(2, 4), (6, 8)], [0])\n")
       .def(nb::init<NamedSharding, Index>(), "sharding"_a, "batch_size"_a)

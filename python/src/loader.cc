@@ -1,5 +1,7 @@
 // Bindings of TokenSource and TokenLoader (the Python class TokenLoader in
 // shardkit/loader.py wraps these) and the state <-> dict conversion.
+#include "shardkit/loader/loader.h"
+
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -9,7 +11,6 @@
 #include <string>
 
 #include "python/src/bindings.h"
-#include "shardkit/loader/loader.h"
 #include "shardkit/loader/token_source.h"
 
 namespace shardkit::python {
@@ -160,9 +161,8 @@ template <typename T>
 nb::object View(const std::shared_ptr<const Batch>& batch, const std::vector<T>& values,
                 std::size_t rows, std::size_t cols) {
   auto* keep = new std::shared_ptr<const Batch>(batch);
-  nb::capsule owner(keep, [](void* p) noexcept {
-    delete static_cast<std::shared_ptr<const Batch>*>(p);
-  });
+  nb::capsule owner(keep,
+                    [](void* p) noexcept { delete static_cast<std::shared_ptr<const Batch>*>(p); });
   T* data = const_cast<T*>(values.data());
   if (cols == 0) {
     std::size_t shape[1] = {values.size()};
@@ -226,8 +226,7 @@ void init_loader(nb::module_& m) {
             // converts); the source views them and keeps them alive.
             const TokenDType type = DTypeOf(tokens);
             auto t = nb::cast<nb::ndarray<nb::ndim<1>, nb::c_contig, nb::device::cpu>>(tokens);
-            auto o = nb::cast<nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig>>(
-                offsets);
+            auto o = nb::cast<nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig>>(offsets);
             PySource s;
             {
               nb::gil_scoped_release release;
@@ -257,13 +256,12 @@ void init_loader(nb::module_& m) {
   nb::class_<TokenLoader>(m, "_TokenLoader", "The C++ loader behind shardkit.TokenLoader.")
       .def(
           "__init__",
-          [](TokenLoader* self, const PySource& source, Index seq_len, Index batch_size,
-             Index rank, Index world_size, Index worker, Index num_workers, bool shuffle,
-             std::uint64_t seed, std::uint64_t epoch, const std::string& algorithm,
-             const std::string& oversize, std::optional<Index> buffer, std::int64_t pad_token_id,
-             std::int64_t ignore_index, const std::string& padding_side, Index num_threads,
-             Index prefetch, bool shard_files, bool whale_unbalanced_io_slicing,
-             bool whale_drop_last_files, nb::object state) {
+          [](TokenLoader* self, const PySource& source, Index seq_len, Index batch_size, Index rank,
+             Index world_size, Index worker, Index num_workers, bool shuffle, std::uint64_t seed,
+             std::uint64_t epoch, const std::string& algorithm, const std::string& oversize,
+             std::optional<Index> buffer, std::int64_t pad_token_id, std::int64_t ignore_index,
+             const std::string& padding_side, Index num_threads, Index prefetch, bool shard_files,
+             bool whale_unbalanced_io_slicing, bool whale_drop_last_files, nb::object state) {
             LoaderOptions o;
             o.seq_len = seq_len;
             o.batch_size = batch_size;
@@ -290,13 +288,13 @@ void init_loader(nb::module_& m) {
             nb::gil_scoped_release release;
             new (self) TokenLoader(source.source, std::move(o), std::move(resume));
           },
-          "source"_a, nb::kw_only(), "seq_len"_a, "batch_size"_a, "rank"_a = 0,
-          "world_size"_a = 1, "worker"_a = 0, "num_workers"_a = 1, "shuffle"_a = true,
-          "seed"_a = 0, "epoch"_a = 0, "algorithm"_a = "bfd", "oversize"_a = "split",
-          "buffer"_a = nb::none(), "pad_token_id"_a = 0, "ignore_index"_a = -100,
-          "padding_side"_a = "right", "num_threads"_a = 1, "prefetch"_a = 2,
-          "shard_files"_a = false, "whale_unbalanced_io_slicing"_a = false,
-          "whale_drop_last_files"_a = false, "state"_a = nb::none())
+          "source"_a, nb::kw_only(), "seq_len"_a, "batch_size"_a, "rank"_a = 0, "world_size"_a = 1,
+          "worker"_a = 0, "num_workers"_a = 1, "shuffle"_a = true, "seed"_a = 0, "epoch"_a = 0,
+          "algorithm"_a = "bfd", "oversize"_a = "split", "buffer"_a = nb::none(),
+          "pad_token_id"_a = 0, "ignore_index"_a = -100, "padding_side"_a = "right",
+          "num_threads"_a = 1, "prefetch"_a = 2, "shard_files"_a = false,
+          "whale_unbalanced_io_slicing"_a = false, "whale_drop_last_files"_a = false,
+          "state"_a = nb::none())
       .def(
           "next",
           [](TokenLoader& loader) -> nb::object {

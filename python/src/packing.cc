@@ -1,6 +1,8 @@
 // Bindings of the packing engine: Packing, StreamingPacker, rank balance and
 // row collation. The Python package (shardkit/packing.py) converts inputs to
 // int64 arrays (no copy when they already are) and calls these.
+#include "shardkit/packing/packing.h"
+
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -10,7 +12,6 @@
 #include <string>
 
 #include "python/src/bindings.h"
-#include "shardkit/packing/packing.h"
 #include "shardkit/packing/packing_metadata.h"
 
 namespace shardkit::python {
@@ -72,26 +73,30 @@ void init_packing(nb::module_& m) {
                       "offsets[p]:offsets[p+1] of items / starts / lengths.")
       .def_prop_ro("num_packs", &Packing::num_packs)
       .def("__len__", &Packing::num_packs)
-      .def_prop_ro("efficiency", &Packing::efficiency,
-                   "real tokens / (num_packs * capacity)")
-      .def_prop_ro("lower_bound", [](const Packing& p) { return p.lower_bound; },
-                   "no packing of these items has fewer packs")
+      .def_prop_ro("efficiency", &Packing::efficiency, "real tokens / (num_packs * capacity)")
+      .def_prop_ro(
+          "lower_bound", [](const Packing& p) { return p.lower_bound; },
+          "no packing of these items has fewer packs")
       .def_prop_ro("dropped", &Packing::dropped, "number of oversize items dropped")
       .def_prop_ro("capacity", [](const Packing& p) { return p.capacity; })
       .def_prop_ro("num_items", [](const Packing& p) { return p.num_items; })
       .def_prop_ro("split_items", [](const Packing& p) { return p.split_items; })
       .def_prop_ro("tokens", [](const Packing& p) { return p.tokens; })
       .def_prop_ro("images_packed", [](const Packing& p) { return p.image_count; })
-      .def_prop_ro("offsets", [](nb::handle self) {
-        return View(nb::cast<const Packing&>(self).offsets, self); })
-      .def_prop_ro("items", [](nb::handle self) {
-        return View(nb::cast<const Packing&>(self).items, self); })
-      .def_prop_ro("lengths", [](nb::handle self) {
-        return View(nb::cast<const Packing&>(self).lengths, self); })
-      .def_prop_ro("starts", [](nb::handle self) {
-        return View(nb::cast<const Packing&>(self).starts, self); })
-      .def_prop_ro("dropped_items", [](nb::handle self) {
-        return View(nb::cast<const Packing&>(self).dropped_items, self); })
+      .def_prop_ro(
+          "offsets",
+          [](nb::handle self) { return View(nb::cast<const Packing&>(self).offsets, self); })
+      .def_prop_ro("items",
+                   [](nb::handle self) { return View(nb::cast<const Packing&>(self).items, self); })
+      .def_prop_ro(
+          "lengths",
+          [](nb::handle self) { return View(nb::cast<const Packing&>(self).lengths, self); })
+      .def_prop_ro(
+          "starts",
+          [](nb::handle self) { return View(nb::cast<const Packing&>(self).starts, self); })
+      .def_prop_ro(
+          "dropped_items",
+          [](nb::handle self) { return View(nb::cast<const Packing&>(self).dropped_items, self); })
       .def_prop_ro(
           "packs",
           [](const Packing& p) {
@@ -120,7 +125,8 @@ void init_packing(nb::module_& m) {
             if (b < 0) b += p.num_packs();
             if (b < 0 || b >= p.num_packs()) {
               throw nb::index_error(("pack " + std::to_string(b) + " is outside [0, " +
-                                     std::to_string(p.num_packs()) + ")").c_str());
+                                     std::to_string(p.num_packs()) + ")")
+                                        .c_str());
             }
             nb::list out;
             for (const PackItem& e : p.Entries(b)) out.append(PieceTuple(e));
@@ -130,9 +136,9 @@ void init_packing(nb::module_& m) {
       .def("__repr__", [](const Packing& p) {
         char eff[32];
         std::snprintf(eff, sizeof eff, "%.6f", p.efficiency());
-        return "Packing(items=" + std::to_string(p.num_items) + ", num_packs=" +
-               std::to_string(p.num_packs()) + ", lower_bound=" +
-               std::to_string(p.lower_bound) + ", efficiency=" + eff +
+        return "Packing(items=" + std::to_string(p.num_items) +
+               ", num_packs=" + std::to_string(p.num_packs()) +
+               ", lower_bound=" + std::to_string(p.lower_bound) + ", efficiency=" + eff +
                ", dropped=" + std::to_string(p.dropped()) + ")";
       });
 
@@ -244,14 +250,14 @@ void init_packing(nb::module_& m) {
         }
         nb::dict d;
         std::int64_t* a;
-        auto assignment = NewNd<std::int64_t>(
-            {static_cast<size_t>(s.num_steps), static_cast<size_t>(world_size),
-             static_cast<size_t>(packs_per_rank)},
-            &a);
+        auto assignment =
+            NewNd<std::int64_t>({static_cast<size_t>(s.num_steps), static_cast<size_t>(world_size),
+                                 static_cast<size_t>(packs_per_rank)},
+                                &a);
         std::copy(s.assignment.begin(), s.assignment.end(), a);
         double* c;
-        auto rank_costs = NewNd<double>(
-            {static_cast<size_t>(s.num_steps), static_cast<size_t>(world_size)}, &c);
+        auto rank_costs =
+            NewNd<double>({static_cast<size_t>(s.num_steps), static_cast<size_t>(world_size)}, &c);
         std::copy(s.rank_costs.begin(), s.rank_costs.end(), c);
         d["assignment"] = assignment;
         d["rank_costs"] = rank_costs;
@@ -301,8 +307,9 @@ void init_packing(nb::module_& m) {
           }
         }
         if (static_cast<double>(rows) * static_cast<double>(seq_len) >= 2147483647.0) {
-          throw std::invalid_argument("seq_len: batch * seq_len must stay below 2^31 "
-                                      "(int32 cu_seqlens)");
+          throw std::invalid_argument(
+              "seq_len: batch * seq_len must stay below 2^31 "
+              "(int32 cu_seqlens)");
         }
         std::vector<std::vector<PackItem>> pieces(rows);
         for (Index r = 0; r < rows; ++r) {
@@ -312,8 +319,8 @@ void init_packing(nb::module_& m) {
           }
           Index used = 0;
           for (Index j = b; j < e; ++j) {
-            PackItem p{items.data()[j], lengths.data()[j],
-                       images.shape(0) ? images.data()[j] : 0, starts.data()[j]};
+            PackItem p{items.data()[j], lengths.data()[j], images.shape(0) ? images.data()[j] : 0,
+                       starts.data()[j]};
             if (p.item < 0 || p.item >= docs || p.start < 0 || p.length < 0 ||
                 offsets.data()[p.item] + p.start + p.length > offsets.data()[p.item + 1]) {
               throw std::invalid_argument("packs: entry " + std::to_string(j) + " (item " +
@@ -346,11 +353,11 @@ void init_packing(nb::module_& m) {
           nb::gil_scoped_release release;
           std::vector<std::span<const PackItem>> spans(pieces.begin(), pieces.end());
           for (size_t r = 0; r < R; ++r) {
-            FillRowMetadata(pieces[r], o,
-                            {pos + r * L, doc + r * L, mask + r * L,
-                             block ? block + r * L * L : nullptr});
-            FillRowTokens(std::span<const PackItem>(pieces[r]), tokens.data(), offsets.data(),
-                          o, ids + r * L, labels + r * L);
+            FillRowMetadata(
+                pieces[r], o,
+                {pos + r * L, doc + r * L, mask + r * L, block ? block + r * L * L : nullptr});
+            FillRowTokens(std::span<const PackItem>(pieces[r]), tokens.data(), offsets.data(), o,
+                          ids + r * L, labels + r * L);
           }
           max_seqlen = BatchCuSeqlens(spans, o, &cu);
         }

@@ -1,7 +1,7 @@
 // Bindings of ShardPlan, Shard and the Whale helper.
 #include <nanobind/stl/optional.h>
-#include <nanobind/stl/string.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <stdexcept>
@@ -23,8 +23,8 @@ std::vector<double> ToDoubles(nb::handle values, const char* name) {
     for (nb::handle extent : array.attr("shape")) {
       shape += (shape.empty() ? "" : ", ") + std::to_string(nb::cast<Index>(extent));
     }
-    throw std::invalid_argument(std::string(name) + ": expected a 1-D array, got shape (" +
-                                shape + ")");
+    throw std::invalid_argument(std::string(name) + ": expected a 1-D array, got shape (" + shape +
+                                ")");
   }
   auto view = nb::cast<nb::ndarray<const double, nb::ndim<1>, nb::c_contig>>(array);
   return std::vector<double>(view.data(), view.data() + view.shape(0));
@@ -63,8 +63,9 @@ nb::dict AuditToDict(const AuditReport& r) {
 Index NormaliseIndex(const Shard& shard, Index k) {
   if (k < 0) k += shard.size();
   if (k < 0 || k >= shard.size()) {
-    throw nb::index_error(("index " + std::to_string(k) + " is outside [0, " +
-                           std::to_string(shard.size()) + ")").c_str());
+    throw nb::index_error(
+        ("index " + std::to_string(k) + " is outside [0, " + std::to_string(shard.size()) + ")")
+            .c_str());
   }
   return k;
 }
@@ -77,10 +78,11 @@ void init_shard_plan(nb::module_& m) {
                     "O(1) random access; padded entries are the trailing ``padding`` ones.")
       .def("__len__", &Shard::size)
       .def(
-          "__getitem__",
-          [](const Shard& s, Index k) { return s[NormaliseIndex(s, k)]; }, "index"_a)
+          "__getitem__", [](const Shard& s, Index k) { return s[NormaliseIndex(s, k)]; }, "index"_a)
       .def("__iter__",
-           [](const Shard& s) { return ShardIterator{s, 0}; })
+           [](const Shard& s) {
+             return ShardIterator{s, 0};
+           })
       .def_prop_ro("padding", &Shard::padding, "number of trailing padded entries")
       .def_prop_ro("rank", &Shard::rank)
       .def_prop_ro("worker", &Shard::worker)
@@ -95,7 +97,8 @@ void init_shard_plan(nb::module_& m) {
             if (start < 0 || end < start || end > s.size()) {
               throw nb::index_error(("range [" + std::to_string(start) + ", " +
                                      std::to_string(end) + ") is outside [0, " +
-                                     std::to_string(s.size()) + ")").c_str());
+                                     std::to_string(s.size()) + ")")
+                                        .c_str());
             }
             const size_t count = static_cast<size_t>(end - start);
             std::int64_t* data;
@@ -103,8 +106,7 @@ void init_shard_plan(nb::module_& m) {
             if (out) {
               if (out->shape(0) != count) {
                 throw std::invalid_argument("out: has " + std::to_string(out->shape(0)) +
-                                            " elements, the range needs " +
-                                            std::to_string(count));
+                                            " elements, the range needs " + std::to_string(count));
               }
               data = out->data();
               result = nb::cast(*out);
@@ -132,10 +134,9 @@ void init_shard_plan(nb::module_& m) {
           },
           "True for real entries, False for padded ones.")
       .def("__repr__", [](const Shard& s) {
-        return "Shard(rank=" + std::to_string(s.rank()) + ", worker=" +
-               std::to_string(s.worker()) + "/" + std::to_string(s.num_workers()) +
-               ", len=" + std::to_string(s.size()) + ", padding=" +
-               std::to_string(s.padding()) + ")";
+        return "Shard(rank=" + std::to_string(s.rank()) + ", worker=" + std::to_string(s.worker()) +
+               "/" + std::to_string(s.num_workers()) + ", len=" + std::to_string(s.size()) +
+               ", padding=" + std::to_string(s.padding()) + ")";
       });
 
   nb::class_<ShardIterator>(m, "_ShardIterator")
@@ -152,9 +153,8 @@ void init_shard_plan(nb::module_& m) {
       .def(
           "__init__",
           [](ShardPlan* self, Index num_items, Index world_size, const std::string& split,
-             const std::string& remainder, Index offset, std::optional<Index> limit,
-             bool shuffle, std::uint64_t seed, std::uint64_t epoch, nb::object weights,
-             bool equal_counts) {
+             const std::string& remainder, Index offset, std::optional<Index> limit, bool shuffle,
+             std::uint64_t seed, std::uint64_t epoch, nb::object weights, bool equal_counts) {
             ShardOptions o;
             o.split = ParseSplit(split);
             o.remainder = ParseRemainder(remainder);
@@ -169,9 +169,8 @@ void init_shard_plan(nb::module_& m) {
             new (self) ShardPlan(num_items, world_size, std::move(o));
           },
           "num_items"_a, "world_size"_a, nb::kw_only(), "split"_a = "round_robin",
-          "remainder"_a = "uneven", "offset"_a = 0, "limit"_a = nb::none(),
-          "shuffle"_a = false, "seed"_a = 0, "epoch"_a = 0, "weights"_a = nb::none(),
-          "equal_counts"_a = false)
+          "remainder"_a = "uneven", "offset"_a = 0, "limit"_a = nb::none(), "shuffle"_a = false,
+          "seed"_a = 0, "epoch"_a = 0, "weights"_a = nb::none(), "equal_counts"_a = false)
       .def(
           "shard",
           [](const ShardPlan& p, Index rank, Index worker, Index num_workers) {
@@ -207,17 +206,15 @@ void init_shard_plan(nb::module_& m) {
           "Proves exactly-once coverage (as the remainder policy states) and reports balance.")
       .def_prop_ro("num_items", &ShardPlan::num_items)
       .def_prop_ro("world_size", &ShardPlan::world_size)
-      .def_prop_ro("window",
-                   [](const ShardPlan& p) {
-                     return std::make_pair(p.window_begin(), p.window_end());
-                   })
+      .def_prop_ro(
+          "window",
+          [](const ShardPlan& p) { return std::make_pair(p.window_begin(), p.window_end()); })
       .def_prop_ro("dropped", &ShardPlan::Dropped)
-      .def_prop_ro("split", [](const ShardPlan& p) {
-        return std::string(SplitName(p.options().split));
-      })
-      .def_prop_ro("remainder", [](const ShardPlan& p) {
-        return std::string(RemainderName(p.options().remainder));
-      })
+      .def_prop_ro("split",
+                   [](const ShardPlan& p) { return std::string(SplitName(p.options().split)); })
+      .def_prop_ro(
+          "remainder",
+          [](const ShardPlan& p) { return std::string(RemainderName(p.options().remainder)); })
       .def_prop_ro("shuffle", [](const ShardPlan& p) { return p.options().shuffle; })
       .def_prop_ro("seed", [](const ShardPlan& p) { return p.options().seed; })
       .def_prop_ro("epoch", [](const ShardPlan& p) { return p.options().epoch; })

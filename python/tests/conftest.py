@@ -1,7 +1,6 @@
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,8 @@ def cli():
     binary = cli_path()
 
     def run(*args, input=None):
-        return subprocess.run([binary, *map(str, args)], capture_output=True, text=True,
-                              input=input, timeout=120)
+        return subprocess.run(
+            [binary, *map(str, args)], capture_output=True, text=True, input=input, timeout=120
+        )
 
     return run

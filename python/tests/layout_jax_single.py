@@ -9,10 +9,11 @@ import json
 import random
 import sys
 
-import numpy as np
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import numpy as np
 from jax._src.sharding_impls import device_replica_id_map
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import shardkit
 
@@ -24,7 +25,7 @@ def random_case(rng, devices):
         sizes = [rng.randint(1, 4) for _ in range(rng.randint(1, 3))]
         if int(np.prod(sizes)) <= len(devices):
             break
-    names = NAMES[:len(sizes)]
+    names = NAMES[: len(sizes)]
     chosen = rng.sample(devices, int(np.prod(sizes)))  # a subset, permuted
     mesh = Mesh(np.array(chosen, dtype=object).reshape(sizes), tuple(names))
     ndim = rng.randint(1, 3)
@@ -57,8 +58,14 @@ def main(trials, seed):
     rng = random.Random(seed)
     devices = jax.devices()
     assert len(devices) == 8, devices
-    counts = {"cases": 0, "devices": 0, "indivisible": 0, "zero_size": 0, "tuples": 0,
-              "replicated_axes": 0}
+    counts = {
+        "cases": 0,
+        "devices": 0,
+        "indivisible": 0,
+        "zero_size": 0,
+        "tuples": 0,
+        "replicated_axes": 0,
+    }
     for _ in range(trials):
         mesh, spec, shape, parts = random_case(rng, devices)
         js = NamedSharding(mesh, spec)

@@ -8,21 +8,24 @@ usage: layout_jax_worker.py PROCESS_ID NUM_PROCESSES PORT
 import random
 import sys
 
-import numpy as np
 import jax
-
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import numpy as np
+import shardkit.jax as skjax
 from jax._src.sharding_impls import local_to_global_shape, num_addressable_indices
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import shardkit
-import shardkit.jax as skjax
 
 
 def main(process_id, num_processes, port):
     jax.config.update("jax_platforms", "cpu")
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
-                               num_processes=num_processes, process_id=process_id,
-                               initialization_timeout=30)
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=30,
+    )
 
     devices = jax.devices()
     by_process = {}
@@ -45,8 +48,12 @@ def main(process_id, num_processes, port):
             if i in full_dims:
                 picks.append(np.arange(n))
                 continue
-            slices = sorted({(s[i].start or 0, n if s[i].stop is None else s[i].stop)
-                             for s in index_map.values()})
+            slices = sorted(
+                {
+                    (s[i].start or 0, n if s[i].stop is None else s[i].stop)
+                    for s in index_map.values()
+                }
+            )
             picks.append(np.concatenate([np.arange(a, b) for a, b in slices]))
         return global_data[np.ix_(*picks)]
 
@@ -70,10 +77,14 @@ def main(process_id, num_processes, port):
         # The per-process arithmetic itself, against JAX's private helpers.
         for i in range(len(global_shape)):
             assert sk.local_shape(global_shape, me)[i] == num_addressable_indices(
-                sharding, i, global_shape), (name, i)
+                sharding, i, global_shape
+            ), (name, i)
         want_inferred = local_to_global_shape(sharding, local.shape)
         assert sk.infer_global_shape(local.shape) == want_inferred, (
-            name, sk.infer_global_shape(local.shape), want_inferred)
+            name,
+            sk.infer_global_shape(local.shape),
+            want_inferred,
+        )
         shape_arg = tuple(global_shape) if pass_global else None
         theirs = jax.make_array_from_process_local_data(sharding, local, shape_arg)
         ours = skjax.make_array_from_process_local_data(sharding, local, shape_arg)
@@ -83,8 +94,12 @@ def main(process_id, num_processes, port):
             rows = skjax.host_rows(sharding, global_shape[0])
             got = np.concatenate([np.arange(a, b) for a, b in rows])
             index_map = sharding.addressable_devices_indices_map(global_shape)
-            starts = sorted({(i[0].start or 0, global_shape[0] if i[0].stop is None else i[0].stop)
-                             for i in index_map.values()})
+            starts = sorted(
+                {
+                    (i[0].start or 0, global_shape[0] if i[0].stop is None else i[0].stop)
+                    for i in index_map.values()
+                }
+            )
             want = np.concatenate([np.arange(a, b) for a, b in starts])
             assert np.array_equal(got, want), (name, rows, want)
         if verbose:
@@ -102,9 +117,19 @@ def main(process_id, num_processes, port):
     m = mesh_from_owners((2, n // 2), ("x", "y"), interleaved)
     check("interleaved ('x','y')", NamedSharding(m, P(("x", "y"), None)), (2 * n, 5))
     check("interleaved x, y", NamedSharding(m, P("x", "y")), (4, n))
-    check("interleaved y only (x replicates)", NamedSharding(m, P(None, "y")), (3, n), pass_global=True)
-    check("full dimension given", NamedSharding(m, P("y", None)), (n, 4), full_dims=(0,),
-          pass_global=True)
+    check(
+        "interleaved y only (x replicates)",
+        NamedSharding(m, P(None, "y")),
+        (3, n),
+        pass_global=True,
+    )
+    check(
+        "full dimension given",
+        NamedSharding(m, P("y", None)),
+        (n, 4),
+        full_dims=(0,),
+        pass_global=True,
+    )
     # 3. A non-uniform dimension: columns held by overlapping, unequal sets.
     if num_processes == 2:
         owners = [0, 0, 1, 1, 1, 0, 0, 1]
@@ -131,7 +156,7 @@ def main(process_id, num_processes, port):
         try:
             fn(s, bad, global_shape)
             raise AssertionError("accepted a bad local shape")
-        except ValueError as e:
+        except ValueError:
             pass
     # 4. Random owner layouts (the same seed on every process, so the same meshes).
 
@@ -141,7 +166,7 @@ def main(process_id, num_processes, port):
         owners = contiguous[:]
         rng.shuffle(owners)
         shape = rng.choice([(n,), (2, n // 2), (n // 2, 2), (2, 2, n // 4)])
-        names = ("a", "b", "c")[:len(shape)]
+        names = ("a", "b", "c")[: len(shape)]
         m = mesh_from_owners(shape, names, owners)
         free = list(names)
         rng.shuffle(free)
@@ -155,13 +180,20 @@ def main(process_id, num_processes, port):
             else:
                 spec.append(tuple(free.pop() for _ in range(min(len(free), rng.randint(1, 2)))))
         s = NamedSharding(m, P(*spec))
-        parts = [int(np.prod([m.shape[a] for a in ((e,) if isinstance(e, str) else e or ())]))
-                 for e in spec]
+        parts = [
+            int(np.prod([m.shape[a] for a in ((e,) if isinstance(e, str) else e or ())]))
+            for e in spec
+        ]
         global_shape = (parts[0] * 2, parts[1] * 3)
         full = tuple(rng.sample([0, 1], rng.randint(0, 1))) if trial % 2 else ()
-        check(f"random {trial}", s, global_shape, full_dims=full,
-              pass_global=True if trial % 2 else None in local_to_global_shape(s, (1, 1)),
-              verbose=False)
+        check(
+            f"random {trial}",
+            s,
+            global_shape,
+            full_dims=full,
+            pass_global=True if trial % 2 else None in local_to_global_shape(s, (1, 1)),
+            verbose=False,
+        )
         random_cases += 1
     print(f"process {jax.process_index()}: {random_cases} random layouts ok", flush=True)
     print(f"process {jax.process_index()}: all ok", flush=True)

@@ -21,8 +21,12 @@ CHECKPOINT_STEP = 3
 
 
 def pieces(batch):
-    return [list(p) for p in zip(batch["documents"].tolist(), batch["starts"].tolist(),
-                                 batch["lengths"].tolist())]
+    return [
+        list(p)
+        for p in zip(
+            batch["documents"].tolist(), batch["starts"].tolist(), batch["lengths"].tolist()
+        )
+    ]
 
 
 def main():
@@ -31,8 +35,16 @@ def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     # rank and world_size come from torch.distributed (shardkit.torch._rank_and_world).
-    loader = TokenLoader(root / "tokens.npy", root / "offsets.npy", seq_len=64, batch_size=2,
-                         seed=7, buffer=16, rank=None, world_size=None)
+    loader = TokenLoader(
+        root / "tokens.npy",
+        root / "offsets.npy",
+        seq_len=64,
+        batch_size=2,
+        seed=7,
+        buffer=16,
+        rank=None,
+        world_size=None,
+    )
     assert (loader.rank, loader.world_size) == (rank, world)
     if mode == "first":
         delivered = []
@@ -43,8 +55,14 @@ def main():
                 dist.all_gather_object(gathered, (loader.state_dict(), delivered))
                 if rank == 0:
                     tmp = root / "checkpoint.tmp"
-                    tmp.write_text(json.dumps({"states": [g[0] for g in gathered],
-                                               "delivered": sum((g[1] for g in gathered), [])}))
+                    tmp.write_text(
+                        json.dumps(
+                            {
+                                "states": [g[0] for g in gathered],
+                                "delivered": sum((g[1] for g in gathered), []),
+                            }
+                        )
+                    )
                     tmp.rename(root / "checkpoint.json")
             if step >= CHECKPOINT_STEP:
                 time.sleep(0.05)  # training on past the checkpoint until killed

@@ -18,15 +18,47 @@ def test_shard_json_matches_the_design_contract(cli):
 
 
 def test_shard_one_rank_with_window_and_workers(cli):
-    out = cli("shard", "--items", 100, "--world", 3, "--rank", 1, "--offset", 10, "--limit", 20,
-              "--workers", 2, "--worker", 1, "--indices", "--json")
+    out = cli(
+        "shard",
+        "--items",
+        100,
+        "--world",
+        3,
+        "--rank",
+        1,
+        "--offset",
+        10,
+        "--limit",
+        20,
+        "--workers",
+        2,
+        "--worker",
+        1,
+        "--indices",
+        "--json",
+    )
     doc = json.loads(out.stdout)
     assert doc["window"] == [10, 30]
     (rank,) = doc["ranks"]
     assert rank["rank"] == 1 and rank["worker"] == 1
     assert rank["indices"] == list(range(11, 30, 3))[1::2]
-    out = cli("shard", "--items", 100, "--world", 3, "--rank", 1, "--offset", 10, "--limit", 20,
-              "--workers", 2, "--indices", "--json")
+    out = cli(
+        "shard",
+        "--items",
+        100,
+        "--world",
+        3,
+        "--rank",
+        1,
+        "--offset",
+        10,
+        "--limit",
+        20,
+        "--workers",
+        2,
+        "--indices",
+        "--json",
+    )
     (rank,) = json.loads(out.stdout)["ranks"]
     assert rank["indices"] == list(range(11, 30, 3))
     assert [w["indices"] for w in rank["workers"]] == [rank["indices"][0::2], rank["indices"][1::2]]
@@ -47,8 +79,9 @@ def test_balanced_weights_from_file_and_npy(cli, tmp_path):
     np.save(npy, weights)
     docs = []
     for path in (txt, npy):
-        out = cli("shard", "--items", 20, "--world", 3, "--split", "balanced",
-                  "--weights", path, "--json")
+        out = cli(
+            "shard", "--items", 20, "--world", 3, "--split", "balanced", "--weights", path, "--json"
+        )
         assert out.returncode == 0, out.stderr
         docs.append(json.loads(out.stdout))
     assert docs[0] == docs[1]
@@ -65,20 +98,29 @@ def test_audit_exit_code_and_fields(cli):
     assert json.loads(huge.stdout)["method"] == "arithmetic"
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--items", 10, "--world", 0], "--world: must be at least 1, got 0"),
-    (["--items", 10, "--world", 3, "--rank", 3], "--rank: 3 is outside [0, 3)"),
-    (["--items", -5, "--world", 3], "--items: must be at least 0, got -5"),
-    (["--items", "99999999999999999999", "--world", 3], "--items: '99999999999999999999' does not fit"),
-    (["--items", "ten", "--world", 3], "--items: 'ten' is not an integer"),
-    (["--items", 10, "--world", 3, "--offset", 11], "--offset: 11 lies beyond the data"),
-    (["--items", 10, "--world", 3, "--split", "diagonal"], "--split: unknown split 'diagonal'"),
-    (["--items", 10, "--world", 3, "--remainder", "keep"], "--remainder: unknown remainder 'keep'"),
-    (["--items", 10, "--world", 3, "--limit", -1], "--limit: must be at least 0, got -1"),
-    (["--items", 10, "--world", 3, "--frobnicate"], "--frobnicate: unknown flag"),
-    (["--world", 3], "--items: required"),
-    (["--items", 10, "--world", 2**40], "--world: 1099511627776 ranks are too many to list"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--items", 10, "--world", 0], "--world: must be at least 1, got 0"),
+        (["--items", 10, "--world", 3, "--rank", 3], "--rank: 3 is outside [0, 3)"),
+        (["--items", -5, "--world", 3], "--items: must be at least 0, got -5"),
+        (
+            ["--items", "99999999999999999999", "--world", 3],
+            "--items: '99999999999999999999' does not fit",
+        ),
+        (["--items", "ten", "--world", 3], "--items: 'ten' is not an integer"),
+        (["--items", 10, "--world", 3, "--offset", 11], "--offset: 11 lies beyond the data"),
+        (["--items", 10, "--world", 3, "--split", "diagonal"], "--split: unknown split 'diagonal'"),
+        (
+            ["--items", 10, "--world", 3, "--remainder", "keep"],
+            "--remainder: unknown remainder 'keep'",
+        ),
+        (["--items", 10, "--world", 3, "--limit", -1], "--limit: must be at least 0, got -1"),
+        (["--items", 10, "--world", 3, "--frobnicate"], "--frobnicate: unknown flag"),
+        (["--world", 3], "--items: required"),
+        (["--items", 10, "--world", 2**40], "--world: 1099511627776 ranks are too many to list"),
+    ],
+)
 def test_bad_input_is_one_line_naming_the_flag(cli, args, fragment):
     for command in ("shard", "audit"):
         out = cli(command, *args)
@@ -99,11 +141,13 @@ def test_bad_weights_files(cli, tmp_path):
     neg.write_text("1\n-2\n3\n")
     junk = tmp_path / "junk.txt"
     junk.write_text("1\nabc\n3\n")
-    cases = [(short, "--weights: expected one weight per item (3), got 2"),
-             (nan, "--weights: weight of item 1 is nan"),
-             (neg, "--weights: weight of item 1 is -2"),
-             (junk, "line 2: 'abc' is not a number"),
-             (tmp_path / "missing.txt", "--weights: cannot open")]
+    cases = [
+        (short, "--weights: expected one weight per item (3), got 2"),
+        (nan, "--weights: weight of item 1 is nan"),
+        (neg, "--weights: weight of item 1 is -2"),
+        (junk, "line 2: 'abc' is not a number"),
+        (tmp_path / "missing.txt", "--weights: cannot open"),
+    ]
     for path, fragment in cases:
         out = cli("shard", "--items", 3, "--world", 2, "--split", "balanced", "--weights", path)
         assert out.returncode == 2

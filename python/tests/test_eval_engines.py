@@ -6,6 +6,7 @@ mismatch and a rank that raises must end every process with a clear error.
 Each run has a hard timeout; the time goes mostly into importing torch / JAX
 in every process (seconds on a loaded 2-core machine).
 """
+
 import os
 import shutil
 import socket
@@ -50,8 +51,11 @@ def _seconds_since_event(stderr, end):
     """Seconds from the latest TEST-EVENT a worker printed (just before the
     fingerprint check, or just before the injected raise) to `end`: the time the
     failure took to end every process, without the seconds spent importing."""
-    events = [float(line.split()[-1].split("]")[-1]) for line in stderr.splitlines()
-              if "TEST-EVENT" in line]
+    events = [
+        float(line.split()[-1].split("]")[-1])
+        for line in stderr.splitlines()
+        if "TEST-EVENT" in line
+    ]
     assert events, stderr[-2000:]
     return end - max(events)
 
@@ -64,12 +68,22 @@ def _free_port():
 
 # torchrun (gloo) -------------------------------------------------------------
 
+
 def _torchrun(mode):
     torchrun = BIN / "torchrun"
     if not torchrun.exists():
         pytest.skip("torchrun not installed")
-    return _run_timed([str(torchrun), "--standalone", "--nproc_per_node", "4",
-                 str(WORKERS / "eval_torch_worker.py"), "--mode", mode])
+    return _run_timed(
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc_per_node",
+            "4",
+            str(WORKERS / "eval_torch_worker.py"),
+            "--mode",
+            mode,
+        ]
+    )
 
 
 def test_torchrun_4_ranks_cover_every_item_once_in_equal_steps():
@@ -83,8 +97,10 @@ def test_torchrun_plan_mismatch_fails_on_every_rank():
     proc, seconds = _torchrun("mismatch")
     assert proc.returncode != 0
     for rank in range(4):
-        assert f"[rank{rank}]: shardkit.evaluation.PlanMismatchError: plan fingerprint " \
-               "mismatch: 1 of 4 ranks differ from rank 0" in proc.stderr, proc.stderr[-3000:]
+        assert (
+            f"[rank{rank}]: shardkit.evaluation.PlanMismatchError: plan fingerprint "
+            "mismatch: 1 of 4 ranks differ from rank 0" in proc.stderr
+        ), proc.stderr[-3000:]
     print(f"every process ended {seconds:.2f} s after the event")
     assert seconds < 15, seconds
 
@@ -94,13 +110,15 @@ def test_torchrun_rank_that_raises_stops_every_rank_with_its_reason():
     assert proc.returncode != 0
     assert "ValueError: injected failure at step 2" in proc.stderr
     for rank in (0, 2, 3):
-        assert (f"shardkit: rank {rank} stopping: rank 1 failed: ValueError: injected failure "
-                "at step 2") in proc.stderr, proc.stderr[-3000:]
+        assert (
+            f"shardkit: rank {rank} stopping: rank 1 failed: ValueError: injected failure at step 2"
+        ) in proc.stderr, proc.stderr[-3000:]
     print(f"every process ended {seconds:.2f} s after the event")
     assert seconds < 15, seconds
 
 
 # mpirun (the C++ helper) -----------------------------------------------------
+
 
 def _mpi_worker():
     cli = os.environ.get("SHARDKIT_CLI")
@@ -116,8 +134,19 @@ def _mpirun(*args):
     mpirun = shutil.which("mpirun")
     if not mpirun:
         pytest.skip("mpirun not installed")
-    return _run([mpirun, "--oversubscribe", "--allow-run-as-root", "-np", "4",
-                 str(_mpi_worker()), "--timeout", "30", *map(str, args)])
+    return _run(
+        [
+            mpirun,
+            "--oversubscribe",
+            "--allow-run-as-root",
+            "-np",
+            "4",
+            str(_mpi_worker()),
+            "--timeout",
+            "30",
+            *map(str, args),
+        ]
+    )
 
 
 def test_mpirun_4_ranks_static_and_dynamic_cover_every_item_once():
@@ -135,8 +164,9 @@ def test_mpirun_plan_mismatch_fails_on_every_rank():
     proc, seconds = _mpirun("--items", 1001, "--batch", 8, "--mismatch-rank", 2)
     assert proc.returncode != 0
     for rank in range(4):
-        assert f"shardkit: rank {rank}: plan fingerprint mismatch: 1 of 4 ranks differ" \
-               in proc.stderr, proc.stderr[-3000:]
+        assert (
+            f"shardkit: rank {rank}: plan fingerprint mismatch: 1 of 4 ranks differ" in proc.stderr
+        ), proc.stderr[-3000:]
     print(f"mpirun ended after {seconds:.2f} s")
     assert seconds < 30
 
@@ -147,8 +177,11 @@ def test_mpirun_rank_that_raises_stops_every_rank_with_its_reason():
     assert "shardkit: rank 1 failed: injected failure at step 3" in proc.stderr
     # The others print the reason before the job is aborted (the failing rank
     # waits a grace period for that); at least one must have, usually all.
-    stopped = [r for r in (0, 2, 3) if f"shardkit: rank {r} stopping: rank 1 failed: "
-               "injected failure at step 3" in proc.stderr]
+    stopped = [
+        r
+        for r in (0, 2, 3)
+        if f"shardkit: rank {r} stopping: rank 1 failed: injected failure at step 3" in proc.stderr
+    ]
     assert stopped, proc.stderr[-3000:]
     print(f"mpirun ended after {seconds:.2f} s")
     assert seconds < 30
@@ -156,13 +189,20 @@ def test_mpirun_rank_that_raises_stops_every_rank_with_its_reason():
 
 # JAX multi-process on CPU ----------------------------------------------------
 
+
 def _jax(n, mode):
     pytest.importorskip("jax")
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(WORKERS / "eval_jax_worker.py"), str(i),
-                               str(n), str(port), mode], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_env())
-             for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKERS / "eval_jax_worker.py"), str(i), str(n), str(port), mode],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
+        for i in range(n)
+    ]
     results = []
     try:
         for p in procs:
@@ -190,8 +230,9 @@ def test_jax_plan_mismatch_fails_on_every_process():
     results, seconds = _jax(2, "mismatch")
     for code, out, err in results:
         assert code != 0
-        assert "PlanMismatchError: plan fingerprint mismatch: 1 of 2 ranks differ" in err, \
-            err[-3000:]
+        assert "PlanMismatchError: plan fingerprint mismatch: 1 of 2 ranks differ" in err, err[
+            -3000:
+        ]
     print(f"every process ended {seconds:.2f} s after the event")
     assert seconds < 15, seconds
 
@@ -202,8 +243,10 @@ def test_jax_process_that_raises_stops_every_process_with_its_reason():
     for i in (0, 2):
         code, out, err = results[i]
         assert code != 0
-        assert "shardkit: rank %d stopping: rank 1 failed: ValueError: injected failure at " \
-               "step 2" % i in err, err[-3000:]
+        assert (
+            "shardkit: rank %d stopping: rank 1 failed: ValueError: injected failure at "
+            "step 2" % i in err
+        ), err[-3000:]
     assert results[1][0] != 0
     print(f"every process ended {seconds:.2f} s after the event")
     assert seconds < 15, seconds

@@ -1,6 +1,7 @@
 """EvalPlan against plain-Python references (lmms-eval's islice, tfds
 even_splits, Flax's pad_shard_unpad rule), torch's DistributedSampler, the CLI
 and process discovery."""
+
 import itertools
 import json
 import math
@@ -8,10 +9,10 @@ import random
 
 import numpy as np
 import pytest
+from shardkit.dist import discover
 
 import shardkit
 from shardkit import EvalPlan
-from shardkit.dist import discover
 
 
 def reference_items(n, w, r, split):
@@ -54,12 +55,27 @@ def test_every_item_once_in_equal_steps_over_random_configs():
     rng = random.Random(5)
     for _ in range(300):
         d = 2 ** rng.randrange(4)
-        check(rng.randrange(0, 400), rng.randrange(1, 17), d * rng.randrange(1, 9), d,
-              rng.choice(["round_robin", "contiguous"]))
+        check(
+            rng.randrange(0, 400),
+            rng.randrange(1, 17),
+            d * rng.randrange(1, 9),
+            d,
+            rng.choice(["round_robin", "contiguous"]),
+        )
 
 
-@pytest.mark.parametrize("n,w,b,d", [(0, 1, 1, 1), (0, 4, 8, 2), (3, 8, 4, 1), (1, 1, 1, 1),
-                                     (64, 8, 8, 8), (65, 8, 8, 8), (4097, 8, 512, 8)])
+@pytest.mark.parametrize(
+    "n,w,b,d",
+    [
+        (0, 1, 1, 1),
+        (0, 4, 8, 2),
+        (3, 8, 4, 1),
+        (1, 1, 1, 1),
+        (64, 8, 8, 8),
+        (65, 8, 8, 8),
+        (4097, 8, 512, 8),
+    ],
+)
 def test_edges(n, w, b, d):
     for split in ("round_robin", "contiguous"):
         check(n, w, b, d, split)
@@ -81,11 +97,12 @@ def test_padding_is_marked_where_torch_duplicates_silently():
     plan = EvalPlan(n, w, 1)
     delivered = []
     for r in range(w):
-        torch_list = list(torch_data.DistributedSampler(range(n), num_replicas=w, rank=r,
-                                                        shuffle=False))
+        torch_list = list(
+            torch_data.DistributedSampler(range(n), num_replicas=w, rank=r, shuffle=False)
+        )
         delivered += torch_list
         ours = [int(idx[0]) for _, idx, mask in plan.batches(r) if mask[0]]
-        assert ours == torch_list[:len(ours)]  # same round robin order as torch
+        assert ours == torch_list[: len(ours)]  # same round robin order as torch
     # torch delivers 12 indices for 10 items (2 counted twice, unmarked)...
     assert len(delivered) == 12 and len(set(delivered)) == 10
     # ...shardkit has the same 3 steps per rank and masks exactly those 2 slots.
@@ -97,8 +114,9 @@ def test_unshard_accepts_lists_of_objects_and_torch_tensors():
     strings = [[f"s{i}" for _, idx, _ in plan.batches(r) for i in idx.tolist()] for r in range(2)]
     assert plan.unshard(strings) == ["s0", "s1", "s2", "s3", "s4"]
     torch = pytest.importorskip("torch")
-    tensors = [torch.cat([torch.from_numpy(idx) for _, idx, _ in plan.batches(r)])
-               for r in range(2)]
+    tensors = [
+        torch.cat([torch.from_numpy(idx) for _, idx, _ in plan.batches(r)]) for r in range(2)
+    ]
     assert plan.unshard(tensors).tolist() == [0, 1, 2, 3, 4]
 
 
@@ -144,9 +162,15 @@ def test_bad_input_is_a_clear_error():
 def test_fingerprint_differs_when_any_parameter_does():
     base = EvalPlan(100, 4, 8)
     assert base.fingerprint == EvalPlan(100, 4, 8).fingerprint
-    others = [EvalPlan(101, 4, 8), EvalPlan(100, 5, 8), EvalPlan(100, 4, 16),
-              EvalPlan(100, 4, 8, devices=2), EvalPlan(100, 4, 8, split="contiguous"),
-              EvalPlan(100, 4, 8, shuffle=True), EvalPlan(100, 4, 8, shuffle=True, seed=1)]
+    others = [
+        EvalPlan(101, 4, 8),
+        EvalPlan(100, 5, 8),
+        EvalPlan(100, 4, 16),
+        EvalPlan(100, 4, 8, devices=2),
+        EvalPlan(100, 4, 8, split="contiguous"),
+        EvalPlan(100, 4, 8, shuffle=True),
+        EvalPlan(100, 4, 8, shuffle=True, seed=1),
+    ]
     assert len({base.fingerprint, *(p.fingerprint for p in others)}) == 1 + len(others)
 
 
@@ -162,7 +186,7 @@ class FakeEngine:
 
 
 def test_agree_steps_takes_the_largest_filtered_share():
-    from shardkit.evaluation import agree_steps, check_plan, PlanMismatchError
+    from shardkit.evaluation import PlanMismatchError, agree_steps, check_plan
 
     plan = EvalPlan(100, 3, 4)
     fp = int(np.array([plan.fingerprint], np.uint64).view(np.int64)[0])
@@ -188,8 +212,16 @@ def test_masked_metrics():
 
 def test_discover_order_and_errors():
     assert discover(environ={}) == (0, 1, 0, "default")
-    both = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "SLURM_PROCID": "5",
-            "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "PMI_RANK": "3", "PMI_SIZE": "4"}
+    both = {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "1",
+        "SLURM_PROCID": "5",
+        "SLURM_NTASKS": "8",
+        "SLURM_LOCALID": "1",
+        "PMI_RANK": "3",
+        "PMI_SIZE": "4",
+    }
     assert discover(environ=both).source == "torchrun"
     del both["RANK"]
     assert discover(environ=both).source == "pmi"
@@ -206,8 +238,9 @@ def test_cli_eval_plan_json(cli):
     assert out["steps"] == 2 and out["padding"] == 2 * 8 * 512 - 4097
     assert out["ranks"][0] == {"rank": 0, "real": 513, "padding": 511}
     assert all(x["real"] + x["padding"] == 1024 for x in out["ranks"])
-    r = cli("eval-plan", "--items", 10, "--world", 3, "--batch", 2, "--rank", 1, "--batches",
-            "--json")
+    r = cli(
+        "eval-plan", "--items", 10, "--world", 3, "--batch", 2, "--rank", 1, "--batches", "--json"
+    )
     batches = json.loads(r.stdout)["ranks"][0]["batches"]
     plan = EvalPlan(10, 3, 2)
     for step, b in enumerate(batches):
@@ -215,12 +248,15 @@ def test_cli_eval_plan_json(cli):
         assert b == {"indices": idx.tolist(), "mask": mask.tolist()}
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--batch", 0], "--batch: must be at least 1, got 0"),
-    (["--batch", 4, "--devices", 3], "--devices: 3 devices do not divide batch_size 4"),
-    (["--batch", 4, "--rank", 3], "--rank: rank 3 is outside the world [0, 3)"),
-    (["--batch", "x"], "--batch"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--batch", 0], "--batch: must be at least 1, got 0"),
+        (["--batch", 4, "--devices", 3], "--devices: 3 devices do not divide batch_size 4"),
+        (["--batch", 4, "--rank", 3], "--rank: rank 3 is outside the world [0, 3)"),
+        (["--batch", "x"], "--batch"),
+    ],
+)
 def test_cli_eval_plan_bad_input(cli, args, message):
     r = cli("eval-plan", "--items", 10, "--world", 3, *args)
     assert r.returncode == 2

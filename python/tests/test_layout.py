@@ -28,8 +28,13 @@ def _env(devices):
 
 
 def test_index_maps_shard_shapes_and_replica_ids_equal_jax_on_random_meshes():
-    out = subprocess.run([sys.executable, str(HERE / "layout_jax_single.py"), "600", "3"],
-                         env=_env(8), capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(HERE / "layout_jax_single.py"), "600", "3"],
+        env=_env(8),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     counts = json.loads(out.stdout.strip().splitlines()[-1])
     assert counts["cases"] == 600
@@ -48,10 +53,22 @@ def _free_port():
 def test_drop_in_equals_jax_make_array_from_process_local_data_across_processes(num_processes):
     port = _free_port()
     env = _env(8 // num_processes)
-    procs = [subprocess.Popen([sys.executable, str(HERE / "layout_jax_worker.py"), str(i),
-                               str(num_processes), str(port)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(num_processes)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "layout_jax_worker.py"),
+                str(i),
+                str(num_processes),
+                str(port),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(num_processes)
+    ]
     outputs = []
     try:
         for p in procs:
@@ -71,10 +88,14 @@ def test_drop_in_equals_jax_make_array_from_process_local_data_across_processes(
 
 # ---- errors (messages name the value) -------------------------------------------------
 
+
 def test_indivisible_dimension_names_dimension_sizes_and_axes():
     s = NamedSharding(Mesh({"x": 2, "y": 3}), PartitionSpec(("x", "y")))
-    with pytest.raises(ValueError, match=r"shape: dimension 0 of \(8,\) has size 8, which is not "
-                       r"divisible by its 6 partitions \(mesh axes 'x', 'y' of sizes 2 \* 3"):
+    with pytest.raises(
+        ValueError,
+        match=r"shape: dimension 0 of \(8,\) has size 8, which is not "
+        r"divisible by its 6 partitions \(mesh axes 'x', 'y' of sizes 2 \* 3",
+    ):
         s.shard_shape((8,))
 
 
@@ -82,8 +103,11 @@ def test_unknown_and_duplicate_axes_are_errors():
     mesh = Mesh({"x": 2, "y": 2})
     with pytest.raises(ValueError, match=r"spec: axis 'z' of dimension 1 .* is not a mesh axis"):
         NamedSharding(mesh, PartitionSpec(None, "z"))
-    with pytest.raises(ValueError, match=r"spec: axis 'x' is used by dimension 0 and again by "
-                       r"dimension 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"spec: axis 'x' is used by dimension 0 and again by "
+        r"dimension 1",
+    ):
         NamedSharding(mesh, PartitionSpec("x", ("y", "x")))
     with pytest.raises(ValueError, match=r"spec: entry 0 is 3"):
         NamedSharding(mesh, PartitionSpec(3))
@@ -95,19 +119,26 @@ def test_unknown_and_duplicate_axes_are_errors():
 
 def test_local_shape_matching_neither_global_nor_addressable_is_an_error():
     s = NamedSharding(Mesh({"x": 4}, owners=[0, 0, 1, 1]), PartitionSpec("x"))
-    with pytest.raises(ValueError, match=r"local_data: dimension 0 has 3 elements, but it must "
-                       r"match the global size 8 or the 4 elements process 1 addresses"):
+    with pytest.raises(
+        ValueError,
+        match=r"local_data: dimension 0 has 3 elements, but it must "
+        r"match the global size 8 or the 4 elements process 1 addresses",
+    ):
         s.local_to_global((3, 2), 1, (8, 2))
     with pytest.raises(IndexError, match=r"process: 5 owns no device"):
         s.local_shape((8,), 5)
 
 
 def test_inference_in_a_non_uniform_dimension_is_an_error_unless_the_shape_is_given():
-    s = NamedSharding(Mesh({"x": 2, "y": 4}, owners=[0, 0, 1, 1, 2, 3, 3, 2]),
-                      PartitionSpec("x", "y"))
+    s = NamedSharding(
+        Mesh({"x": 2, "y": 4}, owners=[0, 0, 1, 1, 2, 3, 3, 2]), PartitionSpec("x", "y")
+    )
     assert s.infer_global_shape((2, 4)) == (4, None)
-    with pytest.raises(ValueError, match=r"global_shape: cannot be inferred .* non-uniform across "
-                       r"processes in dimension\(s\) 1; pass global_shape explicitly"):
+    with pytest.raises(
+        ValueError,
+        match=r"global_shape: cannot be inferred .* non-uniform across "
+        r"processes in dimension\(s\) 1; pass global_shape explicitly",
+    ):
         s.local_to_global((2, 4), 2)
     m = s.local_to_global((2, 4), 2, (4, 8))
     assert m["global_shape"] == (4, 8)
@@ -118,9 +149,12 @@ def test_inference_in_a_non_uniform_dimension_is_an_error_unless_the_shape_is_gi
 
 # ---- Python surface --------------------------------------------------------------------
 
+
 def test_constructible_from_jax_mesh_and_sharding():
     jax = pytest.importorskip("jax")
-    from jax.sharding import Mesh as JMesh, NamedSharding as JSharding, PartitionSpec as P
+    from jax.sharding import Mesh as JMesh
+    from jax.sharding import NamedSharding as JSharding
+    from jax.sharding import PartitionSpec as P
 
     jmesh = JMesh(np.array(jax.devices()[:1]).reshape(1, 1), ("a", "b"))
     mesh = Mesh.from_jax(jmesh)
@@ -149,8 +183,10 @@ def test_process_queries_agree_with_a_plain_reference():
             mine = [d for d in range(n) if owners[d] == p]
             starts0 = sorted({int(index[d, 0, 0]) for d in mine})
             starts1 = sorted({int(index[d, 1, 0]) for d in mine})
-            assert s.process_indices(shape, p) == [[(a, a + 2) for a in starts0],
-                                                   [(a, a + 3) for a in starts1]]
+            assert s.process_indices(shape, p) == [
+                [(a, a + 2) for a in starts0],
+                [(a, a + 3) for a in starts1],
+            ]
             assert s.local_shape(shape, p) == (2 * len(starts0), 3 * len(starts1))
             assert s.mesh.devices_of(p).tolist() == mine
 
@@ -166,7 +202,7 @@ def test_loading_plan_composed_with_shard_plan_reads_each_row_once_per_host():
     plan = LoadingPlan(s, 16)
     assert plan.num_steps(order.shard(0)) == 6
     for step in range(6):
-        batch = full[step * 16:(step + 1) * 16]
+        batch = full[step * 16 : (step + 1) * 16]
         seen = []
         for p in range(4):
             items, padding = host_items(s, 16, order, step, process_index=p)
@@ -195,18 +231,32 @@ def test_replicated_batch_rows_are_held_by_every_process_of_the_replica_group():
 
 # ---- CLI --------------------------------------------------------------------------------
 
+
 def test_cli_json_matches_the_python_api(cli):
     owners = [0, 1, 0, 1, 2, 3, 3, 2]
-    out = cli("layout", "--mesh", "x=2,y=4", "--spec", "x, ('y',)", "--shape", "4,8",
-              "--owners", ",".join(map(str, owners)), "--batch", "4", "--json")
+    out = cli(
+        "layout",
+        "--mesh",
+        "x=2,y=4",
+        "--spec",
+        "x, ('y',)",
+        "--shape",
+        "4,8",
+        "--owners",
+        ",".join(map(str, owners)),
+        "--batch",
+        "4",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     s = NamedSharding(Mesh({"x": 2, "y": 4}, owners=owners), PartitionSpec("x", ("y",)))
     assert doc["shard_shape"] == list(s.shard_shape((4, 8)))
     index = s.indices((4, 8)).tolist()
     reps = s.replica_ids((4, 8)).tolist()
-    assert doc["devices"] == [{"device": d, "process": owners[d], "index": index[d],
-                               "replica": reps[d]} for d in range(8)]
+    assert doc["devices"] == [
+        {"device": d, "process": owners[d], "index": index[d], "replica": reps[d]} for d in range(8)
+    ]
     assert [p["process"] for p in doc["processes"]] == [0, 1, 2, 3]
     for entry in doc["processes"]:
         p = entry["process"]
@@ -216,22 +266,37 @@ def test_cli_json_matches_the_python_api(cli):
 
 
 def test_cli_human_output_shows_the_mesh_and_non_uniform_dimensions(cli):
-    out = cli("layout", "--mesh", "x=2,y=4", "--spec", "x, y", "--shape", "4,8",
-              "--owners", "0,0,1,1,2,3,3,2")
+    out = cli(
+        "layout",
+        "--mesh",
+        "x=2,y=4",
+        "--spec",
+        "x, y",
+        "--shape",
+        "4,8",
+        "--owners",
+        "0,0,1,1,2,3,3,2",
+    )
     assert out.returncode == 0, out.stderr
     assert "5/p3" in out.stdout and "local_shape" in out.stdout
     assert "non-uniform dimensions (global shape must be given): 1" in out.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--mesh", "x=2", "--spec", "x", "--shape", "3"], "--shape: dimension 0 of (3,) has size 3"),
-    (["--mesh", "x=2", "--spec", "z", "--shape", "4"], "--spec: axis 'z' of dimension 0"),
-    (["--mesh", "x=2", "--spec", "x, x", "--shape", "4,4"], "--spec: axis 'x' is used by"),
-    (["--mesh", "x=2,y", "--shape", "4"], "--mesh: expected name=size in 'x=2,y'"),
-    (["--mesh", "x=2", "--shape", "4", "--owners", "0"], "--owners: expected one process"),
-    (["--mesh", "x=2", "--spec", "('x'", "--shape", "4"], "--spec: "),
-    (["--mesh", "x=2"], "--shape: required"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--mesh", "x=2", "--spec", "x", "--shape", "3"],
+            "--shape: dimension 0 of (3,) has size 3",
+        ),
+        (["--mesh", "x=2", "--spec", "z", "--shape", "4"], "--spec: axis 'z' of dimension 0"),
+        (["--mesh", "x=2", "--spec", "x, x", "--shape", "4,4"], "--spec: axis 'x' is used by"),
+        (["--mesh", "x=2,y", "--shape", "4"], "--mesh: expected name=size in 'x=2,y'"),
+        (["--mesh", "x=2", "--shape", "4", "--owners", "0"], "--owners: expected one process"),
+        (["--mesh", "x=2", "--spec", "('x'", "--shape", "4"], "--spec: "),
+        (["--mesh", "x=2"], "--shape: required"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(cli, args, message):
     out = cli("layout", *args)
     assert out.returncode == 2

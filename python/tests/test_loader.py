@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import shardkit
 from shardkit import TokenLoader
 
 HERE = Path(__file__).resolve().parent
@@ -42,27 +41,38 @@ def reference_batch(batch, tokens, offsets, seq_len, batch_size):
     cu = [0]
     fill = [0] * batch_size
     nseq = [0] * batch_size
-    pieces = list(zip(batch["documents"].tolist(), batch["starts"].tolist(),
-                      batch["lengths"].tolist(), batch["rows"].tolist()))
+    pieces = list(
+        zip(
+            batch["documents"].tolist(),
+            batch["starts"].tolist(),
+            batch["lengths"].tolist(),
+            batch["rows"].tolist(),
+        )
+    )
     for row in range(batch_size):
         for d, start, length, r in pieces:
             if r != row:
                 continue
             t = fill[row]
-            src = tokens[offsets[d] + start: offsets[d] + start + length]
-            ids[row, t:t + length] = src
-            labels[row, t:t + length] = src
+            src = tokens[offsets[d] + start : offsets[d] + start + length]
+            ids[row, t : t + length] = src
+            labels[row, t : t + length] = src
             if length:
                 labels[row, t] = -100
-                pos[row, t:t + length] = np.arange(length)
-                seg[row, t:t + length] = nseq[row]
+                pos[row, t : t + length] = np.arange(length)
+                seg[row, t : t + length] = nseq[row]
                 nseq[row] += 1
                 cu.append(cu[-1] + length)
             fill[row] += length
         if fill[row] < seq_len:
             cu.append(cu[-1] + seq_len - fill[row])
-    return dict(input_ids=ids, labels=labels, position_ids=pos, document_ids=seg,
-                cu_seqlens=np.array(cu, np.int32))
+    return dict(
+        input_ids=ids,
+        labels=labels,
+        position_ids=pos,
+        document_ids=seg,
+        cu_seqlens=np.array(cu, np.int32),
+    )
 
 
 def check_batch(batch, tokens, offsets, seq_len, batch_size):
@@ -74,8 +84,9 @@ def check_batch(batch, tokens, offsets, seq_len, batch_size):
 
 
 def pieces_of(batch):
-    return list(zip(batch["documents"].tolist(), batch["starts"].tolist(),
-                    batch["lengths"].tolist()))
+    return list(
+        zip(batch["documents"].tolist(), batch["starts"].tolist(), batch["lengths"].tolist())
+    )
 
 
 def assert_exactly_once(pieces, offsets):
@@ -98,17 +109,27 @@ def test_every_document_once_across_ranks_and_workers_with_reference_batches():
         seq_len = rng.randrange(8, 80)
         batch_size = rng.randrange(1, 5)
         world, workers = rng.randrange(1, 5), rng.randrange(1, 3)
-        tokens, offsets = make_data(rng, rng.randrange(0, 150), 3 * seq_len,
-                                    rng.choice([np.int32, np.uint16, np.uint32]))
+        tokens, offsets = make_data(
+            rng, rng.randrange(0, 150), 3 * seq_len, rng.choice([np.int32, np.uint16, np.uint32])
+        )
         algorithm = rng.choice(["next_fit", "ffd", "bfd", "balanced"])
         pieces = []
         for rank in range(world):
             for worker in range(workers):
-                loader = TokenLoader(tokens, offsets, seq_len=seq_len, batch_size=batch_size,
-                                     rank=rank, world_size=world, worker=worker,
-                                     num_workers=workers, seed=trial, algorithm=algorithm,
-                                     buffer=rng.randrange(1, 30),
-                                     num_threads=rng.randrange(0, 3))
+                loader = TokenLoader(
+                    tokens,
+                    offsets,
+                    seq_len=seq_len,
+                    batch_size=batch_size,
+                    rank=rank,
+                    world_size=world,
+                    worker=worker,
+                    num_workers=workers,
+                    seed=trial,
+                    algorithm=algorithm,
+                    buffer=rng.randrange(1, 30),
+                    num_threads=rng.randrange(0, 3),
+                )
                 for batch in loader:
                     check_batch(batch, tokens, offsets, seq_len, batch_size)
                     pieces += pieces_of(batch)
@@ -117,10 +138,21 @@ def test_every_document_once_across_ranks_and_workers_with_reference_batches():
 
 def test_identical_for_any_thread_count_and_prefetch_depth():
     tokens, offsets = make_data(random.Random(1), 400, 300)
+
     def run(threads, prefetch):
-        loader = TokenLoader(tokens, offsets, seq_len=128, batch_size=4, rank=1, world_size=2,
-                             num_threads=threads, prefetch=prefetch, buffer=32)
+        loader = TokenLoader(
+            tokens,
+            offsets,
+            seq_len=128,
+            batch_size=4,
+            rank=1,
+            world_size=2,
+            num_threads=threads,
+            prefetch=prefetch,
+            buffer=32,
+        )
         return [{k: np.array(v) for k, v in b.items()} for b in loader]
+
     reference = run(0, 1)
     assert len(reference) > 10
     for threads, prefetch in [(1, 1), (2, 2), (4, 8), (8, 3)]:
@@ -193,8 +225,12 @@ def test_files_directories_and_memory_give_the_same_batches(tmp_path):
     kw = dict(seq_len=64, batch_size=2, rank=0, world_size=1, seed=3)
     mem = [pieces_of(b) for b in TokenLoader(tokens, offsets, **kw)]
     npy = [pieces_of(b) for b in TokenLoader(tmp_path / "t.npy", tmp_path / "o.npy", **kw)]
-    raw = [pieces_of(b) for b in TokenLoader(str(tmp_path / "t.bin"), str(tmp_path / "o.npy"),
-                                            token_dtype="uint16", **kw)]
+    raw = [
+        pieces_of(b)
+        for b in TokenLoader(
+            str(tmp_path / "t.bin"), str(tmp_path / "o.npy"), token_dtype="uint16", **kw
+        )
+    ]
     assert mem == npy == raw
     # The same documents split over three files of a directory.
     parts = tmp_path / "parts"
@@ -202,8 +238,8 @@ def test_files_directories_and_memory_give_the_same_batches(tmp_path):
     bounds = [0, 40, 41, 120]
     for i in range(3):
         lo, hi = bounds[i], bounds[i + 1]
-        np.save(parts / f"p{i}.tokens.npy", tokens[offsets[lo]:offsets[hi]])
-        np.save(parts / f"p{i}.offsets.npy", offsets[lo:hi + 1] - offsets[lo])
+        np.save(parts / f"p{i}.tokens.npy", tokens[offsets[lo] : offsets[hi]])
+        np.save(parts / f"p{i}.offsets.npy", offsets[lo : hi + 1] - offsets[lo])
     directory = TokenLoader(parts, **kw)
     assert directory.num_documents == 120
     assert [pieces_of(b) for b in directory] == mem
@@ -220,12 +256,14 @@ def test_corrupt_and_truncated_files_are_clear_errors(tmp_path):
     np.save(tmp_path / "down.npy", offsets[::-1].copy())
     np.save(tmp_path / "f.npy", tokens.astype(np.float32))
     kw = dict(seq_len=8, batch_size=1, rank=0, world_size=1)
-    cases = [("short.npy", "o.npy", r"tokens: .*short\.npy: truncated data"),
-             ("header.npy", "o.npy", r"tokens: .*header\.npy: truncated header"),
-             ("junk.npy", "o.npy", r"tokens: .*junk\.npy: not a \.npy file"),
-             ("f.npy", "o.npy", r"tokens: .*f\.npy: dtype '<f4' is not a token type"),
-             ("t.npy", "down.npy", r"offsets: .*down\.npy: offsets\[1\]"),
-             ("t.npy", "missing.npy", r"offsets: cannot open .*missing\.npy")]
+    cases = [
+        ("short.npy", "o.npy", r"tokens: .*short\.npy: truncated data"),
+        ("header.npy", "o.npy", r"tokens: .*header\.npy: truncated header"),
+        ("junk.npy", "o.npy", r"tokens: .*junk\.npy: not a \.npy file"),
+        ("f.npy", "o.npy", r"tokens: .*f\.npy: dtype '<f4' is not a token type"),
+        ("t.npy", "down.npy", r"offsets: .*down\.npy: offsets\[1\]"),
+        ("t.npy", "missing.npy", r"offsets: cannot open .*missing\.npy"),
+    ]
     for t, o, pattern in cases:
         with pytest.raises(ValueError, match=pattern):
             TokenLoader(tmp_path / t, tmp_path / o, **kw)
@@ -237,15 +275,21 @@ def test_corrupt_and_truncated_files_are_clear_errors(tmp_path):
 
 def test_bad_options_and_states_name_the_parameter():
     tokens, offsets = make_data(random.Random(7), 20, 20)
+
     def err(**kw):
         base = dict(seq_len=8, batch_size=2, rank=0, world_size=1)
         base.update(kw)
         return base
-    for kw, pattern in [(err(seq_len=0), "seq_len: "), (err(batch_size=0), "batch_size: "),
-                        (err(rank=2, world_size=2), "rank: 2 is outside"),
-                        (err(algorithm="magic"), "algorithm: "),
-                        (err(oversize="error"), "oversize: "),
-                        (err(prefetch=0), "prefetch: "), (err(buffer=0), "buffer: ")]:
+
+    for kw, pattern in [
+        (err(seq_len=0), "seq_len: "),
+        (err(batch_size=0), "batch_size: "),
+        (err(rank=2, world_size=2), "rank: 2 is outside"),
+        (err(algorithm="magic"), "algorithm: "),
+        (err(oversize="error"), "oversize: "),
+        (err(prefetch=0), "prefetch: "),
+        (err(buffer=0), "buffer: "),
+    ]:
         with pytest.raises(ValueError, match=pattern):
             TokenLoader(tokens, offsets, **kw)
     loader = TokenLoader(tokens, offsets, seq_len=8, batch_size=2, rank=0, world_size=2)
@@ -261,8 +305,9 @@ def test_bad_options_and_states_name_the_parameter():
 
 def test_zero_copy_views_and_buffer_reuse():
     tokens, offsets = make_data(random.Random(8), 200, 60)
-    loader = TokenLoader(tokens, offsets, seq_len=64, batch_size=2, rank=0, world_size=1,
-                         num_threads=2)
+    loader = TokenLoader(
+        tokens, offsets, seq_len=64, batch_size=2, rank=0, world_size=1, num_threads=2
+    )
     it = iter(loader)
     a = next(it)
     kept = a["input_ids"].copy()
@@ -289,6 +334,7 @@ torch = pytest.importorskip("torch")
 
 def test_torch_dataloader_workers_cover_the_epoch_once_and_resume_exactly():
     from shardkit.torch import TokenDataLoader, TokenDataset
+
     tokens, offsets = make_data(random.Random(9), 120, 100)
     pieces = []
     for rank in range(2):
@@ -296,8 +342,11 @@ def test_torch_dataloader_workers_cover_the_epoch_once_and_resume_exactly():
         for batch in TokenDataLoader(ds, num_workers=2):
             assert isinstance(batch["input_ids"], torch.Tensor)
             assert batch["input_ids"].shape == (2, 64)
-            pieces += list(zip(batch["documents"].tolist(), batch["starts"].tolist(),
-                               batch["lengths"].tolist()))
+            pieces += list(
+                zip(
+                    batch["documents"].tolist(), batch["starts"].tolist(), batch["lengths"].tolist()
+                )
+            )
     assert_exactly_once(pieces, offsets)
 
     ds = TokenDataset(tokens, offsets, seq_len=64, batch_size=2, rank=0, world_size=1)
@@ -315,9 +364,9 @@ def test_torch_dataloader_workers_cover_the_epoch_once_and_resume_exactly():
 
 def test_torch_tensors_share_memory_with_the_batch():
     from shardkit._torch_loader import _to_torch
+
     tokens, offsets = make_data(random.Random(10), 30, 30)
-    batch = next(iter(TokenLoader(tokens, offsets, seq_len=32, batch_size=2, rank=0,
-                                  world_size=1)))
+    batch = next(iter(TokenLoader(tokens, offsets, seq_len=32, batch_size=2, rank=0, world_size=1)))
     tensors = _to_torch(batch)
     assert tensors["input_ids"].data_ptr() == batch["input_ids"].ctypes.data
 
@@ -337,9 +386,20 @@ def test_torchrun_killed_mid_epoch_restarted_on_three_processes(tmp_path):
     def launch(nproc, mode):
         port = str(29500 + random.Random().randrange(0, 2000))
         return subprocess.Popen(
-            [str(torchrun), "--standalone", f"--nproc-per-node={nproc}",
-             f"--master-port={port}", str(script), str(tmp_path), mode],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                str(torchrun),
+                "--standalone",
+                f"--nproc-per-node={nproc}",
+                f"--master-port={port}",
+                str(script),
+                str(tmp_path),
+                mode,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     first = launch(4, "first")
     marker = tmp_path / "checkpoint.json"
@@ -373,8 +433,20 @@ def test_cli_loader_stats_reports_every_token_once(cli, tmp_path):
     tokens, offsets = make_data(random.Random(12), 300, 500)
     np.save(tmp_path / "t.npy", tokens)
     np.save(tmp_path / "o.npy", offsets)
-    r = cli("loader-stats", "--tokens", tmp_path / "t.npy", "--offsets", tmp_path / "o.npy",
-            "--seq-len", 256, "--batch", 4, "--world", 3, "--json")
+    r = cli(
+        "loader-stats",
+        "--tokens",
+        tmp_path / "t.npy",
+        "--offsets",
+        tmp_path / "o.npy",
+        "--seq-len",
+        256,
+        "--batch",
+        4,
+        "--world",
+        3,
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["real_tokens"] == int(offsets[-1]) and out["complete"] is True
@@ -382,13 +454,24 @@ def test_cli_loader_stats_reports_every_token_once(cli, tmp_path):
     assert [rank["rank"] for rank in out["ranks"]] == [0, 1, 2]
     # The same figures as the Python loader, rank by rank.
     for rank in out["ranks"]:
-        batches = list(TokenLoader(tokens, offsets, seq_len=256, batch_size=4,
-                                   rank=rank["rank"], world_size=3))
+        batches = list(
+            TokenLoader(tokens, offsets, seq_len=256, batch_size=4, rank=rank["rank"], world_size=3)
+        )
         assert rank["batches"] == len(batches)
         assert rank["tokens"] == sum(int((b["document_ids"] >= 0).sum()) for b in batches)
     assert "100.0%" in r.stderr  # the progress bar
-    quiet = cli("loader-stats", "--tokens", tmp_path / "t.npy", "--offsets", tmp_path / "o.npy",
-                "--seq-len", 256, "--batch", 4, "--quiet")
+    quiet = cli(
+        "loader-stats",
+        "--tokens",
+        tmp_path / "t.npy",
+        "--offsets",
+        tmp_path / "o.npy",
+        "--seq-len",
+        256,
+        "--batch",
+        4,
+        "--quiet",
+    )
     assert quiet.returncode == 0 and quiet.stderr == "" and "every token delivered" in quiet.stdout
 
 
@@ -400,13 +483,19 @@ def test_cli_loader_stats_bad_input_exits_2_with_one_line(cli, tmp_path):
     t, o = tmp_path / "t.npy", tmp_path / "o.npy"
     for args, message in [
         (["--tokens", t, "--offsets", o, "--seq-len", 0, "--batch", 2], "--seq-len: must be"),
-        (["--tokens", t, "--offsets", o, "--seq-len", 8, "--batch", 2, "--rank", 5],
-         "--rank: 5 is outside"),
-        (["--tokens", tmp_path / "cut.npy", "--offsets", o, "--seq-len", 8, "--batch", 2],
-         "--tokens: " + str(tmp_path / "cut.npy") + ": truncated data"),
+        (
+            ["--tokens", t, "--offsets", o, "--seq-len", 8, "--batch", 2, "--rank", 5],
+            "--rank: 5 is outside",
+        ),
+        (
+            ["--tokens", tmp_path / "cut.npy", "--offsets", o, "--seq-len", 8, "--batch", 2],
+            "--tokens: " + str(tmp_path / "cut.npy") + ": truncated data",
+        ),
         (["--tokens", t, "--seq-len", 8, "--batch", 2], "--offsets: required"),
-        (["--tokens", t, "--offsets", o, "--seq-len", 8, "--batch", 2, "--algorithm", "x"],
-         "--algorithm: "),
+        (
+            ["--tokens", t, "--offsets", o, "--seq-len", 8, "--batch", 2, "--algorithm", "x"],
+            "--algorithm: ",
+        ),
     ]:
         r = cli("loader-stats", *args, "--quiet")
         assert r.returncode == 2, (args, r.stdout)
@@ -418,6 +507,5 @@ def test_demo_has_a_loader_section(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     loader = json.loads(r.stdout)["loader"]
     assert loader["exactly_once"] and loader["resume_exact"] and loader["elastic_exactly_once"]
-    assert {a["algorithm"] for a in loader["algorithms"]} == {"next_fit", "ffd", "bfd",
-                                                              "balanced"}
+    assert {a["algorithm"] for a in loader["algorithms"]} == {"next_fit", "ffd", "bfd", "balanced"}
     assert "Loader: packed batches" in (tmp_path / "demo.html").read_text()

@@ -11,9 +11,9 @@ import pytest
 import shardkit
 from shardkit.packing import StreamingPacker, pack_stream
 
-
 # ---------------------------------------------------------------------------
 # Plain references (O(n * packs), no tricks).
+
 
 def ref_next_fit(lengths, cap):
     packs, load = [], None
@@ -85,8 +85,7 @@ def test_ffd_bfd_next_fit_equal_the_textbook_definitions():
         lengths = random_lengths(rng, rng.randint(0, 150), cap)
         assert shardkit.pack(lengths, cap, algorithm="ffd").packs == ref_ffd(lengths, cap)
         assert shardkit.pack(lengths, cap, algorithm="bfd").packs == ref_bfd(lengths, cap)
-        assert shardkit.pack(lengths, cap, algorithm="next_fit").packs == \
-            ref_next_fit(lengths, cap)
+        assert shardkit.pack(lengths, cap, algorithm="next_fit").packs == ref_next_fit(lengths, cap)
 
 
 @pytest.mark.parametrize("algorithm", ["next_fit", "ffd", "bfd", "balanced"])
@@ -100,8 +99,15 @@ def test_every_item_once_and_no_budget_exceeded(algorithm):
         max_images = rng.randint(1, 6)
         max_sequences = rng.choice([None, 1, 3, 10])
         buffer = rng.choice([None, None, 7, 64])
-        p = shardkit.pack(lengths, cap, algorithm=algorithm, images=images,
-                          max_images=max_images, max_sequences=max_sequences, buffer=buffer)
+        p = shardkit.pack(
+            lengths,
+            cap,
+            algorithm=algorithm,
+            images=images,
+            max_images=max_images,
+            max_sequences=max_sequences,
+            buffer=buffer,
+        )
         seen = [item for pack in p.packs for item in pack]
         dropped = set(p.dropped_items.tolist())
         assert p.dropped == len(dropped)
@@ -121,7 +127,7 @@ def test_flat_arrays_are_read_only_views_consistent_with_packs():
     lengths = np.array([5, 3, 4, 2, 6, 9, 1], dtype=np.int64)
     p = shardkit.pack(lengths, 10)
     assert p.offsets[0] == 0 and p.offsets[-1] == len(p.items)
-    rebuilt = [p.items[p.offsets[b]:p.offsets[b + 1]].tolist() for b in range(p.num_packs)]
+    rebuilt = [p.items[p.offsets[b] : p.offsets[b + 1]].tolist() for b in range(p.num_packs)]
     assert rebuilt == p.packs
     assert not p.items.flags.writeable
     assert (p.lengths == lengths[p.items]).all()
@@ -135,27 +141,36 @@ def test_oversize_policies():
     p = shardkit.pack([25, 4, 30], 10, oversize="split", images=[0, 1, 1], max_images=2)
     assert p.dropped_items.tolist() == [2]  # has an image: never split
     assert p.split_items == 1
-    assert sorted(p.pieces(0) + p.pieces(1) + p.pieces(2)) == \
-        [(0, 0, 10, 0), (0, 10, 10, 0), (0, 20, 5, 0), (1, 0, 4, 1)]
+    assert sorted(p.pieces(0) + p.pieces(1) + p.pieces(2)) == [
+        (0, 0, 10, 0),
+        (0, 10, 10, 0),
+        (0, 20, 5, 0),
+        (1, 0, 4, 1),
+    ]
     with pytest.raises(ValueError, match=r"lengths: item 1 has 30 tokens, more than capacity 10"):
         shardkit.pack([3, 30], 10, oversize="error")
     d = shardkit.pack([3, 30, 11], 10)
     assert d.dropped == 2 and d.packs == [[0]]
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: shardkit.pack([1, 2], 0), "capacity: must be at least 1, got 0"),
-    (lambda: shardkit.pack([1, -2], 5), "lengths: item 1 has negative length -2"),
-    (lambda: shardkit.pack([1, 2.5], 5), "lengths: item 1 is 2.5, not a whole number"),
-    (lambda: shardkit.pack([[1, 2]], 5), "lengths: expected a 1-D array"),
-    (lambda: shardkit.pack(["a"], 5), "lengths: expected numbers"),
-    (lambda: shardkit.pack([1], 5, algorithm="best"), "algorithm: unknown algorithm 'best'"),
-    (lambda: shardkit.pack([1], 5, oversize="cut"), "oversize: unknown policy 'cut'"),
-    (lambda: shardkit.pack([1, 2], 5, images=[1], max_images=1),
-     "images: has 1 entries but lengths has 2"),
-    (lambda: shardkit.pack([1], 5, max_images=2), "max_images: is set"),
-    (lambda: shardkit.pack([1], 5, buffer=0), "buffer: must be at least 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: shardkit.pack([1, 2], 0), "capacity: must be at least 1, got 0"),
+        (lambda: shardkit.pack([1, -2], 5), "lengths: item 1 has negative length -2"),
+        (lambda: shardkit.pack([1, 2.5], 5), "lengths: item 1 is 2.5, not a whole number"),
+        (lambda: shardkit.pack([[1, 2]], 5), "lengths: expected a 1-D array"),
+        (lambda: shardkit.pack(["a"], 5), "lengths: expected numbers"),
+        (lambda: shardkit.pack([1], 5, algorithm="best"), "algorithm: unknown algorithm 'best'"),
+        (lambda: shardkit.pack([1], 5, oversize="cut"), "oversize: unknown policy 'cut'"),
+        (
+            lambda: shardkit.pack([1, 2], 5, images=[1], max_images=1),
+            "images: has 1 entries but lengths has 2",
+        ),
+        (lambda: shardkit.pack([1], 5, max_images=2), "max_images: is set"),
+        (lambda: shardkit.pack([1], 5, buffer=0), "buffer: must be at least 1, got 0"),
+    ],
+)
 def test_bad_input_raises_value_error_naming_the_value(call, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         call()
@@ -169,6 +184,7 @@ def test_same_input_same_packs_and_int64_input_is_not_copied():
         b = shardkit.pack(lengths.copy(), 4096, algorithm=algorithm)
         assert (a.items == b.items).all() and (a.offsets == b.offsets).all()
     from shardkit.packing import _int64
+
     assert _int64(lengths, "lengths") is lengths  # used in place
     assert a.efficiency > 0.99
 
@@ -184,8 +200,7 @@ def test_streaming_state_survives_json_and_continues_exactly():
             first.push(i, n)
             got.extend(iter(first.pop, None))
         state = json.loads(json.dumps(first.state()))
-        second = StreamingPacker(256, algorithm=algorithm, buffer=16, oversize="split",
-                                 state=state)
+        second = StreamingPacker(256, algorithm=algorithm, buffer=16, oversize="split", state=state)
         for i, n in enumerate(lengths[150:], start=150):
             second.push(i, n)
         second.finish()
@@ -212,7 +227,7 @@ def test_balance_ranks_equal_packs_per_step_every_pack_once():
             costs = np.array(shardkit.packing._core._pack_costs(p, cost))
             naive = 0.0
             for step in range(len(costs) // (world * per_rank)):
-                chunk = costs[step * world * per_rank:(step + 1) * world * per_rank]
+                chunk = costs[step * world * per_rank : (step + 1) * world * per_rank]
                 ranks = chunk.reshape(per_rank, world).sum(axis=0)
                 naive = max(naive, ranks.max() / ranks.mean() - 1)
             assert s["max_full_step_imbalance"] <= naive + 1e-12
@@ -222,6 +237,7 @@ def test_balance_ranks_equal_packs_per_step_every_pack_once():
 
 # ---------------------------------------------------------------------------
 # Collation
+
 
 def reference_row(samples, seq_len, side, pad=0):
     ids, labels, pos, doc = [], [], [], []
@@ -235,12 +251,14 @@ def reference_row(samples, seq_len, side, pad=0):
 
     def padded(v, fill):
         return [fill] * n + v if side == "left" else v + [fill] * n
+
     return padded(ids, pad), padded(labels, -100), padded(pos, 0), padded(doc, -1)
 
 
 def test_collator_matches_the_definition_and_torch_matches_numpy():
     torch = pytest.importorskip("torch")
     from shardkit.torch import PackedCollator as TorchCollator
+
     rng = random.Random(7)
     for trial in range(40):
         seq_len = rng.randint(1, 40)
@@ -272,8 +290,11 @@ def test_collator_matches_the_definition_and_torch_matches_numpy():
         for r, pack in enumerate(packs):
             real = [len(s) for s in pack if len(s)]
             pad = seq_len - sum(real)
-            runs = ([pad] if pad and side == "left" else []) + real + \
-                   ([pad] if pad and side == "right" else [])
+            runs = (
+                ([pad] if pad and side == "left" else [])
+                + real
+                + ([pad] if pad and side == "right" else [])
+            )
             for n in runs:
                 bounds.append(bounds[-1] + n)
         assert out["cu_seqlens"].tolist() == bounds
@@ -287,9 +308,12 @@ def test_collator_never_truncates_and_maps_images():
     c = shardkit.PackedCollator(4)
     with pytest.raises(ValueError, match="seq_len: pack 0 holds 5 tokens, more than seq_len 4"):
         c([[[1, 2, 3], [4, 5]]])
-    out = shardkit.PackedCollator(8)([[{"input_ids": [1, 2], "images": ["a", "b"]},
-                                       {"input_ids": [3]}],
-                                      [{"input_ids": [4, 5, 6], "images": ["c"]}]])
+    out = shardkit.PackedCollator(8)(
+        [
+            [{"input_ids": [1, 2], "images": ["a", "b"]}, {"input_ids": [3]}],
+            [{"input_ids": [4, 5, 6], "images": ["c"]}],
+        ]
+    )
     # (row, document in row, sample index in the batch)
     assert out["image_sample"].tolist() == [[0, 0, 0], [0, 0, 0], [1, 0, 2]]
 
@@ -300,8 +324,7 @@ def test_collate_packing_takes_split_pieces_from_the_token_array():
     offsets = np.array([0, 25, 29])
     p = shardkit.pack(lengths, 10, oversize="split")
     out = shardkit.collate_packing(p, tokens, offsets)
-    rows = {tuple(r[r != 0].tolist()) if r[0] != 0 else tuple(r.tolist())
-            for r in out["input_ids"]}
+    rows = {tuple(r[r != 0].tolist()) if r[0] != 0 else tuple(r.tolist()) for r in out["input_ids"]}
     assert tuple(range(0, 10)) in rows and tuple(range(10, 20)) in rows
     last = [r for r in out["input_ids"].tolist() if 20 in r][0]
     assert last[:9] == [20, 21, 22, 23, 24, 25, 26, 27, 28]
@@ -310,25 +333,38 @@ def test_collate_packing_takes_split_pieces_from_the_token_array():
 # ---------------------------------------------------------------------------
 # The torch dataset
 
+
 def _samples(n, seed=0):
     rng = random.Random(seed)
-    return [{"input_ids": [rng.randint(1, 999) for _ in range(rng.choice([0, 3, 9, 40, 70]))]}
-            for _ in range(n)]
+    return [
+        {"input_ids": [rng.randint(1, 999) for _ in range(rng.choice([0, 3, 9, 40, 70]))]}
+        for _ in range(n)
+    ]
 
 
 def _collect(ds, workers):
     import torch.utils.data as tud
-    loader = tud.DataLoader(ds, batch_size=None, num_workers=workers,
-                            timeout=60 if workers else 0)
+
+    loader = tud.DataLoader(ds, batch_size=None, num_workers=workers, timeout=60 if workers else 0)
     return [{k: v.clone() if hasattr(v, "clone") else v for k, v in b.items()} for b in loader]
 
 
 def test_constant_length_dataset_identical_batches_for_any_number_of_workers():
     torch = pytest.importorskip("torch")
     from shardkit.torch import ConstantLengthDataset
+
     data = _samples(300)
-    ds = ConstantLengthDataset(data, seq_len=64, batch_size=3, buffer=32, queue_size=4,
-                               rank=0, world_size=1, shuffle=True, seed=3)
+    ds = ConstantLengthDataset(
+        data,
+        seq_len=64,
+        batch_size=3,
+        buffer=32,
+        queue_size=4,
+        rank=0,
+        world_size=1,
+        shuffle=True,
+        seed=3,
+    )
     reference = _collect(ds, 0)
     documents = torch.cat([b["documents"] for b in reference]).tolist()
     long = [i for i, s in enumerate(data) if len(s["input_ids"]) > 64]
@@ -344,13 +380,20 @@ def test_constant_length_dataset_identical_batches_for_any_number_of_workers():
 
 
 def test_constant_length_dataset_shards_ranks_exactly_once():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from shardkit.torch import ConstantLengthDataset
+
     data = _samples(100, seed=1)
     seen = []
     for rank in range(3):
-        ds = ConstantLengthDataset(data, seq_len=128, batch_size=2, rank=rank, world_size=3,
-                                   lengths=[len(s["input_ids"]) for s in data])
+        ds = ConstantLengthDataset(
+            data,
+            seq_len=128,
+            batch_size=2,
+            rank=rank,
+            world_size=3,
+            lengths=[len(s["input_ids"]) for s in data],
+        )
         for b in ds:
             seen.extend(b["documents"].tolist())
             labels, ids = b["labels"], b["input_ids"]
@@ -363,8 +406,11 @@ def test_constant_length_dataset_shards_ranks_exactly_once():
 def test_constant_length_dataset_uses_sample_labels_and_image_budget():
     pytest.importorskip("torch")
     from shardkit.torch import ConstantLengthDataset
-    data = [{"input_ids": [1, 2, 3, 4], "labels": [-100, -100, 3, 4], "images": ["i"] * 3}
-            for _ in range(6)]
+
+    data = [
+        {"input_ids": [1, 2, 3, 4], "labels": [-100, -100, 3, 4], "images": ["i"] * 3}
+        for _ in range(6)
+    ]
     ds = ConstantLengthDataset(data, seq_len=16, max_images_per_pack=6, rank=0, world_size=1)
     batches = list(ds)
     assert len(batches) == 3  # 3 images each: two samples per pack, not four
@@ -375,6 +421,7 @@ def test_constant_length_dataset_uses_sample_labels_and_image_budget():
 
 # ---------------------------------------------------------------------------
 # CLI
+
 
 def test_cli_pack_json_fields(cli, tmp_path):
     f = tmp_path / "lengths.txt"
@@ -393,17 +440,20 @@ def test_cli_pack_json_fields(cli, tmp_path):
     assert r.returncode == 0 and "3 packs" in r.stdout
 
 
-@pytest.mark.parametrize("args, stdin, message", [
-    (["--capacity", "0"], "5\n", "--capacity: must be at least 1, got 0"),
-    (["--capacity", "-4"], "5\n", "--capacity: must be at least 1, got -4"),
-    (["--capacity", "8"], "5\n-1\n", "--lengths: item 1 is -1"),
-    (["--capacity", "8"], "5\nfive\n", "--lengths: stdin line 2: 'five' is not a number"),
-    (["--capacity", "8"], "5\n2.5\n", "--lengths: item 1 is 2.5"),
-    (["--capacity", "8", "--buffer", "0"], "5\n", "--buffer: must be at least 1, got 0"),
-    (["--capacity", "8", "--algorithm", "x"], "5\n", "--algorithm: unknown algorithm 'x'"),
-    (["--capacity", "8", "--oversize", "error"], "9\n", "--lengths: item 0 has 9 tokens"),
-    (["--capacity", "8", "--max-images", "2"], "5\n", "--max-images: needs --images"),
-])
+@pytest.mark.parametrize(
+    "args, stdin, message",
+    [
+        (["--capacity", "0"], "5\n", "--capacity: must be at least 1, got 0"),
+        (["--capacity", "-4"], "5\n", "--capacity: must be at least 1, got -4"),
+        (["--capacity", "8"], "5\n-1\n", "--lengths: item 1 is -1"),
+        (["--capacity", "8"], "5\nfive\n", "--lengths: stdin line 2: 'five' is not a number"),
+        (["--capacity", "8"], "5\n2.5\n", "--lengths: item 1 is 2.5"),
+        (["--capacity", "8", "--buffer", "0"], "5\n", "--buffer: must be at least 1, got 0"),
+        (["--capacity", "8", "--algorithm", "x"], "5\n", "--algorithm: unknown algorithm 'x'"),
+        (["--capacity", "8", "--oversize", "error"], "9\n", "--lengths: item 0 has 9 tokens"),
+        (["--capacity", "8", "--max-images", "2"], "5\n", "--max-images: needs --images"),
+    ],
+)
 def test_cli_pack_bad_input_is_one_line_and_exit_2(cli, args, stdin, message):
     r = cli("pack", "--lengths", "-", *args, input=stdin)
     assert r.returncode == 2
@@ -413,6 +463,16 @@ def test_cli_pack_bad_input_is_one_line_and_exit_2(cli, args, stdin, message):
 def test_cli_pack_images_of_another_length(cli, tmp_path):
     images = tmp_path / "images.txt"
     images.write_text("1\n2\n")
-    r = cli("pack", "--lengths", "-", "--capacity", 8, "--images", images, "--max-images", 2,
-            input="1\n2\n3\n")
+    r = cli(
+        "pack",
+        "--lengths",
+        "-",
+        "--capacity",
+        8,
+        "--images",
+        images,
+        "--max-images",
+        2,
+        input="1\n2\n3\n",
+    )
     assert r.returncode == 2 and "--images: has 2 entries but --lengths has 3" in r.stderr

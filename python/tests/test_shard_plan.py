@@ -57,8 +57,9 @@ def test_pad_and_drop_equal_torch_distributed_sampler(drop_last):
             data = range(n)
             plan = ShardPlan(n, w, remainder="drop" if drop_last else "pad")
             for rank in range(w):
-                torch_sampler = tud.DistributedSampler(data, num_replicas=w, rank=rank,
-                                                       shuffle=False, drop_last=drop_last)
+                torch_sampler = tud.DistributedSampler(
+                    data, num_replicas=w, rank=rank, shuffle=False, drop_last=drop_last
+                )
                 shard = plan.shard(rank)
                 assert list(shard) == list(torch_sampler), (n, w, rank, drop_last)
                 assert len(shard) == len(torch_sampler)
@@ -68,10 +69,12 @@ def test_drop_in_sampler_matches_torch_and_marks_padding():
     for n, w in [(10, 4), (3, 8), (0, 2), (101, 7), (1, 1)]:
         for drop_last in (False, True):
             for rank in range(w):
-                ours = shardkit.torch.DistributedSampler(range(n), num_replicas=w, rank=rank,
-                                                         shuffle=False, drop_last=drop_last)
-                theirs = tud.DistributedSampler(range(n), num_replicas=w, rank=rank,
-                                                shuffle=False, drop_last=drop_last)
+                ours = shardkit.torch.DistributedSampler(
+                    range(n), num_replicas=w, rank=rank, shuffle=False, drop_last=drop_last
+                )
+                theirs = tud.DistributedSampler(
+                    range(n), num_replicas=w, rank=rank, shuffle=False, drop_last=drop_last
+                )
                 assert list(ours) == list(theirs)
                 assert len(ours) == len(theirs)
                 assert isinstance(ours, tud.DistributedSampler)
@@ -82,8 +85,10 @@ def test_drop_in_sampler_matches_torch_and_marks_padding():
 
 def test_drop_in_sampler_shuffles_one_global_order_per_epoch():
     n, w = 1003, 4
-    samplers = [shardkit.torch.DistributedSampler(range(n), num_replicas=w, rank=r, seed=5)
-                for r in range(w)]
+    samplers = [
+        shardkit.torch.DistributedSampler(range(n), num_replicas=w, rank=r, seed=5)
+        for r in range(w)
+    ]
     orders = []
     for epoch in (0, 1):
         for s in samplers:
@@ -103,11 +108,20 @@ def test_random_configurations_cover_exactly_once():
         n = rng.randrange(0, 120)
         w = rng.randrange(1, 20)
         split = rng.choice(["round_robin", "contiguous", "balanced"])
-        remainder = rng.choice(["uneven", "drop", "pad"] + (["replicate"] if split != "balanced" else []))
+        remainder = rng.choice(
+            ["uneven", "drop", "pad"] + (["replicate"] if split != "balanced" else [])
+        )
         weights = [rng.randrange(0, 100) for _ in range(n)] if split == "balanced" else None
-        plan = ShardPlan(n, w, split=split, remainder=remainder, shuffle=rng.random() < 0.5,
-                         seed=rng.randrange(100), weights=weights,
-                         offset=rng.randrange(0, n + 1))
+        plan = ShardPlan(
+            n,
+            w,
+            split=split,
+            remainder=remainder,
+            shuffle=rng.random() < 0.5,
+            seed=rng.randrange(100),
+            weights=weights,
+            offset=rng.randrange(0, n + 1),
+        )
         seen = []
         for rank in range(w):
             shard = plan.shard(rank)
@@ -183,8 +197,9 @@ def test_sharded_iterable_dataset_covers_each_item_once_over_workers():
     for workers in (0, 1, 3):
         got = []
         for rank in range(4):
-            ds = shardkit.torch.ShardedIterableDataset(data, rank=rank, world_size=4,
-                                                       shuffle=True, seed=2)
+            ds = shardkit.torch.ShardedIterableDataset(
+                data, rank=rank, world_size=4, shuffle=True, seed=2
+            )
             loader = tud.DataLoader(ds, batch_size=None, num_workers=workers)
             got.append(list(loader))
         assert sorted(itertools.chain(*got)) == sorted(data)
@@ -196,8 +211,9 @@ def test_sharded_iterable_dataset_covers_each_item_once_over_workers():
 
 def test_whale_plan_reads_the_environment_switches():
     with pytest.warns(UserWarning, match="hang"):
-        plan = shardkit.whale_plan(10, 3, env={"WHALE_UNBALANCED_IO_SLICING": "True",
-                                               "WHALE_DROP_LAST_FILES": "True"})
+        plan = shardkit.whale_plan(
+            10, 3, env={"WHALE_UNBALANCED_IO_SLICING": "True", "WHALE_DROP_LAST_FILES": "True"}
+        )
     assert plan.remainder == "uneven" and plan.counts() == [4, 3, 3]
     plan = shardkit.whale_plan(2, 3, env={})
     assert plan.remainder == "replicate" and plan.shuffle

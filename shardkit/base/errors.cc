@@ -24,16 +24,16 @@ void ThrowOutOfRange(std::string_view param, std::string_view what) {
 
 void CheckAtLeast(std::string_view param, Index value, Index min) {
   if (value < min) {
-    ThrowInvalid(param, "must be at least " + std::to_string(min) + ", got " +
-                            std::to_string(value));
+    ThrowInvalid(param,
+                 "must be at least " + std::to_string(min) + ", got " + std::to_string(value));
   }
 }
 
 Index CheckedMul(std::string_view param, Index a, Index b) {
   Index out;
   if (__builtin_mul_overflow(a, b, &out)) {
-    ThrowInvalid(param, std::to_string(a) + " * " + std::to_string(b) +
-                            " overflows a 64-bit count");
+    ThrowInvalid(param,
+                 std::to_string(a) + " * " + std::to_string(b) + " overflows a 64-bit count");
   }
   return out;
 }
@@ -41,8 +41,8 @@ Index CheckedMul(std::string_view param, Index a, Index b) {
 Index CheckedAdd(std::string_view param, Index a, Index b) {
   Index out;
   if (__builtin_add_overflow(a, b, &out)) {
-    ThrowInvalid(param, std::to_string(a) + " + " + std::to_string(b) +
-                            " overflows a 64-bit count");
+    ThrowInvalid(param,
+                 std::to_string(a) + " + " + std::to_string(b) + " overflows a 64-bit count");
   }
   return out;
 }

@@ -13,9 +13,7 @@ namespace shardkit {
 using Index = std::int64_t;
 
 // ceil(a / b) for a >= 0, b > 0, without overflow.
-[[nodiscard]] constexpr Index CeilDiv(Index a, Index b) {
-  return a / b + (a % b != 0 ? 1 : 0);
-}
+[[nodiscard]] constexpr Index CeilDiv(Index a, Index b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 }  // namespace shardkit
 

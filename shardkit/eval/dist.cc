@@ -16,7 +16,9 @@ struct Source {
 
 constexpr Source kSources[] = {
     {"torchrun", "RANK", "WORLD_SIZE", {"LOCAL_RANK", nullptr}},
-    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+    {"openmpi",
+     "OMPI_COMM_WORLD_RANK",
+     "OMPI_COMM_WORLD_SIZE",
      {"OMPI_COMM_WORLD_LOCAL_RANK", nullptr}},
     {"pmi", "PMI_RANK", "PMI_SIZE", {"MPI_LOCALRANKID", "PMI_LOCAL_RANK"}},
     {"slurm", "SLURM_PROCID", "SLURM_NTASKS", {"SLURM_LOCALID", nullptr}},
@@ -47,8 +49,8 @@ ProcessInfo DiscoverProcess(const EnvLookup& env) {
       ThrowInvalid(s.size, "world size " + *size + " must be at least 1");
     }
     if (info.rank < 0 || info.rank >= info.world_size) {
-      ThrowInvalid(s.rank, "rank " + *rank + " is outside the world [0, " + *size + ") of " +
-                               s.size);
+      ThrowInvalid(s.rank,
+                   "rank " + *rank + " is outside the world [0, " + *size + ") of " + s.size);
     }
     info.local_rank = info.rank;  // one node unless the launcher says otherwise
     for (const char* local : s.local) {

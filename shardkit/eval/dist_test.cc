@@ -30,7 +30,8 @@ TEST(DistTest, EachLauncherIsRead) {
   EXPECT_EQ(t.rank, 3);
   EXPECT_EQ(t.world_size, 8);
   EXPECT_EQ(t.local_rank, 1);
-  ProcessInfo o = From({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+  ProcessInfo o = From({{"OMPI_COMM_WORLD_RANK", "2"},
+                        {"OMPI_COMM_WORLD_SIZE", "4"},
                         {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}});
   EXPECT_EQ(o.source, "openmpi");
   EXPECT_EQ(o.rank, 2);
@@ -46,10 +47,14 @@ TEST(DistTest, EachLauncherIsRead) {
 }
 
 TEST(DistTest, TorchrunWinsOverMpiWinsOverSlurm) {
-  std::map<std::string, std::string> all = {
-      {"RANK", "1"},          {"WORLD_SIZE", "2"},           {"OMPI_COMM_WORLD_RANK", "3"},
-      {"OMPI_COMM_WORLD_SIZE", "4"}, {"PMI_RANK", "0"}, {"PMI_SIZE", "4"},
-      {"SLURM_PROCID", "9"},  {"SLURM_NTASKS", "10"}};
+  std::map<std::string, std::string> all = {{"RANK", "1"},
+                                            {"WORLD_SIZE", "2"},
+                                            {"OMPI_COMM_WORLD_RANK", "3"},
+                                            {"OMPI_COMM_WORLD_SIZE", "4"},
+                                            {"PMI_RANK", "0"},
+                                            {"PMI_SIZE", "4"},
+                                            {"SLURM_PROCID", "9"},
+                                            {"SLURM_NTASKS", "10"}};
   EXPECT_EQ(From(all).source, "torchrun");
   all.erase("RANK");  // an incomplete source is skipped
   EXPECT_EQ(From(all).source, "openmpi");
@@ -73,15 +78,13 @@ TEST(DistTest, BadValuesNameTheVariable) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message({{"RANK", "4"}, {"WORLD_SIZE", "4"}}).rfind("RANK: rank 4 is outside", 0),
-            0u);
+  EXPECT_EQ(message({{"RANK", "4"}, {"WORLD_SIZE", "4"}}).rfind("RANK: rank 4 is outside", 0), 0u);
   EXPECT_EQ(message({{"RANK", "x"}, {"WORLD_SIZE", "4"}}).rfind("RANK: environment value 'x'", 0),
             0u);
-  EXPECT_EQ(message({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "0"}}).rfind("SLURM_NTASKS: ", 0),
-            0u);
-  EXPECT_EQ(message({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "-1"}})
-                .rfind("LOCAL_RANK: ", 0),
-            0u);
+  EXPECT_EQ(message({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "0"}}).rfind("SLURM_NTASKS: ", 0), 0u);
+  EXPECT_EQ(
+      message({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "-1"}}).rfind("LOCAL_RANK: ", 0),
+      0u);
   EXPECT_EQ(message({{"RANK", "1 "}, {"WORLD_SIZE", "2"}}).rfind("RANK: ", 0), 0u);
 }
 

@@ -13,8 +13,9 @@ std::string Str(Index v) { return std::to_string(v); }
 
 ShardPlan MakeItemPlan(Index num_items, Index world_size, const EvalOptions& o) {
   if (o.split == Split::kBalanced) {
-    ThrowInvalid("split", "balanced is not supported by EvalPlan (expected round_robin or "
-                          "contiguous): evaluation needs no weights to be exact");
+    ThrowInvalid("split",
+                 "balanced is not supported by EvalPlan (expected round_robin or "
+                 "contiguous): evaluation needs no weights to be exact");
   }
   ShardOptions so;
   so.split = o.split;
@@ -49,8 +50,8 @@ EvalPlan::EvalPlan(Index num_items, Index world_size, Index batch_size, EvalOpti
 
 void EvalPlan::CheckRank(Index rank) const {
   if (rank < 0 || rank >= world_size()) {
-    ThrowOutOfRange("rank", "rank " + Str(rank) + " is outside the world [0, " +
-                                Str(world_size()) + ")");
+    ThrowOutOfRange("rank",
+                    "rank " + Str(rank) + " is outside the world [0, " + Str(world_size()) + ")");
   }
 }
 
@@ -114,10 +115,10 @@ void EvalPlan::CheckOutputRows(const std::vector<Index>& rows_by_rank) const {
   const Index expected = steps_ * batch_;
   for (Index r = 0; r < world_size(); ++r) {
     if (rows_by_rank[r] != expected) {
-      ThrowInvalid("outputs_by_rank",
-                   "rank " + Str(r) + " has " + Str(rows_by_rank[r]) + " rows, expected " +
-                       Str(expected) + " (num_steps " + Str(steps_) + " x batch_size " +
-                       Str(batch_) + ", padded slots included)");
+      ThrowInvalid("outputs_by_rank", "rank " + Str(r) + " has " + Str(rows_by_rank[r]) +
+                                          " rows, expected " + Str(expected) + " (num_steps " +
+                                          Str(steps_) + " x batch_size " + Str(batch_) +
+                                          ", padded slots included)");
     }
   }
 }
@@ -139,10 +140,9 @@ std::uint64_t EvalPlan::Fingerprint() const {
 }
 
 std::string EvalPlan::Describe() const {
-  std::string s = "EvalPlan(num_items=" + Str(num_items()) + ", world_size=" +
-                  Str(world_size()) + ", batch_size=" + Str(batch_) +
-                  ", devices=" + Str(options_.devices) + ", split=" +
-                  std::string(SplitName(options_.split));
+  std::string s = "EvalPlan(num_items=" + Str(num_items()) + ", world_size=" + Str(world_size()) +
+                  ", batch_size=" + Str(batch_) + ", devices=" + Str(options_.devices) +
+                  ", split=" + std::string(SplitName(options_.split));
   if (options_.min_device_batch) s += ", min_device_batch=" + Str(options_.min_device_batch);
   if (options_.shuffle) {
     s += ", shuffle=True, seed=" + std::to_string(options_.seed) +

@@ -45,8 +45,8 @@ namespace shardkit {
 inline constexpr char kEvalPlanVersion[] = "shardkit-eval-1";
 
 struct EvalOptions {
-  Index devices = 1;           // local devices per rank; divides batch_size
-  Index min_device_batch = 0;  // 0: no minimum (Flax's None)
+  Index devices = 1;                 // local devices per rank; divides batch_size
+  Index min_device_batch = 0;        // 0: no minimum (Flax's None)
   Split split = Split::kRoundRobin;  // round_robin (lmms-eval) or contiguous
   bool shuffle = false;
   std::uint64_t seed = 0;

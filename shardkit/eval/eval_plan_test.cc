@@ -33,8 +33,8 @@ std::vector<Index> ReferenceItems(Index n, Index w, Index r, Split split) {
 }
 
 void CheckPlan(const Config& c) {
-  SCOPED_TRACE(testing::Message() << "N=" << c.n << " W=" << c.w << " B=" << c.b
-                                  << " D=" << c.d << " split=" << SplitName(c.split));
+  SCOPED_TRACE(testing::Message() << "N=" << c.n << " W=" << c.w << " B=" << c.b << " D=" << c.d
+                                  << " split=" << SplitName(c.split));
   EvalOptions o;
   o.devices = c.d;
   o.split = c.split;
@@ -92,13 +92,13 @@ TEST(EvalPlanTest, EveryItemExactlyOnceInEqualStepsOverRandomConfigs) {
 
 TEST(EvalPlanTest, EdgesHoldExactlyOnce) {
   for (Split split : {Split::kRoundRobin, Split::kContiguous}) {
-    CheckPlan({0, 1, 1, 1, split});    // nothing to evaluate: zero steps
+    CheckPlan({0, 1, 1, 1, split});  // nothing to evaluate: zero steps
     CheckPlan({0, 5, 4, 2, split});
-    CheckPlan({3, 8, 4, 1, split});    // fewer items than ranks
-    CheckPlan({1, 1, 1, 1, split});    // world 1
+    CheckPlan({3, 8, 4, 1, split});  // fewer items than ranks
+    CheckPlan({1, 1, 1, 1, split});  // world 1
     CheckPlan({17, 1, 4, 4, split});
-    CheckPlan({64, 8, 8, 8, split});   // no padding at all
-    CheckPlan({65, 8, 8, 8, split});   // one item more: a whole extra step
+    CheckPlan({64, 8, 8, 8, split});  // no padding at all
+    CheckPlan({65, 8, 8, 8, split});  // one item more: a whole extra step
   }
 }
 
@@ -210,13 +210,13 @@ TEST(EvalPlanTest, BadInputNamesTheParameter) {
   bool mask[4];
   EXPECT_THROW(plan.Batch(2, 0, idx, mask), std::out_of_range);
   EXPECT_THROW(plan.Batch(-1, 0, idx, mask), std::out_of_range);
-  EXPECT_EQ(message([&] { plan.Batch(2, 0, idx, mask); }).rfind("rank: rank 2 is outside", 0),
-            0u);
+  EXPECT_EQ(message([&] { plan.Batch(2, 0, idx, mask); }).rfind("rank: rank 2 is outside", 0), 0u);
   EXPECT_THROW(plan.Batch(0, 2, idx, mask), std::out_of_range);
   EXPECT_THROW((void)plan.Real(5), std::out_of_range);
   std::vector<std::vector<int>> wrong = {std::vector<int>(8), std::vector<int>(7)};
-  EXPECT_EQ(message([&] { (void)plan.Unshard(wrong); })
-                .rfind("outputs_by_rank: rank 1 has 7 rows, expected 8", 0),
+  EXPECT_EQ(message([&] {
+              (void)plan.Unshard(wrong);
+            }).rfind("outputs_by_rank: rank 1 has 7 rows, expected 8", 0),
             0u);
   std::vector<std::vector<int>> one = {std::vector<int>(8)};
   EXPECT_THROW((void)plan.Unshard(one), std::invalid_argument);

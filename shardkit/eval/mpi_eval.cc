@@ -42,8 +42,8 @@ void Comm::Wait(MPI_Request* request, const char* what) {
     }
     if (Now() > deadline) {
       throw std::runtime_error(std::string(what) + " did not complete within " +
-                               std::to_string(timeout_s_) + " s on rank " +
-                               std::to_string(rank_) + " (a rank is missing or stuck)");
+                               std::to_string(timeout_s_) + " s on rank " + std::to_string(rank_) +
+                               " (a rank is missing or stuck)");
     }
     if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }

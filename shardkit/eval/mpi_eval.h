@@ -62,8 +62,8 @@ class Comm {
   // dropped); other ranks get an empty vector. Throws invalid_argument naming
   // outputs unless local.size() == num_steps * batch_size * width.
   [[nodiscard]] std::vector<double> GatherUnshard(const EvalPlan& plan,
-                                                  const std::vector<double>& local,
-                                                  Index width = 1, int root = 0);
+                                                  const std::vector<double>& local, Index width = 1,
+                                                  int root = 0);
 
   // Sends `reason` to every other rank, prints it, waits up to `grace_s` so
   // the others can report it too, and aborts the job.

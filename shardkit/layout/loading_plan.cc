@@ -66,12 +66,11 @@ Index LoadingPlan::NumRows(Index process) const {
 
 std::span<const Index> LoadingPlan::HostsOf(Index row) const {
   if (row < 0 || row >= batch_size_) {
-    ThrowOutOfRange("row", std::to_string(row) + " is outside [0, " +
-                               std::to_string(batch_size_) + ")");
+    ThrowOutOfRange("row",
+                    std::to_string(row) + " is outside [0, " + std::to_string(batch_size_) + ")");
   }
   const Index tile = row / shard_rows_;
-  return {tile_hosts_.data() + tile_offsets_[tile],
-          tile_hosts_.data() + tile_offsets_[tile + 1]};
+  return {tile_hosts_.data() + tile_offsets_[tile], tile_hosts_.data() + tile_offsets_[tile + 1]};
 }
 
 Index LoadingPlan::NumSteps(const Shard& order) const {

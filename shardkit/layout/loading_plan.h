@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "shardkit/base/errors.h"
-#include "shardkit/sharding/shard_plan.h"
 #include "shardkit/layout/named_sharding.h"
+#include "shardkit/sharding/shard_plan.h"
 
 namespace shardkit {
 
@@ -51,8 +51,7 @@ class LoadingPlan {
   // padding[j] = whether that entry is padding. Buffers of NumRows(process).
   // Throws out_of_range naming `step` outside [0, NumSteps(order)) or
   // `process`.
-  void Items(const Shard& order, Index step, Index process, Index* items,
-             bool* padding) const;
+  void Items(const Shard& order, Index step, Index process, Index* items, bool* padding) const;
 
  private:
   NamedSharding sharding_;

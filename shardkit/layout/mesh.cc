@@ -76,8 +76,8 @@ int Mesh::FindAxis(std::string_view name) const {
 
 Index Mesh::Owner(Index device) const {
   if (device < 0 || device >= size()) {
-    ThrowOutOfRange("device", std::to_string(device) + " is outside [0, " +
-                                  std::to_string(size()) + ")");
+    ThrowOutOfRange("device",
+                    std::to_string(device) + " is outside [0, " + std::to_string(size()) + ")");
   }
   return impl_->owners[device];
 }
@@ -120,14 +120,16 @@ std::vector<MeshAxis> ParseMeshAxes(std::string_view text) {
     std::string_view item = Trim(text.substr(0, comma));
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos) {
-      ThrowInvalid("axes", "expected name=size in '" + whole + "', got '" + std::string(item) + "'");
+      ThrowInvalid("axes",
+                   "expected name=size in '" + whole + "', got '" + std::string(item) + "'");
     }
     std::string_view name = Trim(item.substr(0, eq));
     std::string_view number = Trim(item.substr(eq + 1));
     Index size = 0;
     auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), size);
     if (ec != std::errc() || end != number.data() + number.size() || name.empty()) {
-      ThrowInvalid("axes", "expected name=size in '" + whole + "', got '" + std::string(item) + "'");
+      ThrowInvalid("axes",
+                   "expected name=size in '" + whole + "', got '" + std::string(item) + "'");
     }
     axes.push_back({std::string(name), size});
     if (comma == std::string_view::npos) break;

@@ -54,9 +54,7 @@ class Mesh {
   [[nodiscard]] const std::vector<Index>& owners() const { return impl_->owners; }
   // The processes owning at least one device, ascending.
   [[nodiscard]] const std::vector<Index>& processes() const { return impl_->processes; }
-  [[nodiscard]] Index num_processes() const {
-    return static_cast<Index>(impl_->processes.size());
-  }
+  [[nodiscard]] Index num_processes() const { return static_cast<Index>(impl_->processes.size()); }
   // Position of `process` in processes(), or -1 when it owns no device.
   [[nodiscard]] Index ProcessSlot(Index process) const;
   // The devices of `process`, ascending (empty when it owns none). O(log P).
@@ -77,7 +75,7 @@ class Mesh {
     Index size = 1;
     std::vector<Index> owners;
     std::vector<Index> processes;
-    std::vector<Index> offsets;        // CSR over processes
+    std::vector<Index> offsets;  // CSR over processes
     std::vector<Index> devices_by_process;
   };
   std::shared_ptr<const Impl> impl_;

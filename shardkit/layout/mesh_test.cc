@@ -63,15 +63,19 @@ TEST(MeshTest, BadAxesAndOwnersAreRejectedNamingTheValue) {
     return std::string("no error");
   };
   EXPECT_EQ(message([] { Mesh({}); }), "axes: a mesh needs at least one axis");
-  EXPECT_NE(message([] { Mesh({{"x", 2}, {"x", 2}}); }).find("'x' appears twice"),
+  EXPECT_NE(message([] {
+              Mesh({{"x", 2}, {"x", 2}});
+            }).find("'x' appears twice"),
             std::string::npos);
   EXPECT_NE(message([] { Mesh({{"x", 0}}); }).find("size 0"), std::string::npos);
-  EXPECT_NE(message([] { Mesh({{"x", 2}}, {0, 1, 2}); }).find("got 3 entries"),
+  EXPECT_NE(message([] { Mesh({{"x", 2}}, {0, 1, 2}); }).find("got 3 entries"), std::string::npos);
+  EXPECT_NE(message([] {
+              Mesh({{"x", 2}}, {0, -1});
+            }).find("negative process -1"),
             std::string::npos);
-  EXPECT_NE(message([] { Mesh({{"x", 2}}, {0, -1}); }).find("negative process -1"),
-            std::string::npos);
-  EXPECT_NE(message([] { Mesh({{"x", Index{1} << 20}, {"y", Index{1} << 20}}); })
-                .find("more than"),
+  EXPECT_NE(message([] {
+              Mesh({{"x", Index{1} << 20}, {"y", Index{1} << 20}});
+            }).find("more than"),
             std::string::npos);
 }
 

@@ -64,9 +64,8 @@ struct SpecParser {
       return name;
     }
     const size_t begin = pos;
-    while (pos < text.size() &&
-           (std::isalnum(static_cast<unsigned char>(text[pos])) || text[pos] == '_' ||
-            text[pos] == '-' || text[pos] == '.')) {
+    while (pos < text.size() && (std::isalnum(static_cast<unsigned char>(text[pos])) ||
+                                 text[pos] == '_' || text[pos] == '-' || text[pos] == '.')) {
       ++pos;
     }
     if (pos == begin) Fail("expected an axis name, None or a tuple");
@@ -135,8 +134,8 @@ NamedSharding::NamedSharding(Mesh mesh, PartitionSpec spec)
       const int a = mesh_.FindAxis(name);
       if (a < 0) {
         ThrowInvalid("spec", "axis '" + name + "' of dimension " + std::to_string(i) + " in " +
-                                 SpecToString(spec_) + " is not a mesh axis (mesh axes: " +
-                                 mesh_.ToString() + ")");
+                                 SpecToString(spec_) +
+                                 " is not a mesh axis (mesh axes: " + mesh_.ToString() + ")");
       }
       if (used_by[a] >= 0) {
         ThrowInvalid("spec", "axis '" + name + "' is used by dimension " +
@@ -227,15 +226,15 @@ ArrayLayout NamedSharding::Layout(std::span<const Index> shape) const {
       ThrowInvalid("shape", "dimension " + std::to_string(i) + " of " + ShapeToString(shape) +
                                 " has size " + std::to_string(shape[i]) +
                                 ", which is not divisible by its " + std::to_string(p) +
-                                " partitions (mesh axes " + names + " of sizes " + sizes +
-                                " in " + SpecToString(spec_) + ")");
+                                " partitions (mesh axes " + names + " of sizes " + sizes + " in " +
+                                SpecToString(spec_) + ")");
     }
   }
   return ArrayLayout(*this, std::vector<Index>(shape.begin(), shape.end()));
 }
 
-std::optional<std::pair<Index, Index>> NamedSharding::ProcessIndexAndCount(
-    int dim, Index process) const {
+std::optional<std::pair<Index, Index>> NamedSharding::ProcessIndexAndCount(int dim,
+                                                                           Index process) const {
   const Index slot = mesh_.ProcessSlot(process);
   if (slot < 0) {
     ThrowOutOfRange("process", std::to_string(process) + " owns no device of the mesh");
@@ -308,8 +307,7 @@ std::vector<std::optional<Index>> NamedSharding::InferGlobalShape(
 }
 
 std::vector<Index> NamedSharding::ResolveGlobalShape(
-    std::span<const Index> local_shape,
-    std::optional<std::span<const Index>> global_shape) const {
+    std::span<const Index> local_shape, std::optional<std::span<const Index>> global_shape) const {
   for (size_t i = 0; i < local_shape.size(); ++i) {
     if (local_shape[i] < 0) {
       ThrowInvalid("local_data", "dimension " + std::to_string(i) + " of " +
@@ -318,11 +316,10 @@ std::vector<Index> NamedSharding::ResolveGlobalShape(
   }
   if (global_shape) {
     if (global_shape->size() != local_shape.size()) {
-      ThrowInvalid("global_shape", ShapeToString(*global_shape) + " has " +
-                                       std::to_string(global_shape->size()) +
-                                       " dimensions but the local data " +
-                                       ShapeToString(local_shape) + " has " +
-                                       std::to_string(local_shape.size()));
+      ThrowInvalid("global_shape",
+                   ShapeToString(*global_shape) + " has " + std::to_string(global_shape->size()) +
+                       " dimensions but the local data " + ShapeToString(local_shape) + " has " +
+                       std::to_string(local_shape.size()));
     }
     return std::vector<Index>(global_shape->begin(), global_shape->end());
   }
@@ -411,7 +408,8 @@ void ArrayLayout::DevicesIndicesMap(Slice* out) const {
         break;
       }
       coord[a] = 0;
-      for (int i = 0; i < n; ++i) start[i] -= (size - 1) * weight[static_cast<size_t>(i) * axes + a];
+      for (int i = 0; i < n; ++i)
+        start[i] -= (size - 1) * weight[static_cast<size_t>(i) * axes + a];
     }
   }
 }
@@ -466,8 +464,7 @@ std::vector<Slice> ProcessLayout::Intervals(int dim) const {
   return out;
 }
 
-ProcessLayout::Mapping ProcessLayout::LocalToGlobal(
-    std::span<const Index> local_data_shape) const {
+ProcessLayout::Mapping ProcessLayout::LocalToGlobal(std::span<const Index> local_data_shape) const {
   const int n = static_cast<int>(shape_.size());
   if (static_cast<int>(local_data_shape.size()) != n) {
     ThrowInvalid("local_data", "has shape " + ShapeToString(local_data_shape) + " of " +
@@ -479,13 +476,14 @@ ProcessLayout::Mapping ProcessLayout::LocalToGlobal(
   for (int i = 0; i < n; ++i) {
     full[i] = local_data_shape[i] == shape_[i];
     if (!full[i] && local_data_shape[i] != local_shape_[i]) {
-      ThrowInvalid("local_data",
-                   "dimension " + std::to_string(i) + " has " +
-                       std::to_string(local_data_shape[i]) + " elements, but it must match the "
-                       "global size " + std::to_string(shape_[i]) + " or the " +
-                       std::to_string(local_shape_[i]) + " elements process " +
-                       std::to_string(process_) + " addresses (global shape " +
-                       ShapeToString(shape_) + ")");
+      ThrowInvalid("local_data", "dimension " + std::to_string(i) + " has " +
+                                     std::to_string(local_data_shape[i]) +
+                                     " elements, but it must match the "
+                                     "global size " +
+                                     std::to_string(shape_[i]) + " or the " +
+                                     std::to_string(local_shape_[i]) + " elements process " +
+                                     std::to_string(process_) + " addresses (global shape " +
+                                     ShapeToString(shape_) + ")");
     }
   }
   Mapping out;
@@ -498,7 +496,8 @@ ProcessLayout::Mapping ProcessLayout::LocalToGlobal(
         out.local[k * n + i] = g;
       } else {
         const auto& starts = starts_[i];
-        const Index block = std::lower_bound(starts.begin(), starts.end(), g.start) - starts.begin();
+        const Index block =
+            std::lower_bound(starts.begin(), starts.end(), g.start) - starts.begin();
         out.local[k * n + i] = {block * shard_shape_[i], (block + 1) * shard_shape_[i]};
       }
     }

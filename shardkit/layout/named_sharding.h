@@ -101,8 +101,8 @@ class NamedSharding {
   // Unlike JAX, whose index depends on Python set iteration order, the index
   // is the rank of the process's set ordered by its first tile.
   // Throws out_of_range when `process` owns no device. O(mesh) time.
-  [[nodiscard]] std::optional<std::pair<Index, Index>> ProcessIndexAndCount(
-      int dim, Index process) const;
+  [[nodiscard]] std::optional<std::pair<Index, Index>> ProcessIndexAndCount(int dim,
+                                                                            Index process) const;
 
   // JAX's local_to_global_shape: local_shape[i] * count_i per dimension,
   // nullopt where the dimension is non-uniform. O(mesh * ndim).
@@ -113,8 +113,7 @@ class NamedSharding {
   // non-uniform and no global shape was given (naming the dimensions), or
   // when the ranks differ.
   [[nodiscard]] std::vector<Index> ResolveGlobalShape(
-      std::span<const Index> local_shape,
-      std::optional<std::span<const Index>> global_shape) const;
+      std::span<const Index> local_shape, std::optional<std::span<const Index>> global_shape) const;
 
  private:
   Mesh mesh_;

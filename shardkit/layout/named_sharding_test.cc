@@ -209,18 +209,28 @@ TEST(ShardingTest, SizeOneAxesAreDroppedAndUnusedAxesReplicate) {
 
 TEST(ShardingTest, ErrorsNameTheDimensionSizesAndAxes) {
   Mesh mesh({{"x", 2}, {"y", 3}});
-  EXPECT_EQ(ErrorOf([&] { (void)NamedSharding(mesh, ParsePartitionSpec("('x','y')")).Layout(std::vector<Index>{8}); }),
-            "shape: dimension 0 of (8,) has size 8, which is not divisible by its 6 partitions "
-            "(mesh axes 'x', 'y' of sizes 2 * 3 in P(('x', 'y')))");
-  EXPECT_EQ(ErrorOf([&] { NamedSharding(mesh, ParsePartitionSpec("None, z")); }),
-            "spec: axis 'z' of dimension 1 in P(None, 'z') is not a mesh axis (mesh axes: x=2,y=3)");
+  EXPECT_EQ(
+      ErrorOf([&] {
+        (void)NamedSharding(mesh, ParsePartitionSpec("('x','y')")).Layout(std::vector<Index>{8});
+      }),
+      "shape: dimension 0 of (8,) has size 8, which is not divisible by its 6 partitions "
+      "(mesh axes 'x', 'y' of sizes 2 * 3 in P(('x', 'y')))");
+  EXPECT_EQ(
+      ErrorOf([&] { NamedSharding(mesh, ParsePartitionSpec("None, z")); }),
+      "spec: axis 'z' of dimension 1 in P(None, 'z') is not a mesh axis (mesh axes: x=2,y=3)");
   EXPECT_EQ(ErrorOf([&] { NamedSharding(mesh, ParsePartitionSpec("x, ('y', 'x')")); }),
             "spec: axis 'x' is used by dimension 0 and again by dimension 1 in P('x', ('y', 'x'))");
-  EXPECT_NE(ErrorOf([&] { NamedSharding(mesh, ParsePartitionSpec("(x, x)")); }).find("used by dimension 0 and again by dimension 0"),
+  EXPECT_NE(ErrorOf([&] {
+              NamedSharding(mesh, ParsePartitionSpec("(x, x)"));
+            }).find("used by dimension 0 and again by dimension 0"),
             std::string::npos);
-  EXPECT_EQ(ErrorOf([&] { (void)NamedSharding(mesh, ParsePartitionSpec("x, y")).Layout(std::vector<Index>{4}); }),
+  EXPECT_EQ(ErrorOf([&] {
+              (void)NamedSharding(mesh, ParsePartitionSpec("x, y")).Layout(std::vector<Index>{4});
+            }),
             "shape: (4,) has 1 dimensions, fewer than the 2 entries of P('x', 'y')");
-  EXPECT_NE(ErrorOf([&] { (void)NamedSharding(mesh, {}).Layout(std::vector<Index>{-1}); }).find("negative"),
+  EXPECT_NE(ErrorOf([&] {
+              (void)NamedSharding(mesh, {}).Layout(std::vector<Index>{-1});
+            }).find("negative"),
             std::string::npos);
 }
 
@@ -254,7 +264,8 @@ std::optional<std::pair<Index, Index>> ReferenceIndexAndCount(const Config& c, i
   bool replicated = true;
   for (const auto& entry : c.spec) {
     for (const auto& name : entry.axes) {
-      for (const auto& axis : c.axes) replicated = replicated && !(axis.name == name && axis.size > 1);
+      for (const auto& axis : c.axes)
+        replicated = replicated && !(axis.name == name && axis.size > 1);
     }
   }
   if (processes.size() == 1 || replicated) return std::make_pair(Index{0}, Index{1});
@@ -355,10 +366,13 @@ TEST(ShardingTest, ProcessLayoutMapsLocalBlocksByPositionAmongSortedDistinctStar
 
 TEST(ShardingTest, LocalShapeMatchingNeitherGlobalNorAddressableIsAnError) {
   Mesh mesh({{"x", 4}}, {0, 0, 1, 1});
-  ArrayLayout layout = NamedSharding(mesh, ParsePartitionSpec("x")).Layout(std::vector<Index>{8, 3});
+  ArrayLayout layout =
+      NamedSharding(mesh, ParsePartitionSpec("x")).Layout(std::vector<Index>{8, 3});
   ProcessLayout view = layout.Process(1);
   EXPECT_EQ(view.local_shape(), (std::vector<Index>{4, 3}));
-  EXPECT_EQ(ErrorOf([&] { (void)view.LocalToGlobal(std::vector<Index>{5, 3}); }),
+  EXPECT_EQ(ErrorOf([&] {
+              (void)view.LocalToGlobal(std::vector<Index>{5, 3});
+            }),
             "local_data: dimension 0 has 5 elements, but it must match the global size 8 or the "
             "4 elements process 1 addresses (global shape (8, 3))");
   EXPECT_NE(ErrorOf([&] { (void)view.LocalToGlobal(std::vector<Index>{4}); }).find("local_data: "),
@@ -374,7 +388,9 @@ TEST(ShardingTest, GlobalShapeInferenceFailsClearlyOnlyInNonUniformDimensions) {
   auto inferred = s.InferGlobalShape(std::vector<Index>{2, 4});
   EXPECT_EQ(inferred[0], std::optional<Index>(4));
   EXPECT_EQ(inferred[1], std::nullopt);
-  EXPECT_EQ(ErrorOf([&] { (void)s.ResolveGlobalShape(std::vector<Index>{2, 4}, std::nullopt); }),
+  EXPECT_EQ(ErrorOf([&] {
+              (void)s.ResolveGlobalShape(std::vector<Index>{2, 4}, std::nullopt);
+            }),
             "global_shape: cannot be inferred from the local shape (2, 4): P('x', 'y') over mesh "
             "x=2,y=4 is non-uniform across processes in dimension(s) 1; pass global_shape "
             "explicitly");

@@ -19,8 +19,8 @@ std::string Str(Index v) { return std::to_string(v); }
 // non-decreasing j (the way a consumer reads), O(1) amortised.
 class RemainingOrder {
  public:
-  RemainingOrder(const std::vector<PieceRef>* head, Index position,
-                 const std::vector<Index>* done, Index num_documents)
+  RemainingOrder(const std::vector<PieceRef>* head, Index position, const std::vector<Index>* done,
+                 Index num_documents)
       : head_(head), position_(position), done_(done), num_documents_(num_documents) {}
 
   [[nodiscard]] Index head_size() const { return static_cast<Index>(head_->size()); }
@@ -51,9 +51,9 @@ class RemainingOrder {
 void CheckFingerprint(const LoaderState& a, const LoaderState& b, const char* what) {
   if (a.num_documents != b.num_documents || a.seq_len != b.seq_len || a.shuffle != b.shuffle ||
       a.seed != b.seed || a.shard_files != b.shard_files) {
-    ThrowInvalid("state", std::string(what) + " (num_documents " + Str(a.num_documents) +
-                              " vs " + Str(b.num_documents) + ", seq_len " + Str(a.seq_len) +
-                              " vs " + Str(b.seq_len) + ", shuffle/seed/shard_files must match)");
+    ThrowInvalid("state", std::string(what) + " (num_documents " + Str(a.num_documents) + " vs " +
+                              Str(b.num_documents) + ", seq_len " + Str(a.seq_len) + " vs " +
+                              Str(b.seq_len) + ", shuffle/seed/shard_files must match)");
   }
 }
 
@@ -70,8 +70,8 @@ PieceRef Resolve(const PackItem& item, const std::vector<PieceRef>& head) {
 
 class TokenLoader::ConsumerList {
  public:
-  ConsumerList(const TokenSource& source, const LoaderOptions& o, Index consumers,
-               Index consumer, const LoaderState& base)
+  ConsumerList(const TokenSource& source, const LoaderOptions& o, Index consumers, Index consumer,
+               const LoaderState& base)
       : base_(base),
         order_(source.num_documents(), o.seed, base.epoch),
         remaining_(&base_.head, base_.position, &base_.done, source.num_documents()),
@@ -96,8 +96,8 @@ class TokenLoader::ConsumerList {
     }
     part_offset_.push_back(total);
     size_ = total;
-    file_order_ = Permutation(total, o.seed ^ Mix64(static_cast<std::uint64_t>(consumer) + 1),
-                              base.epoch);
+    file_order_ =
+        Permutation(total, o.seed ^ Mix64(static_cast<std::uint64_t>(consumer) + 1), base.epoch);
   }
 
   [[nodiscard]] Index size() const { return size_; }
@@ -245,8 +245,9 @@ TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOption
     ThrowInvalid("worker", Str(o.worker) + " is outside [0, " + Str(o.num_workers) + ")");
   }
   if (o.oversize == Oversize::kError) {
-    ThrowInvalid("oversize", "'error' is not supported by the loader (a long document would "
-                             "stop the epoch half-way); use split or drop");
+    ThrowInvalid("oversize",
+                 "'error' is not supported by the loader (a long document would "
+                 "stop the epoch half-way); use split or drop");
   }
   (void)CheckedMul("batch_size", o.batch_size, o.seq_len);
   ValidatePackOptions(Planner::Options(o));
@@ -295,8 +296,8 @@ TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOption
     if (s.consumers != 0) {
       if (s.consumers != consumers_ || s.consumer != consumer_) {
         ThrowInvalid("state", "was saved by consumer " + Str(s.consumer) + " of " +
-                                  Str(s.consumers) + "; this loader is consumer " +
-                                  Str(consumer_) + " of " + Str(consumers_) +
+                                  Str(s.consumers) + "; this loader is consumer " + Str(consumer_) +
+                                  " of " + Str(consumers_) +
                                   " (merge the states of all consumers to change the world "
                                   "size or worker count)");
       }
@@ -304,8 +305,8 @@ TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOption
       // collation copies without checks.
       auto check_piece = [&](const PackItem& p, const char* where) {
         const Index h = static_cast<Index>(s.head.size());
-        bool ok = p.item >= -h && p.item < d && p.start >= 0 && p.length >= 0 &&
-                  p.length <= o.seq_len;
+        bool ok =
+            p.item >= -h && p.item < d && p.start >= 0 && p.length >= 0 && p.length <= o.seq_len;
         if (ok) {
           const PieceRef ref = Resolve(p, s.head);
           ok = ref.start + ref.length <= source_->DocumentLength(ref.document);
@@ -323,8 +324,8 @@ TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOption
           tokens += p.length;
         }
         if (tokens > o.seq_len) {
-          ThrowInvalid("state", "a packed row holds " + Str(tokens) + " tokens, more than seq_len " +
-                                    Str(o.seq_len));
+          ThrowInvalid("state", "a packed row holds " + Str(tokens) +
+                                    " tokens, more than seq_len " + Str(o.seq_len));
         }
       }
       for (const PackItem& p : s.packer.buffered) check_piece(p, "buffered");
@@ -532,8 +533,9 @@ LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
     ThrowInvalid("state", "a merged state cannot be merged with others");
   }
   if (first.shard_files) {
-    ThrowInvalid("state", "states of a file-sharded loader cannot be merged (a file belongs "
-                          "to one consumer; resume on the same world size instead)");
+    ThrowInvalid("state",
+                 "states of a file-sharded loader cannot be merged (a file belongs "
+                 "to one consumer; resume on the same world size instead)");
   }
   const Index C = first.consumers;
   if (static_cast<Index>(states.size()) != C) {
@@ -551,8 +553,8 @@ LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
                                 Str(static_cast<Index>(first.epoch)) + ")");
     }
     if (s.consumer < 0 || s.consumer >= C || by[static_cast<std::size_t>(s.consumer)]) {
-      ThrowInvalid("state", "consumer " + Str(s.consumer) + " is repeated or outside [0, " +
-                                Str(C) + ")");
+      ThrowInvalid("state",
+                   "consumer " + Str(s.consumer) + " is repeated or outside [0, " + Str(C) + ")");
     }
     by[static_cast<std::size_t>(s.consumer)] = &s;
   }

@@ -54,10 +54,10 @@
 #include <vector>
 
 #include "shardkit/base/errors.h"
+#include "shardkit/loader/token_source.h"
 #include "shardkit/packing/packing.h"
 #include "shardkit/packing/packing_metadata.h"
 #include "shardkit/sharding/permutation.h"
-#include "shardkit/loader/token_source.h"
 
 namespace shardkit {
 

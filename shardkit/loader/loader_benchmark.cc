@@ -72,8 +72,8 @@ void BM_LoaderPackedBatches(benchmark::State& state) {
     ++batches;
     benchmark::DoNotOptimize(batch->input_ids.data());
   }
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(tokens),
-                                                  benchmark::Counter::kIsRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
   state.SetBytesProcessed(batches * kBatch * kSeqLen * kBytesPerSlot);
 }
 BENCHMARK(BM_LoaderPackedBatches)->Arg(0)->Arg(1)->ArgName("shuffle");

@@ -36,10 +36,9 @@ Data MakeData(std::mt19937_64& rng, Index docs, Index max_len) {
     for (Index k = 0; k < len; ++k) data.tokens.push_back(static_cast<std::int32_t>(d * 7919 + k));
     data.offsets.push_back(static_cast<std::int64_t>(data.tokens.size()));
   }
-  data.source =
-      TokenSource::FromMemory(data.tokens.data(), TokenDType::kInt32,
-                              static_cast<Index>(data.tokens.size()), data.offsets.data(),
-                              static_cast<Index>(data.offsets.size()));
+  data.source = TokenSource::FromMemory(data.tokens.data(), TokenDType::kInt32,
+                                        static_cast<Index>(data.tokens.size()), data.offsets.data(),
+                                        static_cast<Index>(data.offsets.size()));
   return data;
 }
 
@@ -364,7 +363,8 @@ TEST(LoaderTest, OversizeDropCountsTheDroppedDocuments) {
 TEST(LoaderTest, FileShardingFollowsWhalePolicies) {
   // 6 files (parts) of 4 documents each.
   namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / ("shardkit_loader_files_" + std::to_string(::getpid()));
+  fs::path dir =
+      fs::temp_directory_path() / ("shardkit_loader_files_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   Index docs = 0;

@@ -30,8 +30,9 @@ class HeaderParser {
     return pos_ < text_.size() && text_[pos_] == c;
   }
   void Expect(char c) {
-    if (!Peek(c)) Fail(std::string("malformed header: expected '") + c + "' at offset " +
-                       std::to_string(pos_) + " of '" + std::string(text_) + "'");
+    if (!Peek(c))
+      Fail(std::string("malformed header: expected '") + c + "' at offset " + std::to_string(pos_) +
+           " of '" + std::string(text_) + "'");
     ++pos_;
   }
   std::string String() {
@@ -100,8 +101,8 @@ class HeaderParser {
 
 bool IsNpy(std::string_view bytes) { return bytes.substr(0, kMagic.size()) == kMagic; }
 
-NpyHeader ParseNpyHeader(std::string_view bytes, std::uint64_t file_size,
-                         std::string_view param, std::string_view path) {
+NpyHeader ParseNpyHeader(std::string_view bytes, std::uint64_t file_size, std::string_view param,
+                         std::string_view path) {
   auto fail = [&](const std::string& what) {
     ThrowInvalid(param, std::string(path) + ": " + what);
   };
@@ -165,12 +166,10 @@ NpyHeader ParseNpyHeader(std::string_view bytes, std::uint64_t file_size,
   }
   h.kind = d[1];
   const std::string size_text = d.substr(2);
-  h.item_size = size_text.size() == 1 && size_text[0] >= '1' && size_text[0] <= '8'
-                    ? size_text[0] - '0'
-                    : 0;
-  const bool int_ok = (h.kind == 'i' || h.kind == 'u') &&
-                      (h.item_size == 1 || h.item_size == 2 || h.item_size == 4 ||
-                       h.item_size == 8);
+  h.item_size =
+      size_text.size() == 1 && size_text[0] >= '1' && size_text[0] <= '8' ? size_text[0] - '0' : 0;
+  const bool int_ok = (h.kind == 'i' || h.kind == 'u') && (h.item_size == 1 || h.item_size == 2 ||
+                                                           h.item_size == 4 || h.item_size == 8);
   const bool float_ok = h.kind == 'f' && (h.item_size == 4 || h.item_size == 8);
   const bool bool_ok = h.kind == 'b' && h.item_size == 1;
   if (!int_ok && !float_ok && !bool_ok) p.Fail("unsupported dtype '" + d + "'");
@@ -187,8 +186,8 @@ NpyHeader ParseNpyHeader(std::string_view bytes, std::uint64_t file_size,
   const std::uint64_t available = file_size - h.data_offset;
   const std::uint64_t needed = static_cast<std::uint64_t>(h.count);
   if (needed > available / static_cast<std::uint64_t>(h.item_size)) {
-    p.Fail("truncated data: the header promises " + std::to_string(h.count) + " elements of " +
-           d + " (" + std::to_string(needed * h.item_size) + " bytes) but the file holds " +
+    p.Fail("truncated data: the header promises " + std::to_string(h.count) + " elements of " + d +
+           " (" + std::to_string(needed * h.item_size) + " bytes) but the file holds " +
            std::to_string(available) + " data bytes");
   }
   return h;
@@ -226,8 +225,8 @@ std::vector<double> NpyToDoubles(std::string_view bytes, std::string_view param,
 }
 
 std::string NpyHeaderBytes(std::string_view descr, Index count) {
-  std::string dict = "{'descr': '" + std::string(descr) +
-                     "', 'fortran_order': False, 'shape': (" + std::to_string(count) + ",), }";
+  std::string dict = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (" +
+                     std::to_string(count) + ",), }";
   // Version 1.0; the header (magic + 4 + dict + '\n') is padded to 64 bytes.
   std::size_t total = 10 + dict.size() + 1;
   const std::size_t padded = (total + 63) / 64 * 64;

@@ -25,11 +25,11 @@
 namespace shardkit {
 
 struct NpyHeader {
-  char kind = 0;          // 'b' bool, 'i' signed, 'u' unsigned, 'f' float
-  int item_size = 0;      // bytes per element
-  std::string descr;      // as written, e.g. "<i4"
+  char kind = 0;      // 'b' bool, 'i' signed, 'u' unsigned, 'f' float
+  int item_size = 0;  // bytes per element
+  std::string descr;  // as written, e.g. "<i4"
   std::vector<Index> shape;
-  Index count = 0;        // product of shape
+  Index count = 0;              // product of shape
   std::size_t data_offset = 0;  // where the elements start in the file
 };
 

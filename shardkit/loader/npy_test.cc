@@ -77,21 +77,21 @@ TEST(NpyTest, CorruptOrTruncatedFilesAreErrorsNamingTheFile) {
   EXPECT_TRUE(has(ErrorOf("hello world, not numpy"), "bad magic")) << ErrorOf("hello");
   EXPECT_TRUE(has(ErrorOf(good.substr(0, 40)), "truncated header"));
   EXPECT_TRUE(has(ErrorOf(good.substr(0, good.size() - 1)), "truncated data"));
-  EXPECT_TRUE(has(ErrorOf(Handmade(1, "{'descr': '>i4', 'fortran_order': False, 'shape': (4,), }",
-                                   16)),
-                  "big-endian"));
-  EXPECT_TRUE(has(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': True, 'shape': (4,), }",
-                                   16)),
-                  "Fortran"));
-  EXPECT_TRUE(has(ErrorOf(Handmade(1, "{'descr': '|O', 'fortran_order': False, 'shape': (4,), }",
-                                   16)),
-                  "unsupported dtype"));
+  EXPECT_TRUE(
+      has(ErrorOf(Handmade(1, "{'descr': '>i4', 'fortran_order': False, 'shape': (4,), }", 16)),
+          "big-endian"));
+  EXPECT_TRUE(
+      has(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': True, 'shape': (4,), }", 16)),
+          "Fortran"));
+  EXPECT_TRUE(
+      has(ErrorOf(Handmade(1, "{'descr': '|O', 'fortran_order': False, 'shape': (4,), }", 16)),
+          "unsupported dtype"));
   EXPECT_TRUE(has(ErrorOf(Handmade(1, "{'descr': '<i4', 'shape': (4,), }", 16)), "lacks"));
   EXPECT_TRUE(has(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,", 16)),
                   "malformed"));
-  EXPECT_TRUE(has(ErrorOf(Handmade(9, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }",
-                                   16)),
-                  "version 9"));
+  EXPECT_TRUE(
+      has(ErrorOf(Handmade(9, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", 16)),
+          "version 9"));
   EXPECT_TRUE(has(ErrorOf(Handmade(1,
                                    "{'descr': '<i4', 'fortran_order': False, 'shape': "
                                    "(99999999999, 99999999999), }",

@@ -24,9 +24,12 @@ TokenDType ParseTokenDType(std::string_view name) {
 
 std::string_view TokenDTypeName(TokenDType type) {
   switch (type) {
-    case TokenDType::kUint16: return "uint16";
-    case TokenDType::kInt32: return "int32";
-    case TokenDType::kUint32: return "uint32";
+    case TokenDType::kUint16:
+      return "uint16";
+    case TokenDType::kInt32:
+      return "int32";
+    case TokenDType::kUint32:
+      return "uint32";
   }
   return "?";
 }
@@ -101,8 +104,7 @@ Index TokenSource::Part::Offset(Index i) const {
 }
 
 TokenSource::Part TokenSource::OpenPart(const std::string& tokens_path,
-                                        const std::string& offsets_path,
-                                        SourceOptions options) {
+                                        const std::string& offsets_path, SourceOptions options) {
   Part part;
   part.name = tokens_path;
   part.tokens_file = std::make_shared<MappedFile>(tokens_path, "tokens");
@@ -166,14 +168,14 @@ TokenSource::Part TokenSource::OpenPart(const std::string& tokens_path,
     num_offsets = static_cast<Index>(o.size() / 8);
   }
   if (num_offsets < 1) {
-    ThrowInvalid("offsets", offsets_path +
-                                ": empty; needs num_documents + 1 entries (the first is 0)");
+    ThrowInvalid("offsets",
+                 offsets_path + ": empty; needs num_documents + 1 entries (the first is 0)");
   }
   part.num_documents = num_offsets - 1;
   Index previous = part.Offset(0);
   if (previous < 0) {
-    ThrowInvalid("offsets", offsets_path + ": offsets[0] = " + std::to_string(previous) +
-                                " is negative");
+    ThrowInvalid("offsets",
+                 offsets_path + ": offsets[0] = " + std::to_string(previous) + " is negative");
   }
   for (Index i = 1; i < num_offsets; ++i) {
     const Index v = part.Offset(i);
@@ -233,8 +235,8 @@ std::shared_ptr<const TokenSource> TokenSource::OpenDirectory(const std::string&
   }
   if (ec) ThrowInvalid("directory", "cannot list '" + directory + "': " + ec.message());
   if (tokens.empty()) {
-    ThrowInvalid("directory", "'" + directory +
-                                  "' holds no <stem>.tokens.npy / <stem>.tokens.bin files");
+    ThrowInvalid("directory",
+                 "'" + directory + "' holds no <stem>.tokens.npy / <stem>.tokens.bin files");
   }
   std::shared_ptr<TokenSource> source(new TokenSource());
   for (const auto& [stem, tokens_path] : tokens) {
@@ -267,12 +269,12 @@ std::shared_ptr<const TokenSource> TokenSource::FromMemory(const void* tokens, T
   for (Index i = 0; i < num_offsets; ++i) {
     const Index v = offsets[i];
     if (v < 0 || v > num_tokens || (i > 0 && v < offsets[i - 1])) {
-      ThrowInvalid("offsets", "offsets[" + std::to_string(i) + "] = " + std::to_string(v) +
-                                  (v < 0 || v > num_tokens
-                                       ? " is outside [0, " + std::to_string(num_tokens) +
-                                             "] (the token count)"
-                                       : " < offsets[" + std::to_string(i - 1) +
-                                             "] (not non-decreasing)"));
+      ThrowInvalid(
+          "offsets",
+          "offsets[" + std::to_string(i) + "] = " + std::to_string(v) +
+              (v < 0 || v > num_tokens
+                   ? " is outside [0, " + std::to_string(num_tokens) + "] (the token count)"
+                   : " < offsets[" + std::to_string(i - 1) + "] (not non-decreasing)"));
     }
   }
   std::shared_ptr<TokenSource> source(new TokenSource());

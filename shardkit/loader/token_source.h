@@ -71,7 +71,7 @@ class TokenSource {
   // Throws invalid_argument naming directory when it holds no parts or a
   // tokens file lacks its offsets file.
   static std::shared_ptr<const TokenSource> OpenDirectory(const std::string& directory,
-                                                         SourceOptions options = {});
+                                                          SourceOptions options = {});
   // A view of caller-owned arrays (they must outlive the source). `offsets`
   // has num_documents + 1 entries. Validated like files (name "<memory>").
   static std::shared_ptr<const TokenSource> FromMemory(const void* tokens, TokenDType type,

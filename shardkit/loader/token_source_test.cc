@@ -1,12 +1,11 @@
 #include "shardkit/loader/token_source.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -58,16 +57,15 @@ TEST(TokenSourceTest, ReadsEveryDocumentOfEveryDtypeInPlace) {
   std::vector<std::uint16_t> u16(10);
   std::vector<std::int32_t> i32(10);
   std::vector<std::uint32_t> u32(10);
-  for (int i = 0; i < 10; ++i) u16[i] = static_cast<std::uint16_t>(60000 + i), i32[i] = -i,
-                               u32[i] = 100000u + i;
+  for (int i = 0; i < 10; ++i)
+    u16[i] = static_cast<std::uint16_t>(60000 + i), i32[i] = -i, u32[i] = 100000u + i;
   WriteNpy(dir / "u16.npy", "<u2", u16);
   WriteNpy(dir / "i32.npy", "<i4", i32);
   WriteRaw(dir / "u32.bin", u32);
   WriteNpy(dir / "off.npy", "<i8", offsets);
   auto a = TokenSource::Open(dir / "u16.npy", dir / "off.npy");
   auto b = TokenSource::Open(dir / "i32.npy", dir / "off.npy");
-  auto c = TokenSource::Open(dir / "u32.bin", dir / "off.npy",
-                             SourceOptions{TokenDType::kUint32});
+  auto c = TokenSource::Open(dir / "u32.bin", dir / "off.npy", SourceOptions{TokenDType::kUint32});
   for (auto* s : {a.get(), b.get(), c.get()}) {
     ASSERT_EQ(s->num_documents(), 4);
     EXPECT_EQ(s->num_tokens(), 10);
@@ -77,7 +75,8 @@ TEST(TokenSourceTest, ReadsEveryDocumentOfEveryDtypeInPlace) {
   }
   std::int64_t out[4];
   a->Copy(2, 1, 3, out);
-  EXPECT_EQ(std::vector<std::int64_t>(out, out + 3), (std::vector<std::int64_t>{60004, 60005, 60006}));
+  EXPECT_EQ(std::vector<std::int64_t>(out, out + 3),
+            (std::vector<std::int64_t>{60004, 60005, 60006}));
   b->Copy(3, 0, 3, out);
   EXPECT_EQ(std::vector<std::int64_t>(out, out + 3), (std::vector<std::int64_t>{-7, -8, -9}));
   c->Copy(0, 0, 2, out);
@@ -157,8 +156,8 @@ TEST(TokenSourceTest, CorruptOrTruncatedFilesAreClearErrorsNamingTheFile) {
   // A directory with a tokens file but no offsets file.
   fs::create_directories(dir / "d");
   WriteNpy(dir / "d" / "a.tokens.npy", "<i4", tokens);
-  expect(ErrorOf([&] { (void)TokenSource::OpenDirectory(dir / "d"); }), "directory",
-         "a.tokens.npy", "no offsets file");
+  expect(ErrorOf([&] { (void)TokenSource::OpenDirectory(dir / "d"); }), "directory", "a.tokens.npy",
+         "no offsets file");
   expect(ErrorOf([&] { (void)TokenSource::OpenDirectory(dir / "nothere"); }), "directory",
          "nothere", "not a directory");
   fs::remove_all(dir);

@@ -39,19 +39,26 @@ Oversize ParseOversize(std::string_view name) {
 
 std::string_view PackAlgorithmName(PackAlgorithm algorithm) {
   switch (algorithm) {
-    case PackAlgorithm::kNextFit: return "next_fit";
-    case PackAlgorithm::kFirstFitDecreasing: return "ffd";
-    case PackAlgorithm::kBestFitDecreasing: return "bfd";
-    case PackAlgorithm::kBalanced: return "balanced";
+    case PackAlgorithm::kNextFit:
+      return "next_fit";
+    case PackAlgorithm::kFirstFitDecreasing:
+      return "ffd";
+    case PackAlgorithm::kBestFitDecreasing:
+      return "bfd";
+    case PackAlgorithm::kBalanced:
+      return "balanced";
   }
   return "?";
 }
 
 std::string_view OversizeName(Oversize oversize) {
   switch (oversize) {
-    case Oversize::kDrop: return "drop";
-    case Oversize::kError: return "error";
-    case Oversize::kSplit: return "split";
+    case Oversize::kDrop:
+      return "drop";
+    case Oversize::kError:
+      return "error";
+    case Oversize::kSplit:
+      return "split";
   }
   return "?";
 }
@@ -130,8 +137,8 @@ void CheckInputs(std::span<const Index> lengths, std::span<const Index> images,
   }
   for (size_t i = 0; i < images.size(); ++i) {
     if (images[i] < 0) {
-      ThrowInvalid("images", "item " + Str(static_cast<Index>(i)) +
-                                 " has a negative image count " + Str(images[i]));
+      ThrowInvalid("images", "item " + Str(static_cast<Index>(i)) + " has a negative image count " +
+                                 Str(images[i]));
     }
   }
 }
@@ -309,8 +316,7 @@ StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
   const bool next_fit = options_.algorithm == PackAlgorithm::kNextFit;
   if (!next_fit && static_cast<Index>(state.buffered.size()) >= buffer_limit_) {
     ThrowInvalid("state", "holds " + Str(static_cast<Index>(state.buffered.size())) +
-                              " buffered items, the buffer takes fewer than " +
-                              Str(buffer_limit_));
+                              " buffered items, the buffer takes fewer than " + Str(buffer_limit_));
   }
   Index tokens = 0, images = 0;
   for (const PackItem& p : state.buffered) {
@@ -322,10 +328,10 @@ StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
     tokens += p.length;
     images += p.images;
   }
-  if (next_fit && (tokens > options_.capacity ||
-                   (options_.max_images && images > *options_.max_images) ||
-                   (options_.max_sequences &&
-                    static_cast<Index>(state.buffered.size()) > *options_.max_sequences))) {
+  if (next_fit &&
+      (tokens > options_.capacity || (options_.max_images && images > *options_.max_images) ||
+       (options_.max_sequences &&
+        static_cast<Index>(state.buffered.size()) > *options_.max_sequences))) {
     ThrowInvalid("state", "the buffered items do not fit one pack (next_fit)");
   }
   state_ = std::move(state);
@@ -457,9 +463,8 @@ Index StreamingPacker::pending() const {
 }
 
 Index StreamingPacker::buffered() const {
-  return options_.algorithm == PackAlgorithm::kNextFit
-             ? static_cast<Index>(open_.pieces.size())
-             : static_cast<Index>(state_.buffered.size());
+  return options_.algorithm == PackAlgorithm::kNextFit ? static_cast<Index>(open_.pieces.size())
+                                                       : static_cast<Index>(state_.buffered.size());
 }
 
 std::vector<Index> StreamingPacker::TakeDropped() { return std::exchange(dropped_items_, {}); }
@@ -489,8 +494,8 @@ PackerState StreamingPacker::State() const {
 CostModel ParseCostModel(std::string_view name) {
   if (name == "tokens") return CostModel::kTokens;
   if (name == "squared") return CostModel::kSquaredLengths;
-  ThrowInvalid("cost", "unknown cost model '" + std::string(name) +
-                           "' (expected tokens or squared)");
+  ThrowInvalid("cost",
+               "unknown cost model '" + std::string(name) + "' (expected tokens or squared)");
 }
 
 std::string_view CostModelName(CostModel model) {

@@ -44,13 +44,18 @@ void BM_Pack(benchmark::State& state, PackAlgorithm algorithm) {
   state.counters["over_lower_bound_pct"] = 100 * over;
 }
 BENCHMARK_CAPTURE(BM_Pack, bfd, PackAlgorithm::kBestFitDecreasing)
-    ->Args({10000000, 4096})->Args({10000000, 8192})->Unit(benchmark::kMillisecond);
+    ->Args({10000000, 4096})
+    ->Args({10000000, 8192})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Pack, ffd, PackAlgorithm::kFirstFitDecreasing)
-    ->Args({10000000, 4096})->Unit(benchmark::kMillisecond);
+    ->Args({10000000, 4096})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Pack, next_fit, PackAlgorithm::kNextFit)
-    ->Args({10000000, 4096})->Unit(benchmark::kMillisecond);
+    ->Args({10000000, 4096})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Pack, balanced, PackAlgorithm::kBalanced)
-    ->Args({1000000, 4096})->Unit(benchmark::kMillisecond);
+    ->Args({1000000, 4096})
+    ->Unit(benchmark::kMillisecond);
 
 // The loader's path: push one item at a time, pop packs as they close.
 void BM_StreamingBfd(benchmark::State& state) {

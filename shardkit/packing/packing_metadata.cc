@@ -8,8 +8,7 @@ namespace shardkit {
 PaddingSide ParsePaddingSide(std::string_view name) {
   if (name == "right") return PaddingSide::kRight;
   if (name == "left") return PaddingSide::kLeft;
-  ThrowInvalid("padding_side",
-               "unknown side '" + std::string(name) + "' (expected right or left)");
+  ThrowInvalid("padding_side", "unknown side '" + std::string(name) + "' (expected right or left)");
 }
 
 std::string_view PaddingSideName(PaddingSide side) {
@@ -63,8 +62,8 @@ void FillRowMetadata(std::span<const PackItem> pieces, const CollateOptions& opt
   }
 }
 
-Index BatchCuSeqlens(std::span<const std::span<const PackItem>> rows,
-                     const CollateOptions& options, std::vector<std::int32_t>* out) {
+Index BatchCuSeqlens(std::span<const std::span<const PackItem>> rows, const CollateOptions& options,
+                     std::vector<std::int32_t>* out) {
   out->clear();
   out->push_back(0);
   Index at = 0, max_len = 0;

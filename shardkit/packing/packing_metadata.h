@@ -82,8 +82,7 @@ void FillRowMetadata(std::span<const PackItem> pieces, const CollateOptions& opt
 // item's tokens (the caller validated offsets).
 template <typename Token, typename Offset>
 void FillRowTokens(std::span<const PackItem> pieces, const Token* tokens, const Offset* offsets,
-                   const CollateOptions& options, std::int64_t* input_ids,
-                   std::int64_t* labels) {
+                   const CollateOptions& options, std::int64_t* input_ids, std::int64_t* labels) {
   const Index seq_len = options.seq_len;
   Index t = RowStart(pieces, options);
   const Index real_end = t + RowTokens(pieces);
@@ -106,8 +105,8 @@ void FillRowTokens(std::span<const PackItem> pieces, const Token* tokens, const 
 // The batch-level cu_seqlens (see above) for rows of pieces, written to *out
 // (cleared first); returns max_seqlen. REQUIRES each row fits and
 // rows * seq_len < 2^31.
-Index BatchCuSeqlens(std::span<const std::span<const PackItem>> rows,
-                     const CollateOptions& options, std::vector<std::int32_t>* out);
+Index BatchCuSeqlens(std::span<const std::span<const PackItem>> rows, const CollateOptions& options,
+                     std::vector<std::int32_t>* out);
 
 // Where each image of a batch goes: images are numbered in row order, then
 // piece order, then image order within the item (a piece of a split item

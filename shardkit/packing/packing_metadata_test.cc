@@ -26,9 +26,9 @@ struct Row {
 Row Collate(const std::vector<PackItem>& pieces, const CollateOptions& o) {
   const size_t n = static_cast<size_t>(o.seq_len);
   Row r{I64(n, 99), I64(n, 99), I64(n, 99), I32(n, 99), U8(n, 99), U8(n * n, 99)};
-  FillRowMetadata(pieces, o,
-                  {r.position_ids.data(), r.document_ids.data(), r.attention_mask.data(),
-                   r.block_mask.data()});
+  FillRowMetadata(
+      pieces, o,
+      {r.position_ids.data(), r.document_ids.data(), r.attention_mask.data(), r.block_mask.data()});
   FillRowTokens(std::span<const PackItem>(pieces), kTokens.data(), kOffsets.data(), o,
                 r.input_ids.data(), r.labels.data());
   return r;

@@ -135,12 +135,24 @@ std::vector<Index> RandomLengths(std::mt19937_64& rng, Index n, Index capacity, 
   std::uniform_int_distribution<int> coin(0, 9);
   for (auto& l : out) {
     switch (shape) {
-      case 0: l = uniform(rng); break;
-      case 1: l = std::min<Index>(capacity, static_cast<Index>(lognormal(rng))); break;
-      case 2: l = coin(rng) == 0 ? capacity - uniform(rng) / 8 : uniform(rng) / 16; break;
-      case 3: l = capacity / 3 + 1; break;
-      case 4: l = coin(rng) < 5 ? 0 : uniform(rng); break;
-      default: l = coin(rng) < 3 ? capacity : 1 + uniform(rng) / 2; break;
+      case 0:
+        l = uniform(rng);
+        break;
+      case 1:
+        l = std::min<Index>(capacity, static_cast<Index>(lognormal(rng)));
+        break;
+      case 2:
+        l = coin(rng) == 0 ? capacity - uniform(rng) / 8 : uniform(rng) / 16;
+        break;
+      case 3:
+        l = capacity / 3 + 1;
+        break;
+      case 4:
+        l = coin(rng) < 5 ? 0 : uniform(rng);
+        break;
+      default:
+        l = coin(rng) < 3 ? capacity : 1 + uniform(rng) / 2;
+        break;
     }
   }
   return out;

@@ -44,7 +44,7 @@ constexpr std::uint64_t kMinLeft = 16;
 std::uint64_t CeilSqrt(std::uint64_t n) {
   std::uint64_t r = 1;
   while (r < 4294967296ULL && r * r < n) r <<= 1;  // power of two >= sqrt(n)
-  std::uint64_t lo = r / 2, hi = r;                 // lo^2 < n <= hi^2
+  std::uint64_t lo = r / 2, hi = r;                // lo^2 < n <= hi^2
   while (hi - lo > 1) {
     std::uint64_t mid = lo + (hi - lo) / 2;
     if (mid * mid >= n) {
@@ -143,9 +143,8 @@ void Permutation::Fill(Index first, Index stride, Index count, Index* out) const
   const bool overflow = __builtin_mul_overflow(count - 1, stride, &last_offset);
   if (first < 0 || stride < 0 || overflow || first >= n_ || last_offset >= n_ - first) {
     ThrowOutOfRange("position", "positions " + std::to_string(first) + " + k * " +
-                                    std::to_string(stride) + " for k < " +
-                                    std::to_string(count) + " leave [0, " +
-                                    std::to_string(n_) + ")");
+                                    std::to_string(stride) + " for k < " + std::to_string(count) +
+                                    " leave [0, " + std::to_string(n_) + ")");
   }
   const std::uint64_t n = static_cast<std::uint64_t>(n_);
   const std::uint64_t step = static_cast<std::uint64_t>(stride);
@@ -153,8 +152,8 @@ void Permutation::Fill(Index first, Index stride, Index count, Index* out) const
     const int lanes = static_cast<int>(count - base < kBlock ? count - base : kBlock);
     const std::uint64_t position = static_cast<std::uint64_t>(first) + base * step;
     Index* block_out = out + base;
-    if (EncryptBlock(position, step, lanes, keys_, a_, right_bits_, right_mask_, n,
-                     block_out) == 0) continue;
+    if (EncryptBlock(position, step, lanes, keys_, a_, right_bits_, right_mask_, n, block_out) == 0)
+      continue;
     // Rare for large n (the domain exceeds n by less than 2 sqrt(n)):
     // walk the stragglers one at a time.
     for (int j = 0; j < lanes; ++j) {

@@ -36,19 +36,26 @@ Remainder ParseRemainder(std::string_view name) {
 
 std::string_view SplitName(Split split) {
   switch (split) {
-    case Split::kRoundRobin: return "round_robin";
-    case Split::kContiguous: return "contiguous";
-    case Split::kBalanced: return "balanced";
+    case Split::kRoundRobin:
+      return "round_robin";
+    case Split::kContiguous:
+      return "contiguous";
+    case Split::kBalanced:
+      return "balanced";
   }
   return "?";
 }
 
 std::string_view RemainderName(Remainder remainder) {
   switch (remainder) {
-    case Remainder::kUneven: return "uneven";
-    case Remainder::kDrop: return "drop";
-    case Remainder::kPad: return "pad";
-    case Remainder::kReplicate: return "replicate";
+    case Remainder::kUneven:
+      return "uneven";
+    case Remainder::kDrop:
+      return "drop";
+    case Remainder::kPad:
+      return "pad";
+    case Remainder::kReplicate:
+      return "replicate";
   }
   return "?";
 }
@@ -68,8 +75,8 @@ ShardPlan::ShardPlan(Index num_items, Index world_size, ShardOptions options)
   CheckAtLeast("world_size", world_size, 1);
   CheckAtLeast("offset", options.offset, 0);
   if (options.offset > num_items) {
-    ThrowInvalid("offset", Str(options.offset) + " lies beyond the data (num_items=" +
-                               Str(num_items) + ")");
+    ThrowInvalid("offset",
+                 Str(options.offset) + " lies beyond the data (num_items=" + Str(num_items) + ")");
   }
   window_ = num_items - options.offset;
   if (options.limit) {
@@ -78,15 +85,14 @@ ShardPlan::ShardPlan(Index num_items, Index world_size, ShardOptions options)
   }
   if (!options.weights.empty() || options.split == Split::kBalanced) {
     if (static_cast<Index>(options.weights.size()) != num_items) {
-      ThrowInvalid("weights", "expected one weight per item (" + Str(num_items) +
-                                  "), got " + Str(options.weights.size()));
+      ThrowInvalid("weights", "expected one weight per item (" + Str(num_items) + "), got " +
+                                  Str(options.weights.size()));
     }
     for (size_t i = 0; i < options.weights.size(); ++i) {
       double w = options.weights[i];
       if (!std::isfinite(w) || w < 0) {
-        ThrowInvalid("weights", "weight of item " + Str(static_cast<Index>(i)) +
-                                    " is " + std::to_string(w) +
-                                    " (weights must be finite and >= 0)");
+        ThrowInvalid("weights", "weight of item " + Str(static_cast<Index>(i)) + " is " +
+                                    std::to_string(w) + " (weights must be finite and >= 0)");
       }
     }
   }
@@ -223,8 +229,7 @@ Index ShardPlan::ProgressionStart(Index rank) const {
 }
 
 Index ShardPlan::ProgressionStep() const {
-  return options_->split == Split::kRoundRobin &&
-                 options_->remainder != Remainder::kReplicate
+  return options_->split == Split::kRoundRobin && options_->remainder != Remainder::kReplicate
              ? world_
              : 1;
 }
@@ -247,20 +252,17 @@ Shard ShardPlan::GetShard(Index rank, Index worker, Index num_workers) const {
   return Shard(*this, rank, worker, num_workers);
 }
 
-Index ShardPlan::ItemAt(Index rank, Index entry) const {
-  return GetShard(rank).At(entry);
-}
+Index ShardPlan::ItemAt(Index rank, Index entry) const { return GetShard(rank).At(entry); }
 
 Location ShardPlan::Locate(Index item) const {
   if (item < window_begin() || item >= window_end()) {
-    ThrowOutOfRange("item", Str(item) + " is outside the window [" + Str(window_begin()) +
-                                ", " + Str(window_end()) + ")");
+    ThrowOutOfRange("item", Str(item) + " is outside the window [" + Str(window_begin()) + ", " +
+                                Str(window_end()) + ")");
   }
   if (options_->remainder == Remainder::kReplicate) {
     ThrowInvalid("remainder", "'replicate' gives every rank every item");
   }
-  const Index p = options_->shuffle ? order_.Inverse(item - window_begin())
-                                    : item - window_begin();
+  const Index p = options_->shuffle ? order_.Inverse(item - window_begin()) : item - window_begin();
   const bool drop = options_->remainder == Remainder::kDrop;
   if (balanced_) {
     Index entry = balanced_->entry_of[p];
@@ -379,10 +381,10 @@ AuditReport ShardPlan::Audit(Index enumerate_limit) const {
       if (replicate) report.missing += window_ - distinct;
     }
     if (!replicate) report.missing = window_ - dropped_ - distinct;
-    report.exactly_once = report.duplicates == 0 && report.missing == 0 &&
-                          out_of_window == 0 && real_total == expected_real;
-    report.detail = "listed " + std::to_string(static_cast<Index>(entries)) +
-                    " entries of " + Str(world_) + " ranks against a bitmap of the window";
+    report.exactly_once = report.duplicates == 0 && report.missing == 0 && out_of_window == 0 &&
+                          real_total == expected_real;
+    report.detail = "listed " + std::to_string(static_cast<Index>(entries)) + " entries of " +
+                    Str(world_) + " ranks against a bitmap of the window";
     if (out_of_window) report.detail += "; " + Str(out_of_window) + " entries outside the window";
   } else {
     report.method = "arithmetic";
@@ -411,8 +413,7 @@ AuditReport ShardPlan::Audit(Index enumerate_limit) const {
     report.exactly_once = ok;
     report.detail = "counts add up to " +
                     std::to_string(static_cast<Index>(std::min(expected_real, saturate))) +
-                    " real entries; " + Str(checked) +
-                    " sampled entries round-trip through Locate";
+                    " real entries; " + Str(checked) + " sampled entries round-trip through Locate";
     if (!ok) report.detail = "FAILED: " + report.detail;
   }
 
@@ -424,12 +425,10 @@ AuditReport ShardPlan::Audit(Index enumerate_limit) const {
       total += w;
       max_weight = std::max(max_weight, w);
     }
-    report.max_load = report.loads.empty()
-                          ? 0
-                          : *std::max_element(report.loads.begin(), report.loads.end());
+    report.max_load =
+        report.loads.empty() ? 0 : *std::max_element(report.loads.begin(), report.loads.end());
     report.lower_bound = replicate ? total : std::max(max_weight, total / world_);
-    report.load_imbalance =
-        report.lower_bound > 0 ? report.max_load / report.lower_bound - 1 : 0;
+    report.load_imbalance = report.lower_bound > 0 ? report.max_load / report.lower_bound - 1 : 0;
   }
   return report;
 }
@@ -447,8 +446,7 @@ Shard::Shard(const ShardPlan& plan, Index rank, Index worker, Index num_workers)
   padding_ = size_ - take(real);
   if (plan.balanced_) return;
   u64 rank_start;
-  if (plan.options_->split == Split::kContiguous &&
-      plan.options_->remainder == Remainder::kPad) {
+  if (plan.options_->split == Split::kContiguous && plan.options_->remainder == Remainder::kPad) {
     const u64 per = static_cast<u64>(plan.quotient_ + (plan.remainder_ > 0 ? 1 : 0));
     rank_start = per * static_cast<u64>(rank);
   } else {
@@ -476,23 +474,23 @@ std::uint64_t Shard::Position(Index k) const {
 
 Index Shard::operator[](Index k) const {
   const u64 p = Position(k);
-  const Index local = plan_.options_->shuffle ? order_.Forward(static_cast<Index>(p))
-                                              : static_cast<Index>(p);
+  const Index local =
+      plan_.options_->shuffle ? order_.Forward(static_cast<Index>(p)) : static_cast<Index>(p);
   return plan_.window_begin() + local;
 }
 
 Index Shard::At(Index k) const {
   if (k < 0 || k >= size_) {
-    ThrowOutOfRange("index", Str(k) + " is outside [0, " + Str(size_) + ") of rank " +
-                                 Str(rank_) + "'s shard");
+    ThrowOutOfRange(
+        "index", Str(k) + " is outside [0, " + Str(size_) + ") of rank " + Str(rank_) + "'s shard");
   }
   return (*this)[k];
 }
 
 void Shard::Fill(Index begin, Index end, Index* out) const {
   if (begin < 0 || end < begin || end > size_) {
-    ThrowOutOfRange("index", "range [" + Str(begin) + ", " + Str(end) +
-                                 ") is outside [0, " + Str(size_) + ")");
+    ThrowOutOfRange(
+        "index", "range [" + Str(begin) + ", " + Str(end) + ") is outside [0, " + Str(size_) + ")");
   }
   const Index real_end = std::min(end, size_ - padding_);
   Index k = begin;

@@ -131,8 +131,7 @@ class ShardPlan {
 
   // Rank's list, or the part of it that dataloader worker `worker` of
   // `num_workers` reads. Throws out_of_range / invalid_argument.
-  [[nodiscard]] Shard GetShard(Index rank, Index worker = 0,
-                               Index num_workers = 1) const;
+  [[nodiscard]] Shard GetShard(Index rank, Index worker = 0, Index num_workers = 1) const;
 
   // Each rank's load (sum of its real items' weights); empty without weights.
   [[nodiscard]] std::vector<double> Loads() const;

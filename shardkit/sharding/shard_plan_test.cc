@@ -216,9 +216,9 @@ TEST(ShardPlanTest, CoversEveryIndexExactlyOnceOverRandomConfigurations) {
     if (o.split == Split::kBalanced || rng() % 4 == 0) {
       for (Index i = 0; i < n; ++i) o.weights.push_back(static_cast<double>(rng() % 50));
     }
-    std::string what = "n=" + std::to_string(n) + " w=" + std::to_string(w) + " split=" +
-                       std::string(SplitName(o.split)) + " rem=" +
-                       std::string(RemainderName(o.remainder)) +
+    std::string what = "n=" + std::to_string(n) + " w=" + std::to_string(w) +
+                       " split=" + std::string(SplitName(o.split)) +
+                       " rem=" + std::string(RemainderName(o.remainder)) +
                        " offset=" + std::to_string(o.offset) +
                        " shuffle=" + std::to_string(o.shuffle);
     ShardPlan plan(n, w, o);
@@ -287,9 +287,8 @@ TEST(ShardPlanTest, HandlesCountsNearTwoToTheSixtyThreeByArithmetic) {
           ShardPlan plan(n, w, o);
           AuditReport report = plan.Audit();
           ASSERT_EQ(report.method, "arithmetic");
-          ASSERT_TRUE(report.exactly_once)
-              << SplitName(split) << " " << RemainderName(rem) << " w=" << w << " "
-              << report.detail;
+          ASSERT_TRUE(report.exactly_once) << SplitName(split) << " " << RemainderName(rem)
+                                           << " w=" << w << " " << report.detail;
           ASSERT_LE(report.max_imbalance, 1);
           for (Index r : {Index{0}, w / 2, w - 1}) {
             Shard shard = plan.GetShard(r);
@@ -317,8 +316,8 @@ TEST(ShardPlanTest, AuditTotalsInClosedFormEqualTheSumOverRanks) {
   for (Index n : {0, 3, 4999, 5000, 12345, 100000}) {
     for (Index w : {4097, 5000, 7919}) {
       for (Split split : {Split::kRoundRobin, Split::kContiguous}) {
-        for (Remainder rem : {Remainder::kUneven, Remainder::kDrop, Remainder::kPad,
-                              Remainder::kReplicate}) {
+        for (Remainder rem :
+             {Remainder::kUneven, Remainder::kDrop, Remainder::kPad, Remainder::kReplicate}) {
           ShardOptions o;
           o.split = split;
           o.remainder = rem;
@@ -331,8 +330,8 @@ TEST(ShardPlanTest, AuditTotalsInClosedFormEqualTheSumOverRanks) {
             hi = std::max(hi, plan.Count(r));
           }
           AuditReport report = plan.Audit();
-          const std::string what = "n=" + std::to_string(n) + " w=" + std::to_string(w) +
-                                   " " + std::string(SplitName(split)) + " " +
+          const std::string what = "n=" + std::to_string(n) + " w=" + std::to_string(w) + " " +
+                                   std::string(SplitName(split)) + " " +
                                    std::string(RemainderName(rem));
           EXPECT_EQ(report.delivered, real) << what;
           EXPECT_EQ(report.padding, padding) << what;
@@ -422,8 +421,7 @@ TEST(ShardPlanTest, RejectsBadConfigurationNamingTheParameter) {
   o.weights[4] = std::nan("");
   EXPECT_EQ(message([&] { ShardPlan(10, 2, o); }).rfind("weights: weight of item 4 is", 0), 0u);
   o.weights[4] = -1;
-  EXPECT_EQ(message([&] { ShardPlan(10, 2, o); }).rfind("weights: weight of item 4 is -1", 0),
-            0u);
+  EXPECT_EQ(message([&] { ShardPlan(10, 2, o); }).rfind("weights: weight of item 4 is -1", 0), 0u);
   o.weights[4] = 1;
   o.remainder = Remainder::kReplicate;
   EXPECT_EQ(message([&] { ShardPlan(10, 2, o); }).rfind("remainder:", 0), 0u);

@@ -26,8 +26,9 @@ WhaleChoice WhaleSlicing(Index num_files, Index world_size, bool unbalanced_io_s
     choice.shuffle = true;
     choice.reason = "fewer files than workers: every worker reads every file, shuffled";
     if (unbalanced_io_slicing || drop_last_files) {
-      choice.warning = "WHALE_UNBALANCED_IO_SLICING / WHALE_DROP_LAST_FILES are ignored "
-                       "when there are fewer files than workers";
+      choice.warning =
+          "WHALE_UNBALANCED_IO_SLICING / WHALE_DROP_LAST_FILES are ignored "
+          "when there are fewer files than workers";
     }
   } else if (num_files % world_size == 0) {
     choice.remainder = Remainder::kUneven;
@@ -46,16 +47,16 @@ WhaleChoice WhaleSlicing(Index num_files, Index world_size, bool unbalanced_io_s
   } else {
     choice.remainder = Remainder::kReplicate;
     choice.shuffle = true;
-    choice.reason = "files do not divide evenly (Whale's default): every worker reads "
-                    "every file, shuffled";
+    choice.reason =
+        "files do not divide evenly (Whale's default): every worker reads "
+        "every file, shuffled";
   }
   return choice;
 }
 
 ShardPlan WhalePlan(Index num_files, Index world_size, bool unbalanced_io_slicing,
                     bool drop_last_files, std::uint64_t seed, std::uint64_t epoch) {
-  WhaleChoice choice =
-      WhaleSlicing(num_files, world_size, unbalanced_io_slicing, drop_last_files);
+  WhaleChoice choice = WhaleSlicing(num_files, world_size, unbalanced_io_slicing, drop_last_files);
   ShardOptions options;
   options.remainder = choice.remainder;
   options.shuffle = choice.shuffle;

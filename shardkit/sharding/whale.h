@@ -39,9 +39,9 @@ struct WhaleChoice {
 
 // The ShardPlan equivalent to Whale's choice; `seed` and `epoch` key the
 // per-rank shuffles of replicate.
-[[nodiscard]] ShardPlan WhalePlan(Index num_files, Index world_size,
-                                  bool unbalanced_io_slicing, bool drop_last_files,
-                                  std::uint64_t seed = 0, std::uint64_t epoch = 0);
+[[nodiscard]] ShardPlan WhalePlan(Index num_files, Index world_size, bool unbalanced_io_slicing,
+                                  bool drop_last_files, std::uint64_t seed = 0,
+                                  std::uint64_t epoch = 0);
 
 }  // namespace shardkit
 

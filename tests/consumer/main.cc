@@ -26,8 +26,8 @@ int main() {
   std::vector<std::int32_t> tokens(26);
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(i);
   std::vector<std::int64_t> offsets = {0, 5, 8, 16, 18, 25, 26};
-  auto source = shardkit::TokenSource::FromMemory(tokens.data(), shardkit::TokenDType::kInt32,
-                                                  26, offsets.data(), 7);
+  auto source = shardkit::TokenSource::FromMemory(tokens.data(), shardkit::TokenDType::kInt32, 26,
+                                                  offsets.data(), 7);
   shardkit::LoaderOptions options;
   options.seq_len = 8;
   options.batch_size = 2;

@@ -3,6 +3,7 @@
 
 Modes as in eval_torch_worker.py: ok, static, dynamic, mismatch, raise.
 """
+
 import sys
 import time
 
@@ -12,13 +13,18 @@ import jax
 def main() -> None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     pid, nproc, port, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=nproc, process_id=pid,
-                               heartbeat_timeout_seconds=10, shutdown_timeout_seconds=5)
+    jax.distributed.initialize(
+        f"127.0.0.1:{port}",
+        num_processes=nproc,
+        process_id=pid,
+        heartbeat_timeout_seconds=10,
+        shutdown_timeout_seconds=5,
+    )
 
     import numpy as np  # noqa: E402
+    from shardkit.jax import agree_steps, check_plan, fail_fast, gather_unshard, psum_masked  # noqa
 
     import shardkit  # noqa: E402
-    from shardkit.jax import agree_steps, check_plan, fail_fast, gather_unshard, psum_masked  # noqa
 
     ITEMS, BATCH = 1001, 8
     info = shardkit.discover()
@@ -34,9 +40,9 @@ def main() -> None:
             steps = agree_steps(len(kept), BATCH, plan)
             total = 0.0
             for step in range(steps):
-                chunk = kept[step * BATCH:(step + 1) * BATCH]
+                chunk = kept[step * BATCH : (step + 1) * BATCH]
                 values = np.zeros(BATCH)
-                values[:len(chunk)] = chunk
+                values[: len(chunk)] = chunk
                 s, _ = psum_masked(values, np.arange(BATCH) < len(chunk))
                 total += float(s)
             assert total == sum(i for i in range(ITEMS) if i % 3 != 0), total
@@ -58,8 +64,10 @@ def main() -> None:
             ordered = gather_unshard(plan, np.concatenate(preds))
             assert ordered.tolist() == [3 * i + 1 for i in range(ITEMS)]
             if rank == 0:
-                print(f"OK jax static world={world} steps={plan.num_steps} padding={plan.padding}",
-                      flush=True)
+                print(
+                    f"OK jax static world={world} steps={plan.num_steps} padding={plan.padding}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

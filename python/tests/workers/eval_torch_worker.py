@@ -4,6 +4,7 @@ Modes: ok (static, then dynamic), static (check the plan, a collective every ste
 tensors and strings), dynamic (a filter, then agree_steps), mismatch (rank 2
 builds a different plan), raise (rank 1 raises at step 2).
 """
+
 import argparse
 import datetime
 import os
@@ -13,9 +14,9 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
+from shardkit.torch import agree_steps, all_reduce_masked, check_plan, fail_fast, gather_unshard
 
 import shardkit
-from shardkit.torch import agree_steps, all_reduce_masked, check_plan, fail_fast, gather_unshard
 
 
 def main() -> None:
@@ -40,9 +41,9 @@ def main() -> None:
             steps = agree_steps(len(kept), a.batch, plan)
             total = 0.0
             for step in range(steps):
-                chunk = kept[step * a.batch:(step + 1) * a.batch]
+                chunk = kept[step * a.batch : (step + 1) * a.batch]
                 values = torch.zeros(a.batch, dtype=torch.float64)
-                values[:len(chunk)] = torch.tensor(chunk, dtype=torch.float64)
+                values[: len(chunk)] = torch.tensor(chunk, dtype=torch.float64)
                 mask = np.arange(a.batch) < len(chunk)
                 s, n = all_reduce_masked(values, mask)
                 total += float(s)
@@ -68,8 +69,10 @@ def main() -> None:
             assert ordered.tolist() == [3 * i + 1 for i in range(a.items)]
             assert gather_unshard(plan, names) == [f"doc{i}" for i in range(a.items)]
             if rank == 0:
-                print(f"OK torch static world={world} steps={plan.num_steps} "
-                      f"padding={plan.padding}", flush=True)
+                print(
+                    f"OK torch static world={world} steps={plan.num_steps} padding={plan.padding}",
+                    flush=True,
+                )
     dist.destroy_process_group()
 
 

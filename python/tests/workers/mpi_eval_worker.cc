@@ -35,8 +35,8 @@ Index Flag(int argc, char** argv, const char* name, Index fallback) {
   return fallback;
 }
 
-void Static(shardkit::mpi::Comm& comm, Index items, Index batch, Index devices,
-            Index mismatch_rank, Index fail_rank, Index fail_step) {
+void Static(shardkit::mpi::Comm& comm, Index items, Index batch, Index devices, Index mismatch_rank,
+            Index fail_rank, Index fail_step) {
   shardkit::EvalOptions o;
   o.devices = devices;
   // The mismatching rank builds its plan with another batch size.
@@ -68,8 +68,7 @@ void Static(shardkit::mpi::Comm& comm, Index items, Index batch, Index devices,
     }
   }
   std::printf("OK mpi static items=%lld world=%d steps=%lld padding=%lld\n",
-              static_cast<long long>(items), comm.size(),
-              static_cast<long long>(plan.num_steps()),
+              static_cast<long long>(items), comm.size(), static_cast<long long>(plan.num_steps()),
               static_cast<long long>(plan.TotalPadding()));
 }
 
@@ -109,7 +108,8 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int status = 0;
   {
-    shardkit::mpi::Comm comm(MPI_COMM_WORLD, static_cast<double>(Flag(argc, argv, "--timeout", 30)));
+    shardkit::mpi::Comm comm(MPI_COMM_WORLD,
+                             static_cast<double>(Flag(argc, argv, "--timeout", 30)));
     const Index items = Flag(argc, argv, "--items", 1001);
     const Index batch = Flag(argc, argv, "--batch", 8);
     const Index devices = Flag(argc, argv, "--devices", 1);

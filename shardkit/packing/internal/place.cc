@@ -1,4 +1,6 @@
 // The placement algorithms behind PackItems and StreamingPacker.
+#include "shardkit/packing/internal/place.h"
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -6,8 +8,6 @@
 #include <numeric>
 #include <queue>
 #include <utility>
-
-#include "shardkit/packing/internal/place.h"
 
 namespace shardkit::internal {
 
@@ -396,8 +396,7 @@ Placement Balanced(std::span<const Index> len, std::span<const Index> img, const
 bool BestFitFast(std::span<const Index> len, const PackOptions& o, Packing* out) {
   const Index n = static_cast<Index>(len.size());
   const Index capacity = o.capacity;
-  if (o.max_sequences || o.max_images || capacity > (Index{1} << 22) ||
-      n >= (Index{1} << 31)) {
+  if (o.max_sequences || o.max_images || capacity > (Index{1} << 22) || n >= (Index{1} << 31)) {
     return false;
   }
   // Counting sort, decreasing length, ties by lower index: count[l], then the
