@@ -9,16 +9,20 @@ JOBS ?= 2
 DEV := build/dev
 BENCH_VENV := build/bench-venv
 ASAN := build/asan
-APT_PACKAGES := libgtest-dev libbenchmark-dev openmpi-bin libopenmpi-dev
+APT_PACKAGES := libgtest-dev libbenchmark-dev openmpi-bin libopenmpi-dev clang-format
 CMAKE_COMMON := -G Ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY)
 
-.PHONY: demo test build system venv test-cpp test-asan test-python test-wheel bench clean
+# make lint: clang-format and ruff (tools/lint); make test runs it first.
+.PHONY: demo test lint build system venv test-cpp test-asan test-python test-wheel bench clean
 
 demo: build
 	$(DEV)/cli/shardkit demo --out build/demo/shardkit-demo.html
 
-test: build test-cpp test-asan test-python test-wheel
+test: lint build test-cpp test-asan test-python test-wheel
 	@echo "make test: all suites passed"
+
+lint: venv
+	tools/lint
 
 system:
 	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 || { \

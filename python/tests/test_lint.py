@@ -1,0 +1,40 @@
+"""make lint (tools/lint) passes on the tree and fails on a misformatted file."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT = ROOT / "tools" / "lint"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("clang-format") is None or not (ROOT / ".venv" / "bin" / "ruff").exists(),
+    reason="clang-format or ruff not installed (make venv installs both)",
+)
+
+
+def _lint(*files):
+    return subprocess.run([str(LINT), *map(str, files)], capture_output=True, text=True)
+
+
+def test_lint_passes_on_well_formatted_files():
+    result = _lint(ROOT / "shardkit" / "base" / "index.h", ROOT / "python" / "shardkit" / "dist.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_lint_fails_on_a_misformatted_cpp_file(tmp_path):
+    bad = tmp_path / "bad.cc"
+    bad.write_text("int   f( int x ){return x;}\n")
+    result = _lint(bad)
+    assert result.returncode != 0
+    assert "bad.cc" in result.stdout + result.stderr
+
+
+def test_lint_fails_on_a_misformatted_or_unclean_python_file(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\nx=[1,2 ,3]\n")
+    result = _lint(bad)
+    assert result.returncode != 0
+    assert "bad.py" in result.stdout + result.stderr
