@@ -21,15 +21,16 @@ from the plan's parameters alone (no communication, no index lists):
 True
 """
 
-from shardkit._core import Shard, ShardPlan, pad_for_devices, steps_for_count
-from shardkit.dist import ProcessInfo, discover
-from shardkit.evaluation import (
+from shardkit.dist import ProcessInfo, discover, rank_and_world
+from shardkit.eval import (
     EvalPlan,
     PlanMismatchError,
     RemoteRankError,
     masked_count,
     masked_mean,
     masked_sum,
+    pad_for_devices,
+    steps_for_count,
 )
 from shardkit.layout import LoadingPlan, Mesh, NamedSharding, PartitionSpec
 from shardkit.loader import TokenLoader
@@ -42,7 +43,7 @@ from shardkit.packing import (
     pack,
     pack_stream,
 )
-from shardkit.whale import whale_plan
+from shardkit.sharding import Shard, ShardPlan, whale_plan
 
 __all__ = [
     "Shard",
@@ -60,6 +61,7 @@ __all__ = [
     "ProcessInfo",
     "RemoteRankError",
     "discover",
+    "rank_and_world",
     "masked_count",
     "masked_mean",
     "masked_sum",

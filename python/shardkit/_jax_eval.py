@@ -14,10 +14,17 @@ from typing import Any, Optional
 
 import numpy as np
 
-from shardkit import evaluation as _ev
-from shardkit.evaluation import EvalPlan
+from shardkit import eval as _ev
+from shardkit.eval import EvalPlan
 
-__all__ = ["JaxEngine", "check_plan", "agree_steps", "gather_unshard", "fail_fast", "psum_masked"]
+__all__ = [
+    "JaxEngine",
+    "check_plan",
+    "agree_steps",
+    "gather_unshard",
+    "fail_fast",
+    "global_masked_sum",
+]
 
 _FAILURE = "shardkit/failure"
 _ACKS = "shardkit/failure_acks"
@@ -35,7 +42,7 @@ def _client():
 
 
 class JaxEngine:
-    """The Engine of shardkit.evaluation over JAX's processes."""
+    """The Engine of shardkit.eval over JAX's processes."""
 
     def __init__(self) -> None:
         import jax
@@ -107,9 +114,13 @@ def fail_fast(*, grace: float = 2.0):
     return _ev.fail_fast(JaxEngine(), grace=grace)
 
 
-def psum_masked(values, mask):
-    """(sum over the real slots of all processes, their count) with one
-    process_allgather; values and mask are this process's step."""
+def global_masked_sum(values, mask):
+    """(sum of ``values`` over the real slots of every process, number of those
+    slots): each process sums its own real slots on the host and one
+    ``process_allgather`` adds the partial sums (not a ``psum`` inside a
+    computation). ``values`` and ``mask`` are this process's step; the same
+    function in ``shardkit.torch`` takes the same arguments and returns the
+    same pair."""
     local = np.append(
         np.asarray(_ev.masked_sum(values, mask), np.float64).reshape(-1), _ev.masked_count(mask)
     )

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from shardkit import evaluation as _ev
+from shardkit import eval as _ev
 from shardkit.dist import discover
-from shardkit.evaluation import EvalPlan
+from shardkit.eval import EvalPlan
 
 __all__ = [
     "TorchEngine",
@@ -24,7 +24,8 @@ __all__ = [
     "agree_steps",
     "gather_unshard",
     "fail_fast",
-    "all_reduce_masked",
+    "global_masked_sum",
+    "init_from_environment",
 ]
 
 _FAILURE = "shardkit/failure"
@@ -32,7 +33,7 @@ _ACKS = "shardkit/failure_acks"
 
 
 class TorchEngine:
-    """The Engine of shardkit.evaluation over an initialized torch.distributed group."""
+    """The Engine of shardkit.eval over an initialized torch.distributed group."""
 
     def __init__(self, group: Optional[Any] = None) -> None:
         if not (dist.is_available() and dist.is_initialized()):
@@ -103,9 +104,11 @@ def fail_fast(group: Optional[Any] = None, *, grace: float = 2.0):
     return _ev.fail_fast(TorchEngine(group), grace=grace)
 
 
-def all_reduce_masked(values: torch.Tensor, mask, group: Optional[Any] = None):
-    """(sum over the real slots of all ranks, count of real slots of all ranks),
-    with one all_reduce."""
+def global_masked_sum(values: torch.Tensor, mask, group: Optional[Any] = None):
+    """(sum of ``values`` over the real slots of every rank, number of those
+    slots), with one ``all_reduce``. ``values`` and ``mask`` are this rank's
+    step; padded slots (mask False) never count. The same function in
+    ``shardkit.jax`` takes the same arguments and returns the same pair."""
     m = torch.as_tensor(np.asarray(mask, dtype=bool)).to(values.device)
     shape = (-1,) + (1,) * (values.dim() - 1)
     total = torch.where(m.reshape(shape), values, torch.zeros_like(values)).sum(0)

@@ -25,19 +25,15 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
-import numpy as np
-import torch
 import torch.utils.data as tud
 
-from shardkit.loader import TokenLoader, _default_rank_and_world
+from shardkit._torch_packing import to_torch
+from shardkit.dist import rank_and_world
+from shardkit.loader import TokenLoader
 
 __all__ = ["TokenDataset", "TokenDataLoader"]
 
 State = Dict[str, Any]
-
-
-def _to_torch(batch: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
 
 
 class TokenDataset(tud.IterableDataset):
@@ -57,7 +53,7 @@ class TokenDataset(tud.IterableDataset):
         **options: Any,
     ) -> None:
         super().__init__()
-        self.rank, self.world_size = _default_rank_and_world(rank, world_size)
+        self.rank, self.world_size = rank_and_world(rank, world_size)
         self.tokens, self.offsets = tokens, offsets
         self.epoch = epoch
         self.options = options
@@ -128,7 +124,7 @@ class TokenDataset(tud.IterableDataset):
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         loader = self.loader(worker, workers)
         for batch in loader:
-            out = _to_torch(batch)
+            out = to_torch(batch)
             out["state"] = loader.state_dict()
             yield out
 

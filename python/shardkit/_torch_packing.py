@@ -6,7 +6,6 @@ Re-exported from ``shardkit.torch``.
 
 from __future__ import annotations
 
-import os
 import queue as queue_module
 import threading
 from typing import Any, Iterator, Optional, Sequence
@@ -15,25 +14,37 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
-from shardkit._core import ShardPlan
-from shardkit.packing import PackedCollator as _NumpyCollator
-from shardkit.packing import StreamingPacker, _collate_csr
+from shardkit import packing
+from shardkit.dist import rank_and_world
+from shardkit.packing import StreamingPacker, collate_rows
+from shardkit.sharding import ShardPlan
 
-__all__ = ["PackedCollator", "ConstantLengthDataset"]
+__all__ = ["PackedCollator", "ConstantLengthDataset", "to_torch"]
+
+_MASKS = ("attention_mask", "block_mask")
 
 
-def _to_torch(batch: dict) -> dict:
+def to_torch(batch: dict) -> dict:
+    """A batch dict of numpy arrays as torch tensors, sharing their buffers (no
+    copy); masks (``attention_mask``, ``block_mask``) become ``torch.bool``;
+    other values pass through. Every torch batch of shardkit is made here.
+
+    >>> import numpy as np
+    >>> b = to_torch({"input_ids": np.arange(3), "attention_mask": np.ones(3, np.uint8), "n": 1})
+    >>> b["input_ids"].dtype, b["attention_mask"].dtype, b["n"]
+    (torch.int64, torch.bool, 1)
+    """
     out = {}
     for key, value in batch.items():
         if isinstance(value, np.ndarray):
-            tensor = torch.from_numpy(value)  # shares the buffer, no copy
-            out[key] = tensor.bool() if key in ("attention_mask", "block_mask") else tensor
+            tensor = torch.from_numpy(value)
+            out[key] = tensor.bool() if key in _MASKS else tensor
         else:
             out[key] = value
     return out
 
 
-class PackedCollator(_NumpyCollator):
+class PackedCollator(packing.PackedCollator):
     """:class:`shardkit.PackedCollator` returning torch tensors (int64 ids,
     labels and positions, int32 document_ids and cu_seqlens, bool masks).
 
@@ -46,19 +57,7 @@ class PackedCollator(_NumpyCollator):
     """
 
     def __call__(self, packs):
-        return _to_torch(super().__call__(packs))
-
-
-def _rank_and_world(rank, world_size):
-    import torch.distributed as dist
-
-    if rank is not None and world_size is not None:
-        return rank, world_size
-    if dist.is_available() and dist.is_initialized():
-        found = dist.get_rank(), dist.get_world_size()
-    else:
-        found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
+        return to_torch(super().__call__(packs))
 
 
 def _input_ids(sample) -> np.ndarray:
@@ -137,7 +136,7 @@ class ConstantLengthDataset(tud.IterableDataset):
         self.batch_size = int(batch_size)
         self.queue_size = int(queue_size)
         self.max_images_per_example = max_images_per_example
-        self.rank, self.world_size = _rank_and_world(rank, world_size)
+        self.rank, self.world_size = rank_and_world(rank, world_size)
         self.shuffle, self.seed, self.epoch = shuffle, seed, epoch
         self.packer_options = dict(
             algorithm=algorithm,
@@ -146,7 +145,7 @@ class ConstantLengthDataset(tud.IterableDataset):
             buffer=buffer,
             max_images=max_images_per_pack,
         )
-        self.collator = _NumpyCollator(
+        self.collator = packing.PackedCollator(
             self.seq_len,
             padding_side=padding_side,
             pad_token_id=pad_token_id,
@@ -248,32 +247,32 @@ class ConstantLengthDataset(tud.IterableDataset):
         )
         c = self.collator
         tokens = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
-        out = _collate_csr(
+        out = collate_rows(
             *args,
             tokens,
             offsets,
-            c.seq_len,
-            c.padding_side,
-            c.pad_token_id,
-            c.ignore_index,
-            c.block_mask,
-            c.causal,
+            seq_len=c.seq_len,
+            padding_side=c.padding_side,
+            pad_token_id=c.pad_token_id,
+            ignore_index=c.ignore_index,
+            block_mask=c.block_mask,
+            causal=c.causal,
         )
         if any(lc is not ch for lc, ch in zip(label_chunks, chunks)):
             label_tokens = np.concatenate(label_chunks)
-            out["labels"] = _collate_csr(
+            out["labels"] = collate_rows(
                 *args,
                 label_tokens,
                 offsets,
-                c.seq_len,
-                c.padding_side,
-                c.ignore_index,
-                c.ignore_index,
-                False,
-                True,
+                seq_len=c.seq_len,
+                padding_side=c.padding_side,
+                pad_token_id=c.ignore_index,
+                ignore_index=c.ignore_index,
+                block_mask=False,
+                causal=True,
             )["labels"]
         out["documents"] = np.asarray([item for pack in packs for item, *_ in pack], dtype=np.int64)
-        batch = _to_torch(out)
+        batch = to_torch(out)
         if image_list:
             batch["images"] = image_list
         return batch

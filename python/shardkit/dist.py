@@ -35,7 +35,7 @@ from typing import Mapping, NamedTuple, Optional
 
 from shardkit import _core
 
-__all__ = ["ProcessInfo", "discover"]
+__all__ = ["ProcessInfo", "discover", "rank_and_world"]
 
 
 class ProcessInfo(NamedTuple):
@@ -91,3 +91,27 @@ def discover(environ: Optional[Mapping[str, str]] = None) -> ProcessInfo:
             return ProcessInfo(found[0], found[1], local if (rank, world) == found else 0, name)
     rank, world, local, source = _core._discover_env(env)
     return ProcessInfo(rank, world, local, source)
+
+
+def rank_and_world(
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    environ: Optional[Mapping[str, str]] = None,
+) -> tuple[int, int]:
+    """``(rank, world_size)``: the arguments given, the rest from :func:`discover`.
+
+    The one rank source of every shardkit class that takes ``rank=None`` /
+    ``world_size=None`` (TokenLoader, the torch datasets and samplers), so two
+    of them in one process always find the same rank.
+
+    >>> rank_and_world(environ={"SLURM_PROCID": "3", "SLURM_NTASKS": "4"})
+    (3, 4)
+    >>> rank_and_world(1, None, environ={"SLURM_PROCID": "3", "SLURM_NTASKS": "4"})
+    (1, 4)
+    """
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    found = discover(environ)
+    return (found.rank if rank is None else rank), (
+        found.world_size if world_size is None else world_size
+    )

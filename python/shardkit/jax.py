@@ -1,6 +1,6 @@
 """JAX adapters: global arrays from per-process data, which rows each host loads, and
 evaluation collectives (``check_plan``, ``agree_steps``, ``gather_unshard``, ``fail_fast``,
-``psum_masked`` over JAX's processes; see shardkit._jax_eval).
+``global_masked_sum`` over JAX's processes; see shardkit._jax_eval).
 
 ``make_array_from_process_local_data`` is a drop-in for JAX's function of that
 name: the same arguments, the same array, but the index arithmetic (global shape
@@ -28,9 +28,31 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from shardkit._core import LoadingPlan, NamedSharding, Shard, ShardPlan
+from shardkit._jax_eval import (
+    JaxEngine,
+    agree_steps,
+    check_plan,
+    fail_fast,
+    gather_unshard,
+    global_masked_sum,
+)
+from shardkit.layout import LoadingPlan, NamedSharding
+from shardkit.sharding import Shard, ShardPlan
 
-__all__ = ["host_items", "host_rows", "make_array_from_process_local_data", "to_shardkit"]
+__all__ = [
+    # layout
+    "host_items",
+    "host_rows",
+    "make_array_from_process_local_data",
+    "to_shardkit",
+    # evaluation over JAX's processes
+    "JaxEngine",
+    "agree_steps",
+    "check_plan",
+    "fail_fast",
+    "gather_unshard",
+    "global_masked_sum",
+]
 
 
 def to_shardkit(sharding: Any) -> NamedSharding:
@@ -143,9 +165,3 @@ def host_items(
         order = order.shard(0)
     plan = LoadingPlan(to_shardkit(sharding), batch_size)
     return plan.items(order, step, _process(process_index))
-
-
-from shardkit import _jax_eval  # noqa: E402
-from shardkit._jax_eval import *  # noqa: E402,F401,F403
-
-__all__ += list(getattr(_jax_eval, "__all__", []))

@@ -23,39 +23,16 @@ batch buffers (no copy). The GIL is released while C++ works.
 from __future__ import annotations
 
 import os
-import sys
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
 from shardkit import _core
+from shardkit.dist import rank_and_world
 
 __all__ = ["TokenLoader"]
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-def _default_rank_and_world(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
-    """Explicit arguments win; then the engine discovery of shardkit.dist (when
-    this build has it: torch.distributed, JAX, torchrun, MPI, SLURM); else
-    torch.distributed through shardkit.torch (when torch is already imported);
-    else torchrun's RANK / WORLD_SIZE; else a single process."""
-    if rank is not None and world_size is not None:
-        return rank, world_size
-    try:
-        from shardkit.dist import discover  # the evaluation issue's discovery
-    except ImportError:
-        discover = None
-    if discover is not None:
-        info = discover()
-        found = info.rank, info.world_size
-    elif "torch" in sys.modules:
-        from shardkit.torch import _rank_and_world
-
-        found = _rank_and_world(None, None)
-    else:
-        found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
 
 
 def _open_source(tokens: Any, offsets: Any, token_dtype: str):
@@ -153,7 +130,7 @@ class TokenLoader:
         whale_unbalanced_io_slicing: bool = False,
         whale_drop_last_files: bool = False,
     ) -> None:
-        rank, world_size = _default_rank_and_world(rank, world_size)
+        rank, world_size = rank_and_world(rank, world_size)
         self._source = _open_source(tokens, offsets, token_dtype)
         self._options = dict(
             seq_len=seq_len,

@@ -39,6 +39,7 @@ __all__ = [
     "pack_stream",
     "balance_ranks",
     "collate_packing",
+    "collate_rows",
     "PackedCollator",
 ]
 
@@ -107,8 +108,8 @@ class StreamingPacker:
     >>> [p for p in iter(sp.pop, None)]
     [[(1, 0, 5, 0), (3, 0, 3, 0), (4, 0, 2, 0)]]
 
-    ``state()`` is a plain dict (JSON-serialisable); ``StreamingPacker(...,
-    state=s)`` continues exactly where it was taken.
+    ``state_dict()`` is a plain dict (JSON-serialisable); ``load_state_dict(s)``
+    (or ``StreamingPacker(..., state=s)``) continues exactly where it was taken.
     """
 
     def __init__(
@@ -122,9 +123,8 @@ class StreamingPacker:
         buffer: Optional[int] = None,
         state: Optional[dict] = None,
     ) -> None:
-        self._packer = _core._StreamingPacker(
-            int(capacity), algorithm, max_images, max_sequences, oversize, buffer, state
-        )
+        self._options = (int(capacity), algorithm, max_images, max_sequences, oversize, buffer)
+        self._packer = _core._StreamingPacker(*self._options, state)
         self.capacity = int(capacity)
 
     def push(self, item: int, length: int, images: int = 0) -> None:
@@ -160,8 +160,14 @@ class StreamingPacker:
     def take_dropped(self) -> list:
         return self._packer.take_dropped()
 
-    def state(self) -> dict:
+    def state_dict(self) -> dict:
+        """Buffered and pending pieces and counters: a JSON-serialisable dict."""
         return self._packer.state()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue exactly where ``state`` (from :meth:`state_dict`) was taken;
+        the packer keeps its options."""
+        self._packer = _core._StreamingPacker(*self._options, state)
 
 
 def pack_stream(
@@ -211,7 +217,7 @@ def balance_ranks(
     return _core._balance_ranks(costs, int(world_size), int(packs_per_rank), bool(drop_last))
 
 
-def _collate_csr(
+def collate_rows(
     row_offsets,
     items,
     starts,
@@ -219,13 +225,27 @@ def _collate_csr(
     images,
     tokens,
     offsets,
-    seq_len,
-    padding_side,
-    pad_token_id,
-    ignore_index,
-    block_mask,
-    causal,
+    *,
+    seq_len: int,
+    padding_side: str,
+    pad_token_id: int,
+    ignore_index: int,
+    block_mask: bool,
+    causal: bool,
 ) -> dict:
+    """Fixed-shape rows from pieces of documents (what :class:`PackedCollator`
+    and :func:`collate_packing` call): row r holds pieces
+    ``row_offsets[r]:row_offsets[r + 1]``; piece j is tokens ``starts[j]`` ..
+    ``starts[j] + lengths[j]`` of document ``items[j]``, and document d is
+    ``tokens[offsets[d]:offsets[d + 1]]``; ``images`` is empty or one count per
+    piece. Returns the arrays described in :class:`PackedCollator`.
+
+    >>> b = collate_rows([0, 2], [1, 0], [0, 1], [1, 2], [], [5, 6, 7, 8], [0, 3, 4],
+    ...                  seq_len=5, padding_side="right", pad_token_id=0,
+    ...                  ignore_index=-100, block_mask=False, causal=True)
+    >>> b["input_ids"].tolist(), b["document_ids"].tolist()
+    ([[8, 6, 7, 0, 0]], [[0, 1, 1, -1, -1]])
+    """
     return _core._collate(
         _int64(row_offsets, "packs"),
         _int64(items, "packs"),
@@ -268,7 +288,7 @@ def collate_packing(
     entries = [np.arange(bounds[p], bounds[p + 1]) for p in ids]
     sel = np.concatenate(entries) if entries else np.zeros(0, dtype=np.int64)
     row_offsets = np.concatenate([[0], np.cumsum([len(e) for e in entries])]).astype(np.int64)
-    return _collate_csr(
+    return collate_rows(
         row_offsets,
         packing.items[sel],
         packing.starts[sel],
@@ -276,12 +296,12 @@ def collate_packing(
         np.zeros(0, dtype=np.int64),
         tokens,
         offsets,
-        packing.capacity if seq_len is None else seq_len,
-        padding_side,
-        pad_token_id,
-        ignore_index,
-        block_mask,
-        causal,
+        seq_len=packing.capacity if seq_len is None else seq_len,
+        padding_side=padding_side,
+        pad_token_id=pad_token_id,
+        ignore_index=ignore_index,
+        block_mask=block_mask,
+        causal=causal,
     )
 
 
@@ -338,7 +358,7 @@ class PackedCollator:
         tokens = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
         n = len(lengths)
-        return _collate_csr(
+        return collate_rows(
             np.asarray(row_offsets, dtype=np.int64),
             np.arange(n),
             np.zeros(n, dtype=np.int64),
@@ -346,10 +366,10 @@ class PackedCollator:
             np.asarray(images, dtype=np.int64),
             tokens,
             offsets,
-            self.seq_len,
-            self.padding_side,
-            self.pad_token_id,
-            self.ignore_index,
-            self.block_mask,
-            self.causal,
+            seq_len=self.seq_len,
+            padding_side=self.padding_side,
+            pad_token_id=self.pad_token_id,
+            ignore_index=self.ignore_index,
+            block_mask=self.block_mask,
+            causal=self.causal,
         )

@@ -1,4 +1,6 @@
-"""PyTorch adapters: a drop-in DistributedSampler and worker-aware iterable sharding.
+"""PyTorch adapters: a drop-in DistributedSampler, worker-aware iterable sharding,
+packed datasets and collators returning tensors, the TokenLoader as a dataset, and
+the evaluation collectives over torch.distributed.
 
 >>> import torch.utils.data as tud
 >>> from shardkit.torch import DistributedSampler
@@ -17,25 +19,42 @@ from typing import Callable, Iterator, Optional, Sequence, TypeVar, Union
 
 import torch.utils.data as tud
 
-from shardkit._core import Shard, ShardPlan
-from shardkit._torch_eval import *  # noqa: F401,F403  (evaluation helpers, see _torch_eval)
-from shardkit._torch_packing import ConstantLengthDataset, PackedCollator  # noqa: F401
-from shardkit.dist import discover
+from shardkit._torch_eval import (
+    TorchEngine,
+    agree_steps,
+    check_plan,
+    fail_fast,
+    gather_unshard,
+    global_masked_sum,
+    init_from_environment,
+)
+from shardkit._torch_loader import TokenDataLoader, TokenDataset
+from shardkit._torch_packing import ConstantLengthDataset, PackedCollator, to_torch
+from shardkit.dist import rank_and_world
+from shardkit.sharding import Shard, ShardPlan
 
 T = TypeVar("T")
 
-__all__ = ["DistributedSampler", "ShardedIterableDataset"]
-
-
-def _rank_and_world(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
-    """Rank and world from the arguments, else shardkit.discover() (torch.distributed,
-    JAX, torchrun / MPI / SLURM environment, else a single process)."""
-    if rank is not None and world_size is not None:
-        return rank, world_size
-    found = discover()
-    return (found.rank if rank is None else rank), (
-        found.world_size if world_size is None else world_size
-    )
+__all__ = [
+    # sharding
+    "DistributedSampler",
+    "ShardedIterableDataset",
+    # packing
+    "ConstantLengthDataset",
+    "PackedCollator",
+    "to_torch",
+    # loader
+    "TokenDataLoader",
+    "TokenDataset",
+    # evaluation over torch.distributed
+    "TorchEngine",
+    "agree_steps",
+    "check_plan",
+    "fail_fast",
+    "gather_unshard",
+    "global_masked_sum",
+    "init_from_environment",
+]
 
 
 class DistributedSampler(tud.DistributedSampler):
@@ -130,7 +149,7 @@ class ShardedIterableDataset(tud.IterableDataset):
             num_items = len(source)  # type: ignore[arg-type]
         self.source = source
         self.num_items = num_items
-        self.rank, self.world_size = _rank_and_world(rank, world_size)
+        self.rank, self.world_size = rank_and_world(rank, world_size)
         self.epoch = epoch
         self.plan_options = plan_options
         self.plan()  # validate now, not inside a worker
@@ -148,6 +167,3 @@ class ShardedIterableDataset(tud.IterableDataset):
         get = self.source if callable(self.source) else self.source.__getitem__
         for index in shard:
             yield get(index)
-
-
-from shardkit._torch_loader import TokenDataLoader, TokenDataset  # noqa: E402,F401

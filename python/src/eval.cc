@@ -45,7 +45,7 @@ void init_eval_plan(nb::module_& m) {
       .def_prop_ro("devices", &EvalPlan::devices)
       .def_prop_ro("device_batch", &EvalPlan::device_batch)
       .def_prop_ro("num_steps", &EvalPlan::num_steps, "the same on every rank")
-      .def_prop_ro("padding", &EvalPlan::TotalPadding,
+      .def_prop_ro("total_padding", &EvalPlan::TotalPadding,
                    "padded slots over all ranks: num_steps * world_size * batch_size - num_items")
       .def_prop_ro("padding_fraction", &EvalPlan::PaddingFraction)
       .def_prop_ro("fingerprint", &EvalPlan::Fingerprint,
@@ -53,7 +53,8 @@ void init_eval_plan(nb::module_& m) {
       .def_prop_ro("split",
                    [](const EvalPlan& p) { return std::string(SplitName(p.options().split)); })
       .def("real", &EvalPlan::Real, "rank"_a, "Real (unmasked) slots of rank over all steps.")
-      .def("rank_padding", &EvalPlan::Padding, "rank"_a, "Padded slots of rank.")
+      .def("padding", &EvalPlan::Padding, "rank"_a,
+           "Padded slots of rank over all steps (as ShardPlan.padding(rank)).")
       .def(
           "_batch",
           [](const EvalPlan& p, Index rank, Index step) {

@@ -98,7 +98,7 @@ def test_torchrun_plan_mismatch_fails_on_every_rank():
     assert proc.returncode != 0
     for rank in range(4):
         assert (
-            f"[rank{rank}]: shardkit.evaluation.PlanMismatchError: plan fingerprint "
+            f"[rank{rank}]: shardkit.eval.PlanMismatchError: plan fingerprint "
             "mismatch: 1 of 4 ranks differ from rank 0" in proc.stderr
         ), proc.stderr[-3000:]
     print(f"every process ended {seconds:.2f} s after the event")

@@ -27,7 +27,8 @@ def check(n, w, b, d, split):
     plan = EvalPlan(n, w, b, devices=d, split=split)
     steps = math.ceil(math.ceil(n / w) / b)
     assert plan.num_steps == steps
-    assert plan.padding == steps * w * b - n
+    assert plan.total_padding == steps * w * b - n
+    assert sum(plan.padding(r) for r in range(w)) == plan.total_padding
     seen = [0] * n
     outputs = []
     for r in range(w):
@@ -106,7 +107,7 @@ def test_padding_is_marked_where_torch_duplicates_silently():
     # torch delivers 12 indices for 10 items (2 counted twice, unmarked)...
     assert len(delivered) == 12 and len(set(delivered)) == 10
     # ...shardkit has the same 3 steps per rank and masks exactly those 2 slots.
-    assert plan.num_steps == 3 and plan.padding == 2
+    assert plan.num_steps == 3 and plan.total_padding == 2
 
 
 def test_unshard_accepts_lists_of_objects_and_torch_tensors():
@@ -186,7 +187,7 @@ class FakeEngine:
 
 
 def test_agree_steps_takes_the_largest_filtered_share():
-    from shardkit.evaluation import PlanMismatchError, agree_steps, check_plan
+    from shardkit.eval import PlanMismatchError, agree_steps, check_plan
 
     plan = EvalPlan(100, 3, 4)
     fp = int(np.array([plan.fingerprint], np.uint64).view(np.int64)[0])

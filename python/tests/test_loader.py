@@ -363,11 +363,11 @@ def test_torch_dataloader_workers_cover_the_epoch_once_and_resume_exactly():
 
 
 def test_torch_tensors_share_memory_with_the_batch():
-    from shardkit._torch_loader import _to_torch
+    from shardkit.torch import to_torch
 
     tokens, offsets = make_data(random.Random(10), 30, 30)
     batch = next(iter(TokenLoader(tokens, offsets, seq_len=32, batch_size=2, rank=0, world_size=1)))
-    tensors = _to_torch(batch)
+    tensors = to_torch(batch)
     assert tensors["input_ids"].data_ptr() == batch["input_ids"].ctypes.data
 
 

@@ -199,12 +199,20 @@ def test_streaming_state_survives_json_and_continues_exactly():
         for i, n in enumerate(lengths[:150]):
             first.push(i, n)
             got.extend(iter(first.pop, None))
-        state = json.loads(json.dumps(first.state()))
+        state = json.loads(json.dumps(first.state_dict()))
         second = StreamingPacker(256, algorithm=algorithm, buffer=16, oversize="split", state=state)
-        for i, n in enumerate(lengths[150:], start=150):
-            second.push(i, n)
-        second.finish()
-        got.extend(iter(second.pop, None))
+        # load_state_dict on a packer that has seen other items resumes the same way
+        third = StreamingPacker(256, algorithm=algorithm, buffer=16, oversize="split")
+        third.push(0, 7)
+        third.load_state_dict(state)
+        rest = []
+        for packer in (second, third):
+            for i, n in enumerate(lengths[150:], start=150):
+                packer.push(i, n)
+            packer.finish()
+            rest.append(list(iter(packer.pop, None)))
+        assert rest[0] == rest[1]
+        got.extend(rest[0])
         assert [[tuple(x) for x in p] for p in got] == [[tuple(x) for x in p] for p in full]
         whole = shardkit.pack(lengths, 256, algorithm=algorithm, buffer=16, oversize="split")
         assert len(full) == whole.num_packs

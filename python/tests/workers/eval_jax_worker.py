@@ -22,7 +22,7 @@ def main() -> None:
     )
 
     import numpy as np  # noqa: E402
-    from shardkit.jax import agree_steps, check_plan, fail_fast, gather_unshard, psum_masked  # noqa
+    from shardkit.jax import agree_steps, check_plan, fail_fast, gather_unshard, global_masked_sum  # noqa
 
     import shardkit  # noqa: E402
 
@@ -43,7 +43,7 @@ def main() -> None:
                 chunk = kept[step * BATCH : (step + 1) * BATCH]
                 values = np.zeros(BATCH)
                 values[: len(chunk)] = chunk
-                s, _ = psum_masked(values, np.arange(BATCH) < len(chunk))
+                s, _ = global_masked_sum(values, np.arange(BATCH) < len(chunk))
                 total += float(s)
             assert total == sum(i for i in range(ITEMS) if i % 3 != 0), total
             if rank == 0:
@@ -57,7 +57,7 @@ def main() -> None:
                     print(f"TEST-EVENT {time.time():.3f}", file=sys.stderr, flush=True)
                     raise ValueError("injected failure at step 2")
                 pred = np.asarray(jax.numpy.asarray(idx) * 3 + 1)  # the "model"
-                _, n = psum_masked(pred.astype(np.float64), mask)  # a collective every step
+                _, n = global_masked_sum(pred.astype(np.float64), mask)  # a collective every step
                 seen += n
                 preds.append(pred)
             assert seen == ITEMS, seen
@@ -65,7 +65,7 @@ def main() -> None:
             assert ordered.tolist() == [3 * i + 1 for i in range(ITEMS)]
             if rank == 0:
                 print(
-                    f"OK jax static world={world} steps={plan.num_steps} padding={plan.padding}",
+                    f"OK jax static world={world} steps={plan.num_steps} padding={plan.total_padding}",
                     flush=True,
                 )
 

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
-from shardkit.torch import agree_steps, all_reduce_masked, check_plan, fail_fast, gather_unshard
+from shardkit.torch import agree_steps, check_plan, fail_fast, gather_unshard, global_masked_sum
 
 import shardkit
 
@@ -45,7 +45,7 @@ def main() -> None:
                 values = torch.zeros(a.batch, dtype=torch.float64)
                 values[: len(chunk)] = torch.tensor(chunk, dtype=torch.float64)
                 mask = np.arange(a.batch) < len(chunk)
-                s, n = all_reduce_masked(values, mask)
+                s, n = global_masked_sum(values, mask)
                 total += float(s)
             want = sum(i for i in range(a.items) if i % 3 != 0)
             assert total == want, (total, want)
@@ -60,7 +60,7 @@ def main() -> None:
                     print(f"TEST-EVENT {time.time():.3f}", file=sys.stderr, flush=True)
                     raise ValueError("injected failure at step 2")
                 pred = torch.from_numpy(idx) * 3 + 1  # the "model"
-                _, n = all_reduce_masked(pred.double(), mask)  # a collective every step
+                _, n = global_masked_sum(pred.double(), mask)  # a collective every step
                 seen += n
                 preds.append(pred)
                 names += [f"doc{i}" for i in idx.tolist()]
@@ -70,7 +70,7 @@ def main() -> None:
             assert gather_unshard(plan, names) == [f"doc{i}" for i in range(a.items)]
             if rank == 0:
                 print(
-                    f"OK torch static world={world} steps={plan.num_steps} padding={plan.padding}",
+                    f"OK torch static world={world} steps={plan.num_steps} padding={plan.total_padding}",
                     flush=True,
                 )
     dist.destroy_process_group()

@@ -11,7 +11,7 @@ every rank with its reason instead of a hang.
 >>> import numpy as np
 >>> from shardkit import EvalPlan
 >>> plan = EvalPlan(10, 3, 2)           # 10 items, 3 ranks, 2 slots per step
->>> plan.num_steps, plan.padding        # ceil(ceil(10 / 3) / 2) steps, 2 masked slots
+>>> plan.num_steps, plan.total_padding  # ceil(ceil(10 / 3) / 2) steps, 2 masked slots
 (2, 2)
 >>> indices, mask = plan.batch(1, 1)
 >>> indices.tolist(), mask.tolist()     # the padded slot holds a valid index
@@ -36,6 +36,7 @@ from typing import Any, Iterator, Optional, Protocol, Sequence
 import numpy as np
 
 from shardkit import _core
+from shardkit._core import pad_for_devices, steps_for_count
 
 __all__ = [
     "EvalPlan",
@@ -49,6 +50,8 @@ __all__ = [
     "masked_sum",
     "masked_mean",
     "masked_count",
+    "pad_for_devices",
+    "steps_for_count",
 ]
 
 
@@ -190,7 +193,7 @@ def agree_steps(
     if local_count < 0:
         raise ValueError(f"local_count: must be non-negative, got {local_count}")
     rows = _exchange(engine, plan, local_count)
-    return _core.steps_for_count(int(rows[:, 1].max()), batch_size)
+    return steps_for_count(int(rows[:, 1].max()), batch_size)
 
 
 def gather_unshard(plan: EvalPlan, local_outputs: Any, engine: Engine):

@@ -1,6 +1,15 @@
-"""Whale (Alibaba PAI) file-slicing compatibility.
+"""Sharding: which rank (and dataloader worker) gets which item.
 
-Whale chooses how files are split over master workers from two environment
+:class:`ShardPlan` is a pure function of its parameters (window -> order ->
+split -> remainder -> workers); :class:`Shard` is one rank's list with O(1)
+random access; ``ShardPlan.audit()`` proves coverage.
+
+>>> from shardkit import ShardPlan
+>>> plan = ShardPlan(10, 4, remainder="pad")
+>>> plan.counts(), plan.padding(3), plan.shard(3).padding
+([3, 3, 3, 3], 1, 1)
+
+Whale (Alibaba PAI) file-slicing compatibility: Whale chooses how files are split over master workers from two environment
 switches; :func:`whale_plan` reads them with Whale's rules and returns the
 equivalent :class:`shardkit.ShardPlan`.
 
@@ -19,7 +28,10 @@ import os
 import warnings
 from typing import Mapping, Optional
 
-from shardkit._core import ShardPlan, _parse_whale_bool, _whale_slicing
+from shardkit import _core
+from shardkit._core import Shard, ShardPlan
+
+__all__ = ["Shard", "ShardPlan", "whale_plan"]
 
 UNBALANCED = "WHALE_UNBALANCED_IO_SLICING"
 DROP_LAST = "WHALE_DROP_LAST_FILES"
@@ -44,9 +56,9 @@ def whale_plan(
     documentation warns (uneven shares with epoch-based stopping can hang).
     """
     env = os.environ if env is None else env
-    unbalanced = _parse_whale_bool(UNBALANCED, env.get(UNBALANCED, ""))
-    drop_last = _parse_whale_bool(DROP_LAST, env.get(DROP_LAST, ""))
-    choice = _whale_slicing(num_files, world_size, unbalanced, drop_last)
+    unbalanced = _core._parse_whale_bool(UNBALANCED, env.get(UNBALANCED, ""))
+    drop_last = _core._parse_whale_bool(DROP_LAST, env.get(DROP_LAST, ""))
+    choice = _core._whale_slicing(num_files, world_size, unbalanced, drop_last)
     if choice["warning"]:
         warnings.warn(choice["warning"], UserWarning, stacklevel=2)
     return ShardPlan(

@@ -1,0 +1,203 @@
+"""The Python package as one surface: one rank source, no import cycle, no
+private name crossing modules, complete ``__all__``, DESIGN.md's names."""
+
+import ast
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardkit
+
+PACKAGE = Path(shardkit.__file__).parent
+MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+ENGINES = {"torch", "_torch_eval", "_torch_loader", "_torch_packing", "jax", "_jax_eval"}
+
+
+def _tree(name):
+    path = PACKAGE / ("__init__.py" if name == "shardkit" else f"{name}.py")
+    return ast.parse(path.read_text(), str(path))
+
+
+def _shardkit_imports(tree):
+    """(module imported, [names imported from it]) for every import of a
+    shardkit module anywhere in the file (top level or inside a function)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "shardkit":
+                for alias in node.names:  # from shardkit import eval as _ev
+                    yield f"shardkit.{alias.name}", []
+            elif node.module.startswith("shardkit."):
+                yield node.module, [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("shardkit."):
+                    yield alias.name, []
+
+
+def test_the_package_has_no_import_cycle():
+    graph = {}
+    for name in ["shardkit", *MODULES]:
+        full = "shardkit" if name == "shardkit" else f"shardkit.{name}"
+        graph[full] = {
+            m for m, _ in _shardkit_imports(_tree(name)) if m != "shardkit._core" and m != full
+        }
+    state = {}
+
+    def visit(node, path):
+        if state.get(node) == "done":
+            return
+        assert state.get(node) != "open", "import cycle: " + " -> ".join([*path, node])
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if nxt != "shardkit":  # importing the package itself is the package's job
+                visit(nxt, [*path, node])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        visit(node, [])
+
+
+def test_no_private_name_crosses_modules():
+    """A module imports only public names from another module; the compiled
+    module's underscore hooks are reached as ``_core._name``, never imported."""
+    offenders = []
+    for name in ["shardkit", *MODULES]:
+        tree = _tree(name)
+        for module, names in _shardkit_imports(tree):
+            offenders += [f"{name}: from {module} import {n}" for n in names if n.startswith("_")]
+        aliases = {
+            a.asname or a.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == "shardkit"
+            for a in node.names
+            if a.name != "_core"
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+            ):
+                offenders.append(f"{name}: {node.value.id}.{node.attr}")
+    assert offenders == []
+
+
+def _module(name):
+    if name in ENGINES:
+        pytest.importorskip("jax" if "jax" in name else "torch")
+    return importlib.import_module(f"shardkit.{name}")
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_all_is_complete(name):
+    """Every public class or function a module holds is in its ``__all__``,
+    unless it is the same object another public module exports; every name of
+    ``__all__`` exists."""
+    module = _module(name)
+    assert hasattr(module, "__all__"), f"shardkit.{name} has no __all__"
+    assert len(set(module.__all__)) == len(module.__all__)
+    for exported in module.__all__:
+        assert hasattr(module, exported), f"shardkit.{name}.__all__ names missing {exported}"
+    elsewhere = set()
+    for other in MODULES:
+        if other != name and not other.startswith("_") and other not in ENGINES - {"torch", "jax"}:
+            try:
+                mod = _module(other)
+            except pytest.skip.Exception:
+                continue
+            elsewhere |= {id(getattr(mod, n)) for n in getattr(mod, "__all__", [])}
+    missing = []
+    for attr, value in vars(module).items():
+        if attr.startswith("_") or inspect.ismodule(value):
+            continue
+        if not (inspect.isclass(value) or inspect.isfunction(value) or callable(value)):
+            continue
+        owner = getattr(value, "__module__", "") or ""
+        if not owner.startswith("shardkit"):
+            continue
+        if owner != module.__name__ and id(value) in elsewhere:
+            continue
+        if attr not in module.__all__:
+            missing.append(attr)
+    assert missing == [], f"shardkit.{name}.__all__ lacks {missing}"
+
+
+def test_the_names_of_the_design_work_from_shardkit():
+    for name in [
+        "ShardPlan",
+        "Shard",
+        "pack",
+        "Packing",
+        "Mesh",
+        "PartitionSpec",
+        "NamedSharding",
+        "EvalPlan",
+        "TokenLoader",
+        "discover",
+        "whale_plan",
+    ]:
+        assert name in shardkit.__all__ and hasattr(shardkit, name), name
+    for area in ("sharding", "packing", "eval", "layout", "loader"):
+        assert importlib.import_module(f"shardkit.{area}").__all__
+    plan = shardkit.ShardPlan(10, 4, remainder="pad")
+    shard = plan.shard(3)
+    assert (len(shard), shard.padding, shard.mask().tolist()) == (3, 1, [True, True, False])
+    assert plan.audit()["exactly_once"]
+    mod = [m.name for m in pkgutil.iter_modules([str(PACKAGE)])]
+    assert "evaluation" not in mod and "whale" not in mod  # one module per area
+
+
+def test_one_spelling_for_state_and_padding():
+    """state_dict / load_state_dict wherever state exists; padding(rank) is a
+    per-rank count on both plans (Shard.padding that of one shard), and
+    EvalPlan.total_padding the total."""
+    from shardkit import EvalPlan, ShardPlan, StreamingPacker, TokenLoader
+
+    for cls in (StreamingPacker, TokenLoader):
+        assert hasattr(cls, "state_dict") and hasattr(cls, "load_state_dict")
+        assert not hasattr(cls, "state"), cls
+    ev = EvalPlan(10, 3, 2)
+    sp = ShardPlan(10, 4, remainder="pad")
+    assert ev.total_padding == sum(ev.padding(r) for r in range(3)) == 2
+    assert [ev.padding(r) for r in range(3)] == [0, 1, 1]
+    assert [sp.padding(r) for r in range(4)] == [sp.shard(r).padding for r in range(4)]
+    assert [sp.padding(r) for r in range(4)] == [0, 0, 1, 1]
+
+
+ENVIRONMENTS = [
+    {"SLURM_PROCID": "2", "SLURM_NTASKS": "3", "SLURM_LOCALID": "0"},
+    {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "3"},
+    {"PMI_RANK": "2", "PMI_SIZE": "4"},
+    {"RANK": "1", "WORLD_SIZE": "2"},
+]
+
+
+@pytest.mark.parametrize("environ", ENVIRONMENTS, ids=lambda e: next(iter(e)))
+def test_every_class_finds_the_same_rank(monkeypatch, environ):
+    """shardkit.discover() is the only rank source: every class that takes
+    rank=None / world_size=None finds the launcher's rank and world."""
+    torch_adapters = pytest.importorskip("shardkit.torch")
+    for var in [v for e in ENVIRONMENTS for v in e]:
+        monkeypatch.delenv(var, raising=False)
+    for var, value in environ.items():
+        monkeypatch.setenv(var, value)
+    expected = shardkit.discover()
+    assert expected.source != "default"
+    want = (expected.rank, expected.world_size)
+    tokens, offsets = np.arange(40, dtype=np.int32), np.arange(0, 41, 5)
+    samples = [{"input_ids": list(range(n))} for n in (3, 5, 2, 7)]
+    found = {
+        "TokenLoader": shardkit.TokenLoader(tokens, offsets, seq_len=8, batch_size=1),
+        "TokenDataset": torch_adapters.TokenDataset(tokens, offsets, seq_len=8, batch_size=1),
+        "ConstantLengthDataset": torch_adapters.ConstantLengthDataset(samples, seq_len=8),
+        "ShardedIterableDataset": torch_adapters.ShardedIterableDataset(list(range(10))),
+    }
+    for name, obj in found.items():
+        assert (obj.rank, obj.world_size) == want, name
+    assert shardkit.rank_and_world() == want
+    assert shardkit.rank_and_world(0) == (0, want[1])
