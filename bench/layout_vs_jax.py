@@ -178,10 +178,10 @@ def child(num_devices, per_host):
     me = processes // 3
     local_shape = sk.local_shape(shape, me)
     got = sk.local_to_global(local_shape, me)
-    assert got["global_shape"] == shape
+    assert got.global_shape == shape
     want = jax_process(me, local_shape)
     assert [[(s.start, s.stop) for s in idx] for idx in want] == [
-        [tuple(x) for x in dev] for dev in got["local"].tolist()
+        [tuple(x) for x in dev] for dev in got.local_slices.tolist()
     ]
     report(
         f"make_array_from_process_local_data mapping, 1 process of {per_host} devices",

@@ -17,7 +17,7 @@ from the plan's parameters alone (no communication, no index lists):
 >>> first = epoch.shard(5).numpy(0, 4)              # O(1): nothing is materialised
 >>> len(first), first.dtype.name
 (4, 'int64')
->>> epoch.audit()["exactly_once"]
+>>> epoch.audit().exactly_once
 True
 """
 
@@ -32,24 +32,36 @@ from shardkit.eval import (
     pad_for_devices,
     steps_for_count,
 )
-from shardkit.layout import LoadingPlan, Mesh, NamedSharding, PartitionSpec
+from shardkit.layout import LoadingPlan, LocalToGlobal, Mesh, NamedSharding, PartitionSpec
 from shardkit.loader import TokenLoader
 from shardkit.packing import (
     PackedCollator,
     Packing,
+    RankSchedule,
     StreamingPacker,
     balance_ranks,
     collate_packing,
     pack,
     pack_stream,
 )
-from shardkit.sharding import Shard, ShardPlan, whale_plan
+from shardkit.sharding import (
+    AuditReport,
+    Shard,
+    ShardPlan,
+    WhaleChoice,
+    whale_choice,
+    whale_plan,
+)
 
 __all__ = [
+    "AuditReport",
     "Shard",
     "ShardPlan",
+    "WhaleChoice",
+    "whale_choice",
     "whale_plan",
     "Packing",
+    "RankSchedule",
     "pack",
     "StreamingPacker",
     "pack_stream",
@@ -69,6 +81,7 @@ __all__ = [
     "steps_for_count",
     "TokenLoader",
     "LoadingPlan",
+    "LocalToGlobal",
     "Mesh",
     "NamedSharding",
     "PartitionSpec",

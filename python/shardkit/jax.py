@@ -87,10 +87,10 @@ def _one_array(sharding: Any, local_data: Any, global_shape: Sequence[int] | Non
     devices = sharding.mesh.devices.flat
     mesh_devices = list(devices)
     arrays = []
-    for k, device in enumerate(mapping["devices"].tolist()):
-        block = tuple(slice(int(a), int(b)) for a, b in mapping["local"][k])
+    for k, device in enumerate(mapping.devices.tolist()):
+        block = tuple(slice(int(a), int(b)) for a, b in mapping.local_slices[k])
         arrays.append(jax.device_put(data[block], mesh_devices[device]))
-    return jax.make_array_from_single_device_arrays(mapping["global_shape"], sharding, arrays)
+    return jax.make_array_from_single_device_arrays(mapping.global_shape, sharding, arrays)
 
 
 def make_array_from_process_local_data(

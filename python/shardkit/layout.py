@@ -29,9 +29,9 @@ local block k.
 >>> owners = [0, 1, 0, 1]                      # interleaved owners
 >>> s = NamedSharding(Mesh({"data": 4}, owners=owners), PartitionSpec("data"))
 >>> m = s.local_to_global((4,), process=1)
->>> m["global_shape"], m["devices"].tolist()
+>>> m.global_shape, m.devices.tolist()
 ((8,), [1, 3])
->>> m["global"][:, 0].tolist(), m["local"][:, 0].tolist()
+>>> m.global_slices[:, 0].tolist(), m.local_slices[:, 0].tolist()
 ([[2, 4], [6, 8]], [[0, 2], [2, 4]])
 
 The loading plan: which rows of each step's global batch a host reads, and back.
@@ -49,6 +49,6 @@ Traceback (most recent call last):
 ValueError: shape: dimension 0 of (6,) has size 6, which is not divisible by its 4 partitions (mesh axes 'data' of sizes 4 in P('data'))
 """
 
-from shardkit._core import LoadingPlan, Mesh, NamedSharding, PartitionSpec
+from shardkit._core import LoadingPlan, LocalToGlobal, Mesh, NamedSharding, PartitionSpec
 
-__all__ = ["LoadingPlan", "Mesh", "NamedSharding", "PartitionSpec"]
+__all__ = ["LoadingPlan", "LocalToGlobal", "Mesh", "NamedSharding", "PartitionSpec"]

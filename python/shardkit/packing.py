@@ -30,10 +30,11 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from shardkit import _core
-from shardkit._core import Packing
+from shardkit._core import Packing, RankSchedule
 
 __all__ = [
     "Packing",
+    "RankSchedule",
     "pack",
     "StreamingPacker",
     "pack_stream",
@@ -196,18 +197,19 @@ def balance_ranks(
     packs_per_rank: int = 1,
     cost: str = "tokens",
     drop_last: bool = False,
-) -> dict:
+) -> RankSchedule:
     """Deals packs to ``world_size`` ranks: every rank gets exactly
     ``packs_per_rank`` packs per step, and each step's cost is even across ranks.
 
     cost: ``tokens`` or ``squared`` (sum of squared document lengths, the
-    attention cost); or pass the per-pack costs directly. Returns a dict with
-    ``assignment`` [steps, world, packs_per_rank] (pack ids, -1 = padding pack),
-    ``rank_costs`` [steps, world], ``max_step_imbalance``, ``total_imbalance``,
-    ``padding_packs``, ``dropped_packs`` (drop_last).
+    attention cost); or pass the per-pack costs directly. Returns a
+    :class:`RankSchedule` (read-only): ``assignment`` [steps, world,
+    packs_per_rank] (pack ids, -1 = padding pack), ``rank_costs`` [steps,
+    world], ``num_steps``, ``max_step_imbalance``, ``max_full_step_imbalance``,
+    ``total_imbalance``, ``padding_packs``, ``dropped_packs`` (drop_last).
 
     >>> s = balance_ranks([10, 1, 9, 2, 8, 3, 7, 4], 2, packs_per_rank=2)
-    >>> s["assignment"].tolist(), s["max_step_imbalance"]
+    >>> s.assignment.tolist(), s.max_step_imbalance
     ([[[0, 6], [2, 4]], [[7, 1], [5, 3]]], 0.0)
     """
     if isinstance(packing, Packing):

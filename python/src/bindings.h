@@ -1,19 +1,84 @@
-// One init function per core area; module.cc calls them in order.
+// The conversion header of shardkit._core: every conversion between Python
+// objects and the core's vocabulary (Index, intervals, vectors, numpy arrays)
+// lives here, once; the binding files (one per core area) only register.
+//
+// Conventions:
+// - Results that own memory reach Python as numpy arrays without a copy:
+//   NewArray / NewNd hand C++ a buffer the array owns; ViewOf gives a
+//   read-only view of a vector owned by a bound object.
+// - Arguments that Python passes in many shapes (a tuple, a list, a numpy
+//   shape, any array-like of numbers) are taken as nb::typed<nb::handle, Tag>
+//   and converted by the functions below, so that bad input is a ValueError
+//   naming the argument (not nanobind's TypeError) while the generated stub
+//   still says what is expected (the Tag's stub name).
+// - An index outside its domain is an IndexError naming the index and the
+//   domain (CheckedIndex).
 #ifndef SHARDKIT_PYTHON_BINDINGS_H_
 #define SHARDKIT_PYTHON_BINDINGS_H_
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <initializer_list>
+#include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
+
+#include "shardkit/base/index.h"
 
 namespace shardkit::python {
 
 namespace nb = nanobind;
 
+// ---- stub names of arguments converted here ---------------------------------
+
+struct IntSequenceTag {};     // collections.abc.Sequence[int]: a tuple, list or shape
+struct FloatArrayTag {};      // numpy.typing.ArrayLike: any 1-D array-like of numbers
+struct AxesTag {};            // {name: size} or (name, size) pairs
+struct SpecLikeTag {};        // a shardkit or JAX PartitionSpec, or its entries
+struct SpecEntryTag {};       // one PartitionSpec entry
+struct DevicesIndicesTag {};  // {device: tuple of slices}
+
+using IntSequence = nb::typed<nb::handle, IntSequenceTag>;
+using FloatArray = nb::typed<nb::handle, FloatArrayTag>;
+
+}  // namespace shardkit::python
+
+namespace nanobind::detail {
+#define SHARDKIT_STUB_NAME(Tag, text)              \
+  template <>                                      \
+  struct type_caster<shardkit::python::Tag> {      \
+    static constexpr auto Name = const_name(text); \
+  }
+SHARDKIT_STUB_NAME(IntSequenceTag, "collections.abc.Sequence[int]");
+SHARDKIT_STUB_NAME(FloatArrayTag, "numpy.typing.ArrayLike");
+SHARDKIT_STUB_NAME(AxesTag,
+                   "collections.abc.Mapping[str, int] | "
+                   "collections.abc.Iterable[tuple[str, int]]");
+SHARDKIT_STUB_NAME(SpecLikeTag,
+                   "PartitionSpec | collections.abc.Iterable[str | tuple[str, ...] | None]");
+SHARDKIT_STUB_NAME(SpecEntryTag, "str | tuple[str, ...] | None");
+SHARDKIT_STUB_NAME(DevicesIndicesTag, "dict[int, tuple[slice, ...]]");
+#undef SHARDKIT_STUB_NAME
+}  // namespace nanobind::detail
+
+namespace shardkit::python {
+
+// ---- numpy results ------------------------------------------------------------
+
 template <typename T>
 using NumpyArray = nb::ndarray<nb::numpy, T, nb::ndim<1>>;
+
+// A read-only 1-D int64 numpy view of memory owned by a bound object.
+using Int64View = nb::ndarray<nb::numpy, const std::int64_t, nb::ndim<1>>;
+
+// An int64 numpy array of any rank (an [n, dims, 2] table of slices).
+using Int64Table = nb::ndarray<nb::numpy, std::int64_t>;
 
 // A fresh 1-D numpy array of n elements whose buffer C++ fills in place; the
 // array owns the memory (no copy on the way to Python).
@@ -25,9 +90,102 @@ NumpyArray<T> NewArray(std::size_t n, T** data) {
   return NumpyArray<T>(buffer, {n}, owner);
 }
 
+// The same for any shape.
+template <typename T>
+nb::ndarray<nb::numpy, T> NewNd(std::initializer_list<std::size_t> shape, T** data) {
+  std::size_t n = 1;
+  for (std::size_t s : shape) n *= s;
+  T* buffer = new T[n > 0 ? n : 1];
+  nb::capsule owner(buffer, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+  *data = buffer;
+  return nb::ndarray<nb::numpy, T>(buffer, shape.size(), shape.begin(), owner);
+}
+
+// A copy of `values` as a fresh numpy array.
+template <typename T>
+NumpyArray<T> ToArray(std::span<const T> values) {
+  T* data;
+  auto array = NewArray<T>(values.size(), &data);
+  std::copy(values.begin(), values.end(), data);
+  return array;
+}
+
+// A read-only numpy view of a vector owned by the Python object `owner` (the
+// bound object holding the vector stays alive while the view does).
+inline Int64View ViewOf(const std::vector<Index>& v, nb::handle owner) {
+  static_assert(sizeof(Index) == sizeof(std::int64_t));
+  return Int64View(reinterpret_cast<const std::int64_t*>(v.data()), {v.size()}, owner);
+}
+
+// A tuple of ints.
+inline nb::typed<nb::tuple, Index, nb::ellipsis> ToTuple(std::span<const Index> values) {
+  nb::list out;
+  for (Index v : values) out.append(v);
+  return nb::borrow<nb::typed<nb::tuple, Index, nb::ellipsis>>(nb::tuple(out));
+}
+
+// A float for a __repr__: six significant digits, as Python would print them.
+inline std::string ReprFloat(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", v);
+  std::string out = text;
+  if (out.find_first_of(".eni") == std::string::npos) out += ".0";
+  return out;
+}
+
+// ---- arguments ----------------------------------------------------------------
+
+// A contiguous int64 array passed by the Python package (no copy).
+using I64In = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+inline std::span<const Index> Span(const I64In& a) {
+  return {reinterpret_cast<const Index*>(a.data()), a.shape(0)};
+}
+
+// A Python int sequence (tuple, list, numpy shape) as Index values; a
+// ValueError naming `name` otherwise.
+inline std::vector<Index> ToIndices(nb::handle values, const char* name) {
+  std::vector<Index> out;
+  try {
+    for (nb::handle v : values) out.push_back(nb::cast<Index>(v));
+  } catch (const std::exception&) {
+    throw std::invalid_argument(std::string(name) + ": expected a sequence of ints, got " +
+                                nb::cast<std::string>(nb::repr(values)));
+  }
+  return out;
+}
+
 // Any 1-D array-like of numbers as float64 (numpy.asarray), copied into a
-// vector the core owns.
-std::vector<double> ToDoubles(nb::handle values, const char* name);
+// vector the core owns; a ValueError naming `name` for another shape.
+inline std::vector<double> ToDoubles(nb::handle values, const char* name) {
+  nb::module_ np = nb::module_::import_("numpy");
+  nb::object array = np.attr("ascontiguousarray")(values, nb::arg("dtype") = np.attr("float64"));
+  if (nb::cast<int>(array.attr("ndim")) != 1) {
+    std::string shape;
+    for (nb::handle extent : array.attr("shape")) {
+      shape += (shape.empty() ? "" : ", ") + std::to_string(nb::cast<Index>(extent));
+    }
+    throw std::invalid_argument(std::string(name) + ": expected a 1-D array, got shape (" + shape +
+                                ")");
+  }
+  auto view = nb::cast<nb::ndarray<const double, nb::ndim<1>, nb::c_contig>>(array);
+  return std::vector<double>(view.data(), view.data() + view.shape(0));
+}
+
+// k, or k + size for a negative k (Python's convention); otherwise an
+// IndexError in the library's wording, "<what>: k is outside [0, size)".
+inline Index CheckedIndex(Index k, Index size, const char* what) {
+  const Index original = k;
+  if (k < 0) k += size;
+  if (k < 0 || k >= size) {
+    throw nb::index_error((std::string(what) + ": " + std::to_string(original) +
+                           " is outside [0, " + std::to_string(size) + ")")
+                              .c_str());
+  }
+  return k;
+}
+
+// ---- one init function per core area; module.cc calls them in order ----------
 
 void init_shard_plan(nb::module_& m);
 void init_packing(nb::module_& m);

@@ -26,23 +26,16 @@ struct BoundSpec {
   PartitionSpec spec;
 };
 
-// A Python int sequence (tuple, list, numpy shape) as Index values.
-std::vector<Index> ToShape(nb::handle values, const char* name) {
-  std::vector<Index> out;
-  try {
-    for (nb::handle v : values) out.push_back(nb::cast<Index>(v));
-  } catch (const nb::cast_error&) {
-    throw std::invalid_argument(std::string(name) + ": expected a sequence of ints, got " +
-                                nb::cast<std::string>(nb::repr(values)));
-  }
-  return out;
-}
+using Axes = nb::typed<nb::handle, AxesTag>;
+using SpecLike = nb::typed<nb::handle, SpecLikeTag>;
+using SpecEntryOut = nb::typed<nb::object, SpecEntryTag>;
 
-nb::tuple ToTuple(const std::vector<Index>& values) {
-  nb::list out;
-  for (Index v : values) out.append(v);
-  return nb::tuple(out);
-}
+// How a process's local data fills its devices (NamedSharding.local_to_global).
+struct LocalToGlobal {
+  nb::typed<nb::tuple, Index, nb::ellipsis> global_shape;
+  nb::object devices;                      // int64 [device]
+  nb::object global_slices, local_slices;  // int64 [device, dim, (start, stop)]
+};
 
 SpecEntry EntryFromPython(nb::handle entry, size_t dim) {
   SpecEntry out;
@@ -68,14 +61,14 @@ SpecEntry EntryFromPython(nb::handle entry, size_t dim) {
                               "; expected None, an axis name or a tuple of axis names");
 }
 
-nb::object EntryToPython(const SpecEntry& entry) {
+SpecEntryOut EntryToPython(const SpecEntry& entry) {
   if (!entry.tuple) {
-    if (entry.axes.empty()) return nb::none();
-    return nb::str(entry.axes[0].c_str());
+    if (entry.axes.empty()) return SpecEntryOut(nb::none());
+    return SpecEntryOut(nb::str(entry.axes[0].c_str()));
   }
   nb::list names;
   for (const auto& name : entry.axes) names.append(nb::str(name.c_str()));
-  return nb::tuple(names);
+  return SpecEntryOut(nb::tuple(names));
 }
 
 // Any iterable of entries (shardkit or JAX PartitionSpec, tuple, list).
@@ -95,7 +88,7 @@ Mesh MeshFromPython(nb::handle axes, nb::handle owners) {
     out.push_back({nb::cast<std::string>(pair[0]), nb::cast<Index>(pair[1])});
   }
   std::vector<Index> owner_list;
-  if (!owners.is_none()) owner_list = ToShape(owners, "owners");
+  if (!owners.is_none()) owner_list = ToIndices(owners, "owners");
   nb::gil_scoped_release release;
   return Mesh(std::move(out), std::move(owner_list));
 }
@@ -103,7 +96,7 @@ Mesh MeshFromPython(nb::handle axes, nb::handle owners) {
 Mesh MeshFromJax(nb::handle jax_mesh) {
   nb::object devices = jax_mesh.attr("devices");
   nb::tuple names = nb::tuple(jax_mesh.attr("axis_names"));
-  std::vector<Index> dims = ToShape(devices.attr("shape"), "mesh");
+  std::vector<Index> dims = ToIndices(devices.attr("shape"), "mesh");
   std::vector<MeshAxis> axes;
   for (size_t a = 0; a < names.size(); ++a) {
     axes.push_back({nb::cast<std::string>(nb::str(names[a])), dims[a]});
@@ -120,18 +113,21 @@ std::string SpecRepr(const PartitionSpec& spec) {
   return "PartitionSpec" + s.substr(1);
 }
 
-nb::object Slices(const std::vector<Slice>& slices, Index rows, Index cols) {
+// int64 [rows, cols, (start, stop)].
+nb::ndarray<nb::numpy, std::int64_t, nb::ndim<3>> Slices(const std::vector<Slice>& slices,
+                                                         Index rows, Index cols) {
   std::int64_t* data;
-  auto array = NewArray<std::int64_t>(slices.size() * 2, &data);
+  auto array =
+      NewNd<std::int64_t>({static_cast<size_t>(rows), static_cast<size_t>(cols), size_t{2}}, &data);
   for (size_t k = 0; k < slices.size(); ++k) {
     data[2 * k] = slices[k].start;
     data[2 * k + 1] = slices[k].stop;
   }
-  return nb::cast(array).attr("reshape")(rows, cols, 2);
+  return nb::ndarray<nb::numpy, std::int64_t, nb::ndim<3>>(array);
 }
 
-ArrayLayout LayoutOf(const NamedSharding& s, nb::handle shape) {
-  return s.Layout(ToShape(shape, "shape"));
+ArrayLayout LayoutOf(const NamedSharding& s, IntSequence shape) {
+  return s.Layout(ToIndices(shape, "shape"));
 }
 
 }  // namespace
@@ -147,25 +143,28 @@ void init_layout(nb::module_& m) {
       "(8, [0, 1], [4, 5, 6, 7])\n")
       .def(
           "__init__",
-          [](Mesh* self, nb::handle axes, nb::handle owners) {
-            new (self) Mesh(MeshFromPython(axes, owners));
+          [](Mesh* self, Axes axes, std::optional<IntSequence> owners) {
+            new (self)
+                Mesh(MeshFromPython(axes, owners ? nb::handle(*owners) : nb::handle(Py_None)));
           },
           "axes"_a, "owners"_a = nb::none())
-      .def_static("from_jax", &MeshFromJax, "mesh"_a,
+      .def_static("from_jax", &MeshFromJax, "mesh"_a,  // any jax.sharding.Mesh: JAX is optional
                   "The shardkit Mesh of a jax.sharding.Mesh: its axes, and device d = position "
                   "in mesh.devices.flat with owner d.process_index.")
       .def_prop_ro("axis_names",
                    [](const Mesh& m) {
                      nb::list names;
                      for (const auto& a : m.axes()) names.append(nb::str(a.name.c_str()));
-                     return nb::tuple(names);
+                     return nb::typed<nb::tuple, std::string, nb::ellipsis>(nb::tuple(names));
                    })
-      .def_prop_ro("shape",
-                   [](const Mesh& m) {
-                     nb::dict d;
-                     for (const auto& a : m.axes()) d[nb::str(a.name.c_str())] = a.size;
-                     return d;
-                   })
+      .def_prop_ro(
+          "shape",
+          [](const Mesh& m) {
+            nb::typed<nb::dict, std::string, Index> d;
+            for (const auto& a : m.axes()) d[nb::str(a.name.c_str())] = a.size;
+            return d;
+          },
+          "{axis name: size}, in mesh order (as jax.sharding.Mesh.shape)")
       .def_prop_ro("size", &Mesh::size)
       .def_prop_ro("owners", [](const Mesh& m) { return m.owners(); })
       .def_prop_ro("processes", [](const Mesh& m) { return m.processes(); })
@@ -195,34 +194,32 @@ void init_layout(nb::module_& m) {
                         "PartitionSpec(('x', 'y'), None)\n"
                         ">>> shardkit.PartitionSpec.parse(\"x, None\")[0]\n"
                         "'x'\n")
-      .def("__init__",
-           [](BoundSpec* self, nb::args entries) {
-             PartitionSpec spec;
-             for (nb::handle e : entries) spec.push_back(EntryFromPython(e, spec.size()));
-             new (self) BoundSpec{std::move(spec)};
-           })
+      .def(
+          "__init__",
+          [](BoundSpec* self, nb::args entries) {
+            PartitionSpec spec;
+            for (nb::handle e : entries) spec.push_back(EntryFromPython(e, spec.size()));
+            new (self) BoundSpec{std::move(spec)};
+          },
+          nb::sig("def __init__(self, *entries: str | tuple[str, ...] | None) -> None"))
       .def_static(
           "parse", [](std::string_view text) { return BoundSpec{ParsePartitionSpec(text)}; },
           "text"_a, "Parses the arguments of a JAX PartitionSpec: \"('x', 'y'), None\".")
       .def_static(
           "from_jax", [](nb::handle spec) { return BoundSpec{SpecFromPython(spec)}; }, "spec"_a)
       .def("__len__", [](const BoundSpec& b) { return b.spec.size(); })
-      .def("__getitem__",
-           [](const BoundSpec& b, Index i) {
-             const PartitionSpec& s = b.spec;
-             if (i < 0) i += static_cast<Index>(s.size());
-             if (i < 0 || i >= static_cast<Index>(s.size())) {
-               throw nb::index_error(("index " + std::to_string(i) + " is outside [0, " +
-                                      std::to_string(s.size()) + ")")
-                                         .c_str());
-             }
-             return EntryToPython(s[i]);
-           })
+      .def(
+          "__getitem__",
+          [](const BoundSpec& b, Index i) {
+            const PartitionSpec& s = b.spec;
+            return EntryToPython(s[CheckedIndex(i, static_cast<Index>(s.size()), "index")]);
+          },
+          "index"_a)
       .def("__iter__",
            [](const BoundSpec& b) {
              nb::list out;
              for (const auto& e : b.spec) out.append(EntryToPython(e));
-             return nb::iter(out);
+             return nb::typed<nb::iterator, SpecEntryOut>(nb::iter(out));
            })
       .def("__eq__",
            [](const BoundSpec& bound, nb::handle b) {
@@ -257,7 +254,7 @@ void init_layout(nb::module_& m) {
       "([[(2, 4)], [(0, 3)]], (2, 3))\n")
       .def(
           "__init__",
-          [](NamedSharding* self, const Mesh& mesh, nb::handle spec) {
+          [](NamedSharding* self, const Mesh& mesh, SpecLike spec) {
             new (self) NamedSharding(mesh, SpecFromPython(spec));
           },
           "mesh"_a, "spec"_a)
@@ -272,13 +269,13 @@ void init_layout(nb::module_& m) {
       .def_prop_ro("spec", [](const NamedSharding& s) { return BoundSpec{s.spec()}; })
       .def(
           "shard_shape",
-          [](const NamedSharding& s, nb::handle shape) {
+          [](const NamedSharding& s, IntSequence shape) {
             return ToTuple(LayoutOf(s, shape).shard_shape());
           },
           "shape"_a, "The shape every device holds.")
       .def(
           "indices",
-          [](const NamedSharding& s, nb::handle shape) {
+          [](const NamedSharding& s, IntSequence shape) {
             ArrayLayout layout = LayoutOf(s, shape);
             const Index n = layout.ndim(), devices = s.mesh().size();
             std::vector<Slice> slices(devices * n);
@@ -293,7 +290,7 @@ void init_layout(nb::module_& m) {
           "objects.")
       .def(
           "devices_indices_map",
-          [](const NamedSharding& s, nb::handle shape) {
+          [](const NamedSharding& s, IntSequence shape) {
             ArrayLayout layout = LayoutOf(s, shape);
             const Index n = layout.ndim(), devices = s.mesh().size();
             // One slice object per tile of each dimension, shared by every
@@ -321,14 +318,14 @@ void init_layout(nb::module_& m) {
               Py_DECREF(key);
               Py_DECREF(index);
             }
-            return out;
+            return nb::typed<nb::object, DevicesIndicesTag>(out);
           },
           "shape"_a,
           "{device: tuple of slices}, as jax.sharding.NamedSharding.devices_indices_map "
           "(slices always have explicit bounds).")
       .def(
           "replica_ids",
-          [](const NamedSharding& s, nb::handle shape) {
+          [](const NamedSharding& s, IntSequence shape) {
             ArrayLayout layout = LayoutOf(s, shape);
             std::int64_t* data;
             auto array = NewArray<std::int64_t>(s.mesh().size(), &data);
@@ -338,17 +335,13 @@ void init_layout(nb::module_& m) {
           "shape"_a, "Replica id of every device (JAX's device_replica_id_map rule).")
       .def(
           "process_indices",
-          [](const NamedSharding& s, nb::handle shape, Index process) {
+          [](const NamedSharding& s, IntSequence shape, Index process) {
             ProcessLayout view = LayoutOf(s, shape).Process(process);
             const Index shard_dims = static_cast<Index>(view.local_shape().size());
             std::vector<Index> shard_shape = LayoutOf(s, shape).shard_shape();
-            nb::list out;
+            std::vector<std::vector<std::pair<Index, Index>>> out(static_cast<size_t>(shard_dims));
             for (Index i = 0; i < shard_dims; ++i) {
-              nb::list dim;
-              for (Index start : view.Starts(i)) {
-                dim.append(nb::make_tuple(start, start + shard_shape[i]));
-              }
-              out.append(dim);
+              for (Index start : view.Starts(i)) out[i].emplace_back(start, start + shard_shape[i]);
             }
             return out;
           },
@@ -356,7 +349,7 @@ void init_layout(nb::module_& m) {
           "Per dimension, the sorted distinct (start, stop) slices `process` holds.")
       .def(
           "local_shape",
-          [](const NamedSharding& s, nb::handle shape, Index process) {
+          [](const NamedSharding& s, IntSequence shape, Index process) {
             return ToTuple(LayoutOf(s, shape).Process(process).local_shape());
           },
           "shape"_a, "process"_a,
@@ -371,22 +364,22 @@ void init_layout(nb::module_& m) {
           "get_process_index_and_count, index ordered by first start), None when non-uniform.")
       .def(
           "infer_global_shape",
-          [](const NamedSharding& s, nb::handle local_shape) {
-            auto shape = s.InferGlobalShape(ToShape(local_shape, "local_shape"));
+          [](const NamedSharding& s, IntSequence local_shape) {
+            auto shape = s.InferGlobalShape(ToIndices(local_shape, "local_shape"));
             nb::list out;
             for (const auto& v : shape) out.append(v ? nb::cast(*v) : nb::none());
-            return nb::tuple(out);
+            return nb::typed<nb::tuple, std::optional<Index>, nb::ellipsis>(nb::tuple(out));
           },
           "local_shape"_a, "JAX's local_to_global_shape: None in non-uniform dimensions.")
       .def(
           "local_to_global",
-          [](const NamedSharding& s, nb::handle local_shape, Index process,
-             nb::handle global_shape) {
-            std::vector<Index> local = ToShape(local_shape, "local_data");
+          [](const NamedSharding& s, IntSequence local_shape, Index process,
+             std::optional<IntSequence> global_shape) {
+            std::vector<Index> local = ToIndices(local_shape, "local_data");
             std::vector<Index> given;
             std::optional<std::span<const Index>> global;
-            if (!global_shape.is_none()) {
-              given = ToShape(global_shape, "global_shape");
+            if (global_shape) {
+              given = ToIndices(*global_shape, "global_shape");
               global = given;
             }
             std::vector<Index> resolved = s.ResolveGlobalShape(local, global);
@@ -397,20 +390,57 @@ void init_layout(nb::module_& m) {
             std::int64_t* data;
             auto devices = NewArray<std::int64_t>(k, &data);
             std::copy(view.devices().begin(), view.devices().end(), data);
-            nb::dict out;
-            out["global_shape"] = ToTuple(resolved);
-            out["devices"] = devices;
-            out["global"] = Slices(map.global, k, n);
-            out["local"] = Slices(map.local, k, n);
-            return out;
+            return LocalToGlobal{ToTuple(resolved), nb::cast(devices),
+                                 nb::cast(Slices(map.global, k, n)),
+                                 nb::cast(Slices(map.local, k, n))};
           },
           "local_shape"_a, "process"_a, "global_shape"_a = nb::none(),
           "How `process`'s local data of `local_shape` fills its devices, exactly as\n"
-          "jax.make_array_from_process_local_data: {'global_shape', 'devices', 'global',\n"
-          "'local'} with global/local int64 arrays [device, dim, (start, stop)].")
+          "jax.make_array_from_process_local_data: a LocalToGlobal (global_shape, devices,\n"
+          "and global/local int64 arrays [device, dim, (start, stop)]).")
       .def("__repr__", [](const NamedSharding& s) {
         return "NamedSharding(mesh=" + nb::cast<std::string>(nb::repr(nb::cast(s.mesh()))) +
                ", spec=" + SpecRepr(s.spec()) + ")";
+      });
+
+  nb::class_<LocalToGlobal>(
+      m, "LocalToGlobal",
+      "How one process's local data fills its devices (NamedSharding.local_to_global):\n"
+      "device devices[k] holds block local_slices[k] of the local data, which is\n"
+      "global_slices[k] of the global array (int64 [device, dim, (start, stop)]).\n\n"
+      ">>> import shardkit\n"
+      ">>> mesh = shardkit.Mesh({'data': 4}, owners=[0, 1, 0, 1])\n"
+      ">>> s = shardkit.NamedSharding(mesh, shardkit.PartitionSpec('data'))\n"
+      ">>> m = s.local_to_global((4,), process=1)\n"
+      ">>> m\n"
+      "LocalToGlobal(global_shape=(8,), devices=[1, 3])\n"
+      ">>> m.global_slices[:, 0].tolist(), m.local_slices[:, 0].tolist()\n"
+      "([[2, 4], [6, 8]], [[0, 2], [2, 4]])\n")
+      .def_ro("global_shape", &LocalToGlobal::global_shape)
+      .def_prop_ro(
+          "devices",
+          [](const LocalToGlobal& m) {
+            return nb::typed<nb::object, NumpyArray<std::int64_t>>(m.devices);
+          },
+          "the process's devices, ascending")
+      .def_prop_ro(
+          "global_slices",
+          [](const LocalToGlobal& m) {
+            return nb::typed<nb::object, nb::ndarray<nb::numpy, std::int64_t, nb::ndim<3>>>(
+                m.global_slices);
+          },
+          "int64 [device, dim, (start, stop)]: each device's slice of the global array")
+      .def_prop_ro(
+          "local_slices",
+          [](const LocalToGlobal& m) {
+            return nb::typed<nb::object, nb::ndarray<nb::numpy, std::int64_t, nb::ndim<3>>>(
+                m.local_slices);
+          },
+          "int64 [device, dim, (start, stop)]: the block of the local data it reads")
+      .def("__repr__", [](const LocalToGlobal& m) {
+        return "LocalToGlobal(global_shape=" + nb::cast<std::string>(nb::repr(m.global_shape)) +
+               ", devices=" +
+               nb::cast<std::string>(nb::repr(nb::cast(m.devices).attr("tolist")())) + ")";
       });
 
   nb::class_<LoadingPlan>(
@@ -454,7 +484,7 @@ void init_layout(nb::module_& m) {
               nb::gil_scoped_release release;
               p.Items(order, step, process, items, padding);
             }
-            return nb::make_tuple(a, b);
+            return std::make_pair(a, b);
           },
           "order"_a, "step"_a, "process"_a,
           "(items, padding): the items `process` reads at `step`, where the global batch of\n"

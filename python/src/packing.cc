@@ -20,28 +20,6 @@ using namespace nb::literals;
 
 namespace {
 
-using I64In = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-std::span<const Index> Span(const I64In& a) {
-  return {reinterpret_cast<const Index*>(a.data()), a.shape(0)};
-}
-
-// A read-only numpy view of a vector owned by the Python object `owner`.
-nb::object View(const std::vector<Index>& v, nb::handle owner) {
-  using Out = nb::ndarray<nb::numpy, const std::int64_t, nb::ndim<1>>;
-  return nb::cast(Out(v.data(), {v.size()}, owner), nb::rv_policy::reference);
-}
-
-template <typename T>
-nb::ndarray<nb::numpy, T> NewNd(std::initializer_list<size_t> shape, T** data) {
-  size_t n = 1;
-  for (size_t s : shape) n *= s;
-  T* buffer = new T[n > 0 ? n : 1];
-  nb::capsule owner(buffer, [](void* p) noexcept { delete[] static_cast<T*>(p); });
-  *data = buffer;
-  return nb::ndarray<nb::numpy, T>(buffer, shape.size(), shape.begin(), owner);
-}
-
 PackOptions MakeOptions(Index capacity, const std::string& algorithm,
                         std::optional<Index> max_images, std::optional<Index> max_sequences,
                         const std::string& oversize, std::optional<Index> buffer) {
@@ -85,26 +63,26 @@ void init_packing(nb::module_& m) {
       .def_prop_ro("images_packed", [](const Packing& p) { return p.image_count; })
       .def_prop_ro(
           "offsets",
-          [](nb::handle self) { return View(nb::cast<const Packing&>(self).offsets, self); })
-      .def_prop_ro("items",
-                   [](nb::handle self) { return View(nb::cast<const Packing&>(self).items, self); })
+          [](nb::handle self) { return ViewOf(nb::cast<const Packing&>(self).offsets, self); })
+      .def_prop_ro(
+          "items",
+          [](nb::handle self) { return ViewOf(nb::cast<const Packing&>(self).items, self); })
       .def_prop_ro(
           "lengths",
-          [](nb::handle self) { return View(nb::cast<const Packing&>(self).lengths, self); })
+          [](nb::handle self) { return ViewOf(nb::cast<const Packing&>(self).lengths, self); })
       .def_prop_ro(
           "starts",
-          [](nb::handle self) { return View(nb::cast<const Packing&>(self).starts, self); })
-      .def_prop_ro(
-          "dropped_items",
-          [](nb::handle self) { return View(nb::cast<const Packing&>(self).dropped_items, self); })
+          [](nb::handle self) { return ViewOf(nb::cast<const Packing&>(self).starts, self); })
+      .def_prop_ro("dropped_items",
+                   [](nb::handle self) {
+                     return ViewOf(nb::cast<const Packing&>(self).dropped_items, self);
+                   })
       .def_prop_ro(
           "packs",
           [](const Packing& p) {
-            nb::list out;
+            std::vector<std::vector<Index>> out(static_cast<size_t>(p.num_packs()));
             for (Index b = 0; b < p.num_packs(); ++b) {
-              nb::list pack;
-              for (Index e = p.offsets[b]; e < p.offsets[b + 1]; ++e) pack.append(p.items[e]);
-              out.append(pack);
+              out[b].assign(p.items.begin() + p.offsets[b], p.items.begin() + p.offsets[b + 1]);
             }
             return out;
           },
@@ -122,14 +100,10 @@ void init_packing(nb::module_& m) {
       .def(
           "pieces",
           [](const Packing& p, Index b) {
-            if (b < 0) b += p.num_packs();
-            if (b < 0 || b >= p.num_packs()) {
-              throw nb::index_error(("pack " + std::to_string(b) + " is outside [0, " +
-                                     std::to_string(p.num_packs()) + ")")
-                                        .c_str());
+            std::vector<std::tuple<Index, Index, Index, Index>> out;
+            for (const PackItem& e : p.Entries(CheckedIndex(b, p.num_packs(), "pack"))) {
+              out.emplace_back(e.item, e.start, e.length, e.images);
             }
-            nb::list out;
-            for (const PackItem& e : p.Entries(b)) out.append(PieceTuple(e));
             return out;
           },
           "pack"_a, "(item, start, length, images) of every entry of pack `pack`")
@@ -240,34 +214,70 @@ void init_packing(nb::module_& m) {
         return d;
       });
 
+  using Steps = nb::ndarray<nb::numpy, const std::int64_t, nb::ndim<3>>;
+  using StepCosts = nb::ndarray<nb::numpy, const double, nb::ndim<2>>;
+  nb::class_<RankSchedule>(
+      m, "RankSchedule",
+      "Packs dealt to ranks, the same number per rank per step (see shardkit.balance_ranks).\n"
+      "Read-only; the arrays view the schedule's memory.\n\n"
+      ">>> import shardkit\n"
+      ">>> s = shardkit.balance_ranks([10, 1, 9, 2], 2)\n"
+      ">>> s.assignment.tolist(), s.rank_costs.tolist()\n"
+      "([[[0], [2]], [[1], [3]]], [[10.0, 9.0], [1.0, 2.0]])\n"
+      ">>> s\n"
+      "RankSchedule(world_size=2, packs_per_rank=1, num_steps=2, padding_packs=0, "
+      "dropped_packs=0, max_step_imbalance=0.333333, total_imbalance=0.0)\n")
+      .def_ro("world_size", &RankSchedule::world_size)
+      .def_ro("packs_per_rank", &RankSchedule::packs_per_rank)
+      .def_ro("num_steps", &RankSchedule::num_steps)
+      .def_prop_ro(
+          "assignment",
+          [](nb::handle self) {
+            const auto& s = nb::cast<const RankSchedule&>(self);
+            static_assert(sizeof(Index) == sizeof(std::int64_t));
+            return Steps(reinterpret_cast<const std::int64_t*>(s.assignment.data()),
+                         {static_cast<size_t>(s.num_steps), static_cast<size_t>(s.world_size),
+                          static_cast<size_t>(s.packs_per_rank)},
+                         self);
+          },
+          "int64 [num_steps, world_size, packs_per_rank]: pack ids, -1 for a padding pack")
+      .def_prop_ro(
+          "rank_costs",
+          [](nb::handle self) {
+            const auto& s = nb::cast<const RankSchedule&>(self);
+            return StepCosts(s.rank_costs.data(),
+                             {static_cast<size_t>(s.num_steps), static_cast<size_t>(s.world_size)},
+                             self);
+          },
+          "float64 [num_steps, world_size]: each rank's cost at each step")
+      .def_ro("padding_packs", &RankSchedule::padding_packs)
+      .def_prop_ro(
+          "dropped_packs",
+          [](nb::handle self) {
+            return ViewOf(nb::cast<const RankSchedule&>(self).dropped_packs, self);
+          },
+          "ids of the packs left out (drop_last)")
+      .def_ro("max_step_imbalance", &RankSchedule::max_step_imbalance,
+              "max over steps of heaviest rank / mean rank - 1")
+      .def_ro("max_full_step_imbalance", &RankSchedule::max_full_step_imbalance,
+              "the same over the steps without padding packs")
+      .def_ro("total_imbalance", &RankSchedule::total_imbalance,
+              "heaviest rank's epoch total / mean rank total - 1")
+      .def("__repr__", [](const RankSchedule& s) {
+        return "RankSchedule(world_size=" + std::to_string(s.world_size) +
+               ", packs_per_rank=" + std::to_string(s.packs_per_rank) +
+               ", num_steps=" + std::to_string(s.num_steps) +
+               ", padding_packs=" + std::to_string(s.padding_packs) +
+               ", dropped_packs=" + std::to_string(s.dropped_packs.size()) +
+               ", max_step_imbalance=" + ReprFloat(s.max_step_imbalance) +
+               ", total_imbalance=" + ReprFloat(s.total_imbalance) + ")";
+      });
+
   m.def(
       "_balance_ranks",
       [](std::vector<double> costs, Index world_size, Index packs_per_rank, bool drop_last) {
-        RankSchedule s;
-        {
-          nb::gil_scoped_release release;
-          s = BalanceRanks(costs, world_size, packs_per_rank, drop_last);
-        }
-        nb::dict d;
-        std::int64_t* a;
-        auto assignment =
-            NewNd<std::int64_t>({static_cast<size_t>(s.num_steps), static_cast<size_t>(world_size),
-                                 static_cast<size_t>(packs_per_rank)},
-                                &a);
-        std::copy(s.assignment.begin(), s.assignment.end(), a);
-        double* c;
-        auto rank_costs =
-            NewNd<double>({static_cast<size_t>(s.num_steps), static_cast<size_t>(world_size)}, &c);
-        std::copy(s.rank_costs.begin(), s.rank_costs.end(), c);
-        d["assignment"] = assignment;
-        d["rank_costs"] = rank_costs;
-        d["num_steps"] = s.num_steps;
-        d["padding_packs"] = s.padding_packs;
-        d["dropped_packs"] = s.dropped_packs;
-        d["max_step_imbalance"] = s.max_step_imbalance;
-        d["max_full_step_imbalance"] = s.max_full_step_imbalance;
-        d["total_imbalance"] = s.total_imbalance;
-        return d;
+        nb::gil_scoped_release release;
+        return BalanceRanks(costs, world_size, packs_per_rank, drop_last);
       },
       "costs"_a, "world_size"_a, "packs_per_rank"_a, "drop_last"_a);
 

@@ -15,21 +15,6 @@ namespace shardkit::python {
 
 using namespace nb::literals;
 
-std::vector<double> ToDoubles(nb::handle values, const char* name) {
-  nb::module_ np = nb::module_::import_("numpy");
-  nb::object array = np.attr("ascontiguousarray")(values, "dtype"_a = np.attr("float64"));
-  if (nb::cast<int>(array.attr("ndim")) != 1) {
-    std::string shape;
-    for (nb::handle extent : array.attr("shape")) {
-      shape += (shape.empty() ? "" : ", ") + std::to_string(nb::cast<Index>(extent));
-    }
-    throw std::invalid_argument(std::string(name) + ": expected a 1-D array, got shape (" + shape +
-                                ")");
-  }
-  auto view = nb::cast<nb::ndarray<const double, nb::ndim<1>, nb::c_contig>>(array);
-  return std::vector<double>(view.data(), view.data() + view.shape(0));
-}
-
 namespace {
 
 struct ShardIterator {
@@ -37,37 +22,26 @@ struct ShardIterator {
   Index next = 0;
 };
 
-nb::dict AuditToDict(const AuditReport& r) {
-  nb::dict d;
-  d["exactly_once"] = r.exactly_once;
-  d["method"] = r.method;
-  d["detail"] = r.detail;
-  d["window_size"] = r.window_size;
-  d["delivered"] = r.delivered;
-  d["padding"] = r.padding;
-  d["dropped"] = r.dropped;
-  d["duplicates"] = r.duplicates;
-  d["missing"] = r.missing;
-  d["min_count"] = r.min_count;
-  d["max_count"] = r.max_count;
-  d["max_imbalance"] = r.max_imbalance;
+std::string AuditRepr(const AuditReport& r) {
+  std::string out =
+      std::string("AuditReport(exactly_once=") + (r.exactly_once ? "True" : "False") +
+      ", method='" + r.method + "', window_size=" + std::to_string(r.window_size) +
+      ", delivered=" + std::to_string(r.delivered) + ", padding=" + std::to_string(r.padding) +
+      ", dropped=" + std::to_string(r.dropped) + ", duplicates=" + std::to_string(r.duplicates) +
+      ", missing=" + std::to_string(r.missing) + ", min_count=" + std::to_string(r.min_count) +
+      ", max_count=" + std::to_string(r.max_count) +
+      ", max_imbalance=" + std::to_string(r.max_imbalance);
   if (!r.loads.empty()) {
-    d["loads"] = r.loads;
-    d["max_load"] = r.max_load;
-    d["lower_bound"] = r.lower_bound;
-    d["load_imbalance"] = r.load_imbalance;
+    out += ", max_load=" + ReprFloat(r.max_load) + ", lower_bound=" + ReprFloat(r.lower_bound) +
+           ", load_imbalance=" + ReprFloat(r.load_imbalance);
   }
-  return d;
+  return out + ")";
 }
 
-Index NormaliseIndex(const Shard& shard, Index k) {
-  if (k < 0) k += shard.size();
-  if (k < 0 || k >= shard.size()) {
-    throw nb::index_error(
-        ("index " + std::to_string(k) + " is outside [0, " + std::to_string(shard.size()) + ")")
-            .c_str());
-  }
-  return k;
+// A weighted plan's load figure, None for an unweighted one.
+std::optional<double> IfWeighted(const AuditReport& r, double value) {
+  if (r.loads.empty()) return std::nullopt;
+  return value;
 }
 
 }  // namespace
@@ -78,7 +52,8 @@ void init_shard_plan(nb::module_& m) {
                     "O(1) random access; padded entries are the trailing ``padding`` ones.")
       .def("__len__", &Shard::size)
       .def(
-          "__getitem__", [](const Shard& s, Index k) { return s[NormaliseIndex(s, k)]; }, "index"_a)
+          "__getitem__",
+          [](const Shard& s, Index k) { return s[CheckedIndex(k, s.size(), "index")]; }, "index"_a)
       .def("__iter__",
            [](const Shard& s) {
              return ShardIterator{s, 0};
@@ -92,7 +67,7 @@ void init_shard_plan(nb::module_& m) {
           "numpy",
           [](const Shard& s, Index start, std::optional<Index> stop,
              std::optional<nb::ndarray<std::int64_t, nb::ndim<1>, nb::c_contig>> out)
-              -> nb::object {
+              -> nb::typed<nb::object, NumpyArray<std::int64_t>> {
             const Index end = stop.value_or(s.size());
             if (start < 0 || end < start || end > s.size()) {
               throw nb::index_error(("range [" + std::to_string(start) + ", " +
@@ -117,7 +92,7 @@ void init_shard_plan(nb::module_& m) {
               nb::gil_scoped_release release;
               s.Fill(start, end, data);
             }
-            return result;
+            return nb::typed<nb::object, NumpyArray<std::int64_t>>(result);
           },
           "start"_a = 0, "stop"_a = nb::none(), "out"_a = nb::none(),
           "Entries [start, stop) as int64, filled in place by C++: into `out` (a\n"
@@ -146,6 +121,49 @@ void init_shard_plan(nb::module_& m) {
         return it.shard[it.next++];
       });
 
+  nb::class_<AuditReport>(
+      m, "AuditReport",
+      "What ShardPlan.audit() proved: coverage as the remainder policy states it, and\n"
+      "balance. Read-only attributes; loads and the load figures are None for an\n"
+      "unweighted plan.\n\n"
+      ">>> import shardkit\n"
+      ">>> report = shardkit.ShardPlan(10, 4, remainder=\"pad\").audit()\n"
+      ">>> report.exactly_once, report.padding, report.max_imbalance\n"
+      "(True, 2, 0)\n"
+      ">>> report\n"
+      "AuditReport(exactly_once=True, method='enumerated', window_size=10, delivered=10, "
+      "padding=2, dropped=0, duplicates=0, missing=0, min_count=3, max_count=3, "
+      "max_imbalance=0)\n"
+      ">>> shardkit.ShardPlan(4, 2, split=\"balanced\", weights=[4, 1, 1, 2]).audit().loads\n"
+      "[4.0, 4.0]\n")
+      .def_ro("exactly_once", &AuditReport::exactly_once,
+              "coverage is exactly what the remainder policy states")
+      .def_ro("method", &AuditReport::method, "'enumerated' (every entry listed) or 'arithmetic'")
+      .def_ro("detail", &AuditReport::detail, "what was checked, or what failed")
+      .def_ro("window_size", &AuditReport::window_size)
+      .def_ro("delivered", &AuditReport::delivered, "real (unpadded) entries over all ranks")
+      .def_ro("padding", &AuditReport::padding, "padded entries over all ranks")
+      .def_ro("dropped", &AuditReport::dropped)
+      .def_ro("duplicates", &AuditReport::duplicates, "real entries naming an item seen before")
+      .def_ro("missing", &AuditReport::missing, "items no rank received (besides dropped)")
+      .def_ro("min_count", &AuditReport::min_count, "shortest list, padding included")
+      .def_ro("max_count", &AuditReport::max_count, "longest list, padding included")
+      .def_ro("max_imbalance", &AuditReport::max_imbalance, "max_count - min_count")
+      .def_prop_ro(
+          "loads",
+          [](const AuditReport& r) -> std::optional<std::vector<double>> {
+            if (r.loads.empty()) return std::nullopt;
+            return r.loads;
+          },
+          "each rank's load (sum of its items' weights)")
+      .def_prop_ro("max_load", [](const AuditReport& r) { return IfWeighted(r, r.max_load); })
+      .def_prop_ro(
+          "lower_bound", [](const AuditReport& r) { return IfWeighted(r, r.lower_bound); },
+          "no split of these weights has a smaller max_load")
+      .def_prop_ro("load_imbalance",
+                   [](const AuditReport& r) { return IfWeighted(r, r.load_imbalance); })
+      .def("__repr__", &AuditRepr);
+
   nb::class_<ShardPlan>(
       m, "ShardPlan",
       "Which rank (and dataloader worker) gets which item: window -> order -> split ->\n"
@@ -154,7 +172,7 @@ void init_shard_plan(nb::module_& m) {
           "__init__",
           [](ShardPlan* self, Index num_items, Index world_size, const std::string& split,
              const std::string& remainder, Index offset, std::optional<Index> limit, bool shuffle,
-             std::uint64_t seed, std::uint64_t epoch, nb::object weights, bool equal_counts) {
+             std::uint64_t seed, std::uint64_t epoch, FloatArray weights, bool equal_counts) {
             ShardOptions o;
             o.split = ParseSplit(split);
             o.remainder = ParseRemainder(remainder);
@@ -200,10 +218,12 @@ void init_shard_plan(nb::module_& m) {
               nb::gil_scoped_release release;
               report = p.Audit(enumerate_limit);
             }
-            return AuditToDict(report);
+            return report;
           },
           "enumerate_limit"_a = Index{1} << 27,
-          "Proves exactly-once coverage (as the remainder policy states) and reports balance.")
+          "Proves exactly-once coverage (as the remainder policy states) and reports balance\n"
+          "(an AuditReport). Plans of up to enumerate_limit entries are checked by listing\n"
+          "every entry, larger ones by the arithmetic of the split.")
       .def_prop_ro("num_items", &ShardPlan::num_items)
       .def_prop_ro("world_size", &ShardPlan::world_size)
       .def_prop_ro(
@@ -228,18 +248,26 @@ void init_shard_plan(nb::module_& m) {
                "), shuffle=" + (o.shuffle ? "True" : "False") + ")";
       });
 
-  m.def(
-      "_whale_slicing",
-      [](Index num_files, Index world_size, bool unbalanced, bool drop_last) {
-        WhaleChoice c = WhaleSlicing(num_files, world_size, unbalanced, drop_last);
-        nb::dict d;
-        d["remainder"] = std::string(RemainderName(c.remainder));
-        d["shuffle"] = c.shuffle;
-        d["reason"] = c.reason;
-        d["warning"] = c.warning;
-        return d;
-      },
-      "num_files"_a, "world_size"_a, "unbalanced_io_slicing"_a, "drop_last_files"_a);
+  nb::class_<WhaleChoice>(m, "WhaleChoice",
+                          "How Whale slices files over workers (see shardkit.whale_choice):\n"
+                          "the remainder policy, whether each worker shuffles, the rule that\n"
+                          "chose it, and a warning where Whale's documentation warns.\n\n"
+                          ">>> import shardkit\n"
+                          ">>> shardkit.whale_choice(10, 3, env={}).remainder\n"
+                          "'replicate'\n")
+      .def_prop_ro("remainder",
+                   [](const WhaleChoice& c) { return std::string(RemainderName(c.remainder)); })
+      .def_ro("shuffle", &WhaleChoice::shuffle)
+      .def_ro("reason", &WhaleChoice::reason)
+      .def_ro("warning", &WhaleChoice::warning, "'' when the choice has no known hazard")
+      .def("__repr__", [](const WhaleChoice& c) {
+        return "WhaleChoice(remainder='" + std::string(RemainderName(c.remainder)) +
+               "', shuffle=" + (c.shuffle ? "True" : "False") +
+               ", reason=" + nb::cast<std::string>(nb::repr(nb::str(c.reason.c_str()))) + ")";
+      });
+
+  m.def("_whale_slicing", &WhaleSlicing, "num_files"_a, "world_size"_a, "unbalanced_io_slicing"_a,
+        "drop_last_files"_a);
   m.def(
       "_parse_whale_bool",
       [](const std::string& name, const std::string& value) { return ParseWhaleBool(name, value); },

@@ -141,10 +141,10 @@ def test_inference_in_a_non_uniform_dimension_is_an_error_unless_the_shape_is_gi
     ):
         s.local_to_global((2, 4), 2)
     m = s.local_to_global((2, 4), 2, (4, 8))
-    assert m["global_shape"] == (4, 8)
+    assert m.global_shape == (4, 8)
     # Process 2 holds columns 0:2 and 6:8: blocks 0 and 1 of its local data.
-    assert m["devices"].tolist() == [4, 7]
-    assert m["local"][:, 1].tolist() == [[0, 2], [2, 4]]
+    assert m.devices.tolist() == [4, 7]
+    assert m.local_slices[:, 1].tolist() == [[0, 2], [2, 4]]
 
 
 # ---- Python surface --------------------------------------------------------------------

@@ -224,21 +224,26 @@ def test_balance_ranks_equal_packs_per_step_every_pack_once():
     for world, per_rank in [(1, 1), (8, 1), (7, 3)]:
         for cost in ("tokens", "squared"):
             s = shardkit.balance_ranks(p, world, packs_per_rank=per_rank, cost=cost)
-            a = s["assignment"]
-            assert a.shape == (s["num_steps"], world, per_rank)
+            a = s.assignment
+            assert a.shape == (s.num_steps, world, per_rank)
+            assert (s.world_size, s.packs_per_rank) == (world, per_rank)
             real = a[a >= 0]
             assert sorted(real.tolist()) == list(range(p.num_packs))
-            assert (a < 0).sum() == s["padding_packs"] < world * per_rank
-            if cost == "tokens":
-                assert s["max_full_step_imbalance"] < 0.05
-            # never worse than dealing the packs in their own order, step by step
+            assert (a < 0).sum() == s.padding_packs < world * per_rank
+            assert len(s.dropped_packs) == 0
+            # rank_costs is the sum of the costs of each rank's packs at each step
             costs = np.array(shardkit.packing._core._pack_costs(p, cost))
+            dealt = np.where(a >= 0, costs[np.maximum(a, 0)], 0.0).sum(axis=2)
+            np.testing.assert_allclose(s.rank_costs, dealt)
+            if cost == "tokens":
+                assert s.max_full_step_imbalance < 0.05
+            # never worse than dealing the packs in their own order, step by step
             naive = 0.0
             for step in range(len(costs) // (world * per_rank)):
                 chunk = costs[step * world * per_rank : (step + 1) * world * per_rank]
                 ranks = chunk.reshape(per_rank, world).sum(axis=0)
                 naive = max(naive, ranks.max() / ranks.mean() - 1)
-            assert s["max_full_step_imbalance"] <= naive + 1e-12
+            assert s.max_full_step_imbalance <= naive + 1e-12
     with pytest.raises(ValueError, match="world_size"):
         shardkit.balance_ranks([1.0], 0)
 

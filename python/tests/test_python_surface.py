@@ -147,7 +147,7 @@ def test_the_names_of_the_design_work_from_shardkit():
     plan = shardkit.ShardPlan(10, 4, remainder="pad")
     shard = plan.shard(3)
     assert (len(shard), shard.padding, shard.mask().tolist()) == (3, 1, [True, True, False])
-    assert plan.audit()["exactly_once"]
+    assert plan.audit().exactly_once
     mod = [m.name for m in pkgutil.iter_modules([str(PACKAGE)])]
     assert "evaluation" not in mod and "whale" not in mod  # one module per area
 
@@ -201,3 +201,67 @@ def test_every_class_finds_the_same_rank(monkeypatch, environ):
         assert (obj.rank, obj.world_size) == want, name
     assert shardkit.rank_and_world() == want
     assert shardkit.rank_and_world(0) == (0, want[1])
+
+
+def _core_docstrings():
+    """(name, docstring) of the compiled module, its classes and their members."""
+    from shardkit import _core
+
+    yield "shardkit._core", _core.__doc__
+    for name, value in sorted(vars(_core).items()):
+        yield f"shardkit._core.{name}", getattr(value, "__doc__", None)
+        if inspect.isclass(value):
+            for attr, member in sorted(vars(value).items()):
+                yield f"shardkit._core.{name}.{attr}", getattr(member, "__doc__", None)
+
+
+def test_binding_docstring_examples_run():
+    """The >>> examples of the bound classes (written in python/src/*.cc) run as
+    tests; pytest's --doctest-modules does not collect an extension module."""
+    import doctest
+
+    parser, runner = doctest.DocTestParser(), doctest.DocTestRunner(verbose=False)
+    documented = []
+    for name, doc in _core_docstrings():
+        if not isinstance(doc, str) or ">>>" not in doc:
+            continue
+        test = parser.get_doctest(doc, {}, name, None, 0)
+        runner.run(test)
+        documented.append(name.rsplit(".", 1)[-1])
+    results = runner.summarize(verbose=False)
+    assert results.failed == 0
+    for cls in ("AuditReport", "RankSchedule", "WhaleChoice", "LocalToGlobal", "NamedSharding"):
+        assert cls in documented, cls
+
+
+def test_results_are_read_only_classes_with_a_repr():
+    from shardkit import balance_ranks, whale_choice
+
+    report = shardkit.ShardPlan(7, 3, remainder="drop").audit()
+    schedule = balance_ranks([5, 4, 3, 2, 1], 2, drop_last=True)
+    choice = whale_choice(7, 3, env={"WHALE_DROP_LAST_FILES": "yes"})
+    mapping = shardkit.NamedSharding(
+        shardkit.Mesh({"x": 2}, owners=[0, 1]), shardkit.PartitionSpec("x")
+    ).local_to_global((3,), 1)
+    for result, attribute in [
+        (report, "exactly_once"),
+        (schedule, "num_steps"),
+        (choice, "remainder"),
+        (mapping, "global_shape"),
+    ]:
+        assert not isinstance(result, dict)
+        assert repr(result).startswith(type(result).__name__ + "(")
+        with pytest.raises(AttributeError):
+            setattr(result, attribute, None)
+    assert (report.exactly_once, report.dropped, report.delivered, report.padding) == (
+        True,
+        1,
+        6,
+        0,
+    )
+    assert schedule.assignment.tolist() == [[[0], [1]], [[3], [2]]]
+    assert schedule.dropped_packs.tolist() == [4] and schedule.padding_packs == 0
+    assert not schedule.assignment.flags.writeable
+    assert (choice.remainder, choice.shuffle) == ("drop", False) and choice.reason
+    assert mapping.global_shape == (6,) and mapping.devices.tolist() == [1]
+    assert mapping.global_slices.tolist() == [[[3, 6]]]

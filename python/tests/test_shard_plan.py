@@ -140,7 +140,17 @@ def test_random_configurations_cover_exactly_once():
             assert sorted(seen) == sorted(list(range(lo, hi)) * w)
         else:
             assert len(seen) == len(set(seen)) == (hi - lo) - plan.dropped
-        assert plan.audit()["exactly_once"]
+        report = plan.audit()
+        assert report.exactly_once
+        assert report.padding == sum(plan.padding(r) for r in range(w))
+        assert report.delivered == sum(plan.counts()) - report.padding
+        assert (report.min_count, report.max_count) == (min(plan.counts()), max(plan.counts()))
+        assert report.max_imbalance == report.max_count - report.min_count
+        assert report.dropped == plan.dropped and report.duplicates == report.missing == 0
+        assert (report.loads is None) == (report.max_load is None)
+        assert weights is not None or report.loads is None
+        if report.loads is not None:
+            assert report.loads == pytest.approx(plan.loads())
 
 
 def test_huge_n_is_arithmetic_and_immediate():
@@ -153,7 +163,7 @@ def test_huge_n_is_arithmetic_and_immediate():
     assert len(set(head.tolist())) == 1000
     assert shard[-1] == shard[len(shard) - 1]
     report = plan.audit()
-    assert report["exactly_once"] and report["method"] == "arithmetic"
+    assert report.exactly_once and report.method == "arithmetic"
     assert plan.locate(int(head[5])) == (7, 5)
 
 
@@ -185,9 +195,10 @@ def test_balanced_reports_loads_against_the_lower_bound():
     plan = ShardPlan(len(weights), 8, split="balanced", weights=weights)
     report = plan.audit()
     lower = max(weights.max(), weights.sum() / 8)
-    assert report["lower_bound"] == pytest.approx(lower)
-    assert report["load_imbalance"] < 0.001
+    assert report.lower_bound == pytest.approx(lower)
+    assert report.load_imbalance < 0.001
     loads = plan.loads()
+    assert report.loads == loads and report.max_load == max(loads)
     for rank in range(8):
         assert loads[rank] == pytest.approx(weights[plan.shard(rank).numpy()].sum())
 
