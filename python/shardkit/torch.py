@@ -67,7 +67,9 @@ class DistributedSampler(tud.DistributedSampler):
     shardkit's keyed permutation: O(1) memory instead of a ``randperm`` of the
     whole data set on every rank, and the same global order on every rank.
     Unlike torch, the padded (repeated) entries are known: see ``padding`` and
-    ``mask()``.
+    ``mask()``; ``num_replicas`` / ``rank`` left out come from
+    :func:`shardkit.discover` (torch.distributed when initialized, else the
+    launcher's environment) instead of failing without a process group.
     """
 
     def __init__(
@@ -79,6 +81,10 @@ class DistributedSampler(tud.DistributedSampler):
         seed: int = 0,
         drop_last: bool = False,
     ) -> None:
+        # torch asks torch.distributed for what is not given (and fails without a
+        # process group); shardkit asks its one rank source, which answers the
+        # same when a group is initialized and reads the launcher otherwise.
+        rank, num_replicas = rank_and_world(rank, num_replicas)
         super().__init__(
             dataset,
             num_replicas=num_replicas,

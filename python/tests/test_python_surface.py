@@ -197,6 +197,8 @@ def test_every_class_finds_the_same_rank(monkeypatch, environ):
         "ConstantLengthDataset": torch_adapters.ConstantLengthDataset(samples, seq_len=8),
         "ShardedIterableDataset": torch_adapters.ShardedIterableDataset(list(range(10))),
     }
+    sampler = torch_adapters.DistributedSampler(list(range(10)))
+    assert (sampler.rank, sampler.num_replicas) == want
     for name, obj in found.items():
         assert (obj.rank, obj.world_size) == want, name
     assert shardkit.rank_and_world() == want
