@@ -267,3 +267,21 @@ def test_results_are_read_only_classes_with_a_repr():
     assert (choice.remainder, choice.shuffle) == ("drop", False) and choice.reason
     assert mapping.global_shape == (6,) and mapping.devices.tolist() == [1]
     assert mapping.global_slices.tolist() == [[[3, 6]]]
+
+
+def test_the_generated_stub_names_its_types():
+    """_core.pyi (generated at build) says object or a bare dict/list/tuple only
+    where the binding has a reason: duck-typed JAX objects and __eq__."""
+    import re
+
+    stub = PACKAGE / "_core.pyi"
+    if not stub.exists():
+        pytest.skip("no generated stub beside the module (not a development build)")
+    untyped = [
+        line.strip()
+        for line in stub.read_text().splitlines()
+        if line.strip().startswith("def ")
+        and re.search(r"\b(object|dict|list|tuple)\b(?![\[(])", line)
+    ]
+    allowed = ("def from_jax(", "def __eq__(self, arg: object, /)")
+    assert [line for line in untyped if not line.startswith(allowed)] == []
