@@ -31,12 +31,12 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Iterator, Optional, Protocol, Sequence
+from typing import Any, Optional, Protocol
 
 import numpy as np
 
 from shardkit import _core
-from shardkit._core import pad_for_devices, steps_for_count
+from shardkit._core import EvalPlan, pad_for_devices, steps_for_count
 
 __all__ = [
     "EvalPlan",
@@ -61,57 +61,6 @@ class PlanMismatchError(RuntimeError):
 
 class RemoteRankError(RuntimeError):
     """Another rank failed; the message names it and its reason."""
-
-
-class EvalPlan(_core.EvalPlan):
-    """Equal, fixed-shape evaluation steps on every rank; every item exactly once.
-
-    ``EvalPlan(num_items, world_size, batch_size, *, devices=1,
-    min_device_batch=None, split="round_robin", shuffle=False, seed=0, epoch=0)``
-
-    Every rank runs ``num_steps = ceil(ceil(num_items / world_size) / batch_size)``
-    steps. Items are split over ranks as lmms-eval does (``round_robin``) or in
-    blocks (``contiguous``, tfds ``even_splits``). ``batch(rank, step)`` returns
-    ``batch_size`` indices and a mask; padded slots hold a valid index and are
-    masked out. With ``devices`` local devices the batch divides into
-    ``[devices, device_batch]`` (``per_device=True``); ``min_device_batch``
-    raises the per-device batch as Flax's ``pad_shard_unpad`` does.
-    """
-
-    def batch(self, rank: int, step: int, *, per_device: bool = False):
-        """(indices int64, mask bool) of rank's step: shape [batch_size], or
-        [devices, device_batch] with ``per_device``. Raises IndexError for a rank
-        or step outside its range."""
-        indices, mask = self._batch(rank, step)
-        if per_device:
-            shape = (self.devices, self.device_batch)
-            return indices.reshape(shape), mask.reshape(shape)
-        return indices, mask
-
-    def batches(self, rank: int, *, per_device: bool = False) -> Iterator[tuple]:
-        """(step, indices, mask) for every step of rank."""
-        for step in range(self.num_steps):
-            yield (step, *self.batch(rank, step, per_device=per_device))
-
-    def unshard(self, outputs_by_rank: Sequence[Any]):
-        """One output per item, in item order, from every rank's outputs.
-
-        ``outputs_by_rank[r]`` holds rank r's outputs for every slot of every step
-        in order (``num_steps * batch_size`` rows, padded slots included). numpy
-        arrays (any trailing shape) give a numpy array, torch tensors a tensor,
-        anything else (lists of strings, dicts, ...) a list. Raises ValueError
-        naming outputs_by_rank when a rank has the wrong number of rows.
-        """
-        outputs = list(outputs_by_rank)
-        self._check_output_rows([len(o) for o in outputs])
-        rows = self.source_rows()
-        if outputs and all(isinstance(o, np.ndarray) for o in outputs):
-            return np.concatenate(outputs)[rows]
-        torch = sys.modules.get("torch")
-        if outputs and torch is not None and all(isinstance(o, torch.Tensor) for o in outputs):
-            return torch.cat(outputs)[torch.from_numpy(rows).to(outputs[0].device)]
-        flat = [x for o in outputs for x in o]
-        return [flat[r] for r in rows.tolist()]
 
 
 def _as_bool(mask) -> np.ndarray:

@@ -1,6 +1,7 @@
 // Bindings of EvalPlan and process discovery (the C++ side of shardkit.dist).
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -16,11 +17,106 @@ namespace shardkit::python {
 
 using namespace nb::literals;
 
+namespace {
+
+using Indices = nb::ndarray<nb::numpy, std::int64_t>;
+using Mask = nb::ndarray<nb::numpy, bool>;
+
+// (indices, mask) of rank's step: [batch_size], or [devices, device_batch].
+std::pair<Indices, Mask> BatchArrays(const EvalPlan& p, Index rank, Index step, bool per_device) {
+  const auto devices = static_cast<size_t>(per_device ? p.devices() : 1);
+  const auto width = static_cast<size_t>(per_device ? p.device_batch() : p.batch_size());
+  std::int64_t* idx;
+  bool* mask;
+  Indices indices =
+      per_device ? NewNd<std::int64_t>({devices, width}, &idx) : NewNd<std::int64_t>({width}, &idx);
+  Mask masks = per_device ? NewNd<bool>({devices, width}, &mask) : NewNd<bool>({width}, &mask);
+  {
+    nb::gil_scoped_release release;
+    p.Batch(rank, step, idx, mask);
+  }
+  return {indices, masks};
+}
+
+// Iterates (step, indices, mask) over every step of one rank.
+struct EvalBatches {
+  EvalPlan plan;
+  Index rank;
+  bool per_device;
+  Index step = 0;
+};
+
+// The core's SourceRows says which output row belongs to which item; this
+// only gathers those rows from numpy arrays (any trailing shape), torch
+// tensors, or any other sequences (a list).
+nb::object Unshard(const EvalPlan& p, nb::handle outputs_by_rank) {
+  nb::list outputs =
+      nb::borrow<nb::list>(nb::module_::import_("builtins").attr("list")(outputs_by_rank));
+  std::vector<Index> counts;
+  for (nb::handle o : outputs) counts.push_back(static_cast<Index>(nb::len(o)));
+  p.CheckOutputRows(counts);
+  std::vector<Index> source;
+  {
+    nb::gil_scoped_release release;
+    source = p.SourceRows();
+  }
+  auto rows = ToArray<std::int64_t>(source);
+  auto all_of = [&](nb::handle type) {
+    if (outputs.size() == 0) return false;
+    for (nb::handle o : outputs) {
+      if (!nb::isinstance(o, type)) return false;
+    }
+    return true;
+  };
+  nb::module_ np = nb::module_::import_("numpy");
+  if (all_of(np.attr("ndarray"))) {
+    return np.attr("concatenate")(outputs).attr("__getitem__")(nb::cast(rows));
+  }
+  nb::dict loaded = nb::borrow<nb::dict>(nb::module_::import_("sys").attr("modules"));
+  if (loaded.contains("torch")) {
+    nb::handle torch = loaded["torch"];
+    if (all_of(torch.attr("Tensor"))) {
+      nb::object index =
+          torch.attr("from_numpy")(nb::cast(rows)).attr("to")(outputs[0].attr("device"));
+      return torch.attr("cat")(outputs).attr("__getitem__")(index);
+    }
+  }
+  std::vector<nb::object> flat;
+  for (nb::handle o : outputs) {
+    for (nb::handle x : o) flat.push_back(nb::borrow(x));
+  }
+  nb::list out;
+  for (Index row : source) out.append(flat[static_cast<size_t>(row)]);
+  return out;
+}
+
+}  // namespace
+
 void init_eval_plan(nb::module_& m) {
+  nb::class_<EvalBatches>(m, "_EvalBatches")
+      .def("__iter__", [](nb::handle self) { return self; })
+      .def("__next__", [](EvalBatches& it) {
+        if (it.step >= it.plan.num_steps()) throw nb::stop_iteration();
+        auto [indices, mask] = BatchArrays(it.plan, it.rank, it.step, it.per_device);
+        return std::make_tuple(it.step++, indices, mask);
+      });
+
   nb::class_<EvalPlan>(
       m, "EvalPlan",
-      "Full-dataset evaluation in equal fixed-shape steps: every rank runs num_steps steps of\n"
-      "batch_size slots; every item is in exactly one unmasked slot. See shardkit.EvalPlan.")
+      "Equal, fixed-shape evaluation steps on every rank; every item exactly once.\n\n"
+      "Every rank runs num_steps = ceil(ceil(num_items / world_size) / batch_size) steps.\n"
+      "Items are split over ranks as lmms-eval does (round_robin) or in blocks (contiguous,\n"
+      "tfds even_splits). batch(rank, step) returns batch_size indices and a mask; padded\n"
+      "slots hold a valid index and are masked out. With `devices` local devices the batch\n"
+      "divides into [devices, device_batch] (per_device=True); min_device_batch raises the\n"
+      "per-device batch as Flax's pad_shard_unpad does.\n\n"
+      ">>> import shardkit\n"
+      ">>> plan = shardkit.EvalPlan(10, 3, 4, devices=2)\n"
+      ">>> plan.num_steps, plan.total_padding, [plan.padding(r) for r in range(3)]\n"
+      "(1, 2, [0, 1, 1])\n"
+      ">>> indices, mask = plan.batch(2, 0, per_device=True)\n"
+      ">>> indices.tolist(), mask.tolist()\n"
+      "([[2, 5], [8, 2]], [[True, True], [True, False]])\n")
       .def(
           "__init__",
           [](EvalPlan* self, Index num_items, Index world_size, Index batch_size, Index devices,
@@ -55,20 +151,34 @@ void init_eval_plan(nb::module_& m) {
       .def("real", &EvalPlan::Real, "rank"_a, "Real (unmasked) slots of rank over all steps.")
       .def("padding", &EvalPlan::Padding, "rank"_a,
            "Padded slots of rank over all steps (as ShardPlan.padding(rank)).")
+      .def("batch", &BatchArrays, "rank"_a, "step"_a, nb::kw_only(), "per_device"_a = false,
+           "(indices int64, mask bool) of rank's step: shape [batch_size], or\n"
+           "[devices, device_batch] with per_device. Raises IndexError for a rank or step\n"
+           "outside its range.")
       .def(
-          "_batch",
-          [](const EvalPlan& p, Index rank, Index step) {
-            Index* idx;
-            bool* mask;
-            auto indices = NewArray<Index>(static_cast<size_t>(p.batch_size()), &idx);
-            auto masks = NewArray<bool>(static_cast<size_t>(p.batch_size()), &mask);
-            {
-              nb::gil_scoped_release release;
-              p.Batch(rank, step, idx, mask);
-            }
-            return nb::make_tuple(indices, masks);
+          "batches",
+          [](const EvalPlan& p, Index rank, bool per_device) {
+            static_cast<void>(p.Real(rank));  // the core's IndexError for a bad rank, now
+            return nb::typed<nb::iterator, std::tuple<Index, Indices, Mask>>(
+                nb::iter(nb::cast(EvalBatches{p, rank, per_device})));
           },
-          "rank"_a, "step"_a)
+          "rank"_a, nb::kw_only(), "per_device"_a = false,
+          "(step, indices, mask) for every step of rank.")
+      .def("unshard", &Unshard, "outputs_by_rank"_a,
+           nb::sig("def unshard(self, outputs_by_rank: collections.abc.Sequence[typing.Any]) "
+                   "-> typing.Any"),
+           "One output per item, in item order, from every rank's outputs.\n\n"
+           "outputs_by_rank[r] holds rank r's outputs for every slot of every step in order\n"
+           "(num_steps * batch_size rows, padded slots included). numpy arrays (any trailing\n"
+           "shape) give a numpy array, torch tensors a tensor, anything else (lists of\n"
+           "strings, dicts, ...) a list. Raises ValueError naming outputs_by_rank when a rank\n"
+           "has the wrong number of rows.\n\n"
+           ">>> import numpy as np, shardkit\n"
+           ">>> plan = shardkit.EvalPlan(5, 2, 2, split='contiguous')\n"
+           ">>> outputs = [np.concatenate([i * 10 for _, i, _ in plan.batches(r)]) for r in "
+           "range(2)]\n"
+           ">>> plan.unshard(outputs).tolist()\n"
+           "[0, 10, 20, 30, 40]\n")
       .def(
           "locate",
           [](const EvalPlan& p, Index item) {
@@ -91,7 +201,6 @@ void init_eval_plan(nb::module_& m) {
           },
           "For every item, its row in the rank-concatenated outputs (rank-major, then step,\n"
           "then slot).")
-      .def("_check_output_rows", &EvalPlan::CheckOutputRows, "rows_by_rank"_a)
       .def("describe", &EvalPlan::Describe)
       .def("__repr__", &EvalPlan::Describe);
 

@@ -285,3 +285,22 @@ def test_the_generated_stub_names_its_types():
     ]
     allowed = ("def from_jax(", "def __eq__(self, arg: object, /)")
     assert [line for line in untyped if not line.startswith(allowed)] == []
+
+
+def test_one_way_to_wrap_a_bound_class():
+    """A public class is the bound class itself, re-exported by its area module;
+    no Python class subclasses a bound one. (TokenLoader and StreamingPacker are
+    Python classes that own a private engine, _core._TokenLoader and
+    _core._StreamingPacker, which they rebuild on set_epoch / load_state_dict.)"""
+    from shardkit import _core
+
+    bound = {v for v in vars(_core).values() if inspect.isclass(v)}
+    for name in MODULES:
+        module = _module(name)
+        for exported in module.__all__:
+            value = getattr(module, exported)
+            if not inspect.isclass(value) or value in bound:
+                continue
+            wrapped = [base.__name__ for base in value.__mro__[1:] if base in bound]
+            assert wrapped == [], f"shardkit.{name}.{exported} subclasses {wrapped}"
+    assert shardkit.EvalPlan is _core.EvalPlan and shardkit.ShardPlan is _core.ShardPlan
