@@ -16,7 +16,7 @@ import torch.utils.data as tud
 
 from shardkit import packing
 from shardkit.dist import rank_and_world
-from shardkit.packing import StreamingPacker, collate_rows
+from shardkit.packing import StreamingPacker
 from shardkit.sharding import ShardPlan
 
 __all__ = ["PackedCollator", "ConstantLengthDataset", "to_torch"]
@@ -152,6 +152,14 @@ class ConstantLengthDataset(tud.IterableDataset):
             ignore_index=ignore_index,
             block_mask=block_mask,
         )
+        # Samples with their own labels: those tokens collated alone, padded
+        # with ignore_index, give the labels row.
+        self.label_collator = packing.PackedCollator(
+            self.seq_len,
+            padding_side=padding_side,
+            pad_token_id=ignore_index,
+            ignore_index=ignore_index,
+        )
         self._lengths = None if lengths is None else np.asarray(lengths, dtype=np.int64)
         self._images = None if image_counts is None else np.asarray(image_counts, dtype=np.int64)
         if self._lengths is not None and len(self._lengths) != len(dataset):
@@ -245,32 +253,12 @@ class ConstantLengthDataset(tud.IterableDataset):
             np.asarray(lengths),
             np.asarray(images),
         )
-        c = self.collator
         tokens = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
-        out = collate_rows(
-            *args,
-            tokens,
-            offsets,
-            seq_len=c.seq_len,
-            padding_side=c.padding_side,
-            pad_token_id=c.pad_token_id,
-            ignore_index=c.ignore_index,
-            block_mask=c.block_mask,
-            causal=c.causal,
-        )
+        out = self.collator.rows(*args, tokens, offsets)
         if any(lc is not ch for lc, ch in zip(label_chunks, chunks)):
-            label_tokens = np.concatenate(label_chunks)
-            out["labels"] = collate_rows(
-                *args,
-                label_tokens,
-                offsets,
-                seq_len=c.seq_len,
-                padding_side=c.padding_side,
-                pad_token_id=c.ignore_index,
-                ignore_index=c.ignore_index,
-                block_mask=False,
-                causal=True,
-            )["labels"]
+            out["labels"] = self.label_collator.rows(*args, np.concatenate(label_chunks), offsets)[
+                "labels"
+            ]
         out["documents"] = np.asarray([item for pack in packs for item, *_ in pack], dtype=np.int64)
         batch = to_torch(out)
         if image_list:

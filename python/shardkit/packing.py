@@ -360,12 +360,25 @@ class PackedCollator:
         tokens = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
         n = len(lengths)
-        return collate_rows(
+        return self.rows(
             np.asarray(row_offsets, dtype=np.int64),
             np.arange(n),
             np.zeros(n, dtype=np.int64),
             np.asarray(lengths, dtype=np.int64),
             np.asarray(images, dtype=np.int64),
+            tokens,
+            offsets,
+        )
+
+    def rows(self, row_offsets, items, starts, lengths, images, tokens, offsets) -> dict:
+        """:func:`collate_rows` with this collator's options: rows from pieces of
+        documents given as arrays (row r holds pieces row_offsets[r]:row_offsets[r+1])."""
+        return collate_rows(
+            row_offsets,
+            items,
+            starts,
+            lengths,
+            images,
             tokens,
             offsets,
             seq_len=self.seq_len,
