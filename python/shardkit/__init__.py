@@ -21,15 +21,17 @@ from the plan's parameters alone (no communication, no index lists):
 True
 """
 
-from shardkit.dist import ProcessInfo, discover, rank_and_world
 from shardkit.eval import (
     EvalPlan,
     PlanMismatchError,
+    ProcessInfo,
     RemoteRankError,
+    discover,
     masked_count,
     masked_mean,
     masked_sum,
     pad_for_devices,
+    rank_and_world,
     steps_for_count,
 )
 from shardkit.layout import LoadingPlan, LocalToGlobal, Mesh, NamedSharding, PartitionSpec

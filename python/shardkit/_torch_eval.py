@@ -15,8 +15,7 @@ import torch
 import torch.distributed as dist
 
 from shardkit import eval as _ev
-from shardkit.dist import discover
-from shardkit.eval import EvalPlan
+from shardkit.eval import EvalPlan, discover
 
 __all__ = [
     "TorchEngine",

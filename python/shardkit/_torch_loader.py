@@ -28,7 +28,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 import torch.utils.data as tud
 
 from shardkit._torch_packing import to_torch
-from shardkit.dist import rank_and_world
+from shardkit.eval import rank_and_world
 from shardkit.loader import TokenLoader
 
 __all__ = ["TokenDataset", "TokenDataLoader"]

@@ -15,7 +15,7 @@ import torch
 import torch.utils.data as tud
 
 from shardkit import packing
-from shardkit.dist import rank_and_world
+from shardkit.eval import rank_and_world
 from shardkit.packing import StreamingPacker
 from shardkit.sharding import ShardPlan
 

@@ -28,7 +28,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from shardkit import _core
-from shardkit.dist import rank_and_world
+from shardkit.eval import rank_and_world
 
 __all__ = ["TokenLoader"]
 

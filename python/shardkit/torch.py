@@ -30,7 +30,7 @@ from shardkit._torch_eval import (
 )
 from shardkit._torch_loader import TokenDataLoader, TokenDataset
 from shardkit._torch_packing import ConstantLengthDataset, PackedCollator, to_torch
-from shardkit.dist import rank_and_world
+from shardkit.eval import rank_and_world
 from shardkit.sharding import Shard, ShardPlan
 
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-// Bindings of EvalPlan and process discovery (the C++ side of shardkit.dist).
+// Bindings of EvalPlan and process discovery (the C++ side of shardkit.eval.discover).
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>

@@ -34,7 +34,7 @@ def main():
     parent = os.getppid()  # the torchrun agent; when it is killed, stop too
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    # rank and world_size come from torch.distributed (shardkit.dist.rank_and_world).
+    # rank and world_size come from torch.distributed (shardkit.rank_and_world).
     loader = TokenLoader(
         root / "tokens.npy",
         root / "offsets.npy",

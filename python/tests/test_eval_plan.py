@@ -9,10 +9,10 @@ import random
 
 import numpy as np
 import pytest
-from shardkit.dist import discover
 
 import shardkit
 from shardkit import EvalPlan
+from shardkit.eval import discover
 
 
 def reference_items(n, w, r, split):
