@@ -333,18 +333,16 @@ class PackedCollator:
         block_mask: bool = False,
         causal: bool = True,
     ):
-        if int(seq_len) < 1:
-            raise ValueError(f"seq_len: must be at least 1, got {seq_len}")
-        if padding_side not in ("right", "left"):
-            raise ValueError(
-                f"padding_side: unknown side {padding_side!r} (expected right or left)"
-            )
         self.seq_len = int(seq_len)
         self.padding_side = padding_side
         self.pad_token_id = pad_token_id
         self.ignore_index = ignore_index
         self.block_mask = block_mask
         self.causal = causal
+        # The core checks the options (at construction, not at the first
+        # batch): collating no rows validates them and builds nothing.
+        empty, zero = np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        self.rows(zero, empty, empty, empty, empty, empty, zero)
 
     def __call__(self, packs: Sequence[Sequence[Any]]) -> dict:
         chunks, lengths, images, row_offsets = [], [], [], [0]

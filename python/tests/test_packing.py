@@ -489,3 +489,10 @@ def test_cli_pack_images_of_another_length(cli, tmp_path):
         input="1\n2\n3\n",
     )
     assert r.returncode == 2 and "--images: has 2 entries but --lengths has 3" in r.stderr
+
+
+def test_packed_collator_options_are_checked_by_the_core_at_construction():
+    with pytest.raises(ValueError, match=r"^seq_len: must be at least 1, got 0"):
+        shardkit.PackedCollator(0)
+    with pytest.raises(ValueError, match=r"^padding_side: unknown side 'middle'"):
+        shardkit.PackedCollator(4, padding_side="middle")
