@@ -77,9 +77,6 @@ using NumpyArray = nb::ndarray<nb::numpy, T, nb::ndim<1>>;
 // A read-only 1-D int64 numpy view of memory owned by a bound object.
 using Int64View = nb::ndarray<nb::numpy, const std::int64_t, nb::ndim<1>>;
 
-// An int64 numpy array of any rank (an [n, dims, 2] table of slices).
-using Int64Table = nb::ndarray<nb::numpy, std::int64_t>;
-
 // A fresh 1-D numpy array of n elements whose buffer C++ fills in place; the
 // array owns the memory (no copy on the way to Python).
 template <typename T>
