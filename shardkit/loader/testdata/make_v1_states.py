@@ -17,7 +17,6 @@ import os
 import numpy as np
 
 import shardkit
-from shardkit import _core
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 D = 200
