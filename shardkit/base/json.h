@@ -1,0 +1,115 @@
+// Json: a small, strict JSON value for the core's state formats (the loader
+// and packer checkpoints), with a reader and a writer.
+//
+// Values are null, booleans, integers (any value in [-2^63, 2^64), so int64
+// counts and uint64 seeds round-trip exactly; a longer integer is kept as its
+// digits so that reading it as a field names the field), strings, arrays and objects
+// (keys in insertion order, no duplicates). Numbers with a fraction or an
+// exponent are refused: no state holds one, and a float would round a seed.
+//
+// ParseJson is strict and bounded: hostile text gives std::invalid_argument
+// "<param>: ..." naming where it failed, never a crash. Nesting is limited to
+// kMaxJsonDepth levels and the text to kMaxJsonBytes bytes.
+//
+// WriteJson writes the text Python's json.dumps(value) writes for the same
+// value with its defaults (", " and ": " separators, keys in order, non-ASCII
+// escaped as \uXXXX), so a state that went through Python's json module
+// compares byte for byte with the core's.
+//
+// The typed accessors (Field, AsIndex, ...) throw invalid_argument naming the
+// dotted path of the field ("state.packer.buffered[3]") and what was wrong.
+//
+// Thread-safety: values are plain data; distinct values are independent.
+#ifndef SHARDKIT_BASE_JSON_H_
+#define SHARDKIT_BASE_JSON_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shardkit/base/index.h"
+
+namespace shardkit {
+
+inline constexpr int kMaxJsonDepth = 64;
+inline constexpr std::size_t kMaxJsonBytes = std::size_t{1} << 30;
+
+class Json {
+ public:
+  enum class Type { kNull, kBool, kInt, kString, kArray, kObject };
+  using Array = std::vector<Json>;
+  using Object = std::vector<std::pair<std::string, Json>>;
+
+  Json() = default;  // null
+  static Json Bool(bool v);
+  static Json Int(std::int64_t v);
+  static Json Uint(std::uint64_t v);
+  static Json String(std::string v);
+  static Json MakeArray(Array v = {});
+  static Json MakeObject(Object v = {});
+
+  [[nodiscard]] Type type() const { return type_; }
+  [[nodiscard]] static std::string_view TypeName(Type type);
+
+  // Appends to an array / an object (REQUIRES: that type; the key is new).
+  void Push(Json v);
+  void Set(std::string key, Json v);
+
+  // The member `key` of an object, or nullptr when absent (REQUIRES: object).
+  [[nodiscard]] const Json* Find(std::string_view key) const;
+
+  // Raw access; REQUIRES the matching type.
+  [[nodiscard]] bool bool_value() const { return bool_; }
+  [[nodiscard]] bool negative() const { return negative_; }
+  [[nodiscard]] std::uint64_t magnitude() const { return magnitude_; }
+  // kInt outside [-2^63, 2^64): its digits are string_value().
+  [[nodiscard]] bool too_big() const { return too_big_; }
+  static Json BigInt(std::string digits);
+  [[nodiscard]] const std::string& string_value() const { return string_; }
+  [[nodiscard]] const Array& array() const { return array_; }
+  [[nodiscard]] const Object& object() const { return object_; }
+
+  friend bool operator==(const Json&, const Json&) = default;
+
+ private:
+  Type type_ = Type::kNull;
+  bool bool_ = false;
+  bool negative_ = false;  // kInt: value = negative_ ? -magnitude_ : magnitude_
+  bool too_big_ = false;
+  std::uint64_t magnitude_ = 0;  // kInt
+  std::string string_;
+  Array array_;
+  Object object_;
+};
+
+// Parses one JSON value (surrounding whitespace allowed, nothing else).
+// Throws invalid_argument "<param>: not valid JSON at byte <k>: <reason>".
+[[nodiscard]] Json ParseJson(std::string_view text, std::string_view param);
+
+// Appends the text of `value` in json.dumps' default form.
+void WriteJson(const Json& value, std::string* out);
+[[nodiscard]] std::string WriteJson(const Json& value);
+
+// Typed reading with the path of the field in every error.
+// `path` names the value being read: the parameter, then the field
+// ("state.packer.buffered[3]"). All throw invalid_argument
+// "<parameter>: <field>: <what>" ("state: packer.buffered[3]: expected a
+// list, got an integer"), so the message starts with the parameter as every
+// error of the core does (shardkit/base/errors.h).
+[[noreturn]] void ThrowAtPath(std::string_view path, std::string_view what);
+[[nodiscard]] const Json& Field(const Json& object, std::string_view path, std::string_view key);
+void ExpectType(const Json& value, std::string_view path, Json::Type type);
+[[nodiscard]] std::int64_t AsInt64(const Json& value, std::string_view path);
+[[nodiscard]] std::uint64_t AsUint64(const Json& value, std::string_view path);
+[[nodiscard]] bool AsBool(const Json& value, std::string_view path);
+[[nodiscard]] const std::string& AsString(const Json& value, std::string_view path);
+[[nodiscard]] const Json::Array& AsArray(const Json& value, std::string_view path);
+// Throws unless every key of `object` is in `allowed`.
+void ExpectOnlyKeys(const Json& object, std::string_view path,
+                    std::initializer_list<std::string_view> allowed);
+
+}  // namespace shardkit
+
+#endif  // SHARDKIT_BASE_JSON_H_

@@ -1,0 +1,73 @@
+#include "shardkit/base/json.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace shardkit {
+namespace {
+
+std::string ErrorOf(std::string_view text) {
+  try {
+    (void)ParseJson(text, "state");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(JsonTest, WritesWhatPythonJsonDumpsWrites) {
+  Json v = Json::MakeObject();
+  v.Set("a", Json::MakeArray({Json::Int(-5), Json::Uint(18446744073709551615ull), Json()}));
+  v.Set("b\"\n", Json::String("caf\xc3\xa9 \xf0\x9f\x98\x80 \x7f"));
+  v.Set("c", Json::MakeObject({{"t", Json::Bool(true)}, {"f", Json::Bool(false)}}));
+  // json.dumps({"a": [-5, 2**64 - 1, None], "b\"\n": "café 😀 \x7f",
+  //             "c": {"t": True, "f": False}})
+  EXPECT_EQ(WriteJson(v),
+            "{\"a\": [-5, 18446744073709551615, null], \"b\\\"\\n\": \"caf\\u00e9 "
+            "\\ud83d\\ude00 \\u007f\", \"c\": {\"t\": true, \"f\": false}}");
+  EXPECT_EQ(ParseJson(WriteJson(v), "x"), v);
+  EXPECT_EQ(AsInt64(ParseJson("-9223372036854775808", "x"), "x"),
+            std::numeric_limits<std::int64_t>::min());
+  EXPECT_THROW((void)AsInt64(ParseJson("9223372036854775808", "x"), "x"), std::invalid_argument);
+  EXPECT_EQ(AsUint64(ParseJson("18446744073709551615", "x"), "x"),
+            std::numeric_limits<std::uint64_t>::max());
+}
+
+TEST(JsonTest, RefusesWhatIsNotStrictJsonNamingTheParameter) {
+  for (const char* text :
+       {"",          " ",     "{",      "[1,]", "{\"a\" 1}", "{\"a\": 1,}", "01",
+        "-",         "1e5",   "1.0",    "tru",  "nul",       "\"abc",       "\"\\x\"",
+        "\"\\u12\"", "[1] 2", "{1: 2}", "NaN",  "Infinity",  "\"a\tb\""}) {
+    const std::string e = ErrorOf(text);
+    EXPECT_EQ(e.rfind("state: not valid JSON at byte ", 0), 0u) << text << " -> " << e;
+  }
+  EXPECT_EQ(ErrorOf(std::string(63, '[') + std::string(63, ']')), "no error");
+  EXPECT_NE(ErrorOf(std::string(65, '[') + std::string(65, ']')).find("nested deeper than 64"),
+            std::string::npos);
+}
+
+TEST(JsonTest, TypedAccessorsNameTheFieldPath) {
+  const Json v = ParseJson("{\"a\": {\"b\": [1, \"x\"]}}", "state");
+  const Json& b = Field(Field(v, "state", "a"), "state.a", "b");
+  EXPECT_EQ(AsInt64(b.array()[0], "state.a.b[0]"), 1);
+  try {
+    (void)AsInt64(b.array()[1], "state.a.b[1]");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "state: a.b[1]: expected an integer, got a string");
+  }
+  try {
+    (void)Field(v, "state", "c");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "state: missing key 'c'");
+  }
+  EXPECT_THROW(ExpectOnlyKeys(v, "state", {"b"}), std::invalid_argument);
+  EXPECT_THROW((void)AsUint64(ParseJson("-1", "x"), "x"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace shardkit
