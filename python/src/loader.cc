@@ -1,5 +1,6 @@
 // Bindings of TokenSource and TokenLoader (the Python class TokenLoader in
-// shardkit/loader.py wraps these) and the state <-> dict conversion.
+// shardkit/loader.py wraps these); states go through the core codec
+// (shardkit/loader/loader_state.h).
 #include "shardkit/loader/loader.h"
 
 #include <nanobind/stl/optional.h>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "python/src/bindings.h"
+#include "shardkit/loader/loader_state.h"
 #include "shardkit/loader/token_source.h"
 
 namespace shardkit::python {
@@ -25,134 +27,23 @@ struct PySource {
   nb::object keep_tokens, keep_offsets;
 };
 
-// ---- state <-> dict --------------------------------------------------------
+// ---- state <-> dict through the core codec ---------------------------------
+// state_dict() is json.loads of the core's JSON text, and a dict given back
+// is json.dumps'd and read by the core: the binding holds no format of its own.
 
-[[noreturn]] void BadState(const std::string& what) { ThrowInvalid("state", what); }
-
-nb::handle Field(nb::dict d, const char* key) {
-  if (!d.contains(key)) BadState(std::string("missing key '") + key + "'");
-  return d[key];
-}
-
-template <typename T>
-T Get(nb::dict d, const char* key) {
-  try {
-    return nb::cast<T>(Field(d, key));
-  } catch (const nb::cast_error&) {
-    BadState(std::string("key '") + key + "' has the wrong type");
-  }
-}
-
-nb::list PackItemList(const PackItem& p) {
-  nb::list l;
-  l.append(p.item);
-  l.append(p.length);
-  l.append(p.start);
-  l.append(p.images);
-  return l;
-}
-
-PackItem ToPackItem(nb::handle h) {
-  auto v = nb::cast<std::vector<Index>>(h);
-  if (v.size() != 4) BadState("a packer item is [item, length, start, images]");
-  PackItem p;
-  p.item = v[0];
-  p.length = v[1];
-  p.start = v[2];
-  p.images = v[3];
-  return p;
-}
-
-nb::dict StateToDict(const LoaderState& s) {
-  nb::dict d;
-  d["version"] = 1;
-  d["epoch"] = s.epoch;
-  nb::list head;
-  for (const PieceRef& p : s.head) {
-    nb::list l;
-    l.append(p.document);
-    l.append(p.start);
-    l.append(p.length);
-    head.append(l);
-  }
-  d["head"] = head;
-  d["position"] = s.position;
-  d["done"] = s.done;
-  d["consumers"] = s.consumers;
-  d["consumer"] = s.consumer;
-  d["read"] = s.read;
-  d["batches"] = s.batches;
-  nb::dict packer;
-  nb::list buffered, pending;
-  for (const PackItem& p : s.packer.buffered) buffered.append(PackItemList(p));
-  for (const Pack& pack : s.packer.pending) {
-    nb::list l;
-    for (const PackItem& p : pack.pieces) l.append(PackItemList(p));
-    pending.append(l);
-  }
-  packer["buffered"] = buffered;
-  packer["pending"] = pending;
-  packer["items_seen"] = s.packer.items_seen;
-  packer["dropped"] = s.packer.dropped;
-  packer["split_items"] = s.packer.split_items;
-  packer["packs_closed"] = s.packer.packs_closed;
-  packer["tokens_closed"] = s.packer.tokens_closed;
-  d["packer"] = packer;
-  d["num_documents"] = s.num_documents;
-  d["seq_len"] = s.seq_len;
-  d["shuffle"] = s.shuffle;
-  d["seed"] = s.seed;
-  d["shard_files"] = s.shard_files;
-  return d;
+nb::object StateToDict(const LoaderState& s) {
+  return nb::module_::import_("json").attr("loads")(LoaderStateToJson(s));
 }
 
 LoaderState DictToState(nb::handle h) {
-  if (!nb::isinstance<nb::dict>(h)) BadState("expected a dict from state_dict()");
-  nb::dict d = nb::borrow<nb::dict>(h);
-  if (Get<Index>(d, "version") != 1) BadState("unknown state version");
-  LoaderState s;
+  std::string text;
   try {
-    s.epoch = Get<std::uint64_t>(d, "epoch");
-    for (nb::handle p : nb::borrow<nb::list>(Field(d, "head"))) {
-      auto v = nb::cast<std::vector<Index>>(p);
-      if (v.size() != 3) BadState("a head piece is [document, start, length]");
-      s.head.push_back({v[0], v[1], v[2]});
-    }
-    s.position = Get<Index>(d, "position");
-    s.done = Get<std::vector<Index>>(d, "done");
-    s.consumers = Get<Index>(d, "consumers");
-    s.consumer = Get<Index>(d, "consumer");
-    s.read = Get<Index>(d, "read");
-    s.batches = Get<Index>(d, "batches");
-    nb::dict packer = nb::borrow<nb::dict>(Field(d, "packer"));
-    for (nb::handle p : nb::borrow<nb::list>(Field(packer, "buffered"))) {
-      s.packer.buffered.push_back(ToPackItem(p));
-    }
-    for (nb::handle pack : nb::borrow<nb::list>(Field(packer, "pending"))) {
-      Pack out;
-      for (nb::handle p : nb::borrow<nb::list>(pack)) {
-        out.pieces.push_back(ToPackItem(p));
-        out.tokens += out.pieces.back().length;
-        out.images += out.pieces.back().images;
-      }
-      s.packer.pending.push_back(std::move(out));
-    }
-    s.packer.items_seen = Get<Index>(packer, "items_seen");
-    s.packer.dropped = Get<Index>(packer, "dropped");
-    s.packer.split_items = Get<Index>(packer, "split_items");
-    s.packer.packs_closed = Get<Index>(packer, "packs_closed");
-    s.packer.tokens_closed = Get<Index>(packer, "tokens_closed");
-    s.num_documents = Get<Index>(d, "num_documents");
-    s.seq_len = Get<Index>(d, "seq_len");
-    s.shuffle = Get<bool>(d, "shuffle");
-    s.seed = Get<std::uint64_t>(d, "seed");
-    s.shard_files = Get<bool>(d, "shard_files");
-  } catch (const nb::cast_error&) {
-    BadState("malformed state (a value has the wrong type)");
-  } catch (const nb::python_error&) {
-    BadState("malformed state (a value has the wrong type)");
+    text = nb::cast<std::string>(nb::module_::import_("json").attr("dumps")(h));
+  } catch (const nb::python_error& e) {
+    ThrowInvalid("state", std::string("is not JSON-serialisable (") + e.what() + ")");
   }
-  return s;
+  nb::gil_scoped_release release;
+  return LoaderStateFromJson(text);
 }
 
 // ---- batches -> numpy without copies --------------------------------------
@@ -309,6 +200,9 @@ void init_loader(nb::module_& m) {
           "The next batch as a dict of numpy arrays (views of the batch's buffers), or None "
           "at the end of the epoch.")
       .def("state", [](const TokenLoader& l) { return StateToDict(l.State()); })
+      .def(
+          "state_json", [](const TokenLoader& l) { return LoaderStateToJson(l.State()); },
+          "The state as the core's JSON text (state() is json.loads of it).")
       .def_prop_ro("list_size", &TokenLoader::ListSize)
       .def_prop_ro("dropped", &TokenLoader::dropped)
       .def_prop_ro("consumers", &TokenLoader::consumers)

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "python/src/bindings.h"
+#include "shardkit/loader/loader_state.h"
 #include "shardkit/packing/packing_metadata.h"
 
 namespace shardkit::python {
@@ -36,11 +37,6 @@ PackOptions MakeOptions(Index capacity, const std::string& algorithm,
 
 nb::tuple PieceTuple(const PackItem& p) {
   return nb::make_tuple(p.item, p.start, p.length, p.images);
-}
-
-PackItem PieceFrom(nb::handle h) {
-  auto t = nb::cast<std::tuple<Index, Index, Index, Index>>(h);
-  return {std::get<0>(t), std::get<2>(t), std::get<3>(t), std::get<1>(t)};
 }
 
 }  // namespace
@@ -144,22 +140,15 @@ void init_packing(nb::module_& m) {
               new (self) StreamingPacker(o);
               return;
             }
-            PackerState s;
-            for (nb::handle h : state["buffered"]) s.buffered.push_back(PieceFrom(h));
-            for (nb::handle pack : state["pending"]) {
-              Pack p;
-              for (nb::handle h : pack) {
-                p.pieces.push_back(PieceFrom(h));
-                p.tokens += p.pieces.back().length;
-                p.images += p.pieces.back().images;
-              }
-              s.pending.push_back(std::move(p));
+            // The state goes through the core codec (shardkit/loader/loader_state.h).
+            std::string text;
+            try {
+              text = nb::cast<std::string>(nb::module_::import_("json").attr("dumps")(state));
+            } catch (const nb::python_error& e) {
+              ThrowInvalid("state", std::string("is not JSON-serialisable (") + e.what() + ")");
             }
-            s.items_seen = nb::cast<Index>(state["items_seen"]);
-            s.dropped = nb::cast<Index>(state["dropped"]);
-            s.split_items = nb::cast<Index>(state["split_items"]);
-            s.packs_closed = nb::cast<Index>(state["packs_closed"]);
-            s.tokens_closed = nb::cast<Index>(state["tokens_closed"]);
+            PackerState s = PackerStateFromJson(text);
+            PackerStateFits(s, o);
             new (self) StreamingPacker(o, std::move(s));
           },
           "capacity"_a, "algorithm"_a, "max_images"_a.none(), "max_sequences"_a.none(),
@@ -194,25 +183,13 @@ void init_packing(nb::module_& m) {
       .def_prop_ro("buffered", &StreamingPacker::buffered)
       .def_prop_ro("efficiency", &StreamingPacker::efficiency)
       .def("take_dropped", &StreamingPacker::TakeDropped)
-      .def("state", [](const StreamingPacker& s) {
-        PackerState st = s.State();
-        nb::dict d;
-        nb::list buffered, pending;
-        for (const PackItem& p : st.buffered) buffered.append(PieceTuple(p));
-        for (const Pack& pack : st.pending) {
-          nb::list l;
-          for (const PackItem& p : pack.pieces) l.append(PieceTuple(p));
-          pending.append(l);
-        }
-        d["buffered"] = buffered;
-        d["pending"] = pending;
-        d["items_seen"] = st.items_seen;
-        d["dropped"] = st.dropped;
-        d["split_items"] = st.split_items;
-        d["packs_closed"] = st.packs_closed;
-        d["tokens_closed"] = st.tokens_closed;
-        return d;
-      });
+      .def("state",
+           [](const StreamingPacker& s) {
+             return nb::module_::import_("json").attr("loads")(PackerStateToJson(s.State()));
+           })
+      .def(
+          "state_json", [](const StreamingPacker& s) { return PackerStateToJson(s.State()); },
+          "The state as the core's JSON text (state() is json.loads of it).");
 
   using Steps = nb::ndarray<nb::numpy, const std::int64_t, nb::ndim<3>>;
   using StepCosts = nb::ndarray<nb::numpy, const double, nb::ndim<2>>;

@@ -5,6 +5,9 @@
 #include <string>
 #include <utility>
 
+#include "shardkit/base/hash.h"
+#include "shardkit/loader/internal/loader_impl.h"
+#include "shardkit/sharding/permutation.h"
 #include "shardkit/sharding/shard_plan.h"
 #include "shardkit/sharding/whale.h"
 
@@ -49,11 +52,18 @@ class RemainingOrder {
 };
 
 void CheckFingerprint(const LoaderState& a, const LoaderState& b, const char* what) {
+  const bool data_known = a.data_hash && b.data_hash;
   if (a.num_documents != b.num_documents || a.seq_len != b.seq_len || a.shuffle != b.shuffle ||
-      a.seed != b.seed || a.shard_files != b.shard_files) {
-    ThrowInvalid("state", std::string(what) + " (num_documents " + Str(a.num_documents) + " vs " +
-                              Str(b.num_documents) + ", seq_len " + Str(a.seq_len) + " vs " +
-                              Str(b.seq_len) + ", shuffle/seed/shard_files must match)");
+      a.seed != b.seed || a.shard_files != b.shard_files ||
+      (data_known && (a.num_tokens != b.num_tokens || a.data_hash != b.data_hash))) {
+    std::string detail = "num_documents " + Str(a.num_documents) + " vs " + Str(b.num_documents);
+    if (data_known) {
+      detail += ", num_tokens " + Str(*a.num_tokens) + " vs " + Str(*b.num_tokens) +
+                ", data_hash " + HexDigest(*a.data_hash) + " vs " + HexDigest(*b.data_hash);
+    }
+    detail += ", seq_len " + Str(a.seq_len) + " vs " + Str(b.seq_len) +
+              "; shuffle, seed and shard_files must match too";
+    ThrowInvalid("state", std::string(what) + " (" + detail + ")");
   }
 }
 
@@ -65,10 +75,12 @@ PieceRef Resolve(const PackItem& item, const std::vector<PieceRef>& head) {
 
 }  // namespace
 
+namespace internal {
+
 // ---------------------------------------------------------------------------
 // A consumer's list: entry k -> a head piece or a document.
 
-class TokenLoader::ConsumerList {
+class ConsumerList {
  public:
   ConsumerList(const TokenSource& source, const LoaderOptions& o, Index consumers, Index consumer,
                const LoaderState& base)
@@ -135,13 +147,7 @@ class TokenLoader::ConsumerList {
 // ---------------------------------------------------------------------------
 // The sequential part: read entries, push them into the packer, pop packs.
 
-struct TokenLoader::Plan {
-  std::vector<std::vector<PackItem>> rows;  // resolved: item = document
-  std::uint64_t epoch = 0;
-  Index index = 0;
-};
-
-class TokenLoader::Planner {
+class Planner {
  public:
   Planner(const TokenSource& source, const LoaderOptions& o, Index consumers, Index consumer,
           LoaderState base, Index read, Index batches, std::optional<PackerState> packer)
@@ -227,8 +233,8 @@ class TokenLoader::Planner {
 
 // ---------------------------------------------------------------------------
 
-TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOptions options,
-                         std::optional<LoaderState> resume)
+LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions options,
+                       std::optional<LoaderState> resume)
     : source_(std::move(source)), options_(std::move(options)) {
   const LoaderOptions& o = options_;
   CheckAtLeast("seq_len", o.seq_len, 1);
@@ -263,9 +269,12 @@ TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOption
                        o.whale_drop_last_files);
   }
 
+  const DataFingerprint data = FingerprintData(*source_);
   LoaderState base;
   base.epoch = o.epoch;
-  base.num_documents = source_->num_documents();
+  base.num_documents = data.documents;
+  base.num_tokens = data.tokens;
+  base.data_hash = data.hash;
   base.seq_len = o.seq_len;
   base.shuffle = o.shuffle;
   base.seed = o.seed;
@@ -275,24 +284,27 @@ TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOption
   if (resume) {
     const LoaderState& s = *resume;
     CheckFingerprint(s, base, "was saved for another data set or configuration");
-    const Index d = base.num_documents;
-    if (s.position < 0 || s.position > d) {
-      ThrowInvalid("state", "position " + Str(s.position) + " is outside [0, " + Str(d) + "]");
-    }
-    for (std::size_t i = 0; i < s.done.size(); ++i) {
-      if (s.done[i] < s.position || s.done[i] >= d || (i > 0 && s.done[i] <= s.done[i - 1])) {
-        ThrowInvalid("state", "done must be increasing positions in [position, " + Str(d) +
-                                  "), got " + Str(s.done[i]) + " at " + Str(Index(i)));
+    ValidateLoaderState(s);
+    // Every piece must lie inside its document: collation copies without
+    // checks. (ValidateLoaderState has checked start + length for overflow.)
+    for (std::size_t i = 0; i < s.head.size(); ++i) {
+      const PieceRef& p = s.head[i];
+      if (p.start + p.length > source_->DocumentLength(p.document)) {
+        ThrowInvalid("state", "head[" + std::to_string(i) + "]: piece (document " +
+                                  Str(p.document) + ", start " + Str(p.start) + ", length " +
+                                  Str(p.length) + ") lies outside its document of " +
+                                  Str(source_->DocumentLength(p.document)) + " tokens");
       }
     }
-    for (const PieceRef& p : s.head) {
-      if (p.document < 0 || p.document >= d || p.start < 0 || p.length < 0 ||
-          p.length > o.seq_len || p.start + p.length > source_->DocumentLength(p.document)) {
-        ThrowInvalid("state", "head piece (document " + Str(p.document) + ", start " +
+    auto check_piece = [&](const PackItem& p, const char* where) {
+      const PieceRef ref = Resolve(p, s.head);
+      if (ref.start + ref.length > source_->DocumentLength(ref.document)) {
+        ThrowInvalid("state", std::string(where) + " item " + Str(p.item) + " (start " +
                                   Str(p.start) + ", length " + Str(p.length) +
-                                  ") does not fit the data set or seq_len");
+                                  ") lies outside its document of " +
+                                  Str(source_->DocumentLength(ref.document)) + " tokens");
       }
-    }
+    };
     if (s.consumers != 0) {
       if (s.consumers != consumers_ || s.consumer != consumer_) {
         ThrowInvalid("state", "was saved by consumer " + Str(s.consumer) + " of " +
@@ -301,32 +313,8 @@ TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOption
                                   " (merge the states of all consumers to change the world "
                                   "size or worker count)");
       }
-      // Every piece must lie inside its document and every pack inside a row:
-      // collation copies without checks.
-      auto check_piece = [&](const PackItem& p, const char* where) {
-        const Index h = static_cast<Index>(s.head.size());
-        bool ok =
-            p.item >= -h && p.item < d && p.start >= 0 && p.length >= 0 && p.length <= o.seq_len;
-        if (ok) {
-          const PieceRef ref = Resolve(p, s.head);
-          ok = ref.start + ref.length <= source_->DocumentLength(ref.document);
-        }
-        if (!ok) {
-          ThrowInvalid("state", std::string(where) + " item " + Str(p.item) + " (start " +
-                                    Str(p.start) + ", length " + Str(p.length) +
-                                    ") is not a piece of a document of this data set");
-        }
-      };
       for (const Pack& pack : s.packer.pending) {
-        Index tokens = 0;
-        for (const PackItem& p : pack.pieces) {
-          check_piece(p, "packed");
-          tokens += p.length;
-        }
-        if (tokens > o.seq_len) {
-          ThrowInvalid("state", "a packed row holds " + Str(tokens) +
-                                    " tokens, more than seq_len " + Str(o.seq_len));
-        }
+        for (const PackItem& p : pack.pieces) check_piece(p, "packed");
       }
       for (const PackItem& p : s.packer.buffered) check_piece(p, "buffered");
       read = s.read;
@@ -343,16 +331,10 @@ TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOption
   planner_ = std::make_unique<Planner>(*source_, o, consumers_, consumer_, std::move(base), read,
                                        batches, std::move(packer));
   auto snapshot = planner_->Take();
-  auto state = std::make_shared<LoaderState>(planner_->base());
-  state->consumers = consumers_;
-  state->consumer = consumer_;
-  state->read = snapshot.read;
-  state->batches = snapshot.batches;
-  state->packer = std::move(snapshot.packer);
-  state_ = std::move(state);
+  state_ = Publish(snapshot.read, snapshot.batches, std::move(snapshot.packer));
 }
 
-TokenLoader::~TokenLoader() {
+LoaderImpl::~LoaderImpl() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -362,19 +344,33 @@ TokenLoader::~TokenLoader() {
   for (std::thread& t : threads_) t.join();
 }
 
-Index TokenLoader::ListSize() const {
+std::shared_ptr<const LoaderState> LoaderImpl::Publish(Index read, Index batches,
+                                                       PackerState packer) const {
+  auto state = std::make_shared<LoaderState>(planner_->base());
+  state->consumers = consumers_;
+  state->consumer = consumer_;
+  state->read = read;
+  state->batches = batches;
+  state->packer = std::move(packer);
+  return state;
+}
+
+Index LoaderImpl::ListSize() const {
   std::lock_guard lock(mu_);
   return planner_->list_size();
 }
 
-Index TokenLoader::dropped() const { return State().packer.dropped; }
+Index LoaderImpl::dropped() const {
+  std::lock_guard lock(mu_);
+  return state_->packer.dropped;
+}
 
-LoaderState TokenLoader::State() const {
+LoaderState LoaderImpl::State() const {
   std::lock_guard lock(mu_);
   return *state_;
 }
 
-std::shared_ptr<Batch> TokenLoader::AcquireBatch() {
+std::shared_ptr<Batch> LoaderImpl::AcquireBatch() {
   for (auto& b : pool_) {
     if (b.use_count() == 1) return b;
   }
@@ -390,7 +386,7 @@ std::shared_ptr<Batch> TokenLoader::AcquireBatch() {
   return b;
 }
 
-void TokenLoader::Collate(const Plan& plan, Batch* batch) const {
+void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
   const Index L = options_.seq_len;
   batch->epoch = plan.epoch;
   batch->index = plan.index;
@@ -439,14 +435,14 @@ void TokenLoader::Collate(const Plan& plan, Batch* batch) const {
   batch->max_seqlen = BatchCuSeqlens(rows, collate_, &batch->cu_seqlens);
 }
 
-void TokenLoader::StartThreads() {
+void LoaderImpl::StartThreads() {
   started_ = true;
   for (Index i = 0; i < options_.num_threads; ++i) {
     threads_.emplace_back([this] { ProducerLoop(); });
   }
 }
 
-void TokenLoader::ProducerLoop() {
+void LoaderImpl::ProducerLoop() {
   std::unique_lock lock(mu_);
   while (true) {
     consumed_.wait(lock, [this] {
@@ -468,12 +464,9 @@ void TokenLoader::ProducerLoop() {
     }
     const Index seq = next_plan_++;
     auto snap = planner_->Take();
-    auto state = std::make_shared<LoaderState>();
-    state->read = snap.read;
-    state->batches = snap.batches;
-    state->packer = std::move(snap.packer);
     std::shared_ptr<Batch> batch = AcquireBatch();
     lock.unlock();
+    auto state = Publish(snap.read, snap.batches, std::move(snap.packer));
     Collate(plan, batch.get());
     lock.lock();
     ready_[seq] = {std::move(batch), std::move(state)};
@@ -481,28 +474,15 @@ void TokenLoader::ProducerLoop() {
   }
 }
 
-std::shared_ptr<const Batch> TokenLoader::Next() {
+std::shared_ptr<const Batch> LoaderImpl::Next() {
   std::unique_lock lock(mu_);
-  auto publish = [&](const LoaderState& partial) {
-    auto state = std::make_shared<LoaderState>(planner_->base());
-    state->consumers = consumers_;
-    state->consumer = consumer_;
-    state->read = partial.read;
-    state->batches = partial.batches;
-    state->packer = partial.packer;
-    state_ = std::move(state);
-  };
   if (options_.num_threads == 0) {
     Plan plan;
     if (!planner_->Next(&plan)) return nullptr;
     auto snap = planner_->Take();
-    LoaderState partial;
-    partial.read = snap.read;
-    partial.batches = snap.batches;
-    partial.packer = std::move(snap.packer);
     std::shared_ptr<Batch> batch = AcquireBatch();
     Collate(plan, batch.get());
-    publish(partial);
+    state_ = Publish(snap.read, snap.batches, std::move(snap.packer));
     return batch;
   }
   if (!started_) StartThreads();
@@ -518,10 +498,28 @@ std::shared_ptr<const Batch> TokenLoader::Next() {
   Ready r = std::move(it->second);
   ready_.erase(it);
   ++next_out_;
-  publish(*r.state);
+  state_ = std::move(r.state);
   consumed_.notify_all();
   return r.batch;
 }
+
+}  // namespace internal
+
+// ---------------------------------------------------------------------------
+// TokenLoader forwards to its implementation.
+
+TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOptions options,
+                         std::optional<LoaderState> resume)
+    : impl_(std::make_unique<internal::LoaderImpl>(std::move(source), std::move(options),
+                                                   std::move(resume))) {}
+TokenLoader::~TokenLoader() = default;
+std::shared_ptr<const Batch> TokenLoader::Next() { return impl_->Next(); }
+LoaderState TokenLoader::State() const { return impl_->State(); }
+Index TokenLoader::ListSize() const { return impl_->ListSize(); }
+const LoaderOptions& TokenLoader::options() const { return impl_->options(); }
+Index TokenLoader::consumers() const { return impl_->consumers(); }
+Index TokenLoader::consumer() const { return impl_->consumer(); }
+Index TokenLoader::dropped() const { return impl_->dropped(); }
 
 // ---------------------------------------------------------------------------
 
@@ -529,7 +527,10 @@ LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
   if (states.empty()) ThrowInvalid("state", "no states to merge");
   const LoaderState& first = states[0];
   if (first.consumers == 0) {
-    if (states.size() == 1) return first;
+    if (states.size() == 1) {
+      ValidateLoaderState(first);
+      return first;
+    }
     ThrowInvalid("state", "a merged state cannot be merged with others");
   }
   if (first.shard_files) {
@@ -545,6 +546,7 @@ LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
   }
   std::vector<const LoaderState*> by(static_cast<std::size_t>(C), nullptr);
   for (const LoaderState& s : states) {
+    ValidateLoaderState(s);
     CheckFingerprint(s, first, "states come from different configurations");
     if (s.consumers != C || s.epoch != first.epoch || s.position != first.position ||
         s.head != first.head || s.done != first.done) {
@@ -585,6 +587,8 @@ LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
   LoaderState merged;
   merged.epoch = first.epoch;
   merged.num_documents = D;
+  merged.num_tokens = first.num_tokens;
+  merged.data_hash = first.data_hash;
   merged.seq_len = first.seq_len;
   merged.shuffle = first.shuffle;
   merged.seed = first.seed;

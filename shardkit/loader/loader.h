@@ -22,14 +22,14 @@
 //            sequential and cheap; collation (the token copies) runs in
 //            parallel. Batch k is the same for any thread count and depth.
 //
-// State: after every batch, a LoaderState (epoch, the remaining order, how
-// many entries this consumer read, the packer's buffered items and closed
-// packs). A loader built from it delivers exactly the batches that would have
-// come next. MergeLoaderStates combines the states of all C consumers of a
-// run into one global state from which any number of consumers continues the
-// epoch: every document (piece) not yet delivered is delivered exactly once,
-// none delivered before is repeated. See docs/loader.md for the guarantee and
-// its limits.
+// State: after every batch, a LoaderState (shardkit/loader/loader_state.h:
+// epoch, the remaining order, how many entries this consumer read, the
+// packer's buffered items and closed packs, and the fingerprint of the data
+// and plan; LoaderStateToJson / LoaderStateFromJson write and read it). A
+// loader built from it delivers exactly the batches that would have come next. MergeLoaderStates
+// combines the states of all C consumers of a run into one global state from which any number of
+// consumers continues the epoch: every document (piece) not yet delivered is delivered exactly
+// once, none delivered before is repeated. See docs/loader.md for the guarantee and its limits.
 //
 // File sharding (shard_files): the parts of a multi-file source are assigned
 // to consumers by Whale's policies (shardkit/sharding/whale.h) instead; each consumer
@@ -38,28 +38,28 @@
 // replicated file belongs to no single consumer) and is refused.
 //
 // Thread-safety: a TokenLoader is used by one thread at a time (its own
-// threads are internal); distinct loaders are independent.
+// threads, queue and buffer pool are internal, in internal/loader_impl.h);
+// distinct loaders are independent.
 #ifndef SHARDKIT_LOADER_LOADER_H_
 #define SHARDKIT_LOADER_LOADER_H_
 
-#include <condition_variable>
 #include <cstdint>
-#include <exception>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
-#include <thread>
 #include <vector>
 
-#include "shardkit/base/errors.h"
+#include "shardkit/base/index.h"
+#include "shardkit/loader/loader_state.h"
 #include "shardkit/loader/token_source.h"
 #include "shardkit/packing/packing.h"
 #include "shardkit/packing/packing_metadata.h"
-#include "shardkit/sharding/permutation.h"
 
 namespace shardkit {
+
+namespace internal {
+class LoaderImpl;
+}  // namespace internal
 
 struct LoaderOptions {
   Index seq_len = 0;     // tokens per row; REQUIRES >= 1
@@ -81,39 +81,6 @@ struct LoaderOptions {
   bool shard_files = false;
   bool whale_unbalanced_io_slicing = false;
   bool whale_drop_last_files = false;
-};
-
-// A piece of a document: tokens [start, start + length) of it.
-struct PieceRef {
-  Index document = 0;
-  Index start = 0;
-  Index length = 0;
-  friend bool operator==(const PieceRef&, const PieceRef&) = default;
-};
-
-// Everything needed to continue an epoch. Small: O(buffer + C) numbers.
-struct LoaderState {
-  std::uint64_t epoch = 0;
-  // The remaining order of the epoch, shared by all consumers of a run:
-  // first the pieces of `head` in order, then the documents at global order
-  // positions [position, num_documents) except those listed in `done`
-  // (sorted, all >= position; already delivered).
-  std::vector<PieceRef> head;
-  Index position = 0;
-  std::vector<Index> done;
-  // This consumer (consumers == 0: a merged state of no consumer).
-  Index consumers = 0;
-  Index consumer = -1;
-  Index read = 0;     // entries of this consumer's list read so far
-  Index batches = 0;  // batches delivered from this state's plan
-  // The packer (item ids < 0 refer to head[-id - 1]).
-  PackerState packer;
-  // What the state was made for; a loader refuses a state that differs.
-  Index num_documents = 0;
-  Index seq_len = 0;
-  bool shuffle = true;
-  std::uint64_t seed = 0;
-  bool shard_files = false;
 };
 
 // Combines the states of all consumers of one run (one state per consumer
@@ -145,8 +112,10 @@ class TokenLoader {
   // Validates everything here. Throws invalid_argument naming the option
   // (seq_len, batch_size, rank, world_size, worker, num_workers, buffer,
   // num_threads, prefetch, oversize) or `state` when `resume` was made for
-  // another data set or configuration. `resume` is this consumer's own state
-  // (same consumers and consumer) or a merged state (any consumers).
+  // another data set or configuration (its fingerprint differs) or does not
+  // hold together (ValidateLoaderState, and every piece must lie in its
+  // document). `resume` is this consumer's own state (same consumers and
+  // consumer) or a merged state (any consumers).
   TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOptions options,
               std::optional<LoaderState> resume = std::nullopt);
   ~TokenLoader();
@@ -163,43 +132,14 @@ class TokenLoader {
 
   // Entries in this consumer's list this epoch (documents or head pieces).
   [[nodiscard]] Index ListSize() const;
-  [[nodiscard]] const LoaderOptions& options() const { return options_; }
-  [[nodiscard]] Index consumers() const { return consumers_; }
-  [[nodiscard]] Index consumer() const { return consumer_; }
+  [[nodiscard]] const LoaderOptions& options() const;
+  [[nodiscard]] Index consumers() const;
+  [[nodiscard]] Index consumer() const;
   // Documents dropped so far (oversize drop), in this consumer's stream.
   [[nodiscard]] Index dropped() const;
 
  private:
-  struct Plan;
-  class ConsumerList;
-  class Planner;
-
-  void StartThreads();
-  void ProducerLoop();
-  void Collate(const Plan& plan, Batch* batch) const;
-  std::shared_ptr<Batch> AcquireBatch();
-
-  std::shared_ptr<const TokenSource> source_;
-  LoaderOptions options_;
-  CollateOptions collate_;
-  Index consumers_ = 1, consumer_ = 0;
-  std::unique_ptr<Planner> planner_;  // guarded by mu_
-
-  mutable std::mutex mu_;
-  std::condition_variable produced_, consumed_;
-  std::vector<std::thread> threads_;
-  bool started_ = false, stop_ = false, planned_all_ = false;
-  Index next_plan_ = 0;  // sequence number of the next batch to plan
-  Index next_out_ = 0;   // sequence number of the next batch to return
-  Index in_flight_ = 0;
-  std::exception_ptr error_;
-  struct Ready {
-    std::shared_ptr<Batch> batch;
-    std::shared_ptr<const LoaderState> state;
-  };
-  std::map<Index, Ready> ready_;
-  std::shared_ptr<const LoaderState> state_;  // after the last returned batch
-  std::vector<std::shared_ptr<Batch>> pool_;
+  std::unique_ptr<internal::LoaderImpl> impl_;
 };
 
 }  // namespace shardkit

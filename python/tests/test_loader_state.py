@@ -1,0 +1,187 @@
+"""The loader and packer states go through the core codec (loader_state.h):
+state_dict() is exactly the C++ JSON, old (version 1) states still load, and a
+state that does not prove itself is refused with a ValueError naming the field
+(issue 13's reproductions)."""
+
+import copy
+import json
+import os
+
+import numpy as np
+import pytest
+
+import shardkit
+
+TESTDATA = os.path.join(os.path.dirname(__file__), "..", "..", "shardkit", "loader", "testdata")
+
+
+def sample_data(docs=200, bump=None):
+    # testdata/make_v1_states.py's data set.
+    lengths = np.array([1 + (37 * d) % 50 for d in range(docs)], dtype=np.int64)
+    if bump is not None:
+        lengths[bump] += 1
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    tokens = np.concatenate(
+        [(1000 * d + np.arange(n)) % 30011 for d, n in enumerate(lengths)]
+    ).astype(np.int32)
+    return tokens, offsets
+
+
+OPTS = dict(seq_len=32, batch_size=2, shuffle=True, seed=2**64 - 5, buffer=8, num_threads=0)
+
+
+def pieces(loader):
+    return [{k: b[k].tolist() for k in ("documents", "starts", "lengths", "rows")} for b in loader]
+
+
+def started(n=3):
+    tokens, offsets = sample_data()
+    ld = shardkit.TokenLoader(tokens, offsets, **dict(OPTS, rank=1, world_size=3))
+    it = iter(ld)
+    for _ in range(n):
+        next(it)
+    return ld
+
+
+def test_state_dict_is_the_core_json_byte_for_byte():
+    for n in (0, 1, 3, 7):
+        ld = started(n)
+        assert json.dumps(ld.state_dict()) == ld._loader.state_json()
+        assert ld.state_dict()["seed"] == 2**64 - 5  # uint64 exactly
+        assert ld.state_dict()["version"] == 2
+    merged = shardkit.TokenLoader.merge_states([_rank_state(r) for r in range(3)])
+    assert json.loads(json.dumps(merged)) == merged
+    sp = shardkit.StreamingPacker(16, oversize="split", buffer=6)
+    for i in range(30):
+        sp.push(i, 1 + (37 * i) % 50)
+    assert json.dumps(sp.state()) == sp._packer.state_json()
+
+
+def _rank_state(rank):
+    tokens, offsets = sample_data()
+    ld = shardkit.TokenLoader(tokens, offsets, **dict(OPTS, rank=rank, world_size=3))
+    it = iter(ld)
+    next(it)
+    return ld.state_dict()
+
+
+def test_resume_from_json_text_equals_the_uninterrupted_run():
+    tokens, offsets = sample_data()
+    whole = pieces(shardkit.TokenLoader(tokens, offsets, **dict(OPTS, rank=0, world_size=2)))
+    ld = shardkit.TokenLoader(tokens, offsets, **dict(OPTS, rank=0, world_size=2))
+    it = iter(ld)
+    for _ in range(4):
+        next(it)
+    text = json.dumps(ld.state_dict())
+    resumed = shardkit.TokenLoader(tokens, offsets, **dict(OPTS, rank=0, world_size=2))
+    resumed.load_state_dict(json.loads(text))
+    assert pieces(resumed) == whole[4:]
+
+
+def test_version_one_loader_state_from_main_still_loads():
+    with open(os.path.join(TESTDATA, "loader_state_v1.json")) as f:
+        sample = json.load(f)
+    assert sample["state"]["version"] == 1
+    tokens, offsets = sample_data()
+    ld = shardkit.TokenLoader(tokens, offsets, **dict(OPTS, rank=1, world_size=3))
+    ld.load_state_dict(sample["state"])
+    assert pieces(ld) == sample["next_batches"]
+    ld = shardkit.TokenLoader(tokens, offsets, **dict(OPTS, rank=1, world_size=3))
+    ld.load_state_dict(sample["merged"])  # the merged version-1 state too
+    assert len(pieces(ld)) > 0
+
+
+def test_version_one_packer_state_from_main_still_loads():
+    with open(os.path.join(TESTDATA, "packer_state_v1.json")) as f:
+        sample = json.load(f)
+    state = sample["state"]
+    # main returned tuples; json wrote them as lists: both load.
+    as_tuples = dict(state, buffered=[tuple(p) for p in state["buffered"]])
+    for s in (state, as_tuples):
+        sp = shardkit.StreamingPacker(16, algorithm="bfd", oversize="split", buffer=6, state=s)
+        sp.finish()
+        rest = [[list(p) for p in pack] for pack in iter(sp.pop, None)]
+        assert rest == sample["next_packs_after_finish"]
+
+
+# ---- issue 13: states must prove themselves ----------------------------------
+
+
+def refused(state, match, **kw):
+    tokens, offsets = kw.pop("data", sample_data())
+    ld = shardkit.TokenLoader(tokens, offsets, **dict(OPTS, rank=1, world_size=3))
+    with pytest.raises(ValueError, match=match):
+        ld.load_state_dict(state)
+
+
+@pytest.mark.parametrize("bad", [{"a": 1}, 5, "abc", None, {}])
+def test_a_head_or_packer_that_is_not_a_list_is_refused_not_a_crash(bad):
+    s = started().state_dict()
+    for path in (("head",), ("packer", "buffered"), ("packer", "pending")):
+        t = copy.deepcopy(s)
+        node = t
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = bad
+        refused(t, "state: ")
+
+
+def test_a_tuple_head_is_read_as_a_list_and_checked():
+    s = started().state_dict()
+    t = dict(s, head=tuple(s["head"]))
+    ld = started(0)
+    ld.load_state_dict(t)  # same content: accepted, checksum holds
+
+
+def test_overflowing_and_edited_states_are_refused_naming_the_field():
+    s = started().state_dict()
+    t = copy.deepcopy(s)
+    t["head"] = [[4, 2**63 - 2, 1 << 20]]
+    refused(t, "state: head\\[0\\]: start 9223372036854775806 \\+ length|state: checksum")
+    t = copy.deepcopy(s)
+    t["epoch"] = 1
+    refused(t, "state: checksum")
+    t = copy.deepcopy(s)
+    t["head"] = [[0, 0, 5]] * 100
+    refused(t, "state: checksum")
+    t = copy.deepcopy(s)
+    t["consumers"] = 0
+    refused(t, "state: checksum")
+    t = copy.deepcopy(s)
+    t["batches"] = 2**63 - 1
+    refused(t, "state: checksum")
+    t = copy.deepcopy(s)
+    t["batches"] = 2**64
+    refused(t, "state: batches: 18446744073709551616 does not fit in int64")
+    t = copy.deepcopy(s)
+    t["read"] = True
+    refused(t, "state: read: expected an integer, got a boolean")
+    t = copy.deepcopy(s)
+    t["position"] = float("nan")
+    refused(t, "state: not valid JSON")
+    t = copy.deepcopy(s)
+    t["extra"] = object()
+    refused(t, "state: is not JSON-serialisable")
+
+
+def test_a_state_of_a_retokenised_corpus_is_refused():
+    s = started().state_dict()
+    refused(s, "state: was saved for another data set", data=sample_data(bump=17))
+
+
+def test_a_packer_state_over_capacity_or_negative_is_refused():
+    sp = shardkit.StreamingPacker(16, oversize="split", buffer=6)
+    for i in range(30):
+        sp.push(i, 1 + (37 * i) % 50)
+    s = json.loads(sp._packer.state_json())
+    s.pop("checksum")
+    s.pop("version")  # version 1: no checksum to break
+    s["pending"] = [[[0, 0, 10, 0], [1, 0, 10, 0]]]
+    with pytest.raises(ValueError, match=r"state: pending\[0\]: holds 20 tokens, more than"):
+        shardkit.StreamingPacker(16, oversize="split", buffer=6, state=s)
+    s["pending"] = [[[0, 0, -1, 0]]]
+    with pytest.raises(ValueError, match="must not be negative"):
+        shardkit.StreamingPacker(16, oversize="split", buffer=6, state=s)
+    s["pending"] = [[[0, 2**63 - 1, 5, 0]]]
+    with pytest.raises(ValueError, match="overflows"):
+        shardkit.StreamingPacker(16, oversize="split", buffer=6, state=s)

@@ -1,0 +1,494 @@
+#include "shardkit/loader/loader_state.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "shardkit/base/errors.h"
+#include "shardkit/base/hash.h"
+#include "shardkit/base/json.h"
+#include "shardkit/loader/token_source.h"
+#include "shardkit/sharding/permutation.h"
+
+namespace shardkit {
+
+namespace {
+
+constexpr std::uint64_t kDataDomain = 0x736b2d6461746101ULL;      // "sk-data"
+constexpr std::uint64_t kPlanDomain = 0x736b2d706c616e02ULL;      // "sk-plan"
+constexpr std::uint64_t kChecksumDomain = 0x736b2d73756d0003ULL;  // "sk-sum"
+
+std::string Str(Index v) { return std::to_string(v); }
+
+std::string At(std::string_view path, std::size_t i) {
+  return std::string(path) + "[" + std::to_string(i) + "]";
+}
+std::string Dot(std::string_view path, std::string_view key) {
+  return std::string(path) + "." + std::string(key);
+}
+
+// ---- writing ---------------------------------------------------------------
+
+Json PieceJson(const PackItem& p) {
+  return Json::MakeArray(
+      {Json::Int(p.item), Json::Int(p.start), Json::Int(p.length), Json::Int(p.images)});
+}
+
+Json PackerJson(const PackerState& s, bool with_version) {
+  Json out = Json::MakeObject();
+  if (with_version) out.Set("version", Json::Int(kLoaderStateVersion));
+  Json buffered = Json::MakeArray(), pending = Json::MakeArray();
+  for (const PackItem& p : s.buffered) buffered.Push(PieceJson(p));
+  for (const Pack& pack : s.pending) {
+    Json l = Json::MakeArray();
+    for (const PackItem& p : pack.pieces) l.Push(PieceJson(p));
+    pending.Push(std::move(l));
+  }
+  out.Set("buffered", std::move(buffered));
+  out.Set("pending", std::move(pending));
+  out.Set("items_seen", Json::Int(s.items_seen));
+  out.Set("dropped", Json::Int(s.dropped));
+  out.Set("split_items", Json::Int(s.split_items));
+  out.Set("packs_closed", Json::Int(s.packs_closed));
+  out.Set("tokens_closed", Json::Int(s.tokens_closed));
+  return out;
+}
+
+// Every field but "checksum", in the order of the format.
+Json LoaderBody(const LoaderState& s) {
+  Json d = Json::MakeObject();
+  d.Set("version", Json::Int(kLoaderStateVersion));
+  d.Set("epoch", Json::Uint(s.epoch));
+  Json head = Json::MakeArray();
+  for (const PieceRef& p : s.head) {
+    head.Push(Json::MakeArray({Json::Int(p.document), Json::Int(p.start), Json::Int(p.length)}));
+  }
+  d.Set("head", std::move(head));
+  d.Set("position", Json::Int(s.position));
+  Json done = Json::MakeArray();
+  for (Index p : s.done) done.Push(Json::Int(p));
+  d.Set("done", std::move(done));
+  d.Set("consumers", Json::Int(s.consumers));
+  d.Set("consumer", Json::Int(s.consumer));
+  d.Set("read", Json::Int(s.read));
+  d.Set("batches", Json::Int(s.batches));
+  d.Set("packer", PackerJson(s.packer, false));
+  d.Set("num_documents", Json::Int(s.num_documents));
+  d.Set("num_tokens", Json::Int(s.num_tokens.value_or(0)));
+  d.Set("data_hash", Json::String(HexDigest(s.data_hash.value_or(0))));
+  d.Set("seq_len", Json::Int(s.seq_len));
+  d.Set("shuffle", Json::Bool(s.shuffle));
+  d.Set("seed", Json::Uint(s.seed));
+  d.Set("shard_files", Json::Bool(s.shard_files));
+  d.Set("fingerprint", Json::String(HexDigest(PlanFingerprint(s))));
+  return d;
+}
+
+std::uint64_t Checksum(std::string_view body) {
+  Hasher h(kChecksumDomain);
+  h.AddBytes(body);
+  return h.Finish();
+}
+
+// The text of `body` with "checksum" appended as its last field.
+std::string Seal(const Json& body) {
+  std::string text = WriteJson(body);
+  const std::uint64_t sum = Checksum(text);
+  text.pop_back();  // '}'
+  text += ", \"checksum\": \"" + HexDigest(sum) + "\"}";
+  return text;
+}
+
+// ---- reading ---------------------------------------------------------------
+
+Index ReadIndex(const Json& obj, std::string_view path, std::string_view key) {
+  return AsInt64(Field(obj, path, key), Dot(path, key));
+}
+
+Index ReadCount(const Json& obj, std::string_view path, std::string_view key) {
+  const Index v = ReadIndex(obj, path, key);
+  if (v < 0) ThrowAtPath(Dot(path, key), "must not be negative, got " + Str(v));
+  return v;
+}
+
+std::uint64_t ReadHex(const Json& obj, std::string_view path, std::string_view key) {
+  const std::string& text = AsString(Field(obj, path, key), Dot(path, key));
+  std::uint64_t v = 0;
+  if (!ParseHexDigest(text, &v)) {
+    ThrowAtPath(Dot(path, key),
+                "expected 16 lowercase hex digits, got '" + text.substr(0, 40) + "'");
+  }
+  return v;
+}
+
+// order: the positions of item, start, length, images in the list.
+struct PieceLayout {
+  int item, start, length, images;
+};
+constexpr PieceLayout kPieceLayout{0, 1, 2, 3};     // version 2, and packer version 1
+constexpr PieceLayout kLoaderV1Layout{0, 2, 1, 3};  // the loader's version 1
+
+PackItem ReadPiece(const Json& v, const std::string& path, PieceLayout layout) {
+  const Json::Array& a = AsArray(v, path);
+  if (a.size() != 4) {
+    ThrowAtPath(path, "a piece is 4 integers [item, start, length, images], got " +
+                          Str(static_cast<Index>(a.size())));
+  }
+  auto get = [&](int k, const char* name) {
+    return AsInt64(a[static_cast<std::size_t>(k)], path + "." + name);
+  };
+  PackItem p;
+  p.item = get(layout.item, "item");
+  p.start = get(layout.start, "start");
+  p.length = get(layout.length, "length");
+  p.images = get(layout.images, "images");
+  if (p.start < 0 || p.length < 0 || p.images < 0) {
+    ThrowAtPath(path, "start " + Str(p.start) + ", length " + Str(p.length) + " and images " +
+                          Str(p.images) + " must not be negative");
+  }
+  Index end;
+  if (__builtin_add_overflow(p.start, p.length, &end)) {
+    ThrowAtPath(path, "start " + Str(p.start) + " + length " + Str(p.length) + " overflows");
+  }
+  return p;
+}
+
+PackerState ReadPacker(const Json& obj, const std::string& path, PieceLayout layout) {
+  PackerState s;
+  const std::string buffered_path = Dot(path, "buffered");
+  const Json::Array& buffered = AsArray(Field(obj, path, "buffered"), buffered_path);
+  for (std::size_t i = 0; i < buffered.size(); ++i) {
+    s.buffered.push_back(ReadPiece(buffered[i], At(buffered_path, i), layout));
+  }
+  const std::string pending_path = Dot(path, "pending");
+  const Json::Array& pending = AsArray(Field(obj, path, "pending"), pending_path);
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    const std::string pack_path = At(pending_path, i);
+    const Json::Array& pieces = AsArray(pending[i], pack_path);
+    Pack pack;
+    for (std::size_t j = 0; j < pieces.size(); ++j) {
+      pack.pieces.push_back(ReadPiece(pieces[j], At(pack_path, j), layout));
+      pack.tokens = CheckedAdd(pack_path, pack.tokens, pack.pieces.back().length);
+      pack.images = CheckedAdd(pack_path, pack.images, pack.pieces.back().images);
+    }
+    s.pending.push_back(std::move(pack));
+  }
+  s.items_seen = ReadCount(obj, path, "items_seen");
+  s.dropped = ReadCount(obj, path, "dropped");
+  s.split_items = ReadCount(obj, path, "split_items");
+  s.packs_closed = ReadCount(obj, path, "packs_closed");
+  s.tokens_closed = ReadCount(obj, path, "tokens_closed");
+  if (s.packs_closed < static_cast<Index>(s.pending.size())) {
+    ThrowAtPath(Dot(path, "packs_closed"), Str(s.packs_closed) + " is fewer than the " +
+                                               Str(static_cast<Index>(s.pending.size())) +
+                                               " pending packs");
+  }
+  Index pending_tokens = 0;
+  for (const Pack& p : s.pending)
+    pending_tokens = CheckedAdd(pending_path, pending_tokens, p.tokens);
+  if (s.tokens_closed < pending_tokens) {
+    ThrowAtPath(Dot(path, "tokens_closed"), Str(s.tokens_closed) +
+                                                " is fewer than the pending packs' " +
+                                                Str(pending_tokens) + " tokens");
+  }
+  return s;
+}
+
+// Sorted pieces of one document must not overlap (and two pieces never start
+// at the same token).
+void CheckDisjoint(std::vector<PieceRef> pieces, std::string_view path) {
+  std::sort(pieces.begin(), pieces.end(), [](const PieceRef& a, const PieceRef& b) {
+    return a.document != b.document ? a.document < b.document : a.start < b.start;
+  });
+  for (std::size_t i = 1; i < pieces.size(); ++i) {
+    const PieceRef& a = pieces[i - 1];
+    const PieceRef& b = pieces[i];
+    if (a.document == b.document && (b.start == a.start || b.start < a.start + a.length)) {
+      ThrowAtPath(path, "document " + Str(a.document) + " is listed twice (pieces at " +
+                            Str(a.start) + "+" + Str(a.length) + " and " + Str(b.start) + "+" +
+                            Str(b.length) + "): a state holds every piece once");
+    }
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+DataFingerprint FingerprintData(const TokenSource& source) {
+  DataFingerprint f;
+  f.documents = source.num_documents();
+  f.tokens = source.num_tokens();
+  Hasher h(kDataDomain);
+  h.Add(static_cast<std::uint64_t>(f.documents));
+  h.Add(static_cast<std::uint64_t>(f.tokens));
+  h.Add(static_cast<std::uint64_t>(source.num_parts()));
+  for (Index part = 0; part < source.num_parts(); ++part) {
+    h.Add(static_cast<std::uint64_t>(source.PartBegin(part + 1) - source.PartBegin(part)));
+  }
+  for (Index d = 0; d < f.documents; ++d) {
+    h.Add(static_cast<std::uint64_t>(source.DocumentLength(d)));
+  }
+  f.hash = h.Finish();
+  return f;
+}
+
+std::uint64_t PlanFingerprint(const LoaderState& s) {
+  Hasher h(kPlanDomain);
+  h.Add(static_cast<std::uint64_t>(s.num_documents));
+  h.Add(static_cast<std::uint64_t>(s.num_tokens.value_or(0)));
+  h.Add(s.data_hash.value_or(0));
+  h.Add(static_cast<std::uint64_t>(s.seq_len));
+  h.Add(s.shuffle ? 1 : 0);
+  h.Add(s.seed);
+  h.Add(s.epoch);
+  h.Add(s.shard_files ? 1 : 0);
+  return h.Finish();
+}
+
+std::string LoaderStateToJson(const LoaderState& state) { return Seal(LoaderBody(state)); }
+
+void ValidateLoaderState(const LoaderState& s) {
+  const Index D = s.num_documents;
+  if (D < 0) ThrowAtPath("state.num_documents", "must not be negative, got " + Str(D));
+  if (s.num_tokens && *s.num_tokens < 0) {
+    ThrowAtPath("state.num_tokens", "must not be negative, got " + Str(*s.num_tokens));
+  }
+  if (s.seq_len < 1) ThrowAtPath("state.seq_len", "must be at least 1, got " + Str(s.seq_len));
+  if (s.position < 0 || s.position > D) {
+    ThrowAtPath("state.position", Str(s.position) + " is outside [0, " + Str(D) + "]");
+  }
+  for (std::size_t i = 0; i < s.done.size(); ++i) {
+    if (s.done[i] < s.position || s.done[i] >= D || (i > 0 && s.done[i] <= s.done[i - 1])) {
+      ThrowInvalid("state", "done must be increasing positions in [position " + Str(s.position) +
+                                ", " + Str(D) + "), got " + Str(s.done[i]) + " at done[" +
+                                Str(static_cast<Index>(i)) + "]");
+    }
+  }
+  if (s.shard_files && !s.head.empty()) {
+    ThrowAtPath("state.head", "a file-sharded state has no head (its states cannot be merged)");
+  }
+  const Index H = static_cast<Index>(s.head.size());
+  for (std::size_t i = 0; i < s.head.size(); ++i) {
+    const PieceRef& p = s.head[i];
+    Index end;
+    if (p.document < 0 || p.document >= D || p.start < 0 || p.length < 0 || p.length > s.seq_len ||
+        __builtin_add_overflow(p.start, p.length, &end)) {
+      ThrowAtPath(At("state.head", i), "piece (document " + Str(p.document) + ", start " +
+                                           Str(p.start) + ", length " + Str(p.length) +
+                                           ") is not a piece of at most seq_len " + Str(s.seq_len) +
+                                           " tokens of one of " + Str(D) + " documents");
+    }
+  }
+  CheckDisjoint(s.head, "state.head");
+  const PackerState& k = s.packer;
+  if (s.consumers < 0) ThrowAtPath("state.consumers", "must not be negative");
+  if (s.consumers == 0) {
+    // A merged state: no consumer, nothing read, an empty packer.
+    if (s.consumer != -1 || s.read != 0 || s.batches != 0 || !k.buffered.empty() ||
+        !k.pending.empty() || k.items_seen != 0 || k.packs_closed != 0) {
+      ThrowAtPath("state.consumers",
+                  "0 marks a merged state, which has consumer -1, read 0, batches 0 and an "
+                  "empty packer; this one has consumer " +
+                      Str(s.consumer) + ", read " + Str(s.read) + ", " +
+                      Str(static_cast<Index>(k.buffered.size() + k.pending.size())) +
+                      " packer entries");
+    }
+    return;
+  }
+  if (s.consumer < 0 || s.consumer >= s.consumers) {
+    ThrowAtPath("state.consumer",
+                Str(s.consumer) + " is outside [0, consumers " + Str(s.consumers) + ")");
+  }
+  const Index C = s.consumers, c = s.consumer;
+  const Index S = H + (D - s.position - static_cast<Index>(s.done.size()));
+  const Index list_size = S > c ? (S - c - 1) / C + 1 : 0;
+  if (s.read < 0 || (!s.shard_files && s.read > list_size)) {
+    ThrowAtPath("state.read", Str(s.read) + " is outside [0, " + Str(list_size) +
+                                  "] (the entries of consumer " + Str(c) + " of " + Str(C) + ")");
+  }
+  if (k.items_seen != s.read) {
+    ThrowAtPath("state.packer.items_seen",
+                Str(k.items_seen) + " differs from read " + Str(s.read) +
+                    " (the loader pushes every entry it reads into the packer)");
+  }
+  const Index popped = k.packs_closed - static_cast<Index>(k.pending.size());
+  if (s.batches < 0 || s.batches > popped) {
+    ThrowAtPath("state.batches", Str(s.batches) + " is outside [0, " + Str(popped) +
+                                     "] (packs closed and delivered)");
+  }
+  // Every packer piece: a piece of a document of this consumer's reading, at
+  // most seq_len tokens, each pending pack at most seq_len tokens, and no
+  // token twice.
+  std::vector<PieceRef> resolved;
+  Permutation order(s.shard_files ? 0 : D, s.seed, s.epoch);
+  auto check = [&](const PackItem& p, const char* where, const std::string& field) {
+    auto fail = [&](const std::string& why) {
+      ThrowInvalid("state", std::string(where) + " item " + Str(p.item) + " (start " +
+                                Str(p.start) + ", length " + Str(p.length) + ") at " + field +
+                                ": " + why);
+    };
+    Index end = 0;
+    (void)__builtin_add_overflow(p.start, p.length, &end);  // checked on reading
+    if (p.length > s.seq_len) fail("longer than seq_len " + Str(s.seq_len));
+    if (p.item < -H || p.item >= D) {
+      fail("neither a document of " + Str(D) + " nor a head piece (-1 .. -" + Str(H) + ")");
+    }
+    if (p.item < 0) {
+      const Index h = -p.item - 1;
+      const PieceRef& ref = s.head[static_cast<std::size_t>(h)];
+      if (h % C != c || h / C >= s.read) {
+        fail("head piece " + Str(h) + " was not read by consumer " + Str(c) + " of " + Str(C) +
+             " (read " + Str(s.read) + ")");
+      }
+      if (end > ref.length) {
+        fail("lies outside head piece " + Str(h) + " of " + Str(ref.length) + " tokens");
+      }
+      resolved.push_back({ref.document, ref.start + p.start, p.length});
+      return;
+    }
+    if (!s.shard_files) {
+      // The document must sit at an order position this consumer has read.
+      const Index pos = s.shuffle ? order.Inverse(p.item) : p.item;
+      const auto below = std::lower_bound(s.done.begin(), s.done.end(), pos) - s.done.begin();
+      const bool in_done = below < static_cast<Index>(s.done.size()) &&
+                           s.done[static_cast<std::size_t>(below)] == pos;
+      const Index entry = H + (pos - s.position - below);
+      if (pos < s.position || in_done || entry % C != c || entry / C >= s.read) {
+        fail("not a document this consumer has read in epoch " + std::to_string(s.epoch) +
+             " (a state of another plan or epoch?)");
+      }
+    }
+    resolved.push_back({p.item, p.start, p.length});
+  };
+  for (std::size_t i = 0; i < k.buffered.size(); ++i) {
+    check(k.buffered[i], "buffered", At("packer.buffered", i));
+  }
+  for (std::size_t i = 0; i < k.pending.size(); ++i) {
+    const std::string path = At("packer.pending", i);
+    for (std::size_t j = 0; j < k.pending[i].pieces.size(); ++j) {
+      check(k.pending[i].pieces[j], "packed", At(path, j));
+    }
+    if (k.pending[i].tokens > s.seq_len) {
+      ThrowInvalid("state", "a packed row holds " + Str(k.pending[i].tokens) +
+                                " tokens, more than seq_len " + Str(s.seq_len) + " (" + path + ")");
+    }
+  }
+  CheckDisjoint(std::move(resolved), "state.packer");
+}
+LoaderState LoaderStateFromJson(std::string_view text) {
+  const Json d = ParseJson(text, "state");
+  ExpectType(d, "state", Json::Type::kObject);
+  const Index version = ReadIndex(d, "state", "version");
+  if (version != 1 && version != 2) {
+    ThrowAtPath("state.version",
+                "unknown version " + Str(version) + " (this shardkit reads 1 and 2)");
+  }
+  if (version == 2) {
+    ExpectOnlyKeys(d, "state",
+                   {"version", "epoch", "head", "position", "done", "consumers", "consumer", "read",
+                    "batches", "packer", "num_documents", "num_tokens", "data_hash", "seq_len",
+                    "shuffle", "seed", "shard_files", "fingerprint", "checksum"});
+  }
+  LoaderState s;
+  s.epoch = AsUint64(Field(d, "state", "epoch"), "state.epoch");
+  const Json::Array& head = AsArray(Field(d, "state", "head"), "state.head");
+  for (std::size_t i = 0; i < head.size(); ++i) {
+    const std::string path = At("state.head", i);
+    const Json::Array& a = AsArray(head[i], path);
+    if (a.size() != 3) ThrowAtPath(path, "a head piece is 3 integers [document, start, length]");
+    s.head.push_back({AsInt64(a[0], path + ".document"), AsInt64(a[1], path + ".start"),
+                      AsInt64(a[2], path + ".length")});
+  }
+  s.position = ReadIndex(d, "state", "position");
+  const Json::Array& done = AsArray(Field(d, "state", "done"), "state.done");
+  for (std::size_t i = 0; i < done.size(); ++i)
+    s.done.push_back(AsInt64(done[i], At("state.done", i)));
+  s.consumers = ReadIndex(d, "state", "consumers");
+  s.consumer = ReadIndex(d, "state", "consumer");
+  s.read = ReadIndex(d, "state", "read");
+  s.batches = ReadIndex(d, "state", "batches");
+  const Json& packer = Field(d, "state", "packer");
+  ExpectOnlyKeys(packer, "state.packer",
+                 {"buffered", "pending", "items_seen", "dropped", "split_items", "packs_closed",
+                  "tokens_closed"});
+  s.packer = ReadPacker(packer, "state.packer", version == 1 ? kLoaderV1Layout : kPieceLayout);
+  s.num_documents = ReadIndex(d, "state", "num_documents");
+  s.seq_len = ReadIndex(d, "state", "seq_len");
+  s.shuffle = AsBool(Field(d, "state", "shuffle"), "state.shuffle");
+  s.seed = AsUint64(Field(d, "state", "seed"), "state.seed");
+  s.shard_files = AsBool(Field(d, "state", "shard_files"), "state.shard_files");
+  if (version == 2) {
+    s.num_tokens = ReadIndex(d, "state", "num_tokens");
+    s.data_hash = ReadHex(d, "state", "data_hash");
+    const std::uint64_t fingerprint = ReadHex(d, "state", "fingerprint");
+    const std::uint64_t checksum = ReadHex(d, "state", "checksum");
+    // The checksum covers the canonical text of every other field: an edit
+    // anywhere (epoch, head, read, ...) shows here.
+    if (Checksum(WriteJson(LoaderBody(s))) != checksum) {
+      ThrowAtPath("state.checksum",
+                  "does not match the state's content (the state was edited or damaged)");
+    }
+    if (PlanFingerprint(s) != fingerprint) {
+      ThrowAtPath("state.fingerprint", "does not match the state's plan and data fields");
+    }
+  }
+  ValidateLoaderState(s);
+  return s;
+}
+
+std::string PackerStateToJson(const PackerState& state) { return Seal(PackerJson(state, true)); }
+
+PackerState PackerStateFromJson(std::string_view text) {
+  const Json d = ParseJson(text, "state");
+  ExpectType(d, "state", Json::Type::kObject);
+  const Json* version = d.Find("version");
+  if (version == nullptr) {
+    // Version 1: the packing binding's dict, pieces (item, start, length, images).
+    ExpectOnlyKeys(d, "state",
+                   {"buffered", "pending", "items_seen", "dropped", "split_items", "packs_closed",
+                    "tokens_closed"});
+    return ReadPacker(d, "state", kPieceLayout);
+  }
+  const Index v = AsInt64(*version, "state.version");
+  if (v != 2) ThrowAtPath("state.version", "unknown packer state version " + Str(v));
+  ExpectOnlyKeys(d, "state",
+                 {"version", "buffered", "pending", "items_seen", "dropped", "split_items",
+                  "packs_closed", "tokens_closed", "checksum"});
+  PackerState s = ReadPacker(d, "state", kPieceLayout);
+  const std::uint64_t checksum = ReadHex(d, "state", "checksum");
+  if (Checksum(WriteJson(PackerJson(s, true))) != checksum) {
+    ThrowAtPath("state.checksum",
+                "does not match the state's content (the state was edited or damaged)");
+  }
+  return s;
+}
+
+void PackerStateFits(const PackerState& state, const PackOptions& options) {
+  for (std::size_t i = 0; i < state.pending.size(); ++i) {
+    const Pack& p = state.pending[i];
+    const std::string path = At("state.pending", i);
+    if (p.tokens > options.capacity) {
+      ThrowAtPath(
+          path, "holds " + Str(p.tokens) + " tokens, more than capacity " + Str(options.capacity));
+    }
+    if (options.max_images && p.images > *options.max_images) {
+      ThrowAtPath(path, "holds " + Str(p.images) + " images, more than max_images " +
+                            Str(*options.max_images));
+    }
+    if (options.max_sequences && static_cast<Index>(p.pieces.size()) > *options.max_sequences) {
+      ThrowAtPath(path, "holds " + Str(static_cast<Index>(p.pieces.size())) +
+                            " pieces, more than max_sequences " + Str(*options.max_sequences));
+    }
+  }
+  for (std::size_t i = 0; i < state.buffered.size(); ++i) {
+    const PackItem& p = state.buffered[i];
+    if (p.length > options.capacity || (options.max_images && p.images > *options.max_images)) {
+      ThrowAtPath(At("state.buffered", i), "item " + Str(p.item) + " (length " + Str(p.length) +
+                                               ", images " + Str(p.images) +
+                                               ") does not fit one pack");
+    }
+  }
+}
+
+}  // namespace shardkit

@@ -1,0 +1,141 @@
+// LoaderState: where a TokenLoader stands in an epoch, and the one JSON codec
+// for it and for a StreamingPacker's state (shardkit/packing/packing.h).
+//
+// The JSON text (version 2) is what the Python package's state_dict() returns
+// (as a dict) and what `shardkit loader-stats --save-state` writes:
+//
+//   {"version": 2, "epoch": E, "head": [[document, start, length], ...],
+//    "position": P, "done": [...], "consumers": C, "consumer": c, "read": r,
+//    "batches": b,
+//    "packer": {"buffered": [PIECE, ...], "pending": [[PIECE, ...], ...],
+//               "items_seen": .., "dropped": .., "split_items": ..,
+//               "packs_closed": .., "tokens_closed": ..},
+//    "num_documents": D, "num_tokens": T, "data_hash": "<16 hex>",
+//    "seq_len": L, "shuffle": bool, "seed": S, "shard_files": bool,
+//    "fingerprint": "<16 hex>", "checksum": "<16 hex>"}
+//
+// PIECE is [item, start, length, images] everywhere (the loader's and the
+// packer's states alike). A standalone packer state is the "packer" object
+// above with "version": 2 first and "checksum" last.
+//
+// A state proves itself: "fingerprint" hashes the plan and the data it belongs
+// to (document count, token count, a hash of every document length, seq_len,
+// shuffle, seed, epoch, shard_files) and "checksum" hashes the whole content
+// (the canonical text of every other field). Reading refuses a state whose
+// checksum or fingerprint does not match, or whose fields contradict each
+// other, with std::invalid_argument "state: <field>: <what>". A loader then
+// refuses a state whose fingerprint differs from its own data and options, or
+// whose pieces do not lie in its documents (TokenLoader's constructor).
+//
+// Version 1 (what shardkit wrote before this codec; no fingerprint or
+// checksum, so only the structural checks apply) still loads: loader states
+// with packer pieces [item, length, start, images], packer states without a
+// "version" field with pieces [item, start, length, images].
+//
+// Integers are exact (seeds are uint64 and round-trip); the text is written in
+// the form of Python's json.dumps (see shardkit/base/json.h).
+//
+// Thread-safety: pure functions over values.
+#ifndef SHARDKIT_LOADER_LOADER_STATE_H_
+#define SHARDKIT_LOADER_LOADER_STATE_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/base/index.h"
+#include "shardkit/packing/packing.h"
+
+namespace shardkit {
+
+class TokenSource;
+
+inline constexpr int kLoaderStateVersion = 2;
+
+// A piece of a document: tokens [start, start + length) of it.
+struct PieceRef {
+  Index document = 0;
+  Index start = 0;
+  Index length = 0;
+  friend bool operator==(const PieceRef&, const PieceRef&) = default;
+};
+
+// Everything needed to continue an epoch. Small: O(buffer + C) numbers.
+struct LoaderState {
+  std::uint64_t epoch = 0;
+  // The remaining order of the epoch, shared by all consumers of a run:
+  // first the pieces of `head` in order, then the documents at global order
+  // positions [position, num_documents) except those listed in `done`
+  // (sorted, all >= position; already delivered).
+  std::vector<PieceRef> head;
+  Index position = 0;
+  std::vector<Index> done;
+  // This consumer (consumers == 0: a merged state of no consumer; then
+  // consumer is -1, read and batches 0 and the packer empty).
+  Index consumers = 0;
+  Index consumer = -1;
+  Index read = 0;     // entries of this consumer's list read so far
+  Index batches = 0;  // batches delivered from this state's plan
+  // The packer (item ids < 0 refer to head[-id - 1], start within that piece).
+  PackerState packer;
+  // What the state was made for; a loader refuses a state that differs.
+  Index num_documents = 0;
+  // Unknown (nullopt) only in a version-1 state.
+  std::optional<Index> num_tokens;
+  std::optional<std::uint64_t> data_hash;
+  Index seq_len = 0;
+  bool shuffle = true;
+  std::uint64_t seed = 0;
+  bool shard_files = false;
+};
+
+// The data a state belongs to: document count, token count and a hash of
+// every document's length (O(num_documents), once per loader).
+struct DataFingerprint {
+  Index documents = 0;
+  Index tokens = 0;
+  std::uint64_t hash = 0;
+};
+[[nodiscard]] DataFingerprint FingerprintData(const TokenSource& source);
+
+// The fingerprint of the plan and data a state belongs to (the "fingerprint"
+// field): a hash of num_documents, num_tokens, data_hash, seq_len, shuffle,
+// seed, epoch and shard_files.
+[[nodiscard]] std::uint64_t PlanFingerprint(const LoaderState& state);
+
+// Checks what a state can check without its data set: non-negative counts,
+// done sorted in [position, num_documents], head pieces of at most seq_len
+// tokens with no token twice, consumer in [0, consumers), a merged state's
+// empty packer, packer counters that agree with read and batches, and every
+// packer piece a piece of an entry this consumer has read (so a state of
+// another epoch or seed is refused), no token twice, packs of at most seq_len
+// tokens. Throws invalid_argument "state.<field>: ...".
+void ValidateLoaderState(const LoaderState& state);
+
+// The version-2 JSON text of `state`.
+[[nodiscard]] std::string LoaderStateToJson(const LoaderState& state);
+
+// Reads a version-1 or version-2 loader state: types, every start + length
+// without overflow, for version 2 the checksum and the fingerprint, then
+// ValidateLoaderState. Throws invalid_argument "state: ..." or
+// "state.<field>: ..." naming the field.
+[[nodiscard]] LoaderState LoaderStateFromJson(std::string_view text);
+
+// The version-2 JSON text of a StreamingPacker's state, and its reader
+// (version 2, or version 1: a packer state dict without "version"). The
+// reader checks types, non-negative numbers and every start + length; the
+// fit to a packer's options is PackerStateFits.
+[[nodiscard]] std::string PackerStateToJson(const PackerState& state);
+[[nodiscard]] PackerState PackerStateFromJson(std::string_view text);
+
+// Throws invalid_argument "state: ..." unless every closed pack of `state`
+// fits `options` (tokens <= capacity, images <= max_images, pieces <=
+// max_sequences) and every buffered piece fits one pack.
+void PackerStateFits(const PackerState& state, const PackOptions& options);
+
+}  // namespace shardkit
+
+#endif  // SHARDKIT_LOADER_LOADER_STATE_H_

@@ -1,0 +1,317 @@
+#include "shardkit/loader/loader_state.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "shardkit/base/json.h"
+#include "shardkit/loader/loader.h"
+#include "shardkit/loader/token_source.h"
+
+namespace shardkit {
+namespace {
+
+// The data set of testdata/make_v1_states.py: document d has 1 + (37 d) % 50
+// tokens, token t of document d is (1000 d + t) % 30011.
+struct Data {
+  std::vector<std::int32_t> tokens;
+  std::vector<std::int64_t> offsets = {0};
+  std::shared_ptr<const TokenSource> source;
+};
+
+Data SampleData(Index docs = 200, Index bump_document = -1) {
+  Data data;
+  for (Index d = 0; d < docs; ++d) {
+    Index n = 1 + (37 * d) % 50;
+    if (d == bump_document) ++n;
+    for (Index t = 0; t < n; ++t) {
+      data.tokens.push_back(static_cast<std::int32_t>((1000 * d + t) % 30011));
+    }
+    data.offsets.push_back(static_cast<std::int64_t>(data.tokens.size()));
+  }
+  data.source = TokenSource::FromMemory(data.tokens.data(), TokenDType::kInt32,
+                                        static_cast<Index>(data.tokens.size()), data.offsets.data(),
+                                        static_cast<Index>(data.offsets.size()));
+  return data;
+}
+
+std::string ReadFile(const std::string& name) {
+  std::ifstream in(std::string(SHARDKIT_TESTDATA_DIR) + "/" + name);
+  EXPECT_TRUE(in) << name;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+LoaderOptions SampleOptions() {
+  LoaderOptions o;
+  o.seq_len = 32;
+  o.batch_size = 2;
+  o.shuffle = true;
+  o.seed = std::numeric_limits<std::uint64_t>::max() - 4;
+  o.algorithm = PackAlgorithm::kBestFitDecreasing;
+  o.buffer = 8;
+  o.num_threads = 0;
+  o.rank = 1;
+  o.world_size = 3;
+  return o;
+}
+
+// (documents, starts, lengths, rows) of every remaining batch.
+struct Pieces {
+  std::vector<std::int64_t> documents, starts, lengths;
+  std::vector<std::int32_t> rows;
+  friend bool operator==(const Pieces&, const Pieces&) = default;
+};
+
+std::vector<Pieces> Drain(TokenLoader& loader) {
+  std::vector<Pieces> out;
+  while (auto b = loader.Next()) out.push_back({b->documents, b->starts, b->lengths, b->rows});
+  return out;
+}
+
+std::vector<std::int64_t> Ints(const Json& array) {
+  std::vector<std::int64_t> out;
+  for (const Json& v : array.array()) out.push_back(AsInt64(v, "sample"));
+  return out;
+}
+
+std::string ErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// ---------------------------------------------------------------------------
+
+TEST(LoaderStateTest, VersionOneLoaderStateStillLoadsAndResumesAsMainDid) {
+  const Json sample = ParseJson(ReadFile("loader_state_v1.json"), "sample");
+  const std::string v1 = WriteJson(*sample.Find("state"));
+  const LoaderState s = LoaderStateFromJson(v1);
+  EXPECT_EQ(s.seed, std::numeric_limits<std::uint64_t>::max() - 4);
+  EXPECT_FALSE(s.data_hash.has_value());
+  ASSERT_FALSE(s.packer.pending.empty());
+  ASSERT_FALSE(s.packer.buffered.empty());
+  Data data = SampleData();
+  TokenLoader loader(data.source, SampleOptions(), s);
+  std::vector<Pieces> expected;
+  for (const Json& b : sample.Find("next_batches")->array()) {
+    std::vector<std::int32_t> rows;
+    for (std::int64_t r : Ints(*b.Find("rows"))) rows.push_back(static_cast<std::int32_t>(r));
+    expected.push_back(
+        {Ints(*b.Find("documents")), Ints(*b.Find("starts")), Ints(*b.Find("lengths")), rows});
+  }
+  EXPECT_EQ(Drain(loader), expected);
+  // The merged version-1 state loads too and agrees with the consumer state.
+  const LoaderState merged = LoaderStateFromJson(WriteJson(*sample.Find("merged")));
+  EXPECT_EQ(merged.consumers, 0);
+  EXPECT_EQ(merged.head, s.head);
+}
+
+TEST(LoaderStateTest, VersionOnePackerStateStillLoadsAndContinuesAsMainDid) {
+  const Json sample = ParseJson(ReadFile("packer_state_v1.json"), "sample");
+  const PackerState s = PackerStateFromJson(WriteJson(*sample.Find("state")));
+  PackOptions o;
+  o.capacity = 16;
+  o.algorithm = PackAlgorithm::kBestFitDecreasing;
+  o.oversize = Oversize::kSplit;
+  o.buffer = 6;
+  PackerStateFits(s, o);
+  StreamingPacker packer(o, s);
+  packer.Finish();
+  std::vector<std::vector<std::vector<std::int64_t>>> packs;  // (item, start, length, images)
+  Pack p;
+  while (packer.Pop(&p)) {
+    packs.emplace_back();
+    for (const PackItem& e : p.pieces)
+      packs.back().push_back({e.item, e.start, e.length, e.images});
+  }
+  std::vector<std::vector<std::vector<std::int64_t>>> expected;
+  for (const Json& pack : sample.Find("next_packs_after_finish")->array()) {
+    expected.emplace_back();
+    for (const Json& e : pack.array()) expected.back().push_back(Ints(e));
+  }
+  EXPECT_EQ(packs, expected);
+  // Written again in version 2 (one piece layout), it reads back the same.
+  const PackerState again = PackerStateFromJson(PackerStateToJson(s));
+  EXPECT_EQ(PackerStateToJson(again), PackerStateToJson(s));
+}
+
+TEST(LoaderStateTest, SaveToJsonAndResumeEqualsTheUninterruptedRun) {
+  Data data = SampleData(300);
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    LoaderOptions o;
+    o.seq_len = 8 + static_cast<Index>(rng() % 40);
+    o.batch_size = 1 + static_cast<Index>(rng() % 4);
+    o.world_size = 1 + static_cast<Index>(rng() % 3);
+    o.rank = static_cast<Index>(rng() % static_cast<std::uint64_t>(o.world_size));
+    o.seed = rng();  // any uint64, the top bit included
+    o.epoch = rng() % 3;
+    o.shuffle = trial % 5 != 0;
+    o.buffer = 2 + static_cast<Index>(rng() % 16);
+    o.num_threads = static_cast<Index>(rng() % 3);
+    TokenLoader whole(data.source, o);
+    const std::vector<Pieces> all = Drain(whole);
+    const std::size_t k = all.empty() ? 0 : rng() % all.size();
+    TokenLoader first(data.source, o);
+    for (std::size_t i = 0; i < k; ++i) ASSERT_NE(first.Next(), nullptr);
+    const std::string text = LoaderStateToJson(first.State());
+    const LoaderState back = LoaderStateFromJson(text);
+    EXPECT_EQ(back.seed, o.seed);
+    EXPECT_EQ(LoaderStateToJson(back), text);  // byte for byte
+    TokenLoader resumed(data.source, o, back);
+    EXPECT_EQ(Drain(resumed),
+              std::vector<Pieces>(all.begin() + static_cast<std::ptrdiff_t>(k), all.end()))
+        << "trial " << trial << " k " << k;
+  }
+}
+
+TEST(LoaderStateTest, MergedStatesRoundTripThroughJson) {
+  Data data = SampleData(300);
+  LoaderOptions o = SampleOptions();
+  o.world_size = 2;
+  std::vector<LoaderState> states;
+  for (Index r = 0; r < 2; ++r) {
+    o.rank = r;
+    TokenLoader l(data.source, o);
+    for (int i = 0; i < 3; ++i) ASSERT_NE(l.Next(), nullptr);
+    states.push_back(LoaderStateFromJson(LoaderStateToJson(l.State())));
+  }
+  const LoaderState merged = MergeLoaderStates(states);
+  const std::string text = LoaderStateToJson(merged);
+  const LoaderState back = LoaderStateFromJson(text);
+  EXPECT_EQ(back.head, merged.head);
+  EXPECT_EQ(back.done, merged.done);
+  EXPECT_EQ(back.data_hash, merged.data_hash);
+  o.world_size = 3;
+  o.rank = 2;
+  TokenLoader l(data.source, o, back);
+  EXPECT_GT(l.ListSize(), 0);
+}
+
+// Issue 13: a state must prove itself or be refused with the field named.
+class StateRefusals : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = SampleData(200);
+    o_ = SampleOptions();
+    TokenLoader l(data_.source, o_);
+    for (int i = 0; i < 3; ++i) ASSERT_NE(l.Next(), nullptr);
+    state_ = l.State();
+    text_ = LoaderStateToJson(state_);
+    ASSERT_FALSE(state_.packer.buffered.empty());
+  }
+  std::string Load(const LoaderState& s) {
+    return ErrorOf([&] { TokenLoader l(data_.source, o_, s); });
+  }
+  std::string LoadText(const std::string& text) {
+    return ErrorOf([&] { TokenLoader l(data_.source, o_, LoaderStateFromJson(text)); });
+  }
+  Data data_;
+  LoaderOptions o_;
+  LoaderState state_;
+  std::string text_;
+};
+
+TEST_F(StateRefusals, AnEditedFieldBreaksTheChecksum) {
+  std::string edited = text_;
+  const auto at = edited.find("\"epoch\": 0");
+  ASSERT_NE(at, std::string::npos);
+  edited.replace(at, 10, "\"epoch\": 1");
+  EXPECT_NE(LoadText(edited).find("state: checksum"), std::string::npos) << LoadText(edited);
+  EXPECT_EQ(LoadText(text_), "no error");
+}
+
+TEST_F(StateRefusals, AStateOfAnotherEpochIsRefusedEvenWithoutTheChecksum) {
+  LoaderState s = state_;
+  s.epoch = 1;  // the packer holds documents of epoch 0's order
+  const std::string e = Load(s);
+  EXPECT_EQ(e.rfind("state: ", 0), 0u) << e;
+  EXPECT_NE(e.find("another plan or epoch"), std::string::npos) << e;
+}
+
+TEST_F(StateRefusals, AnotherDataSetWithTheSameDocumentCountIsRefused) {
+  Data other = SampleData(200, /*bump_document=*/17);  // a re-tokenised corpus
+  const std::string e =
+      ErrorOf([&] { TokenLoader l(other.source, o_, LoaderStateFromJson(text_)); });
+  EXPECT_NE(e.find("state: was saved for another data set"), std::string::npos) << e;
+  EXPECT_NE(e.find("num_tokens"), std::string::npos) << e;
+}
+
+TEST_F(StateRefusals, InconsistentFieldsAreRefusedNamingTheField) {
+  LoaderState s = state_;
+  s.head.push_back({4, std::numeric_limits<Index>::max() - 1, 1 << 20});  // overflows
+  EXPECT_NE(Load(s).find("state: head[0]"), std::string::npos) << Load(s);
+  s = state_;
+  s.head = std::vector<PieceRef>(5, PieceRef{0, 0, 5});
+  EXPECT_NE(Load(s).find("state: head: document 0 is listed twice"), std::string::npos) << Load(s);
+  s = state_;
+  s.consumers = 0;
+  EXPECT_NE(Load(s).find("state: consumers: 0 marks a merged state"), std::string::npos);
+  s = state_;
+  s.packer.buffered.push_back(s.packer.buffered.front());
+  s.packer.items_seen = s.read;
+  EXPECT_NE(Load(s).find("listed twice"), std::string::npos) << Load(s);
+  s = state_;
+  s.position = 201;
+  EXPECT_NE(Load(s).find("state: position: 201 is outside [0, 200]"), std::string::npos);
+  s = state_;
+  s.read += 1;
+  EXPECT_NE(Load(s).find("state: packer.items_seen"), std::string::npos) << Load(s);
+  s = state_;
+  s.done = {199, 199};
+  EXPECT_NE(Load(s).find("state: done must be increasing"), std::string::npos);
+  s = state_;
+  s.batches = 1000;
+  EXPECT_NE(Load(s).find("state: batches: 1000"), std::string::npos) << Load(s);
+  s = state_;
+  s.consumer = 5;
+  EXPECT_NE(Load(s).find("state: consumer: 5"), std::string::npos) << Load(s);
+}
+
+TEST_F(StateRefusals, HostileTextNeverCrashes) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "state: not valid JSON at byte 0"},
+      {"[]", "state: expected an object, got a list"},
+      {"{\"version\": 3}", "state: version: unknown version 3"},
+      {"{\"version\": 1.5}", "only integers"},
+      {"{\"version\": 2, \"version\": 2}", "appears twice"},
+      {std::string(100000, '['), "nested deeper than 64"},
+      {"{\"version\": 99999999999999999999}", "state: version: 99999999999999999999 does not fit"},
+      {"\"\\ud800\"", "unpaired surrogate"},
+  };
+  for (const auto& [text, want] : cases) {
+    const std::string e = ErrorOf([&] { (void)LoaderStateFromJson(text); });
+    EXPECT_NE(e.find(want), std::string::npos) << text.substr(0, 40) << " -> " << e;
+  }
+  // Every truncation and every one-byte change of a real state is refused
+  // with invalid_argument or still loads (never a crash).
+  for (std::size_t n = 0; n < text_.size(); n += 7) {
+    (void)ErrorOf([&] { (void)LoaderStateFromJson(text_.substr(0, n)); });
+    std::string mutated = text_;
+    mutated[n] = static_cast<char>(mutated[n] ^ 0x11);
+    const std::string e = LoadText(mutated);
+    EXPECT_NE(e, "no error") << "byte " << n;
+  }
+  // A wrong type anywhere names the field.
+  std::string wrong = text_;
+  wrong.replace(wrong.find("\"head\": ["), 9, "\"head\": {\"a\": 1}, \"x\": [");
+  EXPECT_NE(LoadText(wrong).find("state: "), std::string::npos);
+  const std::string e = LoadText(
+      "{\"version\": 1, \"epoch\": 0, \"head\": 5, \"position\": 0, \"done\": [], \"consumers\": "
+      "1}");
+  EXPECT_NE(e.find("state: head: expected a list, got an integer"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace shardkit
