@@ -54,7 +54,7 @@ def test_state_dict_is_the_core_json_byte_for_byte():
     sp = shardkit.StreamingPacker(16, oversize="split", buffer=6)
     for i in range(30):
         sp.push(i, 1 + (37 * i) % 50)
-    assert json.dumps(sp.state()) == sp._packer.state_json()
+    assert json.dumps(sp.state_dict()) == sp._packer.state_json()
 
 
 def _rank_state(rank):
