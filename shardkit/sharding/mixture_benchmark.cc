@@ -1,0 +1,57 @@
+// Micro-benchmarks of the mixture: construction (time to the first sample),
+// a full pass through Fill, and single lookups through At.
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "shardkit/sharding/mixture.h"
+
+namespace shardkit {
+namespace {
+
+// K sources of 1e6 items each, weights 1, 2, ..., K.
+Mixture Make(Index k) {
+  std::vector<Index> sizes(k, 1000000);
+  std::vector<double> weights(k);
+  for (Index i = 0; i < k; ++i) weights[i] = static_cast<double>(i + 1);
+  return Mixture(sizes, weights);
+}
+
+// Construction plus the first sample: what a rank pays before step one.
+void BM_MixtureFirstSample(benchmark::State& state) {
+  for (auto _ : state) {
+    const Mixture m = Make(state.range(0));
+    benchmark::DoNotOptimize(m.At(0));
+  }
+}
+BENCHMARK(BM_MixtureFirstSample)->Arg(10)->Arg(100)->Arg(1000);
+
+// Consecutive samples through Fill in chunks of 64Ki.
+void BM_MixtureFill(benchmark::State& state) {
+  const Mixture m = Make(state.range(0));
+  std::vector<Index> sources(1 << 16), items(1 << 16);
+  Index first = 0;
+  for (auto _ : state) {
+    m.Fill(first, first + (1 << 16), sources.data(), items.data());
+    benchmark::DoNotOptimize(items.data());
+    first += 1 << 16;
+    if (first > Index{1} << 40) first = 0;
+  }
+  state.SetItemsProcessed(state.iterations() * (1 << 16));
+}
+BENCHMARK(BM_MixtureFill)->Arg(10)->Arg(100)->Arg(1000);
+
+// One sample at a time at scattered positions (each computes its block).
+void BM_MixtureAt(benchmark::State& state) {
+  const Mixture m = Make(state.range(0));
+  Index p = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(m.At(p));
+    p = (p + 1000003) % (Index{1} << 40);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_MixtureAt)->Arg(10)->Arg(100);
+
+}  // namespace
+}  // namespace shardkit

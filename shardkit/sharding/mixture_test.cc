@@ -1,0 +1,337 @@
+#include "shardkit/sharding/mixture.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+namespace shardkit {
+namespace {
+
+using u128 = unsigned __int128;
+
+std::vector<MixSample> Sequence(const Mixture& m, Index n) {
+  std::vector<Index> s(n), it(n);
+  m.Fill(0, n, s.data(), it.data());
+  std::vector<MixSample> out(n);
+  for (Index i = 0; i < n; ++i) out[i] = {s[i], it[i]};
+  return out;
+}
+
+// Textbook largest remainder over exact rationals: each source's quota is
+// tau * q / total; sort all sources by (remainder desc, index asc) and give
+// the leftover seats to the first ones.
+std::vector<Index> Reference(Index tau, const MixSegment& seg) {
+  const std::size_t k = seg.q.size();
+  std::vector<Index> out(k);
+  std::vector<std::pair<u128, std::size_t>> rems;
+  Index seats = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    const u128 p = static_cast<u128>(tau) * seg.q[i];
+    out[i] = seg.counts[i] + static_cast<Index>(p / seg.total);
+    seats += static_cast<Index>(p / seg.total);
+    rems.push_back({p % seg.total, i});
+  }
+  std::sort(rems.begin(), rems.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  for (Index j = 0; j < tau - seats; ++j) ++out[rems[j].second];
+  return out;
+}
+
+MixtureOptions Seeded(std::uint64_t seed) {
+  MixtureOptions o;
+  o.seed = seed;
+  return o;
+}
+
+MixtureOptions Blocked(Index block) {
+  MixtureOptions o;
+  o.block = block;
+  return o;
+}
+
+std::vector<double> RandomWeights(std::mt19937_64& rng, Index k) {
+  std::vector<double> w(k);
+  bool any = false;
+  for (auto& x : w) {
+    const int kind = static_cast<int>(rng() % 5);
+    x = kind == 0   ? 0.0
+        : kind == 1 ? static_cast<double>(rng() % 7 + 1)
+        : kind == 2 ? std::ldexp(1.0, -static_cast<int>(rng() % 12))
+                    : std::uniform_real_distribution<double>(0.01, 1)(rng);
+    any = any || x > 0;
+  }
+  if (!any) w[rng() % k] = 1;
+  return w;
+}
+
+TEST(MixtureTest, BlockCountsAreTheLargestRemainderOfTheSharesAndErrorStaysBelowOne) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const Index k = 1 + static_cast<Index>(rng() % (trial < 20 ? 1000 : 12));
+    std::vector<Index> sizes(k);
+    for (auto& n : sizes) n = 1 + static_cast<Index>(rng() % 50);
+    MixtureOptions o;
+    o.seed = rng();
+    Mixture m(sizes, RandomWeights(rng, k), o);
+    ASSERT_EQ(m.segments().size(), 1u);
+    const MixSegment& seg = m.segments()[0];
+    std::vector<Index> cum(k), counts(k);
+    for (Index b = 0; b < 40; ++b) {
+      const Index bb = trial % 2 ? b : b * 1000003;
+      m.Cumulative(bb, cum.data());
+      ASSERT_EQ(cum, Reference(bb * m.block(), seg)) << "trial " << trial << " block " << bb;
+      m.BlockCounts(bb, counts.data());
+      Index total = 0;
+      for (Index i = 0; i < k; ++i) {
+        ASSERT_GE(counts[i], 0);
+        total += counts[i];
+        const long double target = static_cast<long double>(bb * m.block()) * seg.q[i] / seg.total;
+        ASSERT_LT(std::fabs(static_cast<long double>(cum[i]) - target), 1.0L);
+        if (seg.q[i] == 0) {
+          ASSERT_EQ(counts[i], 0);
+        }
+      }
+      ASSERT_EQ(total, m.block());
+    }
+  }
+}
+
+TEST(MixtureTest, RandomAccessEqualsSequentialAndConsumedCountsTheSequence) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    const Index k = 1 + static_cast<Index>(rng() % 6);
+    std::vector<Index> sizes(k);
+    for (auto& n : sizes) n = 1 + static_cast<Index>(rng() % 40);
+    MixtureOptions o;
+    o.seed = rng();
+    auto w = RandomWeights(rng, k);
+    if (trial % 4 == 1) {
+      o.schedule.push_back({static_cast<Index>(rng() % 3000), RandomWeights(rng, k)});
+      o.schedule.push_back(
+          {o.schedule[0].position + 1 + static_cast<Index>(rng() % 3000), RandomWeights(rng, k)});
+      o.interpolation = trial % 8 == 1 ? Interpolation::kLinear : Interpolation::kStep;
+    }
+    if (trial % 3 == 0) o.block = Mixture(sizes, w, o).block() + static_cast<Index>(rng() % 50);
+    const Mixture m(sizes, w, o);
+    const Index n = 6000;
+    const auto seq = Sequence(m, n);
+    std::vector<Index> seen(k, 0);
+    for (Index i = 0; i < n; ++i) {
+      if (i % 97 == 0 || i % m.block() == 0) {
+        ASSERT_EQ(m.Consumed(i), seen) << "trial " << trial << " position " << i;
+        ASSERT_EQ(m.At(i), seq[i]);
+      }
+      const auto [source, item] = seq[i];
+      ASSERT_EQ(item, m.SourceItem(source, seen[source]));
+      ++seen[source];
+    }
+    // Determinism: another object with the same parameters gives the same.
+    ASSERT_EQ(Sequence(Mixture(sizes, w, o), n), seq);
+  }
+}
+
+TEST(MixtureTest, EverySourceWalksEachEpochExactlyOnce) {
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 30; ++trial) {
+    const Index k = 1 + static_cast<Index>(rng() % 5);
+    std::vector<Index> sizes(k);
+    for (auto& n : sizes) n = 1 + static_cast<Index>(rng() % 300);
+    const Mixture m(sizes, RandomWeights(rng, k));
+    const auto seq = Sequence(m, 20000);
+    std::vector<std::vector<Index>> per(k);
+    for (const auto& s : seq) per[s.source].push_back(s.item);
+    for (Index i = 0; i < k; ++i) {
+      for (std::size_t e = 0; e + sizes[i] <= per[i].size(); e += sizes[i]) {
+        std::set<Index> items(per[i].begin() + e, per[i].begin() + e + sizes[i]);
+        ASSERT_EQ(static_cast<Index>(items.size()), sizes[i]);
+        ASSERT_EQ(*items.begin(), 0);
+        ASSERT_EQ(*items.rbegin(), sizes[i] - 1);
+      }
+    }
+  }
+}
+
+TEST(MixtureTest, NonRepeatingSourceStopsTheMixtureAfterItsLastItem) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<Index> sizes = {1 + static_cast<Index>(rng() % 5000), 10, 1 + Index(rng() % 300)};
+    std::vector<double> w = {1 + double(rng() % 5), 1, double(rng() % 3)};
+    MixtureOptions o;
+    o.repeat = {false, true, trial % 2 == 0};
+    o.seed = rng();
+    const Mixture m(sizes, w, o);
+    ASSERT_TRUE(m.bounded());
+    const auto seq = Sequence(m, m.size());
+    std::vector<std::vector<Index>> per(3);
+    for (const auto& s : seq) per[s.source].push_back(s.item);
+    // Source 0 (and source 2 when it does not repeat) at most once each;
+    // the one that ran out is complete.
+    bool complete = false;
+    for (Index i : {Index{0}, Index{2}}) {
+      if (o.repeat[i]) continue;
+      std::set<Index> items(per[i].begin(), per[i].end());
+      ASSERT_EQ(items.size(), per[i].size()) << "source " << i << " repeated an item";
+      complete = complete || static_cast<Index>(items.size()) == sizes[i];
+    }
+    ASSERT_TRUE(complete);
+    EXPECT_THROW((void)m.At(m.size()), std::out_of_range);
+    EXPECT_EQ(m.Consumed(m.size())[0], static_cast<Index>(per[0].size()));
+  }
+}
+
+TEST(MixtureTest, ResumeWithChangedWeightsNeitherRepeatsNorSkips) {
+  std::mt19937_64 rng(9);
+  for (int trial = 0; trial < 40; ++trial) {
+    const Index k = 1 + static_cast<Index>(rng() % 5);
+    std::vector<Index> sizes(k);
+    for (auto& n : sizes) n = 1 + static_cast<Index>(rng() % 200);
+    MixtureOptions o;
+    o.seed = rng();
+    const Mixture first(sizes, RandomWeights(rng, k), o);
+    const Index cut = static_cast<Index>(rng() % 5000);
+    const MixtureState state = first.State(cut);
+    // Unchanged: exactly the samples an unbroken run gives.
+    const Mixture same = Mixture::FromState(state);
+    const auto whole = Sequence(first, cut + 3000);
+    const auto tail = Sequence(same, 3000);
+    ASSERT_TRUE(std::equal(tail.begin(), tail.end(), whole.begin() + cut));
+    // Changed weights: every source continues its own walk.
+    auto w2 = RandomWeights(rng, k);
+    const Mixture changed = Mixture::FromState(state, w2);
+    std::vector<Index> next = state.consumed;
+    for (const auto& s : Sequence(changed, 4000)) {
+      ASSERT_EQ(s.item, first.SourceItem(s.source, next[s.source]));
+      ++next[s.source];
+    }
+    ASSERT_EQ(changed.Consumed(4000), next);
+    ASSERT_EQ(changed.State(0).position, cut);
+  }
+}
+
+TEST(MixtureTest, ElasticResumeDeliversEachPositionToExactlyOneRank) {
+  // The mixture is one global order: ranks take positions round robin. W1
+  // ranks read up to position P, W2 ranks continue from the state.
+  const Mixture m({100, 37, 5}, {0.5, 0.3, 0.2}, Seeded(4));
+  const Index total = 3000, P = 1234, w1 = 3, w2 = 5;
+  std::vector<MixSample> got;
+  for (Index r = 0; r < w1; ++r) {
+    for (Index i = r; i < P; i += w1) got.push_back(m.At(i));
+  }
+  const Mixture rest = Mixture::FromState(m.State(P));
+  for (Index r = 0; r < w2; ++r) {
+    for (Index i = r; i < total - P; i += w2) got.push_back(rest.At(i));
+  }
+  auto want = Sequence(m, total);
+  auto key = [](const MixSample& s) { return std::pair(s.source, s.item); };
+  std::map<std::pair<Index, Index>, Index> a, b;
+  for (const auto& s : got) ++a[key(s)];
+  for (const auto& s : want) ++b[key(s)];
+  EXPECT_EQ(a, b);
+}
+
+TEST(MixtureTest, StepScheduleChangesSharesAtTheNextBlockBoundary) {
+  MixtureOptions o;
+  o.block = 100;
+  o.schedule = {{250, {0, 1}}};
+  const Mixture m({1000, 1000}, {1, 0}, o);
+  ASSERT_EQ(m.segments().size(), 2u);
+  EXPECT_EQ(m.segments()[1].begin, 300);
+  const auto seq = Sequence(m, 600);
+  for (Index i = 0; i < 600; ++i) ASSERT_EQ(seq[i].source, i < 300 ? 0 : 1) << i;
+}
+
+TEST(MixtureTest, LinearScheduleMovesSharesInSteps) {
+  MixtureOptions o;
+  o.interpolation = Interpolation::kLinear;
+  o.block = 1000;
+  o.schedule = {{160000, {0, 1}}};
+  const Mixture m({1000, 1000}, {1, 0}, o);
+  ASSERT_EQ(m.segments().size(), static_cast<std::size_t>(Mixture::kLinearSteps) + 1);
+  // Step s (of 16, 10000 samples each) gives source 1 the share at its
+  // middle, (2s + 1) / 32; each step's counts are that share rounded.
+  for (Index s = 0; s < Mixture::kLinearSteps; ++s) {
+    const Index got = m.Consumed((s + 1) * 10000)[1] - m.Consumed(s * 10000)[1];
+    const double want = 10000.0 * double(2 * s + 1) / 32.0;
+    EXPECT_LT(std::fabs(double(got) - want), 2.0) << "step " << s;
+  }
+  EXPECT_EQ(m.Consumed(170000)[0], m.Consumed(160000)[0]);
+}
+
+TEST(MixtureTest, TokenWeightsBecomeSampleSharesByMeanLength) {
+  MixtureOptions o;
+  o.by = MixBy::kTokens;
+  o.tokens = {1000 * 100, 1000 * 10};  // mean lengths 100 and 10
+  o.block = 1100;
+  const Mixture m({1000, 1000}, {1, 1}, o);
+  std::vector<Index> c(2);
+  m.BlockCounts(0, c.data());
+  // Equal tokens: 100 samples of 100 tokens per 1000 samples of 10.
+  EXPECT_EQ(c[0], 100);
+  EXPECT_EQ(c[1], 1000);
+}
+
+TEST(MixtureTest, EdgesSingleSourceZeroWeightsEmptySourcesHugeSizes) {
+  const Mixture one({7}, {3});
+  for (Index i = 0; i < 50; ++i) EXPECT_EQ(one.At(i).source, 0);
+  const Mixture zero({5, 0, 9}, {1, 0, 0});
+  const auto seq = Sequence(zero, 3000);
+  for (const auto& s : seq) EXPECT_EQ(s.source, 0);
+  const Index huge = (Index{1} << 62) + 12345;
+  const Mixture big({huge, huge - 1}, {1, 2}, Seeded(1));
+  const Index far = Mixture::kMaxSamples - 5;
+  const auto c = big.Consumed(far);
+  EXPECT_EQ(c[0] + c[1], far);
+  const MixSample s = big.At(far);
+  EXPECT_GE(s.item, 0);
+  EXPECT_LT(s.item, big.sizes()[s.source]);
+  // Extreme ratio: the default block grows to fit the smallest share.
+  const Mixture extreme({10, 10}, {1, 1e-7});
+  EXPECT_GE(extreme.block(), 10000000);
+  std::vector<Index> bc(2);
+  extreme.BlockCounts(3, bc.data());
+  EXPECT_GE(bc[1], 1);
+}
+
+TEST(MixtureTest, BadInputNamesTheParameter) {
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([] { Mixture({}, {}); }).rfind("sizes:", 0), 0u);
+  EXPECT_EQ(message([] { Mixture({-1}, {1}); }).rfind("sizes:", 0), 0u);
+  EXPECT_EQ(message([] { Mixture({3, 0}, {1, 1}); }).rfind("sizes:", 0), 0u);
+  EXPECT_EQ(message([] { Mixture({3}, {1, 1}); }).rfind("weights:", 0), 0u);
+  EXPECT_EQ(message([] { Mixture({3, 3}, {0, 0}); }).rfind("weights:", 0), 0u);
+  EXPECT_EQ(message([] { Mixture({3, 3}, {1, NAN}); }).rfind("weights:", 0), 0u);
+  EXPECT_EQ(message([] { Mixture({3, 3}, {1, -1}); }).rfind("weights:", 0), 0u);
+  EXPECT_EQ(message([] {
+              Mixture({3, 3}, {1, 1}, Blocked(1));
+            }).rfind("block: 1 is too small", 0),
+            0u);
+  EXPECT_EQ(message([] { Mixture({3, 3}, {1, 1}, Blocked(0)); }).rfind("block:", 0), 0u);
+  MixtureOptions bad_schedule;
+  bad_schedule.schedule = {{10, {1, 1}}, {10, {1, 2}}};
+  EXPECT_EQ(message([&] { Mixture({3, 3}, {1, 1}, bad_schedule); }).rfind("schedule:", 0), 0u);
+  MixtureOptions tokens;
+  tokens.by = MixBy::kTokens;
+  EXPECT_EQ(message([&] { Mixture({3, 3}, {1, 1}, tokens); }).rfind("lengths:", 0), 0u);
+  EXPECT_EQ(message([] { (void)ParseMixBy("bytes"); }).rfind("by:", 0), 0u);
+  EXPECT_EQ(message([] { (void)Mixture({3}, {1}).At(-1); }).rfind("position:", 0), 0u);
+  MixtureOptions start;
+  start.repeat = {false};
+  start.start = {4};
+  EXPECT_EQ(message([&] { Mixture({3}, {1}, start); }).rfind("start:", 0), 0u);
+}
+
+}  // namespace
+}  // namespace shardkit
