@@ -49,6 +49,7 @@ int RunDemo(const Argv& argv) {
                         "(data/python_stdlib.tsv), derived by "
                         "tools/derive_stdlib_lengths.py.</p>");
   DemoSharding(context, report);
+  DemoMixture(context, report);
   DemoPacking(context, report);
   DemoEval(context, report);
   DemoLoader(context, report);

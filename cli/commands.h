@@ -19,6 +19,7 @@ int RunEvalPlan(const Argv& argv);
 int RunDemo(const Argv& argv);
 int RunLoaderStats(const Argv& argv);
 int RunLayout(const Argv& argv);
+int RunMix(const Argv& argv);
 
 struct Command {
   const char* name;

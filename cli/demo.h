@@ -36,6 +36,7 @@ struct DemoContext {
 };
 
 void DemoSharding(const DemoContext& context, HtmlReport& report);
+void DemoMixture(const DemoContext& context, HtmlReport& report);
 void DemoPacking(const DemoContext& context, HtmlReport& report);
 void DemoEval(const DemoContext& context, HtmlReport& report);
 void DemoLoader(const DemoContext& context, HtmlReport& report);

@@ -15,6 +15,7 @@ const std::vector<Command>& Commands() {
   static const std::vector<Command> commands = {
       {"shard", "which items each rank (and dataloader worker) gets", RunShard},
       {"audit", "prove exactly-once coverage of a plan and report its balance", RunAudit},
+      {"mix", "a mixture of sources: realised vs target proportions, epochs, schedule", RunMix},
       {"pack", "pack variable-length items into fixed-capacity sequences", RunPack},
       {"eval-plan", "equal-step fixed-shape evaluation batches with masks", RunEvalPlan},
       {"loader-stats", "run the token loader over a data set: tokens/s, padding, balance",
@@ -67,6 +68,16 @@ std::string ToFlag(const std::string& message) {
       {"owners", "--owners"},
       {"spec", "--spec"},
       {"shape", "--shape"},
+      // mix
+      {"sizes", "--sizes"},
+      {"by", "--by"},
+      {"block", "--block"},
+      {"schedule", "--schedule"},
+      {"interpolation", "--linear"},
+      {"repeat", "--no-repeat"},
+      {"start", "--start"},
+      {"stop", "--stop"},
+      {"windows", "--windows"},
   };
   size_t colon = message.find(':');
   if (colon == std::string::npos) return message;

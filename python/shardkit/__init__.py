@@ -36,6 +36,7 @@ from shardkit.eval import (
 )
 from shardkit.layout import LoadingPlan, LocalToGlobal, Mesh, NamedSharding, PartitionSpec
 from shardkit.loader import TokenLoader
+from shardkit.mixture import Mixture
 from shardkit.packing import (
     PackedCollator,
     Packing,
@@ -82,6 +83,7 @@ __all__ = [
     "pad_for_devices",
     "steps_for_count",
     "TokenLoader",
+    "Mixture",
     "LoadingPlan",
     "LocalToGlobal",
     "Mesh",

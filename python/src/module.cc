@@ -6,6 +6,7 @@
 NB_MODULE(_core, m) {
   m.doc() = "The compiled core of shardkit; use the shardkit package.";
   shardkit::python::init_shard_plan(m);
+  shardkit::python::init_mixture(m);
   shardkit::python::init_packing(m);
   shardkit::python::init_eval_plan(m);
   shardkit::python::init_loader(m);

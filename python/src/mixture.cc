@@ -1,0 +1,240 @@
+// Bindings of Mixture (shardkit/sharding/mixture.h) and its state <-> dict
+// conversion; shardkit/mixture.py documents and re-exports them.
+#include "shardkit/sharding/mixture.h"
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "python/src/bindings.h"
+
+namespace shardkit::python {
+
+using namespace nb::literals;
+
+namespace {
+
+std::vector<SchedulePoint> ToSchedule(nb::handle schedule) {
+  std::vector<SchedulePoint> out;
+  if (schedule.is_none()) return out;
+  for (nb::handle point : schedule) {
+    nb::sequence pair;
+    try {
+      pair = nb::cast<nb::sequence>(point);
+    } catch (const std::exception&) {
+      ThrowInvalid("schedule", "each point must be a (position, weights) pair");
+    }
+    if (nb::len(pair) != 2) {
+      ThrowInvalid("schedule", "each point must be a (position, weights) pair");
+    }
+    SchedulePoint p;
+    p.position = nb::cast<Index>(pair[0]);
+    p.weights = ToDoubles(pair[1], "schedule");
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+nb::list FromSchedule(const std::vector<SchedulePoint>& schedule) {
+  nb::list out;
+  for (const auto& p : schedule) out.append(nb::make_tuple(p.position, p.weights));
+  return out;
+}
+
+// repeat: a bool for every source, or one flag per source.
+std::vector<bool> ToRepeat(nb::handle repeat, Index k) {
+  if (nb::isinstance<nb::bool_>(repeat)) {
+    return std::vector<bool>(static_cast<std::size_t>(k), nb::cast<bool>(repeat));
+  }
+  std::vector<bool> out;
+  for (nb::handle h : repeat) out.push_back(nb::cast<bool>(h));
+  return out;
+}
+
+std::vector<Index> ToTokens(nb::handle lengths) {
+  std::vector<Index> tokens;
+  nb::module_ np = nb::module_::import_("numpy");
+  for (nb::handle source : lengths) {
+    nb::object array = np.attr("ascontiguousarray")(source, "dtype"_a = np.attr("int64"));
+    if (nb::cast<int>(array.attr("ndim")) != 1) {
+      ThrowInvalid("lengths", "each source's lengths must be a 1-D array");
+    }
+    auto view = nb::cast<nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig>>(array);
+    tokens.push_back(TotalTokens({view.data(), view.shape(0)}));
+  }
+  return tokens;
+}
+
+nb::dict StateToDict(const MixtureState& s) {
+  nb::dict d;
+  d["version"] = 1;
+  d["kind"] = "mixture";
+  d["position"] = s.position;
+  d["consumed"] = s.consumed;
+  d["sizes"] = s.sizes;
+  d["weights"] = s.weights;
+  const MixtureOptions& o = s.options;
+  d["by"] = std::string(MixByName(o.by));
+  d["tokens"] = o.tokens;
+  d["block"] = o.block.has_value() ? nb::object(nb::int_(*o.block)) : nb::none();
+  d["seed"] = o.seed;
+  d["schedule"] = FromSchedule(o.schedule);
+  d["interpolation"] = std::string(InterpolationName(o.interpolation));
+  d["repeat"] = std::vector<bool>(o.repeat.begin(), o.repeat.end());
+  d["origin"] = o.origin;
+  d["start"] = o.start;
+  d["skip"] = o.skip;
+  return d;
+}
+
+MixtureState DictToState(nb::handle h) {
+  if (!nb::isinstance<nb::dict>(h)) ThrowInvalid("state", "expected a dict from state_dict()");
+  nb::dict d = nb::borrow<nb::dict>(h);
+  try {
+    if (nb::cast<Index>(d["version"]) != 1 || nb::cast<std::string>(d["kind"]) != "mixture") {
+      ThrowInvalid("state", "not a version 1 mixture state");
+    }
+    MixtureState s;
+    s.position = nb::cast<Index>(d["position"]);
+    s.consumed = nb::cast<std::vector<Index>>(d["consumed"]);
+    s.sizes = nb::cast<std::vector<Index>>(d["sizes"]);
+    s.weights = nb::cast<std::vector<double>>(d["weights"]);
+    MixtureOptions& o = s.options;
+    o.by = ParseMixBy(nb::cast<std::string>(d["by"]));
+    o.tokens = nb::cast<std::vector<Index>>(d["tokens"]);
+    if (!d["block"].is_none()) o.block = nb::cast<Index>(d["block"]);
+    o.seed = nb::cast<std::uint64_t>(d["seed"]);
+    o.schedule = ToSchedule(d["schedule"]);
+    o.interpolation = ParseInterpolation(nb::cast<std::string>(d["interpolation"]));
+    for (nb::handle f : nb::borrow<nb::list>(d["repeat"])) o.repeat.push_back(nb::cast<bool>(f));
+    o.origin = nb::cast<Index>(d["origin"]);
+    o.start = nb::cast<std::vector<Index>>(d["start"]);
+    o.skip = nb::cast<Index>(d["skip"]);
+    return s;
+  } catch (const nb::cast_error&) {
+    ThrowInvalid("state", "malformed state (a value has the wrong type)");
+  } catch (const nb::python_error&) {
+    ThrowInvalid("state", "malformed state (a key is missing)");
+  }
+}
+
+}  // namespace
+
+void init_mixture(nb::module_& m) {
+  nb::class_<Mixture>(m, "Mixture",
+                      "One global order of samples drawn from several sources with exact "
+                      "proportions; see shardkit.mixture.")
+      .def(
+          "__init__",
+          [](Mixture* self, std::vector<Index> sizes, nb::handle weights, const std::string& by,
+             nb::handle lengths, std::optional<Index> block, std::uint64_t seed,
+             nb::handle schedule, const std::string& interpolation, nb::handle repeat) {
+            MixtureOptions o;
+            o.by = ParseMixBy(by);
+            if (!lengths.is_none()) o.tokens = ToTokens(lengths);
+            o.block = block;
+            o.seed = seed;
+            o.schedule = ToSchedule(schedule);
+            o.interpolation = ParseInterpolation(interpolation);
+            o.repeat = ToRepeat(repeat, static_cast<Index>(sizes.size()));
+            std::vector<double> w = ToDoubles(weights, "weights");
+            new (self) Mixture(std::move(sizes), std::move(w), std::move(o));
+          },
+          "sizes"_a, "weights"_a, nb::kw_only(), "by"_a = "samples", "lengths"_a = nb::none(),
+          "block"_a = nb::none(), "seed"_a = 0, "schedule"_a = nb::none(),
+          "interpolation"_a = "step", "repeat"_a = true)
+      .def("__len__", &Mixture::size)
+      .def_prop_ro("num_sources", &Mixture::num_sources)
+      .def_prop_ro("sizes", &Mixture::sizes)
+      .def_prop_ro("weights", &Mixture::weights)
+      .def_prop_ro("block", &Mixture::block, "Samples per block (every block's counts are exact).")
+      .def_prop_ro("bounded", &Mixture::bounded,
+                   "False when every source repeats: the mixture has 2^62 samples.")
+      .def_prop_ro(
+          "segments",
+          [](const Mixture& mix) {
+            nb::list out;
+            for (const MixSegment& s : mix.segments()) {
+              std::vector<double> shares;
+              for (std::uint64_t q : s.q) {
+                shares.push_back(static_cast<double>(static_cast<long double>(q) / s.total));
+              }
+              out.append(nb::make_tuple(s.begin, shares));
+            }
+            return out;
+          },
+          "(begin, sample shares) of each constant piece, begin a plan position.")
+      .def(
+          "source_of",
+          [](const Mixture& mix, Index i) {
+            const MixSample s = mix.At(i);
+            return std::make_pair(s.source, s.item);
+          },
+          "position"_a, "(source, item) of sample ``position``.")
+      .def(
+          "numpy",
+          [](const Mixture& mix, Index start, std::optional<Index> stop) {
+            const Index end = stop.value_or(mix.size());
+            if (start < 0 || start > mix.size()) {
+              ThrowOutOfRange("start", std::to_string(start) + " is outside [0, " +
+                                           std::to_string(mix.size()) + "]");
+            }
+            if (end < start || end > mix.size()) {
+              ThrowOutOfRange("stop", std::to_string(end) + " is outside [" +
+                                          std::to_string(start) + ", " +
+                                          std::to_string(mix.size()) + "]");
+            }
+            std::int64_t *sources = nullptr, *items = nullptr;
+            auto a = NewArray<std::int64_t>(static_cast<std::size_t>(end - start), &sources);
+            auto b = NewArray<std::int64_t>(static_cast<std::size_t>(end - start), &items);
+            {
+              nb::gil_scoped_release release;
+              mix.Fill(start, end, sources, items);
+            }
+            return nb::make_tuple(a, b);
+          },
+          "start"_a = 0, "stop"_a = nb::none(),
+          "(sources, items): int64 arrays for samples [start, stop).")
+      .def(
+          "consumed",
+          [](const Mixture& mix, Index position) {
+            nb::gil_scoped_release release;
+            return mix.Consumed(position);
+          },
+          "position"_a, "Items taken from each source before ``position``.")
+      .def("target", &Mixture::Target, "position"_a,
+           "The real-valued counts that consumed(position) rounds.")
+      .def(
+          "block_counts",
+          [](const Mixture& mix, Index b) {
+            if (b < 0 || b * mix.block() >= mix.size()) {
+              ThrowOutOfRange("block", std::to_string(b) + " is not a block of the mixture");
+            }
+            std::vector<Index> out(static_cast<std::size_t>(mix.num_sources()));
+            mix.BlockCounts(b, out.data());
+            return out;
+          },
+          "block"_a, "Each source's count in block ``block``.")
+      .def(
+          "state_dict",
+          [](const Mixture& mix, Index position) { return StateToDict(mix.State(position)); },
+          "position"_a, "Where a run stands after ``position`` samples (JSON-serialisable).")
+      .def_static(
+          "from_state",
+          [](nb::handle state, nb::handle weights, nb::handle schedule) {
+            std::optional<std::vector<double>> w;
+            std::optional<std::vector<SchedulePoint>> s;
+            if (!weights.is_none()) w = ToDoubles(weights, "weights");
+            if (!schedule.is_none()) s = ToSchedule(schedule);
+            return Mixture::FromState(DictToState(state), std::move(w), std::move(s));
+          },
+          "state"_a, "weights"_a = nb::none(), "schedule"_a = nb::none(),
+          "Continues a run from state_dict(); new weights / schedule allowed.");
+}
+
+}  // namespace shardkit::python

@@ -1,0 +1,185 @@
+"""shardkit.Mixture against a brute-force reference written here from the spec
+(largest remainder over exact fractions, per block), and its state rules."""
+
+import json
+import random
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import shardkit
+
+
+def reference_cumulative(tau, shares, base):
+    """Largest remainder of tau * share over exact fractions; ties to the lower
+    source; added to base."""
+    quotas = [tau * s for s in shares]
+    floors = [q.numerator // q.denominator for q in quotas]
+    left = tau - sum(floors)
+    order = sorted(range(len(shares)), key=lambda k: (-(quotas[k] - floors[k]), k))
+    out = [b + f for b, f in zip(base, floors)]
+    for k in order[:left]:
+        out[k] += 1
+    return out
+
+
+def exact_shares(weights):
+    total = sum(Fraction(w) for w in weights)
+    return [Fraction(w) / total for w in weights]
+
+
+def random_config(rng, max_sources=8):
+    k = rng.randint(1, max_sources)
+    sizes = [rng.randint(1, 60) for _ in range(k)]
+    weights = [rng.choice([0, 1, 2, 3, 7, 10, 100]) for _ in range(k)]
+    if not any(weights):
+        weights[rng.randrange(k)] = 1
+    return sizes, weights
+
+
+def test_block_counts_match_the_reference_and_the_error_stays_below_one():
+    rng = random.Random(1)
+    for trial in range(150):
+        sizes, weights = random_config(rng, 30 if trial < 10 else 8)
+        mix = shardkit.Mixture(sizes, weights, seed=trial)
+        shares = exact_shares(weights)
+        zero = [0] * len(sizes)
+        for b in range(0, 30):
+            tau = b * mix.block
+            want = reference_cumulative(tau, shares, zero)
+            assert mix.consumed(tau) == want, (trial, b)
+            assert all(abs(c - tau * s) < 1 for c, s in zip(want, shares))
+            nxt = reference_cumulative(tau + mix.block, shares, zero)
+            assert mix.block_counts(b) == [y - x for x, y in zip(want, nxt)]
+
+
+def test_numpy_equals_source_of_and_each_source_walks_each_epoch_once():
+    rng = random.Random(2)
+    for trial in range(25):
+        sizes, weights = random_config(rng)
+        mix = shardkit.Mixture(sizes, weights, seed=rng.randrange(2**63))
+        n = 5000
+        sources, items = mix.numpy(0, n)
+        assert sources.dtype == np.int64 and items.dtype == np.int64
+        for i in range(0, n, 37):
+            assert mix.source_of(i) == (sources[i], items[i])
+        start = rng.randrange(n)
+        s2, i2 = mix.numpy(start, n)
+        assert (s2 == sources[start:]).all() and (i2 == items[start:]).all()
+        for k, size in enumerate(sizes):
+            walk = items[sources == k]
+            for e in range(0, len(walk) - size + 1, size):
+                assert sorted(walk[e : e + size].tolist()) == list(range(size)), (trial, k)
+        counts = np.bincount(sources, minlength=len(sizes)).tolist()
+        assert mix.consumed(n) == counts
+
+
+def test_non_repeating_source_is_delivered_exactly_once_and_stops_the_mixture():
+    mix = shardkit.Mixture([137, 40, 10], [5, 3, 2], repeat=[False, True, True], seed=3)
+    assert mix.bounded
+    sources, items = mix.numpy()
+    got = sorted(items[sources == 0].tolist())
+    assert got == list(range(137))
+    with pytest.raises(IndexError, match="position"):
+        mix.source_of(len(mix))
+
+
+def test_resume_with_changed_weights_neither_repeats_nor_skips():
+    rng = random.Random(4)
+    for trial in range(20):
+        sizes, weights = random_config(rng)
+        mix = shardkit.Mixture(sizes, weights, seed=trial)
+        cut = rng.randrange(4000)
+        state = json.loads(json.dumps(mix.state_dict(cut)))  # JSON round trip
+        head_s, head_i = mix.numpy(0, cut)
+        same = shardkit.Mixture.from_state(state)
+        s_same, i_same = same.numpy(0, 2000)
+        s_all, i_all = mix.numpy(0, cut + 2000)
+        assert (s_same == s_all[cut:]).all() and (i_same == i_all[cut:]).all()
+        new_weights = [rng.choice([0, 1, 5]) for _ in sizes]
+        if not any(new_weights):
+            new_weights[0] = 1
+        changed = shardkit.Mixture.from_state(state, weights=new_weights)
+        tail_s, tail_i = changed.numpy(0, 4000)
+        sources = np.concatenate([head_s, tail_s])
+        items = np.concatenate([head_i, tail_i])
+        for k, size in enumerate(sizes):
+            walk = items[sources == k]
+            for e in range(0, len(walk) - size + 1, size):
+                assert sorted(walk[e : e + size].tolist()) == list(range(size)), (trial, k)
+        assert changed.consumed(0) == mix.consumed(cut)
+        assert changed.state_dict(0)["position"] == cut
+
+
+def test_schedule_step_and_linear():
+    step = shardkit.Mixture([50, 50], [1, 0], block=10, schedule=[(95, [1, 3])])
+    assert [b for b, _ in step.segments] == [0, 100]
+    assert step.block_counts(9) == [10, 0]
+    assert step.block_counts(10) == [3, 7] or step.block_counts(10) == [2, 8]
+    lin = shardkit.Mixture(
+        [50, 50], [1, 0], block=100, schedule=[(16000, [0, 1])], interpolation="linear"
+    )
+    shares = [s[1] for _, s in lin.segments]
+    assert shares == sorted(shares) and shares[-1] == 1.0
+    assert len(shares) == 17
+
+
+def test_token_weights_give_token_proportions():
+    rng = np.random.default_rng(5)
+    lengths = [rng.integers(1, 2000, 400), rng.integers(1, 50, 3000), rng.integers(1, 500, 900)]
+    weights = [0.5, 0.3, 0.2]
+    mix = shardkit.Mixture([len(x) for x in lengths], weights, by="tokens", lengths=lengths)
+    # Over whole epochs of every source the token shares are exact; over a
+    # run of many epochs they approach the weights.
+    sources, items = mix.numpy(0, 400_000)
+    tokens = np.array([lengths[s][i] for s, i in zip(sources[:200_000], items[:200_000])])
+    per = np.bincount(sources[:200_000], weights=tokens, minlength=3)
+    np.testing.assert_allclose(per / per.sum(), weights, atol=0.01)
+
+
+def test_bad_input_names_the_parameter():
+    with pytest.raises(ValueError, match="^sizes:"):
+        shardkit.Mixture([], [])
+    with pytest.raises(ValueError, match="^weights:"):
+        shardkit.Mixture([3, 3], [1])
+    with pytest.raises(ValueError, match="^weights:"):
+        shardkit.Mixture([3, 3], [0, 0])
+    with pytest.raises(ValueError, match="^sizes:"):
+        shardkit.Mixture([3, 0], [1, 1])
+    with pytest.raises(ValueError, match="^block: 2 is too small"):
+        shardkit.Mixture([3, 3], [1, 100], block=2)
+    with pytest.raises(ValueError, match="^by:"):
+        shardkit.Mixture([3], [1], by="bytes")
+    with pytest.raises(ValueError, match="^lengths:"):
+        shardkit.Mixture([3], [1], by="tokens")
+    with pytest.raises(ValueError, match="^schedule:"):
+        shardkit.Mixture([3, 3], [1, 1], schedule=[(5, [1, 1]), (5, [1, 2])])
+    with pytest.raises(ValueError, match="^state:"):
+        shardkit.Mixture.from_state({"version": 2})
+    with pytest.raises(IndexError, match="^stop:"):
+        shardkit.Mixture([3], [1], repeat=False).numpy(0, 4)
+
+
+def test_cli_mix_json_and_errors(cli):
+    r = cli(
+        "mix",
+        "--sizes",
+        "10,1000",
+        "--weights",
+        "1,1",
+        "--block",
+        "2",
+        "--no-repeat",
+        "0",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["samples"] == 20 and out["consumed"] == [10, 10] and out["bounded"]
+    assert out["realised"] == [0.5, 0.5]
+    r = cli("mix", "--sizes", "3,3", "--weights", "1,100", "--block", "2")
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "--block: 2" in r.stderr
+    r = cli("mix", "--sizes", "3,3", "--weights", "1,x")
+    assert r.returncode == 2 and "--weights" in r.stderr
