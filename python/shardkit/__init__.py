@@ -36,7 +36,6 @@ from shardkit.eval import (
 )
 from shardkit.layout import LoadingPlan, LocalToGlobal, Mesh, NamedSharding, PartitionSpec
 from shardkit.loader import TokenLoader
-from shardkit.mixture import Mixture
 from shardkit.packing import (
     PackedCollator,
     Packing,
@@ -49,6 +48,7 @@ from shardkit.packing import (
 )
 from shardkit.sharding import (
     AuditReport,
+    Mixture,
     Shard,
     ShardPlan,
     WhaleChoice,
