@@ -6,10 +6,13 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <variant>
 
 #include "python/src/bindings.h"
 
@@ -19,7 +22,18 @@ using namespace nb::literals;
 
 namespace {
 
-std::vector<SchedulePoint> ToSchedule(nb::handle schedule) {
+using StateDict = nb::typed<nb::dict, nb::str, nb::any>;
+using Schedule = std::vector<std::pair<Index, FloatArray>>;
+
+std::vector<SchedulePoint> ToSchedule(const Schedule& schedule) {
+  std::vector<SchedulePoint> out;
+  for (const auto& [position, weights] : schedule) {
+    out.push_back({position, ToDoubles(weights, "schedule")});
+  }
+  return out;
+}
+
+std::vector<SchedulePoint> ToScheduleList(nb::handle schedule) {
   std::vector<SchedulePoint> out;
   if (schedule.is_none()) return out;
   for (nb::handle point : schedule) {
@@ -47,16 +61,14 @@ nb::list FromSchedule(const std::vector<SchedulePoint>& schedule) {
 }
 
 // repeat: a bool for every source, or one flag per source.
-std::vector<bool> ToRepeat(nb::handle repeat, Index k) {
-  if (nb::isinstance<nb::bool_>(repeat)) {
-    return std::vector<bool>(static_cast<std::size_t>(k), nb::cast<bool>(repeat));
+std::vector<bool> ToRepeat(const std::variant<bool, std::vector<bool>>& repeat, Index k) {
+  if (const bool* all = std::get_if<bool>(&repeat)) {
+    return std::vector<bool>(static_cast<std::size_t>(k), *all);
   }
-  std::vector<bool> out;
-  for (nb::handle h : repeat) out.push_back(nb::cast<bool>(h));
-  return out;
+  return std::get<std::vector<bool>>(repeat);
 }
 
-std::vector<Index> ToTokens(nb::handle lengths) {
+std::vector<Index> ToTokens(const std::vector<FloatArray>& lengths) {
   std::vector<Index> tokens;
   nb::module_ np = nb::module_::import_("numpy");
   for (nb::handle source : lengths) {
@@ -70,8 +82,8 @@ std::vector<Index> ToTokens(nb::handle lengths) {
   return tokens;
 }
 
-nb::dict StateToDict(const MixtureState& s) {
-  nb::dict d;
+StateDict StateToDict(const MixtureState& s) {
+  StateDict d;
   d["version"] = 1;
   d["kind"] = "mixture";
   d["position"] = s.position;
@@ -109,7 +121,7 @@ MixtureState DictToState(nb::handle h) {
     o.tokens = nb::cast<std::vector<Index>>(d["tokens"]);
     if (!d["block"].is_none()) o.block = nb::cast<Index>(d["block"]);
     o.seed = nb::cast<std::uint64_t>(d["seed"]);
-    o.schedule = ToSchedule(d["schedule"]);
+    o.schedule = ToScheduleList(d["schedule"]);
     o.interpolation = ParseInterpolation(nb::cast<std::string>(d["interpolation"]));
     for (nb::handle f : nb::borrow<nb::list>(d["repeat"])) o.repeat.push_back(nb::cast<bool>(f));
     o.origin = nb::cast<Index>(d["origin"]);
@@ -131,15 +143,16 @@ void init_mixture(nb::module_& m) {
                       "proportions; see shardkit.mixture.")
       .def(
           "__init__",
-          [](Mixture* self, std::vector<Index> sizes, nb::handle weights, const std::string& by,
-             nb::handle lengths, std::optional<Index> block, std::uint64_t seed,
-             nb::handle schedule, const std::string& interpolation, nb::handle repeat) {
+          [](Mixture* self, std::vector<Index> sizes, FloatArray weights, const std::string& by,
+             std::optional<std::vector<FloatArray>> lengths, std::optional<Index> block,
+             std::uint64_t seed, std::optional<Schedule> schedule, const std::string& interpolation,
+             std::variant<bool, std::vector<bool>> repeat) {
             MixtureOptions o;
             o.by = ParseMixBy(by);
-            if (!lengths.is_none()) o.tokens = ToTokens(lengths);
+            if (lengths.has_value()) o.tokens = ToTokens(*lengths);
             o.block = block;
             o.seed = seed;
-            o.schedule = ToSchedule(schedule);
+            if (schedule.has_value()) o.schedule = ToSchedule(*schedule);
             o.interpolation = ParseInterpolation(interpolation);
             o.repeat = ToRepeat(repeat, static_cast<Index>(sizes.size()));
             std::vector<double> w = ToDoubles(weights, "weights");
@@ -158,13 +171,13 @@ void init_mixture(nb::module_& m) {
       .def_prop_ro(
           "segments",
           [](const Mixture& mix) {
-            nb::list out;
+            std::vector<std::pair<Index, std::vector<double>>> out;
             for (const MixSegment& s : mix.segments()) {
               std::vector<double> shares;
               for (std::uint64_t q : s.q) {
                 shares.push_back(static_cast<double>(static_cast<long double>(q) / s.total));
               }
-              out.append(nb::make_tuple(s.begin, shares));
+              out.emplace_back(s.begin, std::move(shares));
             }
             return out;
           },
@@ -196,7 +209,7 @@ void init_mixture(nb::module_& m) {
               nb::gil_scoped_release release;
               mix.Fill(start, end, sources, items);
             }
-            return nb::make_tuple(a, b);
+            return std::make_pair(a, b);
           },
           "start"_a = 0, "stop"_a = nb::none(),
           "(sources, items): int64 arrays for samples [start, stop).")
@@ -226,11 +239,11 @@ void init_mixture(nb::module_& m) {
           "position"_a, "Where a run stands after ``position`` samples (JSON-serialisable).")
       .def_static(
           "from_state",
-          [](nb::handle state, nb::handle weights, nb::handle schedule) {
+          [](StateDict state, std::optional<FloatArray> weights, std::optional<Schedule> schedule) {
             std::optional<std::vector<double>> w;
             std::optional<std::vector<SchedulePoint>> s;
-            if (!weights.is_none()) w = ToDoubles(weights, "weights");
-            if (!schedule.is_none()) s = ToSchedule(schedule);
+            if (weights.has_value()) w = ToDoubles(*weights, "weights");
+            if (schedule.has_value()) s = ToSchedule(*schedule);
             return Mixture::FromState(DictToState(state), std::move(w), std::move(s));
           },
           "state"_a, "weights"_a = nb::none(), "schedule"_a = nb::none(),
