@@ -127,12 +127,26 @@ void Hamilton(Index tau, const MixSegment& seg, Index* out) {
   thread_local std::vector<std::uint64_t> rem;
   thread_local std::vector<std::uint32_t> order;
   rem.resize(k);
-  for (std::size_t i = 0; i < k; ++i) {
-    const u128 p = static_cast<u128>(static_cast<std::uint64_t>(tau)) * seg.q[i];
-    const Index f = static_cast<Index>(p / seg.total);
-    rem[i] = static_cast<std::uint64_t>(p % seg.total);
-    out[i] = seg.counts[i] + f;
-    floors += f;
+  const std::uint64_t t = static_cast<std::uint64_t>(tau);
+  std::uint64_t max_q = 0;
+  for (std::uint64_t q : seg.q) max_q = std::max(max_q, q);
+  if (max_q == 0 || t <= std::numeric_limits<std::uint64_t>::max() / max_q) {
+    // tau * q fits in 64 bits: a 64-bit division, several times faster.
+    for (std::size_t i = 0; i < k; ++i) {
+      const std::uint64_t p = t * seg.q[i];
+      const Index f = static_cast<Index>(p / seg.total);
+      rem[i] = p % seg.total;
+      out[i] = seg.counts[i] + f;
+      floors += f;
+    }
+  } else {
+    for (std::size_t i = 0; i < k; ++i) {
+      const u128 p = static_cast<u128>(t) * seg.q[i];
+      const Index f = static_cast<Index>(p / seg.total);
+      rem[i] = static_cast<std::uint64_t>(p % seg.total);
+      out[i] = seg.counts[i] + f;
+      floors += f;
+    }
   }
   const Index r = tau - floors;  // < number of sources with a positive remainder
   if (r <= 0) return;
@@ -184,6 +198,7 @@ struct Mixture::BlockInfo {
   std::vector<Index> cum;     // per-source counts before the block
   std::vector<Index> counts;  // per-source counts in the block
   std::vector<Index> prefix;  // slot prefix sums, K + 1
+  std::vector<Index> next;    // per-source counts after the block
 };
 
 Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureOptions options)
@@ -429,18 +444,24 @@ Index Mixture::SourceOfSlot(const BlockInfo& info, Index slot) {
          1;
 }
 
-void Mixture::ComputeBlock(Index b, BlockInfo* info) const {
+void Mixture::ComputeBlock(Index b, BlockInfo* info, const std::vector<Index>* known) const {
   const Index k = num_sources();
   info->index = b;
-  info->cum.resize(k);
   info->counts.resize(k);
   info->prefix.resize(k + 1);
-  Cumulative(b, info->cum.data());
+  if (known != nullptr) {
+    info->cum = *known;
+  } else {
+    info->cum.resize(k);
+    Cumulative(b, info->cum.data());
+  }
+  info->next.resize(k);
   if (b == cut_block_) {
     std::copy(cut_counts_.begin(), cut_counts_.end(), info->counts.begin());
+    for (Index i = 0; i < k; ++i) info->next[i] = info->cum[i] + info->counts[i];
   } else {
-    Cumulative(b + 1, info->counts.data());
-    for (Index i = 0; i < k; ++i) info->counts[i] -= info->cum[i];
+    Cumulative(b + 1, info->next.data());
+    for (Index i = 0; i < k; ++i) info->counts[i] = info->next[i] - info->cum[i];
   }
   info->prefix[0] = 0;
   for (Index i = 0; i < k; ++i) info->prefix[i + 1] = info->prefix[i] + info->counts[i];
@@ -496,34 +517,69 @@ void Mixture::Fill(Index begin, Index end, Index* sources, Index* items) const {
   }
   const Index k = num_sources();
   BlockInfo info;
-  // Each source's walk permutation for its current epoch.
+  std::vector<Index> next(k);  // walk index of each source's next sample
+  std::vector<Index> known;    // counts before the next block, when known
+  // Blocks up to kTableBlock: a slot -> source table and each source's items
+  // of the block, both filled vectorised; larger blocks go sample by sample.
+  constexpr Index kTableBlock = Index{1} << 20;
+  std::vector<std::int32_t> table;
+  std::vector<Index> walk_items;
   std::vector<std::optional<Permutation>> walks(k);
   std::vector<Index> walk_epoch(k, -1);
-  std::vector<Index> next(k);  // walk index of each source's next sample
   Index out = 0;
   Index p = begin + options_.skip;
   const Index stop = end + options_.skip;
   while (p < stop) {
     const Index b = p / block_;
-    ComputeBlock(b, &info);
+    ComputeBlock(b, &info, known.empty() ? nullptr : &known);
     const Index first = p - b * block_;
     const Index count = std::min(stop - p, info.length - first);
     const Permutation order(info.length, order_key_, static_cast<std::uint64_t>(b));
     HeadCounts(info, order, first, next.data());
-    for (Index i = 0; i < k; ++i) next[i] += info.cum[i];
     order.Fill(first, 1, count, items + out);  // slots, replaced below
-    for (Index j = 0; j < count; ++j) {
-      const Index source = SourceOfSlot(info, items[out + j]);
-      const Index c = next[source]++;
-      const Index n = sizes_[source];
-      const Index epoch = c / n;
-      if (walk_epoch[source] != epoch) {
-        walks[source].emplace(n, source_keys_[source], static_cast<std::uint64_t>(epoch));
-        walk_epoch[source] = epoch;
+    if (info.length <= kTableBlock) {
+      table.resize(info.length);
+      walk_items.resize(info.length);
+      for (Index i = 0; i < k; ++i) {
+        std::fill(table.begin() + info.prefix[i], table.begin() + info.prefix[i + 1],
+                  static_cast<std::int32_t>(i));
+        // Items of source i this block still gives: walk positions
+        // cum + next .. cum + counts, at slot offsets prefix + next ...
+        const Index n = sizes_[i];
+        Index c = info.cum[i] + next[i];
+        const Index c_end = info.cum[i] + info.counts[i];
+        Index* dst = walk_items.data() + info.prefix[i] + next[i];
+        while (c < c_end) {
+          const Index epoch = c / n;
+          const Index in_epoch = std::min(c_end - c, (epoch + 1) * n - c);
+          Permutation(n, source_keys_[i], static_cast<std::uint64_t>(epoch))
+              .Fill(c - epoch * n, 1, in_epoch, dst);
+          dst += in_epoch;
+          c += in_epoch;
+        }
+        next[i] += info.prefix[i];  // now the slot offset of the next item
       }
-      sources[out + j] = source;
-      items[out + j] = walks[source]->Forward(c - epoch * n);
+      for (Index j = 0; j < count; ++j) {
+        const std::int32_t source = table[items[out + j]];
+        sources[out + j] = source;
+        items[out + j] = walk_items[next[source]++];
+      }
+    } else {
+      for (Index i = 0; i < k; ++i) next[i] += info.cum[i];
+      for (Index j = 0; j < count; ++j) {
+        const Index source = SourceOfSlot(info, items[out + j]);
+        const Index c = next[source]++;
+        const Index n = sizes_[source];
+        const Index epoch = c / n;
+        if (walk_epoch[source] != epoch) {
+          walks[source].emplace(n, source_keys_[source], static_cast<std::uint64_t>(epoch));
+          walk_epoch[source] = epoch;
+        }
+        sources[out + j] = source;
+        items[out + j] = walks[source]->Forward(c - epoch * n);
+      }
     }
+    known = info.next;
     out += count;
     p += count;
   }

@@ -199,7 +199,8 @@ class Mixture {
 
  private:
   struct BlockInfo;  // counts and slot prefixes of one block
-  void ComputeBlock(Index b, BlockInfo* info) const;
+  // `known`: the counts before block b when the caller has them.
+  void ComputeBlock(Index b, BlockInfo* info, const std::vector<Index>* known = nullptr) const;
   static Index SourceOfSlot(const BlockInfo& info, Index slot);
   void HeadCounts(const BlockInfo& info, const Permutation& order, Index first, Index* seen) const;
   Index FindStop() const;

@@ -298,6 +298,26 @@ TEST(MixtureTest, EdgesSingleSourceZeroWeightsEmptySourcesHugeSizes) {
   EXPECT_GE(bc[1], 1);
 }
 
+TEST(MixtureTest, FillAgreesWithAtAcrossChunksAndBlockSizes) {
+  // Small blocks take the table path of Fill, blocks over 2^20 the sample by
+  // sample path; chunks start and end inside blocks.
+  for (const auto& [sizes, weights] :
+       std::vector<std::pair<std::vector<Index>, std::vector<double>>>{{{7, 300, 2}, {2, 5, 1}},
+                                                                       {{10, 10}, {1, 1e-7}}}) {
+    const Mixture m(sizes, weights, Seeded(12));
+    const Index base = 3 * m.block() - 1500;
+    std::vector<Index> s(3000), it(3000);
+    m.Fill(base, base + 3000, s.data(), it.data());
+    for (Index j = 0; j < 3000; j += 150) {
+      ASSERT_EQ(m.At(base + j), (MixSample{s[j], it[j]})) << m.block() << " " << j;
+    }
+    std::vector<Index> s2(1000), it2(1000);
+    m.Fill(base + 1000, base + 2000, s2.data(), it2.data());
+    ASSERT_TRUE(std::equal(s2.begin(), s2.end(), s.begin() + 1000));
+    ASSERT_TRUE(std::equal(it2.begin(), it2.end(), it.begin() + 1000));
+  }
+}
+
 TEST(MixtureTest, BadInputNamesTheParameter) {
   auto message = [](auto f) {
     try {
