@@ -276,27 +276,14 @@ void init_packing(nb::module_& m) {
         o.ignore_index = ignore_index;
         o.causal = causal;
         ValidateCollateOptions(o);
+        // Array shapes are the binding's; every rule of collation (pieces in
+        // their items, rows within seq_len, offsets) is the core's.
         const Index rows = static_cast<Index>(row_offsets.shape(0)) - 1;
         const Index entries = static_cast<Index>(items.shape(0));
-        const Index docs = static_cast<Index>(offsets.shape(0)) - 1;
         if (rows < 0) throw std::invalid_argument("packs: no row offsets");
         if (starts.shape(0) != items.shape(0) || lengths.shape(0) != items.shape(0) ||
             (images.shape(0) != 0 && images.shape(0) != items.shape(0))) {
           throw std::invalid_argument("packs: items, starts, lengths and images differ in size");
-        }
-        if (docs < 0) throw std::invalid_argument("offsets: empty (needs num_items + 1 entries)");
-        for (Index d = 0; d < docs; ++d) {
-          if (offsets.data()[d] < 0 || offsets.data()[d + 1] < offsets.data()[d] ||
-              offsets.data()[d + 1] > static_cast<Index>(tokens.shape(0))) {
-            throw std::invalid_argument("offsets: entry " + std::to_string(d + 1) + " (" +
-                                        std::to_string(offsets.data()[d + 1]) +
-                                        ") is decreasing or past the end of tokens");
-          }
-        }
-        if (static_cast<double>(rows) * static_cast<double>(seq_len) >= 2147483647.0) {
-          throw std::invalid_argument(
-              "seq_len: batch * seq_len must stay below 2^31 "
-              "(int32 cu_seqlens)");
         }
         std::vector<std::vector<PackItem>> pieces(rows);
         for (Index r = 0; r < rows; ++r) {
@@ -304,25 +291,13 @@ void init_packing(nb::module_& m) {
           if (b < 0 || e < b || e > entries) {
             throw std::invalid_argument("packs: bad row offsets at row " + std::to_string(r));
           }
-          Index used = 0;
           for (Index j = b; j < e; ++j) {
-            PackItem p{items.data()[j], lengths.data()[j], images.shape(0) ? images.data()[j] : 0,
-                       starts.data()[j]};
-            if (p.item < 0 || p.item >= docs || p.start < 0 || p.length < 0 ||
-                offsets.data()[p.item] + p.start + p.length > offsets.data()[p.item + 1]) {
-              throw std::invalid_argument("packs: entry " + std::to_string(j) + " (item " +
-                                          std::to_string(p.item) +
-                                          ") lies outside the tokens of its item");
-            }
-            used += p.length;
-            pieces[r].push_back(p);
-          }
-          if (used > seq_len) {
-            throw std::invalid_argument("seq_len: pack " + std::to_string(r) + " holds " +
-                                        std::to_string(used) + " tokens, more than seq_len " +
-                                        std::to_string(seq_len));
+            pieces[r].push_back({items.data()[j], lengths.data()[j],
+                                 images.shape(0) ? images.data()[j] : 0, starts.data()[j]});
           }
         }
+        const std::span<const std::int64_t> offset_span(offsets.data(), offsets.shape(0));
+        ValidateCollation(pieces, offset_span, static_cast<Index>(tokens.shape(0)), o);
         const size_t R = static_cast<size_t>(rows), L = static_cast<size_t>(seq_len);
         std::int64_t *ids, *labels, *pos;
         std::int32_t* doc;
@@ -340,11 +315,12 @@ void init_packing(nb::module_& m) {
           nb::gil_scoped_release release;
           std::vector<std::span<const PackItem>> spans(pieces.begin(), pieces.end());
           for (size_t r = 0; r < R; ++r) {
-            FillRowMetadata(
-                pieces[r], o,
-                {pos + r * L, doc + r * L, mask + r * L, block ? block + r * L * L : nullptr});
-            FillRowTokens(std::span<const PackItem>(pieces[r]), tokens.data(), offsets.data(), o,
-                          ids + r * L, labels + r * L);
+            RowOutput row{ids + r * L, labels + r * L, pos + r * L,
+                          doc + r * L, mask + r * L,   block ? block + r * L * L : nullptr};
+            CollateRow(pieces[r], o, row, [&](const PackItem& p, std::int64_t* dst) {
+              const std::int64_t* src = tokens.data() + offsets.data()[p.item] + p.start;
+              std::copy(src, src + p.length, dst);
+            });
           }
           max_seqlen = BatchCuSeqlens(spans, o, &cu);
         }

@@ -401,35 +401,21 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
     if (b < static_cast<Index>(plan.rows.size())) pieces = plan.rows[static_cast<std::size_t>(b)];
     rows[static_cast<std::size_t>(b)] = pieces;
     const Index offset = b * L;
-    // The row layout of packing_metadata.h (FillRowMetadata), written with
-    // one pass per piece: the per-token loop there is the hot spot here.
-    std::int64_t* ids = batch->input_ids.data() + offset;
-    std::int64_t* labels = batch->labels.data() + offset;
-    std::int64_t* positions = batch->position_ids.data() + offset;
-    std::int32_t* segments = batch->document_ids.data() + offset;
-    Index t = RowStart(pieces, collate_);
-    const Index used = RowTokens(pieces);
-    for (auto [lo, hi] : {std::pair<Index, Index>{0, t}, {t + used, L}}) {
-      std::fill(ids + lo, ids + hi, collate_.pad_token_id);
-      std::fill(labels + lo, labels + hi, collate_.ignore_index);
-      std::fill(positions + lo, positions + hi, std::int64_t{0});
-      std::fill(segments + lo, segments + hi, std::int32_t{-1});
-    }
-    std::int32_t segment = 0;
+    RowOutput out;
+    out.input_ids = batch->input_ids.data() + offset;
+    out.labels = batch->labels.data() + offset;
+    out.position_ids = batch->position_ids.data() + offset;
+    out.document_ids = batch->document_ids.data() + offset;
+    CollateRow(pieces, collate_, out, [this](const PackItem& p, std::int64_t* dst) {
+      source_->Copy(p.item, p.start, p.length, dst);
+    });
     for (const PackItem& p : pieces) {
-      if (p.length > 0) {
-        source_->Copy(p.item, p.start, p.length, ids + t);
-        std::memcpy(labels + t, ids + t, static_cast<std::size_t>(p.length) * 8);
-        labels[t] = collate_.ignore_index;
-        for (Index k = 0; k < p.length; ++k) positions[t + k] = k;
-        std::fill(segments + t, segments + t + p.length, segment++);
-      }
-      t += p.length;
       batch->documents.push_back(p.item);
       batch->starts.push_back(p.start);
       batch->lengths.push_back(p.length);
       batch->rows.push_back(static_cast<std::int32_t>(b));
     }
+    const Index used = RowTokens(pieces);
     batch->tokens += used;
   }
   batch->max_seqlen = BatchCuSeqlens(rows, collate_, &batch->cu_seqlens);

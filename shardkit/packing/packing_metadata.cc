@@ -31,34 +31,50 @@ Index RowStart(std::span<const PackItem> pieces, const CollateOptions& options) 
 
 void FillRowMetadata(std::span<const PackItem> pieces, const CollateOptions& options,
                      const RowBuffers& out) {
-  const Index n = options.seq_len;
-  const Index begin = RowStart(pieces, options);
-  const Index end = begin + RowTokens(pieces);
-  // Padding first, then every piece over its span.
-  for (Index t = 0; t < n; ++t) {
-    if (t >= begin && t < end) continue;
-    if (out.position_ids) out.position_ids[t] = 0;
-    if (out.document_ids) out.document_ids[t] = -1;
-    if (out.attention_mask) out.attention_mask[t] = 0;
+  RowOutput row;
+  row.position_ids = out.position_ids;
+  row.document_ids = out.document_ids;
+  row.attention_mask = out.attention_mask;
+  row.block_mask = out.block_mask;
+  CollateRow(pieces, options, row, [](const PackItem&, std::int64_t*) {});
+}
+
+void ValidateCollation(std::span<const std::vector<PackItem>> rows,
+                       std::span<const std::int64_t> offsets, Index num_tokens,
+                       const CollateOptions& options) {
+  ValidateCollateOptions(options);
+  if (offsets.empty()) ThrowInvalid("offsets", "empty (needs num_items + 1 entries)");
+  const Index items = static_cast<Index>(offsets.size()) - 1;
+  if (offsets[0] < 0)
+    ThrowInvalid("offsets", "entry 0 (" + std::to_string(offsets[0]) + ") is negative");
+  for (Index d = 0; d < items; ++d) {
+    if (offsets[d + 1] < offsets[d] || offsets[d + 1] > num_tokens) {
+      ThrowInvalid("offsets", "entry " + std::to_string(d + 1) + " (" +
+                                  std::to_string(offsets[d + 1]) +
+                                  ") is decreasing or past the end of tokens");
+    }
   }
-  if (out.block_mask) std::fill(out.block_mask, out.block_mask + n * n, std::uint8_t{0});
-  Index t = begin;
-  std::int32_t doc = 0;
-  for (const PackItem& p : pieces) {
-    if (p.length == 0) continue;
-    for (Index k = 0; k < p.length; ++k) {
-      if (out.position_ids) out.position_ids[t + k] = k;
-      if (out.document_ids) out.document_ids[t + k] = doc;
-      if (out.attention_mask) out.attention_mask[t + k] = 1;
-    }
-    if (out.block_mask) {
-      for (Index i = t; i < t + p.length; ++i) {
-        const Index last = options.causal ? i + 1 : t + p.length;
-        std::fill(out.block_mask + i * n + t, out.block_mask + i * n + last, std::uint8_t{1});
+  if (static_cast<double>(rows.size()) * static_cast<double>(options.seq_len) >= 2147483647.0) {
+    ThrowInvalid("seq_len", "batch * seq_len must stay below 2^31 (int32 cu_seqlens)");
+  }
+  Index entry = 0;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    Index used = 0;
+    for (const PackItem& p : rows[r]) {
+      Index end = 0;
+      if (p.item < 0 || p.item >= items || p.start < 0 || p.length < 0 ||
+          __builtin_add_overflow(p.start, p.length, &end) ||
+          end > offsets[p.item + 1] - offsets[p.item]) {
+        ThrowInvalid("packs", "entry " + std::to_string(entry) + " (item " +
+                                  std::to_string(p.item) + ") lies outside the tokens of its item");
       }
+      used = CheckedAdd("seq_len", used, p.length);
+      ++entry;
     }
-    t += p.length;
-    ++doc;
+    if (used > options.seq_len) {
+      ThrowInvalid("seq_len", "pack " + std::to_string(r) + " holds " + std::to_string(used) +
+                                  " tokens, more than seq_len " + std::to_string(options.seq_len));
+    }
   }
 }
 

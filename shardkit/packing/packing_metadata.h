@@ -28,10 +28,12 @@
 #ifndef SHARDKIT_PACKING_PACKING_METADATA_H_
 #define SHARDKIT_PACKING_PACKING_METADATA_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shardkit/base/errors.h"
@@ -70,7 +72,70 @@ struct RowBuffers {
 // left padding. REQUIRES RowTokens(pieces) <= options.seq_len.
 [[nodiscard]] Index RowStart(std::span<const PackItem> pieces, const CollateOptions& options);
 
-// Fills the token-independent metadata of one row.
+// Every output of one row, each seq_len elements (block_mask seq_len^2); a
+// null pointer is not written.
+struct RowOutput {
+  std::int64_t* input_ids = nullptr;
+  std::int64_t* labels = nullptr;
+  std::int64_t* position_ids = nullptr;
+  std::int32_t* document_ids = nullptr;
+  std::uint8_t* attention_mask = nullptr;
+  std::uint8_t* block_mask = nullptr;
+};
+
+// Collates one row as defined at the top of this file: the one collation of
+// shardkit (the TokenLoader's batches, the Python collator and the functions
+// below all call it). `copy(piece, out)` writes the piece's `length` tokens,
+// as int64, to out[0 .. length). Padding is written with one fill per run and
+// every piece with one pass, so the cost is the token copy.
+// REQUIRES RowTokens(pieces) <= options.seq_len; options validated.
+template <typename CopyTokens>
+void CollateRow(std::span<const PackItem> pieces, const CollateOptions& options,
+                const RowOutput& out, CopyTokens&& copy) {
+  const Index n = options.seq_len;
+  const Index begin = RowStart(pieces, options);
+  const Index end = begin + RowTokens(pieces);
+  for (const auto& [lo, hi] : {std::pair<Index, Index>{0, begin}, {end, n}}) {
+    if (out.input_ids) std::fill(out.input_ids + lo, out.input_ids + hi, options.pad_token_id);
+    if (out.labels) std::fill(out.labels + lo, out.labels + hi, options.ignore_index);
+    if (out.position_ids) std::fill(out.position_ids + lo, out.position_ids + hi, 0);
+    if (out.document_ids) std::fill(out.document_ids + lo, out.document_ids + hi, -1);
+    if (out.attention_mask) std::fill(out.attention_mask + lo, out.attention_mask + hi, 0);
+  }
+  if (out.block_mask) std::fill(out.block_mask, out.block_mask + n * n, std::uint8_t{0});
+  Index t = begin;
+  std::int32_t doc = 0;
+  for (const PackItem& p : pieces) {
+    if (p.length == 0) continue;
+    const Index len = p.length;
+    if (out.input_ids) {
+      copy(p, out.input_ids + t);
+      if (out.labels) {
+        std::memcpy(out.labels + t, out.input_ids + t, static_cast<std::size_t>(len) * 8);
+      }
+    } else if (out.labels) {
+      copy(p, out.labels + t);
+    }
+    if (out.labels) out.labels[t] = options.ignore_index;
+    if (out.position_ids) {
+      for (Index k = 0; k < len; ++k) out.position_ids[t + k] = k;
+    }
+    if (out.document_ids) std::fill(out.document_ids + t, out.document_ids + t + len, doc);
+    if (out.attention_mask) {
+      std::fill(out.attention_mask + t, out.attention_mask + t + len, std::uint8_t{1});
+    }
+    if (out.block_mask) {
+      for (Index i = t; i < t + len; ++i) {
+        const Index last = options.causal ? i + 1 : t + len;
+        std::fill(out.block_mask + i * n + t, out.block_mask + i * n + last, std::uint8_t{1});
+      }
+    }
+    t += len;
+    ++doc;
+  }
+}
+
+// Fills the token-independent metadata of one row (CollateRow without tokens).
 // REQUIRES RowTokens(pieces) <= options.seq_len; options validated.
 void FillRowMetadata(std::span<const PackItem> pieces, const CollateOptions& options,
                      const RowBuffers& out);
@@ -79,28 +144,28 @@ void FillRowMetadata(std::span<const PackItem> pieces, const CollateOptions& opt
 // of item d are tokens[offsets[d], offsets[d + 1]) and a piece takes
 // [offsets[item] + start, ... + length). Either output may be null.
 // REQUIRES RowTokens(pieces) <= options.seq_len and every piece inside its
-// item's tokens (the caller validated offsets).
+// item's tokens (ValidateCollation).
 template <typename Token, typename Offset>
 void FillRowTokens(std::span<const PackItem> pieces, const Token* tokens, const Offset* offsets,
                    const CollateOptions& options, std::int64_t* input_ids, std::int64_t* labels) {
-  const Index seq_len = options.seq_len;
-  Index t = RowStart(pieces, options);
-  const Index real_end = t + RowTokens(pieces);
-  for (Index i = 0; i < seq_len; ++i) {
-    if (i >= t && i < real_end) continue;
-    if (input_ids) input_ids[i] = options.pad_token_id;
-    if (labels) labels[i] = options.ignore_index;
-  }
-  for (const PackItem& p : pieces) {
+  RowOutput out;
+  out.input_ids = input_ids;
+  out.labels = labels;
+  CollateRow(pieces, options, out, [&](const PackItem& p, std::int64_t* dst) {
     const Token* src = tokens + static_cast<Index>(offsets[p.item]) + p.start;
-    for (Index k = 0; k < p.length; ++k) {
-      const auto v = static_cast<std::int64_t>(src[k]);
-      if (input_ids) input_ids[t + k] = v;
-      if (labels) labels[t + k] = k == 0 ? options.ignore_index : v;
-    }
-    t += p.length;
-  }
+    for (Index k = 0; k < p.length; ++k) dst[k] = static_cast<std::int64_t>(src[k]);
+  });
 }
+
+// Checks rows of pieces against a flat token array before collation: offsets
+// (num_items + 1 entries) non-decreasing within [0, num_tokens] (else
+// invalid_argument naming offsets), every piece inside its item's tokens with
+// start + length checked for overflow (naming packs), every row at most
+// seq_len tokens and rows * seq_len below 2^31 for the int32 cu_seqlens
+// (naming seq_len).
+void ValidateCollation(std::span<const std::vector<PackItem>> rows,
+                       std::span<const std::int64_t> offsets, Index num_tokens,
+                       const CollateOptions& options);
 
 // The batch-level cu_seqlens (see above) for rows of pieces, written to *out
 // (cleared first); returns max_seqlen. REQUIRES each row fits and
