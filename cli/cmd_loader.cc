@@ -6,7 +6,11 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,22 +18,14 @@
 #include "cli/commands.h"
 #include "cli/json.h"
 #include "shardkit/loader/loader.h"
+#include "shardkit/loader/loader_state.h"
+#include "shardkit/loader/loader_stats.h"
 
 namespace shardkit::cli {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct RankStats {
-  Index rank = 0;
-  Index batches = 0;
-  Index tokens = 0;  // real tokens
-  Index slots = 0;   // batch_size * seq_len * batches
-  Index pieces = 0;
-  Index dropped = 0;
-  double seconds = 0;
-};
 
 class Progress {
  public:
@@ -59,6 +55,41 @@ class Progress {
   Clock::time_point last_{};
 };
 
+std::string Default(Index v) { return " (default " + std::to_string(v) + ")"; }
+
+// The states to resume each consumer from: its own state when the file holds
+// one for every consumer of this run (exact resume), else the merge of all
+// the states in the file (elastic: any world size or worker count).
+std::map<Index, LoaderState> ResumeStates(const std::string& path, Index consumers,
+                                          const std::vector<Index>& wanted) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("--resume: cannot read '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::vector<LoaderState> states;
+  try {
+    states = LoaderStatesFromJson(text.str());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--resume: '" + path + "': " + e.what());
+  }
+  std::map<Index, LoaderState> by;
+  for (const LoaderState& s : states) {
+    if (s.consumers == consumers) by[s.consumer] = s;
+  }
+  bool exact = true;
+  for (Index c : wanted) exact = exact && by.count(c) > 0;
+  if (exact) return by;
+  LoaderState merged;
+  try {
+    merged = MergeLoaderStates(states);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--resume: '" + path + "': " + e.what());
+  }
+  by.clear();
+  for (Index c : wanted) by[c] = merged;
+  return by;
+}
+
 }  // namespace
 
 int RunLoaderStats(const Argv& argv) {
@@ -67,31 +98,44 @@ int RunLoaderStats(const Argv& argv) {
             "tokenised data set for every rank, or one, and reports tokens/s, padding\n"
             "and the balance of batches and tokens across ranks. A progress bar goes\n"
             "to stderr (--quiet turns it off).");
+  const LoaderOptions d;  // the defaults are the core's
   args.Flag("tokens", "FILE", "token array: .npy (uint16/int32/uint32) or raw")
       .Flag("offsets", "FILE", "document offsets (num_documents + 1 entries): .npy or raw int64")
       .Flag("dir", "DIR", "a directory of <stem>.tokens.npy + <stem>.offsets.npy pairs")
-      .Flag("token-dtype", "T", "dtype of raw token files: int32 (default) | uint16 | uint32")
+      .Flag("token-dtype", "T",
+            "dtype of raw token files: int32 | uint16 | uint32 (default " +
+                std::string(TokenDTypeName(SourceOptions{}.raw_token_dtype)) + ")")
       .Flag("seq-len", "L", "tokens per row (required)")
       .Flag("batch", "B", "rows per batch (required)")
-      .Flag("world", "W", "number of ranks (default 1)")
+      .Flag("world", "W", "number of ranks" + Default(d.world_size))
       .Flag("rank", "R", "run only this rank")
-      .Flag("workers", "K", "dataloader workers per rank (default 1)")
+      .Flag("workers", "K", "dataloader workers per rank" + Default(d.num_workers))
       .Flag("no-shuffle", "", "keep document order (default: shuffled per seed and epoch)")
-      .Flag("seed", "S", "shuffle seed (default 0)")
-      .Flag("epoch", "E", "epoch (default 0)")
-      .Flag("algorithm", "NAME", "next_fit | ffd | bfd (default) | balanced")
+      .Flag("seed", "S", "shuffle seed" + Default(static_cast<Index>(d.seed)))
+      .Flag("epoch", "E", "epoch" + Default(static_cast<Index>(d.epoch)))
+      .Flag("algorithm", "NAME",
+            "next_fit | ffd | bfd | balanced (default " +
+                std::string(PackAlgorithmName(d.algorithm)) + ")")
       .Flag("buffer", "N", "packing buffer in documents (default 1024)")
-      .Flag("oversize", "NAME", "split (default) | drop: documents longer than seq-len")
-      .Flag("threads", "T", "background threads per loader (default 1; 0 = inline)")
-      .Flag("prefetch", "N", "batches prefetched (default 2)")
-      .Flag("max-batches", "N", "stop each rank after N batches")
+      .Flag("oversize", "NAME",
+            "split | drop: documents longer than seq-len (default " +
+                std::string(OversizeName(d.oversize)) + ")")
+      .Flag("threads", "T", "background threads per loader; 0 = inline" + Default(d.num_threads))
+      .Flag("prefetch", "N", "batches prefetched" + Default(d.prefetch))
+      .Flag("max-batches", "N", "stop each loader (rank x worker) after N batches")
       .Flag("shard-files", "", "assign whole files to ranks by Whale's policies (with --dir)")
+      .Flag("save-state", "FILE",
+            "after the run, write the state of every loader run (rank x worker) as JSON")
+      .Flag("resume", "FILE",
+            "continue from states saved with --save-state (or Python's state_dict()): each "
+            "loader from its own state, or, for another world size or worker count, from "
+            "their merge")
       .Flag("quiet", "", "no progress bar")
       .Flag("json", "", "print one JSON object");
   if (!args.Parse(argv)) return 0;
 
   SourceOptions source_options;
-  source_options.raw_token_dtype = ParseTokenDType(args.Str("token-dtype", "int32"));
+  if (auto t = args.Str("token-dtype")) source_options.raw_token_dtype = ParseTokenDType(*t);
   std::shared_ptr<const TokenSource> source;
   if (auto dir = args.Str("dir")) {
     if (args.Has("tokens") || args.Has("offsets")) {
@@ -105,16 +149,16 @@ int RunLoaderStats(const Argv& argv) {
   LoaderOptions o;
   o.seq_len = args.RequireInt("seq-len");
   o.batch_size = args.RequireInt("batch");
-  o.world_size = args.Int("world", 1);
-  o.num_workers = args.Int("workers", 1);
+  o.world_size = args.Int("world", d.world_size);
+  o.num_workers = args.Int("workers", d.num_workers);
   o.shuffle = !args.Has("no-shuffle");
-  o.seed = args.Uint("seed", 0);
-  o.epoch = args.Uint("epoch", 0);
-  o.algorithm = ParsePackAlgorithm(args.Str("algorithm", "bfd"));
-  o.oversize = ParseOversize(args.Str("oversize", "split"));
+  o.seed = args.Uint("seed", d.seed);
+  o.epoch = args.Uint("epoch", d.epoch);
+  if (auto a = args.Str("algorithm")) o.algorithm = ParsePackAlgorithm(*a);
+  if (auto v = args.Str("oversize")) o.oversize = ParseOversize(*v);
   if (auto buffer = args.Int("buffer")) o.buffer = *buffer;
-  o.num_threads = args.Int("threads", 1);
-  o.prefetch = args.Int("prefetch", 2);
+  o.num_threads = args.Int("threads", d.num_threads);
+  o.prefetch = args.Int("prefetch", d.prefetch);
   o.shard_files = args.Has("shard-files");
   const Index max_batches = args.Int("max-batches", -1);
   if (args.Has("max-batches") && max_batches < 0) {
@@ -137,36 +181,47 @@ int RunLoaderStats(const Argv& argv) {
     c.rank = r;
     TokenLoader probe(source, c);
   }
-
+  std::vector<Index> consumers;  // consumer = rank + worker * world
+  for (Index r : ranks) {
+    for (Index w = 0; w < o.num_workers; ++w) consumers.push_back(r + w * o.world_size);
+  }
+  std::map<Index, LoaderState> resume;
+  if (auto path = args.Str("resume")) {
+    resume = ResumeStates(*path, o.world_size * o.num_workers, consumers);
+  }
+  std::optional<std::string> save_path = args.Str("save-state");
+  std::vector<LoaderState> saved;
   const bool json = args.Has("json");
   const Index expected_tokens =
       ranks.size() == static_cast<std::size_t>(o.world_size) ? source->num_tokens() : 0;
   Progress progress(!args.Has("quiet"), expected_tokens);
-  std::vector<RankStats> stats;
+  std::vector<RankLoadStats> stats;
   Index all_tokens = 0, all_batches = 0;
   const auto start = Clock::now();
   for (Index r : ranks) {
-    RankStats s;
+    RankLoadStats s;
     s.rank = r;
     const auto rank_start = Clock::now();
     for (Index w = 0; w < o.num_workers; ++w) {
       LoaderOptions c = o;
       c.rank = r;
       c.worker = w;
-      TokenLoader loader(source, c);
-      while (max_batches < 0 || s.batches < max_batches * (w + 1)) {
+      std::optional<LoaderState> from;
+      if (auto it = resume.find(r + w * o.world_size); it != resume.end()) from = it->second;
+      TokenLoader loader(source, c, from);
+      Index worker_batches = 0;
+      while (max_batches < 0 || worker_batches < max_batches) {
         auto batch = loader.Next();
         if (!batch) break;
-        ++s.batches;
-        s.tokens += batch->tokens;
-        s.slots += o.batch_size * o.seq_len;
-        s.pieces += static_cast<Index>(batch->documents.size());
+        ++worker_batches;
+        s.Add(*batch);
         all_tokens += batch->tokens;
         ++all_batches;
         progress.Update(all_tokens, all_batches,
                         std::chrono::duration<double>(Clock::now() - start).count());
       }
       s.dropped += loader.dropped();
+      if (save_path) saved.push_back(loader.State());
     }
     s.seconds = std::chrono::duration<double>(Clock::now() - rank_start).count();
     stats.push_back(s);
@@ -174,22 +229,20 @@ int RunLoaderStats(const Argv& argv) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   progress.Update(all_tokens, all_batches, seconds, true);
   progress.Done();
-
-  Index slots = 0, dropped = 0, min_batches = stats[0].batches, max_batches_seen = 0;
-  Index min_tokens = stats[0].tokens, max_tokens = 0;
-  for (const RankStats& s : stats) {
-    slots += s.slots;
-    dropped += s.dropped;
-    min_batches = std::min(min_batches, s.batches);
-    max_batches_seen = std::max(max_batches_seen, s.batches);
-    min_tokens = std::min(min_tokens, s.tokens);
-    max_tokens = std::max(max_tokens, s.tokens);
+  if (save_path) {
+    std::ofstream out(*save_path, std::ios::binary | std::ios::trunc);
+    out << LoaderStatesToJson(saved) << "\n";
+    out.flush();
+    if (!out) throw UsageError("--save-state: cannot write '" + *save_path + "'");
   }
-  const double padding = slots > 0 ? 1.0 - static_cast<double>(all_tokens) / slots : 0.0;
+
+  LoadRunScope scope;
+  scope.data_tokens = source->num_tokens();
+  scope.all_ranks = ranks.size() == static_cast<std::size_t>(o.world_size);
+  scope.whole_epoch = max_batches < 0 && resume.empty();
+  scope.shard_files = o.shard_files;
+  const LoadSummary sum = SummarizeLoad(stats, scope);
   const double rate = seconds > 0 ? all_tokens / seconds : 0.0;
-  // Every token of the data set delivered (all ranks, whole epoch, nothing dropped).
-  const bool complete = expected_tokens > 0 && max_batches < 0 && !o.shard_files && dropped == 0 &&
-                        all_tokens == source->num_tokens();
 
   if (json) {
     Json j;
@@ -204,23 +257,23 @@ int RunLoaderStats(const Argv& argv) {
     j.Key("algorithm").String(PackAlgorithmName(o.algorithm));
     j.Key("threads").Int(o.num_threads);
     j.Key("ranks").BeginList();
-    for (const RankStats& s : stats) {
+    for (const RankLoadStats& s : stats) {
       j.Begin().Key("rank").Int(s.rank).Key("batches").Int(s.batches).Key("tokens").Int(s.tokens);
-      j.Key("padding").Double(s.slots ? 1.0 - static_cast<double>(s.tokens) / s.slots : 0.0);
+      j.Key("padding").Double(s.padding());
       j.Key("pieces").Int(s.pieces).Key("dropped").Int(s.dropped).Key("seconds").Double(s.seconds);
       j.End();
     }
     j.End();
-    j.Key("batches").Int(all_batches);
-    j.Key("real_tokens").Int(all_tokens);
-    j.Key("padding").Double(padding);
-    j.Key("dropped").Int(dropped);
-    j.Key("batch_imbalance").Int(max_batches_seen - min_batches);
-    j.Key("token_imbalance")
-        .Double(min_tokens > 0 ? static_cast<double>(max_tokens) / min_tokens - 1 : 0.0);
+    j.Key("batches").Int(sum.batches);
+    j.Key("real_tokens").Int(sum.tokens);
+    j.Key("padding").Double(sum.padding);
+    j.Key("dropped").Int(sum.dropped);
+    j.Key("batch_imbalance").Int(sum.batch_imbalance);
+    j.Key("token_imbalance").Double(sum.token_imbalance);
     j.Key("seconds").Double(seconds);
     j.Key("tokens_per_second").Double(rate);
-    j.Key("complete").Bool(complete);
+    j.Key("resumed").Bool(!resume.empty());
+    j.Key("complete").Bool(sum.complete);
     j.End();
     std::cout << j.str() << "\n";
     return 0;
@@ -233,18 +286,18 @@ int RunLoaderStats(const Argv& argv) {
               std::string(PackAlgorithmName(o.algorithm)).c_str(), o.num_threads);
   std::printf("%6s %9s %14s %9s %9s %9s\n", "rank", "batches", "tokens", "padding", "pieces",
               "seconds");
-  for (const RankStats& s : stats) {
+  for (const RankLoadStats& s : stats) {
     std::printf("%6" PRId64 " %9" PRId64 " %14" PRId64 " %8.2f%% %9" PRId64 " %9.3f\n", s.rank,
-                s.batches, s.tokens,
-                s.slots ? 100.0 * (1.0 - static_cast<double>(s.tokens) / s.slots) : 0.0, s.pieces,
-                s.seconds);
+                s.batches, s.tokens, 100.0 * s.padding(), s.pieces, s.seconds);
   }
   std::printf("total: %" PRId64 " batches, %" PRId64
               " real tokens, padding %.2f%%, %.1f M "
               "tokens/s; batches per rank %" PRId64 "-%" PRId64,
-              all_batches, all_tokens, 100 * padding, rate / 1e6, min_batches, max_batches_seen);
-  if (dropped) std::printf("; dropped %" PRId64 " document(s)", dropped);
-  if (complete) std::printf("; every token delivered once");
+              sum.batches, sum.tokens, 100 * sum.padding, rate / 1e6, sum.min_batches,
+              sum.max_batches);
+  if (sum.dropped) std::printf("; dropped %" PRId64 " document(s)", sum.dropped);
+  if (!resume.empty()) std::printf("; resumed from %s", args.Str("resume")->c_str());
+  if (sum.complete) std::printf("; every token delivered once");
   std::printf("\n");
   return 0;
 }

@@ -185,3 +185,48 @@ def test_a_packer_state_over_capacity_or_negative_is_refused():
     s["pending"] = [[[0, 2**63 - 1, 5, 0]]]
     with pytest.raises(ValueError, match="overflows"):
         shardkit.StreamingPacker(16, oversize="split", buffer=6, state=s)
+
+
+# ---- the CLI saves and resumes through the same codec ---------------------------
+
+
+def test_cli_loader_stats_saves_and_resumes_the_remaining_batches(cli, tmp_path):
+    tokens, offsets = sample_data()
+    np.save(tmp_path / "t.npy", tokens)
+    np.save(tmp_path / "o.npy", offsets)
+    base = ["loader-stats", "--tokens", tmp_path / "t.npy", "--offsets", tmp_path / "o.npy"]
+    base += ["--seq-len", 32, "--batch", 2, "--buffer", 8, "--seed", 2**64 - 5, "--quiet", "--json"]
+    common = base + ["--world", 2, "--workers", 2]
+    whole = cli(*common)
+    assert whole.returncode == 0, whole.stderr
+    whole = json.loads(whole.stdout)
+    state = tmp_path / "state.json"
+    first = cli(*common, "--max-batches", 3, "--save-state", state)
+    assert first.returncode == 0, first.stderr
+    first = json.loads(first.stdout)
+    rest = cli(*common, "--resume", state)
+    assert rest.returncode == 0, rest.stderr
+    rest = json.loads(rest.stdout)
+    assert rest["resumed"] is True and rest["complete"] is False
+    for w, f, r in zip(whole["ranks"], first["ranks"], rest["ranks"]):
+        for key in ("batches", "tokens", "pieces"):
+            assert f[key] + r[key] == w[key], (key, w, f, r)
+    # The saved states are Python's too: the loader of rank 1, worker 1 (consumer 3)
+    # continues with exactly the batches of the uninterrupted run.
+    states = json.loads(state.read_text())
+    assert [s["consumer"] for s in states] == [0, 2, 1, 3]
+    opts = dict(OPTS, rank=1, world_size=2, worker=1, num_workers=2)
+    uninterrupted = pieces(shardkit.TokenLoader(tokens, offsets, **opts))
+    resumed = shardkit.TokenLoader(tokens, offsets, **opts)
+    resumed.load_state_dict(states[3])
+    assert pieces(resumed) == uninterrupted[3:]
+    # Elastic: three ranks of one worker finish what four loaders started,
+    # every remaining token once.
+    elastic = cli(*base, "--world", 3, "--resume", state)
+    assert elastic.returncode == 0, elastic.stderr
+    assert json.loads(elastic.stdout)["real_tokens"] == whole["real_tokens"] - first["real_tokens"]
+    # A damaged file is one line naming the flag.
+    state.write_text(state.read_text().replace('"epoch": 0', '"epoch": 1', 1))
+    bad = cli(*common, "--resume", state)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert bad.stderr.startswith("--resume: ") and "checksum" in bad.stderr

@@ -437,6 +437,33 @@ LoaderState LoaderStateFromJson(std::string_view text) {
   return s;
 }
 
+std::string LoaderStatesToJson(std::span<const LoaderState> states) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += LoaderStateToJson(states[i]);
+  }
+  out += "]";
+  return out;
+}
+
+std::vector<LoaderState> LoaderStatesFromJson(std::string_view text) {
+  const Json d = ParseJson(text, "state");
+  if (d.type() == Json::Type::kObject) return {LoaderStateFromJson(text)};
+  const Json::Array& list = AsArray(d, "state");
+  std::vector<LoaderState> out;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    try {
+      out.push_back(LoaderStateFromJson(WriteJson(list[i])));
+    } catch (const std::invalid_argument& e) {
+      // "state: ..." -> "state: [i]: ..."
+      const std::string what = e.what();
+      ThrowInvalid("state", "[" + std::to_string(i) + "]: " + what.substr(what.find(": ") + 2));
+    }
+  }
+  return out;
+}
+
 std::string PackerStateToJson(const PackerState& state) { return Seal(PackerJson(state, true)); }
 
 PackerState PackerStateFromJson(std::string_view text) {

@@ -124,6 +124,11 @@ void ValidateLoaderState(const LoaderState& state);
 // "state.<field>: ..." naming the field.
 [[nodiscard]] LoaderState LoaderStateFromJson(std::string_view text);
 
+// A list of states (one per consumer of a run, as `shardkit loader-stats
+// --save-state` writes), and its reader, which also takes a single state.
+[[nodiscard]] std::string LoaderStatesToJson(std::span<const LoaderState> states);
+[[nodiscard]] std::vector<LoaderState> LoaderStatesFromJson(std::string_view text);
+
 // The version-2 JSON text of a StreamingPacker's state, and its reader
 // (version 2, or version 1: a packer state dict without "version"). The
 // reader checks types, non-negative numbers and every start + length; the

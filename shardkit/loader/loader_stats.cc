@@ -1,0 +1,44 @@
+#include "shardkit/loader/loader_stats.h"
+
+#include <algorithm>
+
+namespace shardkit {
+
+void RankLoadStats::Add(const Batch& batch) {
+  ++batches;
+  tokens += batch.tokens;
+  slots += batch.batch_size * batch.seq_len;
+  pieces += static_cast<Index>(batch.documents.size());
+}
+
+double RankLoadStats::padding() const {
+  return slots > 0 ? 1.0 - static_cast<double>(tokens) / static_cast<double>(slots) : 0.0;
+}
+
+LoadSummary SummarizeLoad(std::span<const RankLoadStats> ranks, const LoadRunScope& scope) {
+  LoadSummary s;
+  if (ranks.empty()) return s;
+  s.min_batches = ranks.front().batches;
+  Index min_tokens = ranks.front().tokens, max_tokens = 0;
+  for (const RankLoadStats& r : ranks) {
+    s.batches += r.batches;
+    s.tokens += r.tokens;
+    s.slots += r.slots;
+    s.pieces += r.pieces;
+    s.dropped += r.dropped;
+    s.min_batches = std::min(s.min_batches, r.batches);
+    s.max_batches = std::max(s.max_batches, r.batches);
+    min_tokens = std::min(min_tokens, r.tokens);
+    max_tokens = std::max(max_tokens, r.tokens);
+  }
+  s.padding =
+      s.slots > 0 ? 1.0 - static_cast<double>(s.tokens) / static_cast<double>(s.slots) : 0.0;
+  s.batch_imbalance = s.max_batches - s.min_batches;
+  s.token_imbalance =
+      min_tokens > 0 ? static_cast<double>(max_tokens) / static_cast<double>(min_tokens) - 1 : 0.0;
+  s.complete = scope.data_tokens > 0 && scope.all_ranks && scope.whole_epoch &&
+               !scope.shard_files && s.dropped == 0 && s.tokens == scope.data_tokens;
+  return s;
+}
+
+}  // namespace shardkit

@@ -1,0 +1,112 @@
+#include "shardkit/loader/loader_stats.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "shardkit/loader/loader.h"
+
+namespace shardkit {
+namespace {
+
+struct Data {
+  std::vector<std::int32_t> tokens;
+  std::vector<std::int64_t> offsets = {0};
+  std::shared_ptr<const TokenSource> source;
+};
+
+Data MakeData(std::mt19937_64& rng, Index docs, Index max_len) {
+  Data data;
+  for (Index d = 0; d < docs; ++d) {
+    const Index len = static_cast<Index>(rng() % static_cast<std::uint64_t>(max_len + 1));
+    for (Index k = 0; k < len; ++k) data.tokens.push_back(static_cast<std::int32_t>(k));
+    data.offsets.push_back(static_cast<std::int64_t>(data.tokens.size()));
+  }
+  data.source = TokenSource::FromMemory(data.tokens.data(), TokenDType::kInt32,
+                                        static_cast<Index>(data.tokens.size()), data.offsets.data(),
+                                        static_cast<Index>(data.offsets.size()));
+  return data;
+}
+
+std::vector<RankLoadStats> Run(const Data& data, LoaderOptions o, Index max_batches = -1) {
+  std::vector<RankLoadStats> out;
+  for (Index r = 0; r < o.world_size; ++r) {
+    RankLoadStats s;
+    s.rank = r;
+    o.rank = r;
+    TokenLoader loader(data.source, o);
+    Index n = 0;
+    while (max_batches < 0 || n < max_batches) {
+      auto b = loader.Next();
+      if (!b) break;
+      s.Add(*b);
+      ++n;
+    }
+    s.dropped = loader.dropped();
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST(LoaderStatsTest, AWholeEpochOnEveryRankIsCompleteAndAddsUp) {
+  std::mt19937_64 rng(3);
+  Data data = MakeData(rng, 300, 60);
+  LoaderOptions o;
+  o.seq_len = 32;
+  o.batch_size = 3;
+  o.world_size = 4;
+  auto ranks = Run(data, o);
+  LoadRunScope scope;
+  scope.data_tokens = data.source->num_tokens();
+  const LoadSummary s = SummarizeLoad(ranks, scope);
+  EXPECT_TRUE(s.complete);
+  EXPECT_EQ(s.tokens, static_cast<Index>(data.tokens.size()));
+  Index batches = 0, lo = ranks[0].batches, hi = 0;
+  for (const auto& r : ranks) {
+    batches += r.batches;
+    lo = std::min(lo, r.batches);
+    hi = std::max(hi, r.batches);
+    EXPECT_EQ(r.slots, r.batches * 3 * 32);
+  }
+  EXPECT_EQ(s.batches, batches);
+  EXPECT_EQ(s.batch_imbalance, hi - lo);
+  EXPECT_DOUBLE_EQ(s.padding, 1.0 - static_cast<double>(s.tokens) / (batches * 3 * 32));
+}
+
+TEST(LoaderStatsTest, CompleteOnlyWhenTheRunCanProveIt) {
+  std::mt19937_64 rng(4);
+  Data data = MakeData(rng, 200, 60);
+  LoaderOptions o;
+  o.seq_len = 32;
+  o.batch_size = 2;
+  o.world_size = 2;
+  LoadRunScope scope;
+  scope.data_tokens = data.source->num_tokens();
+  EXPECT_FALSE(SummarizeLoad(Run(data, o, 3), scope).complete);  // stopped early
+  scope.whole_epoch = false;
+  EXPECT_FALSE(SummarizeLoad(Run(data, o), scope).complete);
+  scope.whole_epoch = true;
+  scope.all_ranks = false;
+  EXPECT_FALSE(SummarizeLoad(Run(data, o), scope).complete);
+  scope.all_ranks = true;
+  o.oversize = Oversize::kDrop;  // documents over 32 tokens are dropped
+  const LoadSummary dropped = SummarizeLoad(Run(data, o), scope);
+  EXPECT_GT(dropped.dropped, 0);
+  EXPECT_FALSE(dropped.complete);
+  scope.data_tokens = 0;  // an empty data set proves nothing
+  EXPECT_FALSE(SummarizeLoad(std::vector<RankLoadStats>(1), scope).complete);
+}
+
+TEST(LoaderStatsTest, TokenImbalanceIsMaxOverMinMinusOne) {
+  std::vector<RankLoadStats> ranks(3);
+  ranks[0].tokens = 100;
+  ranks[1].tokens = 150;
+  ranks[2].tokens = 120;
+  EXPECT_DOUBLE_EQ(SummarizeLoad(ranks, {}).token_imbalance, 0.5);
+  ranks[0].tokens = 0;
+  EXPECT_DOUBLE_EQ(SummarizeLoad(ranks, {}).token_imbalance, 0.0);
+}
+
+}  // namespace
+}  // namespace shardkit
