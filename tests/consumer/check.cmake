@@ -9,19 +9,37 @@ function(run)
   endif()
 endfunction()
 
+# docs/cpp.md shows tests/consumer/main.cc verbatim: the page's program is the
+# one this test builds and runs.
+file(READ ${SOURCE_DIR}/docs/cpp.md page)
+file(READ ${SOURCE_DIR}/tests/consumer/main.cc program)
+string(FIND "${page}" "```cpp\n${program}```" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "docs/cpp.md does not show tests/consumer/main.cc as it is")
+endif()
+
 file(REMOVE_RECURSE ${BUILD_DIR})
 get_filename_component(tree ${BUILD_DIR} DIRECTORY)
 run(${CMAKE_COMMAND} --install ${tree} --prefix ${BUILD_DIR}/prefix)
-if(EXISTS ${BUILD_DIR}/prefix/include/shardkit/packing/internal)
-  message(FATAL_ERROR "internal/ headers were installed")
+file(GLOB_RECURSE internal_headers ${BUILD_DIR}/prefix/include/shardkit/*/internal/*)
+if(internal_headers OR NOT EXISTS ${BUILD_DIR}/prefix/include/shardkit/loader/loader_state.h)
+  message(FATAL_ERROR "internal/ headers were installed, or public ones were not")
 endif()
 
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${BUILD_DIR}/installed -G ${GENERATOR}
     -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${BUILD_DIR}/prefix)
 run(${CMAKE_COMMAND} --build ${BUILD_DIR}/installed)
-run(${BUILD_DIR}/installed/consumer)
+execute_process(COMMAND ${BUILD_DIR}/installed/consumer WORKING_DIRECTORY ${BUILD_DIR}
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the installed-package consumer failed (${rc})")
+endif()
 
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${BUILD_DIR}/subdir -G ${GENERATOR}
     -DCMAKE_CXX_COMPILER=${CXX} -DSHARDKIT_SOURCE_DIR=${SOURCE_DIR})
 run(${CMAKE_COMMAND} --build ${BUILD_DIR}/subdir)
-run(${BUILD_DIR}/subdir/consumer)
+execute_process(COMMAND ${BUILD_DIR}/subdir/consumer WORKING_DIRECTORY ${BUILD_DIR}
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the add_subdirectory consumer failed (${rc})")
+endif()
