@@ -70,18 +70,6 @@ std::string Head(const Shard& shard, Index max_items) {
   return out;
 }
 
-std::string Describe(const ShardPlan& plan) {
-  const auto& o = plan.options();
-  std::string order = o.shuffle ? "shuffled (seed " + std::to_string(o.seed) + ", epoch " +
-                                      std::to_string(o.epoch) + ")"
-                                : "sequential";
-  return std::to_string(plan.num_items()) + " items, window [" +
-         std::to_string(plan.window_begin()) + ", " + std::to_string(plan.window_end()) +
-         ") over " + std::to_string(plan.world_size()) + " ranks; split " +
-         std::string(SplitName(o.split)) + ", remainder " +
-         std::string(RemainderName(o.remainder)) + ", order " + order;
-}
-
 void PlanHeader(Json& j, const ShardPlan& plan) {
   const auto& o = plan.options();
   j.Key("items").Int(plan.num_items());
@@ -184,7 +172,7 @@ int RunShard(const Argv& argv) {
     return 0;
   }
 
-  std::cout << Describe(plan) << "\n";
+  std::cout << plan.Describe() << "\n";
   const Index head = indices ? kMaxListedIndices : 12;
   std::printf("%6s %12s %8s%s  %s\n", "rank", "count", "padding",
               report.loads.empty() ? "" : "         load", "items (* = padding)");
@@ -245,7 +233,7 @@ int RunAudit(const Argv& argv) {
     j.End();
     std::cout << j.str() << "\n";
   } else {
-    std::cout << Describe(plan) << "\n";
+    std::cout << plan.Describe() << "\n";
     std::printf("coverage: %s\n", r.exactly_once ? "OK, exactly as the policy states" : "FAILED");
     std::printf("  %s: %s\n", r.method.c_str(), r.detail.c_str());
     std::printf("  window %" PRId64 ", delivered %" PRId64 ", padding %" PRId64 ", dropped %" PRId64

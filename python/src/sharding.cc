@@ -238,15 +238,7 @@ void init_shard_plan(nb::module_& m) {
       .def_prop_ro("shuffle", [](const ShardPlan& p) { return p.options().shuffle; })
       .def_prop_ro("seed", [](const ShardPlan& p) { return p.options().seed; })
       .def_prop_ro("epoch", [](const ShardPlan& p) { return p.options().epoch; })
-      .def("__repr__", [](const ShardPlan& p) {
-        const auto& o = p.options();
-        return "ShardPlan(num_items=" + std::to_string(p.num_items()) +
-               ", world_size=" + std::to_string(p.world_size()) + ", split='" +
-               std::string(SplitName(o.split)) + "', remainder='" +
-               std::string(RemainderName(o.remainder)) + "', window=[" +
-               std::to_string(p.window_begin()) + ", " + std::to_string(p.window_end()) +
-               "), shuffle=" + (o.shuffle ? "True" : "False") + ")";
-      });
+      .def("__repr__", [](const ShardPlan& p) { return "<ShardPlan: " + p.Describe() + ">"; });
 
   nb::class_<WhaleChoice>(m, "WhaleChoice",
                           "How Whale slices files over workers (see shardkit.whale_choice):\n"

@@ -171,6 +171,19 @@ ShardPlan::ShardPlan(Index num_items, Index world_size, ShardOptions options)
   balanced_ = std::move(balanced);
 }
 
+std::string ShardPlan::Describe() const {
+  const ShardOptions& o = *options_;
+  const std::string order = o.shuffle ? "shuffled (seed " + std::to_string(o.seed) + ", epoch " +
+                                            std::to_string(o.epoch) + ")"
+                                      : "sequential";
+  std::string out = Str(num_items_) + " items, window [" + Str(window_begin()) + ", " +
+                    Str(window_end()) + ") over " + Str(world_) + " ranks; split " +
+                    std::string(SplitName(o.split)) + ", remainder " +
+                    std::string(RemainderName(o.remainder)) + ", order " + order;
+  if (!o.weights.empty()) out += "; weighted";
+  return out;
+}
+
 void ShardPlan::CheckRank(Index rank) const {
   if (rank < 0 || rank >= world_) {
     ThrowOutOfRange("rank", Str(rank) + " is outside [0, " + Str(world_) +

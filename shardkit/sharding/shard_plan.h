@@ -113,6 +113,12 @@ class ShardPlan {
   [[nodiscard]] Index window_end() const { return options_->offset + window_; }
   [[nodiscard]] Index window_size() const { return window_; }
 
+  // One line for people, the same in the CLI and Python's repr:
+  // "10 items, window [0, 10) over 4 ranks; split round_robin, remainder
+  // uneven, order sequential" (or "order shuffled (seed S, epoch E)"; with
+  // weights, "; weighted").
+  [[nodiscard]] std::string Describe() const;
+
   // Length of rank's list, padding included. Throws out_of_range for a rank
   // outside [0, world_size).
   [[nodiscard]] Index Count(Index rank) const;

@@ -441,3 +441,26 @@ TEST(ShardPlanTest, RejectsBadConfigurationNamingTheParameter) {
 
 }  // namespace
 }  // namespace shardkit
+
+namespace shardkit {
+namespace {
+
+TEST(ShardPlanTest, DescribeNamesTheWindowSplitRemainderAndOrder) {
+  ShardOptions o;
+  o.offset = 2;
+  o.limit = 5;
+  o.remainder = Remainder::kPad;
+  EXPECT_EQ(ShardPlan(10, 4, o).Describe(),
+            "10 items, window [2, 7) over 4 ranks; split round_robin, remainder pad, order "
+            "sequential");
+  o.shuffle = true;
+  o.seed = 18446744073709551615ull;
+  o.epoch = 3;
+  o.split = Split::kContiguous;
+  EXPECT_EQ(ShardPlan(10, 4, o).Describe(),
+            "10 items, window [2, 7) over 4 ranks; split contiguous, remainder pad, order "
+            "shuffled (seed 18446744073709551615, epoch 3)");
+}
+
+}  // namespace
+}  // namespace shardkit
