@@ -150,9 +150,9 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(ValueError, match=r"^split: balanced is not supported"):
         EvalPlan(10, 2, 8, split="balanced")
     plan = EvalPlan(10, 2, 4)
-    with pytest.raises(IndexError, match=r"^rank: rank 2 is outside the world \[0, 2\)"):
+    with pytest.raises(IndexError, match=r"^rank: 2 is outside \[0, 2\)"):
         plan.batch(2, 0)
-    with pytest.raises(IndexError, match=r"^step: step 2 is outside \[0, 2\)"):
+    with pytest.raises(IndexError, match=r"^step: 2 is outside \[0, 2\)"):
         plan.batch(0, 2)
     with pytest.raises(ValueError, match=r"^outputs_by_rank: rank 1 has 7 rows, expected 8"):
         plan.unshard([np.zeros(8), np.zeros(7)])
@@ -254,7 +254,7 @@ def test_cli_eval_plan_json(cli):
     [
         (["--batch", 0], "--batch: must be at least 1, got 0"),
         (["--batch", 4, "--devices", 3], "--devices: 3 devices do not divide batch_size 4"),
-        (["--batch", 4, "--rank", 3], "--rank: rank 3 is outside the world [0, 3)"),
+        (["--batch", 4, "--rank", 3], "--rank: 3 is outside [0, 3)"),
         (["--batch", "x"], "--batch"),
     ],
 )

@@ -3,6 +3,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "shardkit/base/enum_names.h"
+
 namespace shardkit {
 
 namespace {
@@ -27,6 +29,41 @@ void CheckAtLeast(std::string_view param, Index value, Index min) {
     ThrowInvalid(param,
                  "must be at least " + std::to_string(min) + ", got " + std::to_string(value));
   }
+}
+
+namespace {
+std::string RangeMessage(Index value, Index lo, Index hi, std::string_view context) {
+  return std::to_string(value) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) +
+         ")" + std::string(context);
+}
+}  // namespace
+
+void CheckInRange(std::string_view param, Index value, Index lo, Index hi,
+                  std::string_view context) {
+  if (value < lo || value >= hi) ThrowInvalid(param, RangeMessage(value, lo, hi, context));
+}
+
+void CheckIndex(std::string_view param, Index value, Index lo, Index hi, std::string_view context) {
+  if (value < lo || value >= hi) ThrowOutOfRange(param, RangeMessage(value, lo, hi, context));
+}
+
+std::string Str(Index v) { return std::to_string(v); }
+
+std::string QuoteForMessage(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "'";
+  for (std::size_t i = 0; i < text.size() && i < 64; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7F) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xF];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.size() > 64) out += "...";
+  return out + "'";
 }
 
 Index CheckedMul(std::string_view param, Index a, Index b) {

@@ -27,6 +27,19 @@ namespace shardkit {
 // REQUIRES nothing. Throws invalid_argument naming `param` unless value >= min.
 void CheckAtLeast(std::string_view param, Index value, Index min);
 
+// The one range check, in one wording: unless lo <= value < hi, throws
+// "<param>: <value> is outside [<lo>, <hi>)<context>" (context: extra words
+// such as " (world_size=4)"). CheckInRange throws invalid_argument (a
+// configuration value, e.g. a constructor's rank); CheckIndex throws
+// out_of_range (an index looked up in something already built).
+void CheckInRange(std::string_view param, Index value, Index lo, Index hi,
+                  std::string_view context = {});
+void CheckIndex(std::string_view param, Index value, Index lo, Index hi,
+                std::string_view context = {});
+
+// The decimal text of v: the one spelling of numbers in messages.
+[[nodiscard]] std::string Str(Index v);
+
 // Returns a * b, or throws invalid_argument naming `param` when the product
 // does not fit in an Index. REQUIRES: a >= 0 and b >= 0.
 [[nodiscard]] Index CheckedMul(std::string_view param, Index a, Index b);

@@ -9,8 +9,6 @@ namespace shardkit {
 
 namespace {
 
-std::string Str(Index v) { return std::to_string(v); }
-
 ShardPlan MakeItemPlan(Index num_items, Index world_size, const EvalOptions& o) {
   if (o.split == Split::kBalanced) {
     ThrowInvalid("split",
@@ -49,10 +47,7 @@ EvalPlan::EvalPlan(Index num_items, Index world_size, Index batch_size, EvalOpti
 }
 
 void EvalPlan::CheckRank(Index rank) const {
-  if (rank < 0 || rank >= world_size()) {
-    ThrowOutOfRange("rank",
-                    "rank " + Str(rank) + " is outside the world [0, " + Str(world_size()) + ")");
-  }
+  CheckIndex("rank", rank, 0, world_size(), " (world_size=" + Str(world_size()) + ")");
 }
 
 Index EvalPlan::Real(Index rank) const {
@@ -71,9 +66,7 @@ double EvalPlan::PaddingFraction() const {
 
 void EvalPlan::Batch(Index rank, Index step, Index* indices, bool* mask) const {
   CheckRank(rank);
-  if (step < 0 || step >= steps_) {
-    ThrowOutOfRange("step", "step " + Str(step) + " is outside [0, " + Str(steps_) + ")");
-  }
+  CheckIndex("step", step, 0, steps_);
   const Shard shard = plan_.GetShard(rank);
   const Index real = shard.size();
   const Index begin = step * batch_;
@@ -87,9 +80,7 @@ void EvalPlan::Batch(Index rank, Index step, Index* indices, bool* mask) const {
 }
 
 EvalPlan::Slot EvalPlan::Locate(Index item) const {
-  if (item < 0 || item >= num_items()) {
-    ThrowOutOfRange("item", "item " + Str(item) + " is outside [0, " + Str(num_items()) + ")");
-  }
+  CheckIndex("item", item, 0, num_items());
   const Location loc = plan_.Locate(item);
   return {loc.rank, loc.entry / batch_, loc.entry % batch_};
 }

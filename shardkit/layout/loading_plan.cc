@@ -65,10 +65,7 @@ Index LoadingPlan::NumRows(Index process) const {
 }
 
 std::span<const Index> LoadingPlan::HostsOf(Index row) const {
-  if (row < 0 || row >= batch_size_) {
-    ThrowOutOfRange("row",
-                    std::to_string(row) + " is outside [0, " + std::to_string(batch_size_) + ")");
-  }
+  CheckIndex("row", row, 0, batch_size_);
   const Index tile = row / shard_rows_;
   return {tile_hosts_.data() + tile_offsets_[tile], tile_hosts_.data() + tile_offsets_[tile + 1]};
 }
@@ -80,11 +77,8 @@ Index LoadingPlan::NumSteps(const Shard& order) const {
 void LoadingPlan::Items(const Shard& order, Index step, Index process, Index* items,
                         bool* padding) const {
   const Index steps = NumSteps(order);
-  if (step < 0 || step >= steps) {
-    ThrowOutOfRange("step", std::to_string(step) + " is outside [0, " + std::to_string(steps) +
-                                ") (" + std::to_string(order.size()) + " entries in batches of " +
-                                std::to_string(batch_size_) + ")");
-  }
+  CheckIndex("step", step, 0, steps,
+             " (" + Str(order.size()) + " entries in batches of " + Str(batch_size_) + ")");
   Index j = 0;
   const Index base = step * batch_size_;
   for (const Slice& s : Rows(process)) {

@@ -75,10 +75,7 @@ int Mesh::FindAxis(std::string_view name) const {
 }
 
 Index Mesh::Owner(Index device) const {
-  if (device < 0 || device >= size()) {
-    ThrowOutOfRange("device",
-                    std::to_string(device) + " is outside [0, " + std::to_string(size()) + ")");
-  }
+  CheckIndex("device", device, 0, size());
   return impl_->owners[device];
 }
 

@@ -15,8 +15,6 @@ namespace shardkit {
 
 namespace {
 
-std::string Str(Index v) { return std::to_string(v); }
-
 // The remaining order of an epoch: head pieces, then the global order
 // positions [position, D) without `done`. Suffix lookups are incremental for
 // non-decreasing j (the way a consumer reads), O(1) amortised.
@@ -244,12 +242,8 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
   CheckAtLeast("num_threads", o.num_threads, 0);
   CheckAtLeast("prefetch", o.prefetch, 1);
   if (o.num_threads > 256) ThrowInvalid("num_threads", "at most 256, got " + Str(o.num_threads));
-  if (o.rank < 0 || o.rank >= o.world_size) {
-    ThrowInvalid("rank", Str(o.rank) + " is outside [0, " + Str(o.world_size) + ")");
-  }
-  if (o.worker < 0 || o.worker >= o.num_workers) {
-    ThrowInvalid("worker", Str(o.worker) + " is outside [0, " + Str(o.num_workers) + ")");
-  }
+  CheckInRange("rank", o.rank, 0, o.world_size);
+  CheckInRange("worker", o.worker, 0, o.num_workers);
   if (o.oversize == Oversize::kError) {
     ThrowInvalid("oversize",
                  "'error' is not supported by the loader (a long document would "

@@ -18,8 +18,6 @@ constexpr std::uint64_t kDataDomain = 0x736b2d6461746101ULL;      // "sk-data"
 constexpr std::uint64_t kPlanDomain = 0x736b2d706c616e02ULL;      // "sk-plan"
 constexpr std::uint64_t kChecksumDomain = 0x736b2d73756d0003ULL;  // "sk-sum"
 
-std::string Str(Index v) { return std::to_string(v); }
-
 std::string At(std::string_view path, std::size_t i) {
   return std::string(path) + "[" + std::to_string(i) + "]";
 }

@@ -11,28 +11,21 @@
 #include <filesystem>
 #include <map>
 
+#include "shardkit/base/enum_names.h"
 #include "shardkit/loader/npy.h"
 
 namespace shardkit {
 
-TokenDType ParseTokenDType(std::string_view name) {
-  if (name == "uint16") return TokenDType::kUint16;
-  if (name == "int32") return TokenDType::kInt32;
-  if (name == "uint32") return TokenDType::kUint32;
-  ThrowInvalid("token_dtype", "'" + std::string(name) + "' is not one of uint16, int32, uint32");
-}
+namespace {
+constexpr EnumNames<TokenDType, 3> kTokenDTypes{"token_dtype",
+                                                "token dtype",
+                                                {{{TokenDType::kUint16, "uint16"},
+                                                  {TokenDType::kInt32, "int32"},
+                                                  {TokenDType::kUint32, "uint32"}}}};
+}  // namespace
 
-std::string_view TokenDTypeName(TokenDType type) {
-  switch (type) {
-    case TokenDType::kUint16:
-      return "uint16";
-    case TokenDType::kInt32:
-      return "int32";
-    case TokenDType::kUint32:
-      return "uint32";
-  }
-  return "?";
-}
+TokenDType ParseTokenDType(std::string_view name) { return kTokenDTypes.Parse(name); }
+std::string_view TokenDTypeName(TokenDType type) { return kTokenDTypes.Name(type); }
 
 MappedFile::MappedFile(const std::string& path, std::string_view param) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -196,6 +189,27 @@ TokenSource::Part TokenSource::OpenPart(const std::string& tokens_path,
 }
 
 void TokenSource::AddPart(Part part) {
+  if (part.type == TokenDType::kUint32) {
+    // Ids are delivered as int32: every uint32 id must be below 2^31. One
+    // pass at open (the OR of all ids vectorises); reading never checks.
+    std::uint32_t all = 0;
+    for (Index i = 0; i < part.num_tokens; ++i) {
+      std::uint32_t v;
+      std::memcpy(&v, part.tokens + 4 * i, 4);
+      all |= v;
+    }
+    if (all >> 31) {
+      for (Index i = 0; i < part.num_tokens; ++i) {
+        std::uint32_t v;
+        std::memcpy(&v, part.tokens + 4 * i, 4);
+        if (v >> 31) {
+          ThrowInvalid("tokens",
+                       part.name + ": token " + std::to_string(i) + " is " + std::to_string(v) +
+                           "; uint32 ids must be below 2^31 (they are delivered as int32)");
+        }
+      }
+    }
+  }
   if (part_begin_.empty()) part_begin_.push_back(0);
   part.first_document = num_documents_;
   num_documents_ = CheckedAdd("offsets", num_documents_, part.num_documents);

@@ -13,7 +13,8 @@
 // offsets non-decreasing and within the token array. Errors are
 // std::invalid_argument "tokens: <file>: ..." / "offsets: <file>: ..." (or
 // "directory: ..."), naming the file. After that, reading never throws.
-// Token ids are delivered as int32; uint32 ids must be below 2^31.
+// Token ids are delivered as int32; uint32 ids must be below 2^31 (checked
+// when the source is opened, invalid_argument naming tokens and the position).
 //
 // Thread-safety: immutable after construction; share freely. Memory is the
 // mapped files (paged in on demand) plus O(number of parts).

@@ -175,5 +175,20 @@ TEST(TokenSourceTest, MemoryViewsAreValidatedLikeFiles) {
   EXPECT_EQ(s->DocumentLength(1), 2);
 }
 
+TEST(TokenSourceTest, Uint32IdsOfTwoToThe31OrMoreAreRefusedAtOpen) {
+  std::vector<std::uint32_t> tokens = {1, 2, 0x7fffffffu, 4};
+  const std::vector<std::int64_t> offsets = {0, 2, 4};
+  auto s = TokenSource::FromMemory(tokens.data(), TokenDType::kUint32, 4, offsets.data(), 3);
+  std::int32_t out[2];
+  s->Copy(1, 0, 2, out);
+  EXPECT_EQ(out[0], 0x7fffffff);
+  tokens[3] = 0x80000000u;
+  EXPECT_NE(ErrorOf([&] {
+              (void)TokenSource::FromMemory(tokens.data(), TokenDType::kUint32, 4, offsets.data(),
+                                            3);
+            }).find("tokens: <memory>: token 3 is 2147483648; uint32 ids must be below 2^31"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace shardkit

@@ -10,58 +10,34 @@
 #include <tuple>
 #include <utility>
 
+#include "shardkit/base/enum_names.h"
 #include "shardkit/packing/internal/place.h"
 
 namespace shardkit {
 
 namespace {
-
-std::string Str(Index v) { return std::to_string(v); }
-
+constexpr EnumNames<PackAlgorithm, 4> kAlgorithms{"algorithm",
+                                                  "algorithm",
+                                                  {{{PackAlgorithm::kNextFit, "next_fit"},
+                                                    {PackAlgorithm::kFirstFitDecreasing, "ffd"},
+                                                    {PackAlgorithm::kBestFitDecreasing, "bfd"},
+                                                    {PackAlgorithm::kBalanced, "balanced"}}}};
+constexpr EnumNames<Oversize, 3> kOversize{
+    "oversize",
+    "policy",
+    {{{Oversize::kDrop, "drop"}, {Oversize::kError, "error"}, {Oversize::kSplit, "split"}}}};
+constexpr EnumNames<CostModel, 2> kCostModels{
+    "cost",
+    "cost model",
+    {{{CostModel::kTokens, "tokens"}, {CostModel::kSquaredLengths, "squared"}}}};
 }  // namespace
 
-PackAlgorithm ParsePackAlgorithm(std::string_view name) {
-  if (name == "next_fit") return PackAlgorithm::kNextFit;
-  if (name == "ffd") return PackAlgorithm::kFirstFitDecreasing;
-  if (name == "bfd") return PackAlgorithm::kBestFitDecreasing;
-  if (name == "balanced") return PackAlgorithm::kBalanced;
-  ThrowInvalid("algorithm", "unknown algorithm '" + std::string(name) +
-                                "' (expected next_fit, ffd, bfd or balanced)");
-}
-
-Oversize ParseOversize(std::string_view name) {
-  if (name == "drop") return Oversize::kDrop;
-  if (name == "error") return Oversize::kError;
-  if (name == "split") return Oversize::kSplit;
-  ThrowInvalid("oversize",
-               "unknown policy '" + std::string(name) + "' (expected drop, error or split)");
-}
-
-std::string_view PackAlgorithmName(PackAlgorithm algorithm) {
-  switch (algorithm) {
-    case PackAlgorithm::kNextFit:
-      return "next_fit";
-    case PackAlgorithm::kFirstFitDecreasing:
-      return "ffd";
-    case PackAlgorithm::kBestFitDecreasing:
-      return "bfd";
-    case PackAlgorithm::kBalanced:
-      return "balanced";
-  }
-  return "?";
-}
-
-std::string_view OversizeName(Oversize oversize) {
-  switch (oversize) {
-    case Oversize::kDrop:
-      return "drop";
-    case Oversize::kError:
-      return "error";
-    case Oversize::kSplit:
-      return "split";
-  }
-  return "?";
-}
+PackAlgorithm ParsePackAlgorithm(std::string_view name) { return kAlgorithms.Parse(name); }
+std::string_view PackAlgorithmName(PackAlgorithm algorithm) { return kAlgorithms.Name(algorithm); }
+Oversize ParseOversize(std::string_view name) { return kOversize.Parse(name); }
+std::string_view OversizeName(Oversize oversize) { return kOversize.Name(oversize); }
+CostModel ParseCostModel(std::string_view name) { return kCostModels.Parse(name); }
+std::string_view CostModelName(CostModel model) { return kCostModels.Name(model); }
 
 void ValidatePackOptions(const PackOptions& o) {
   CheckAtLeast("capacity", o.capacity, 1);
@@ -490,17 +466,6 @@ PackerState StreamingPacker::State() const {
 
 // ---------------------------------------------------------------------------
 // Cross-rank balance
-
-CostModel ParseCostModel(std::string_view name) {
-  if (name == "tokens") return CostModel::kTokens;
-  if (name == "squared") return CostModel::kSquaredLengths;
-  ThrowInvalid("cost",
-               "unknown cost model '" + std::string(name) + "' (expected tokens or squared)");
-}
-
-std::string_view CostModelName(CostModel model) {
-  return model == CostModel::kTokens ? "tokens" : "squared";
-}
 
 std::vector<double> PackCosts(const Packing& packing, CostModel model) {
   std::vector<double> costs(packing.num_packs(), 0.0);

@@ -3,17 +3,17 @@
 #include <algorithm>
 #include <string>
 
+#include "shardkit/base/enum_names.h"
+
 namespace shardkit {
 
-PaddingSide ParsePaddingSide(std::string_view name) {
-  if (name == "right") return PaddingSide::kRight;
-  if (name == "left") return PaddingSide::kLeft;
-  ThrowInvalid("padding_side", "unknown side '" + std::string(name) + "' (expected right or left)");
-}
+namespace {
+constexpr EnumNames<PaddingSide, 2> kPaddingSides{
+    "padding_side", "side", {{{PaddingSide::kRight, "right"}, {PaddingSide::kLeft, "left"}}}};
+}  // namespace
 
-std::string_view PaddingSideName(PaddingSide side) {
-  return side == PaddingSide::kRight ? "right" : "left";
-}
+PaddingSide ParsePaddingSide(std::string_view name) { return kPaddingSides.Parse(name); }
+std::string_view PaddingSideName(PaddingSide side) { return kPaddingSides.Name(side); }
 
 void ValidateCollateOptions(const CollateOptions& options) {
   CheckAtLeast("seq_len", options.seq_len, 1);

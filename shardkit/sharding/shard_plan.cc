@@ -6,6 +6,8 @@
 #include <queue>
 #include <tuple>
 
+#include "shardkit/base/enum_names.h"
+
 namespace shardkit {
 
 namespace {
@@ -13,52 +15,26 @@ namespace {
 using u64 = std::uint64_t;
 using u128 = unsigned __int128;
 
-std::string Str(Index v) { return std::to_string(v); }
-
 }  // namespace
 
-Split ParseSplit(std::string_view name) {
-  if (name == "round_robin") return Split::kRoundRobin;
-  if (name == "contiguous") return Split::kContiguous;
-  if (name == "balanced") return Split::kBalanced;
-  ThrowInvalid("split", "unknown split '" + std::string(name) +
-                            "' (expected round_robin, contiguous or balanced)");
-}
+namespace {
+constexpr EnumNames<Split, 3> kSplits{"split",
+                                      "split",
+                                      {{{Split::kRoundRobin, "round_robin"},
+                                        {Split::kContiguous, "contiguous"},
+                                        {Split::kBalanced, "balanced"}}}};
+constexpr EnumNames<Remainder, 4> kRemainders{"remainder",
+                                              "remainder",
+                                              {{{Remainder::kUneven, "uneven"},
+                                                {Remainder::kDrop, "drop"},
+                                                {Remainder::kPad, "pad"},
+                                                {Remainder::kReplicate, "replicate"}}}};
+}  // namespace
 
-Remainder ParseRemainder(std::string_view name) {
-  if (name == "uneven") return Remainder::kUneven;
-  if (name == "drop") return Remainder::kDrop;
-  if (name == "pad") return Remainder::kPad;
-  if (name == "replicate") return Remainder::kReplicate;
-  ThrowInvalid("remainder", "unknown remainder '" + std::string(name) +
-                                "' (expected uneven, drop, pad or replicate)");
-}
-
-std::string_view SplitName(Split split) {
-  switch (split) {
-    case Split::kRoundRobin:
-      return "round_robin";
-    case Split::kContiguous:
-      return "contiguous";
-    case Split::kBalanced:
-      return "balanced";
-  }
-  return "?";
-}
-
-std::string_view RemainderName(Remainder remainder) {
-  switch (remainder) {
-    case Remainder::kUneven:
-      return "uneven";
-    case Remainder::kDrop:
-      return "drop";
-    case Remainder::kPad:
-      return "pad";
-    case Remainder::kReplicate:
-      return "replicate";
-  }
-  return "?";
-}
+Split ParseSplit(std::string_view name) { return kSplits.Parse(name); }
+std::string_view SplitName(Split split) { return kSplits.Name(split); }
+Remainder ParseRemainder(std::string_view name) { return kRemainders.Parse(name); }
+std::string_view RemainderName(Remainder remainder) { return kRemainders.Name(remainder); }
 
 // The balanced split: per-rank lists of window positions in epoch order, and
 // the inverse map. Only ranks [0, min(W, M)) can receive items (see Assign).
@@ -185,10 +161,7 @@ std::string ShardPlan::Describe() const {
 }
 
 void ShardPlan::CheckRank(Index rank) const {
-  if (rank < 0 || rank >= world_) {
-    ThrowOutOfRange("rank", Str(rank) + " is outside [0, " + Str(world_) +
-                                ") (world_size=" + Str(world_) + ")");
-  }
+  CheckIndex("rank", rank, 0, world_, " (world_size=" + Str(world_) + ")");
 }
 
 Index ShardPlan::RealCount(Index rank) const {
@@ -258,20 +231,14 @@ Permutation ShardPlan::RankOrder(Index rank) const {
 Shard ShardPlan::GetShard(Index rank, Index worker, Index num_workers) const {
   CheckRank(rank);
   CheckAtLeast("num_workers", num_workers, 1);
-  if (worker < 0 || worker >= num_workers) {
-    ThrowOutOfRange("worker", Str(worker) + " is outside [0, " + Str(num_workers) +
-                                  ") (num_workers=" + Str(num_workers) + ")");
-  }
+  CheckIndex("worker", worker, 0, num_workers, " (num_workers=" + Str(num_workers) + ")");
   return Shard(*this, rank, worker, num_workers);
 }
 
 Index ShardPlan::ItemAt(Index rank, Index entry) const { return GetShard(rank).At(entry); }
 
 Location ShardPlan::Locate(Index item) const {
-  if (item < window_begin() || item >= window_end()) {
-    ThrowOutOfRange("item", Str(item) + " is outside the window [" + Str(window_begin()) + ", " +
-                                Str(window_end()) + ")");
-  }
+  CheckIndex("item", item, window_begin(), window_end(), " (the window)");
   if (options_->remainder == Remainder::kReplicate) {
     ThrowInvalid("remainder", "'replicate' gives every rank every item");
   }
@@ -493,10 +460,7 @@ Index Shard::operator[](Index k) const {
 }
 
 Index Shard::At(Index k) const {
-  if (k < 0 || k >= size_) {
-    ThrowOutOfRange(
-        "index", Str(k) + " is outside [0, " + Str(size_) + ") of rank " + Str(rank_) + "'s shard");
-  }
+  CheckIndex("index", k, 0, size_, " of rank " + Str(rank_) + "'s shard");
   return (*this)[k];
 }
 
