@@ -94,5 +94,36 @@ void BM_MemcpyBatchBytes(benchmark::State& state) {
 }
 BENCHMARK(BM_MemcpyBatchBytes);
 
+// The data fingerprint a loader computes once at construction (a hash of
+// every document length): documents per second.
+void BM_FingerprintData(benchmark::State& state) {
+  auto source = Source();
+  for (auto _ : state) benchmark::DoNotOptimize(FingerprintData(*source).hash);
+  state.counters["documents/s"] = benchmark::Counter(
+      static_cast<double>(source->num_documents()) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FingerprintData)->Unit(benchmark::kMillisecond);
+
+// A checkpoint of a loader mid-epoch (default buffer 1024): State(), the JSON
+// text, and reading it back with every check.
+void BM_LoaderStateJsonRoundTrip(benchmark::State& state) {
+  auto source = Source();
+  LoaderOptions o;
+  o.seq_len = kSeqLen;
+  o.batch_size = kBatch;
+  o.num_threads = 0;
+  TokenLoader loader(source, o);
+  for (int i = 0; i < 10; ++i) (void)loader.Next();
+  std::size_t bytes = 0;
+  for (auto _ : state) {
+    const std::string text = LoaderStateToJson(loader.State());
+    bytes = text.size();
+    benchmark::DoNotOptimize(LoaderStateFromJson(text).read);
+  }
+  state.counters["json_bytes"] = static_cast<double>(bytes);
+}
+BENCHMARK(BM_LoaderStateJsonRoundTrip)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace shardkit
