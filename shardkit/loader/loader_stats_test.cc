@@ -29,7 +29,7 @@ Data MakeData(std::mt19937_64& rng, Index docs, Index max_len) {
   return data;
 }
 
-std::vector<RankLoadStats> Run(const Data& data, LoaderOptions o, Index max_batches = -1) {
+std::vector<RankLoadStats> RunAllRanks(const Data& data, LoaderOptions o, Index max_batches = -1) {
   std::vector<RankLoadStats> out;
   for (Index r = 0; r < o.world_size; ++r) {
     RankLoadStats s;
@@ -56,7 +56,7 @@ TEST(LoaderStatsTest, AWholeEpochOnEveryRankIsCompleteAndAddsUp) {
   o.seq_len = 32;
   o.batch_size = 3;
   o.world_size = 4;
-  auto ranks = Run(data, o);
+  auto ranks = RunAllRanks(data, o);
   LoadRunScope scope;
   scope.data_tokens = data.source->num_tokens();
   const LoadSummary s = SummarizeLoad(ranks, scope);
@@ -83,15 +83,15 @@ TEST(LoaderStatsTest, CompleteOnlyWhenTheRunCanProveIt) {
   o.world_size = 2;
   LoadRunScope scope;
   scope.data_tokens = data.source->num_tokens();
-  EXPECT_FALSE(SummarizeLoad(Run(data, o, 3), scope).complete);  // stopped early
+  EXPECT_FALSE(SummarizeLoad(RunAllRanks(data, o, 3), scope).complete);  // stopped early
   scope.whole_epoch = false;
-  EXPECT_FALSE(SummarizeLoad(Run(data, o), scope).complete);
+  EXPECT_FALSE(SummarizeLoad(RunAllRanks(data, o), scope).complete);
   scope.whole_epoch = true;
   scope.all_ranks = false;
-  EXPECT_FALSE(SummarizeLoad(Run(data, o), scope).complete);
+  EXPECT_FALSE(SummarizeLoad(RunAllRanks(data, o), scope).complete);
   scope.all_ranks = true;
   o.oversize = Oversize::kDrop;  // documents over 32 tokens are dropped
-  const LoadSummary dropped = SummarizeLoad(Run(data, o), scope);
+  const LoadSummary dropped = SummarizeLoad(RunAllRanks(data, o), scope);
   EXPECT_GT(dropped.dropped, 0);
   EXPECT_FALSE(dropped.complete);
   scope.data_tokens = 0;  // an empty data set proves nothing
