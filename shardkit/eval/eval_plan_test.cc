@@ -210,7 +210,8 @@ TEST(EvalPlanTest, BadInputNamesTheParameter) {
   bool mask[4];
   EXPECT_THROW(plan.Batch(2, 0, idx, mask), std::out_of_range);
   EXPECT_THROW(plan.Batch(-1, 0, idx, mask), std::out_of_range);
-  EXPECT_EQ(message([&] { plan.Batch(2, 0, idx, mask); }).rfind("rank: 2 is outside [0, 2)", 0), 0u);
+  EXPECT_EQ(message([&] { plan.Batch(2, 0, idx, mask); }).rfind("rank: 2 is outside [0, 2)", 0),
+            0u);
   EXPECT_THROW(plan.Batch(0, 2, idx, mask), std::out_of_range);
   EXPECT_THROW((void)plan.Real(5), std::out_of_range);
   std::vector<std::vector<int>> wrong = {std::vector<int>(8), std::vector<int>(7)};
