@@ -18,8 +18,6 @@ constexpr std::uint64_t kQuantum = std::uint64_t{1} << 40;
 constexpr Index kMaxStart = Index{1} << 62;
 constexpr Index kDefaultBlock = 1024;
 
-std::string Str(Index v) { return std::to_string(v); }
-
 std::string Num(double v) {
   std::string s = std::to_string(v);
   return s;
