@@ -77,6 +77,10 @@ ShardPlan::ShardPlan(Index num_items, Index world_size, ShardOptions options)
                  "'replicate' gives every rank every item; it cannot be combined "
                  "with split 'balanced'");
   }
+  // replicate gives every rank the whole window in its own seeded shuffled
+  // order (Whale: "to ensure convergence"); the same order on every rank
+  // would make every rank compute the same gradients. So it always shuffles.
+  if (options.remainder == Remainder::kReplicate) options.shuffle = true;
   quotient_ = window_ / world_;
   remainder_ = window_ % world_;
   order_ = Permutation(window_, options.seed, options.epoch);

@@ -18,8 +18,9 @@
 //             pad:       every rank gets ceil(M / W); padded entries repeat
 //                          the head of the order (torch DistributedSampler) and
 //                          are the trailing Padding(rank) entries of the list.
-//             replicate: every rank gets the whole window, in its own order
-//                          (shuffled per rank when shuffle is on; Whale).
+//             replicate: every rank gets the whole window, in its own order,
+//                          always shuffled per rank (seed, rank, epoch; Whale):
+//                          the plan's shuffle option is set to true.
 //   workers   a rank's list is dealt to K workers interleaved: worker k takes
 //             entries k, k + K, ...; reading workers in turn gives the rank's
 //             order back.

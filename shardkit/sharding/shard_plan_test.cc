@@ -269,9 +269,21 @@ TEST(ShardPlanTest, ReplicateGivesEachRankItsOwnShuffledOrder) {
   o.shuffle = true;
   ShardPlan plan(50, 4, o);
   EXPECT_NE(List(plan.GetShard(0)), List(plan.GetShard(1)));
+}
+
+// Regression: replicate without shuffle gave every rank the same order, so
+// every rank computed the same gradients. replicate now always shuffles per
+// rank, and the plan says so.
+TEST(ShardPlanTest, ReplicateWithoutShuffleStillGivesEachRankItsOwnOrder) {
+  ShardOptions o;
+  o.remainder = Remainder::kReplicate;
   o.shuffle = false;
-  ShardPlan sequential(50, 4, o);
-  EXPECT_EQ(List(sequential.GetShard(0)), List(sequential.GetShard(3)));
+  ShardPlan plan(50, 4, o);
+  EXPECT_TRUE(plan.options().shuffle);
+  for (Index r = 1; r < 4; ++r) EXPECT_NE(List(plan.GetShard(0)), List(plan.GetShard(r)));
+  std::vector<Index> sorted = List(plan.GetShard(2));
+  std::sort(sorted.begin(), sorted.end());
+  for (Index i = 0; i < 50; ++i) EXPECT_EQ(sorted[i], i);
 }
 
 TEST(ShardPlanTest, HandlesCountsNearTwoToTheSixtyThreeByArithmetic) {
