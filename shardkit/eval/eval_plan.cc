@@ -43,7 +43,16 @@ EvalPlan::EvalPlan(Index num_items, Index world_size, Index batch_size, EvalOpti
   batch_ = EffectiveBatch(batch_size, options_);
   steps_ = CeilDiv(CeilDiv(num_items, world_size), batch_);
   // Every slot of every rank must be addressable as one Index (SourceRows).
-  (void)CheckedMul("num_items", CheckedMul("num_items", steps_, batch_), world_size);
+  // The slots grow with the batch (num_items only through the step count,
+  // which is at least 1 per item): name batch_size and give all three.
+  Index per_rank = 0, slots = 0;
+  if (__builtin_mul_overflow(steps_, batch_, &per_rank) ||
+      __builtin_mul_overflow(per_rank, world_size, &slots)) {
+    ThrowInvalid("batch_size", Str(batch_) + " slots per step x " + Str(steps_) + " steps x " +
+                                   Str(world_size) +
+                                   " ranks overflows a signed 64-bit slot count (num_items " +
+                                   Str(num_items) + ")");
+  }
 }
 
 void EvalPlan::CheckRank(Index rank) const {

@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace shardkit {
@@ -129,6 +130,18 @@ TEST(EvalPlanTest, HugeCountsDoNotOverflow) {
   plan.Batch(6, plan.num_steps() - 1, &idx, &mask);
   EXPECT_GE(idx, 0);
   EXPECT_THROW(EvalPlan(n, 2, Index{1} << 62), std::invalid_argument);  // 2^63 slots
+}
+
+// Regression: eval-plan --batch 9223372036854775807 said "--items: ...
+// overflows"; the batch is what makes the slot count overflow.
+TEST(EvalPlanTest, HugeBatchOverflowNamesBatchSize) {
+  try {
+    EvalPlan plan(10, 2, std::numeric_limits<Index>::max());
+    FAIL() << "accepted 2^63-1 slots per step on 2 ranks";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("batch_size: 9223372036854775807", 0), 0u) << what;
+  }
 }
 
 TEST(EvalPlanTest, MinDeviceBatchRaisesThePerDeviceBatchAsFlaxPads) {
