@@ -492,6 +492,16 @@ RankSchedule BalanceRanks(std::span<const double> costs, Index world_size, Index
     }
   }
   const Index per_step = CheckedMul("world_size", world_size, packs_per_rank);
+  // The schedule holds world_size x packs_per_rank entries per step: bounded
+  // by the packs (plus a generous margin), so that a huge world over a few
+  // packs is refused up front instead of allocating gigabytes of padding.
+  constexpr Index kMaxPaddedStep = Index{1} << 24;
+  if (per_step > kMaxPaddedStep && per_step > num_packs) {
+    ThrowInvalid("world_size", Str(world_size) + " ranks x " + Str(packs_per_rank) +
+                                   " packs per rank is " + Str(per_step) +
+                                   " pack slots per step for only " + Str(num_packs) +
+                                   " packs (more than 2^24 slots, almost all padding)");
+  }
   RankSchedule s;
   s.world_size = world_size;
   s.packs_per_rank = packs_per_rank;

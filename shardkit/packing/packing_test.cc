@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 
 namespace shardkit {
@@ -618,6 +620,22 @@ TEST(BalanceRanks, StepsAreEvenWhenCostsAllowIt) {
   EXPECT_THROW((void)BalanceRanks(costs, 0), std::invalid_argument);
   std::vector<double> bad = {1, -1};
   EXPECT_THROW((void)BalanceRanks(bad, 2), std::invalid_argument);
+}
+
+// Regression: pack --world 9223372036854775807 failed with "cannot create
+// std::vector larger than max_size()", and --world 100000000 over 3 packs
+// allocated gigabytes of padding before answering.
+TEST(BalanceRanks, HugeWorldOverFewPacksIsRefusedNamingWorldSize) {
+  const std::vector<double> costs = {3, 2, 1};
+  for (Index world : {Index{100000000}, std::numeric_limits<Index>::max()}) {
+    try {
+      (void)BalanceRanks(costs, world, 1);
+      FAIL() << world;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("world_size: ", 0), 0u) << e.what();
+    }
+  }
+  EXPECT_EQ(BalanceRanks(costs, 1000, 1).padding_packs, 997);  // small worlds still pad
 }
 
 TEST(PackCosts, SquaredLengthsIsTheAttentionCost) {
