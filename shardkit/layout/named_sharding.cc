@@ -7,7 +7,20 @@ namespace shardkit {
 
 namespace {
 
-std::string Quoted(const std::string& name) { return "'" + name + "'"; }
+// As Python's repr writes a str: single quotes, or double quotes when the
+// name holds a single quote and no double quote; otherwise the quote and the
+// backslash are escaped. The parser reads all of these back.
+std::string Quoted(const std::string& name) {
+  const bool single = name.find('\'') != std::string::npos;
+  const bool dbl = name.find('"') != std::string::npos;
+  const char quote = single && !dbl ? '"' : '\'';
+  std::string out(1, quote);
+  for (char c : name) {
+    if (c == quote || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + quote;
+}
 
 std::string EntryToString(const SpecEntry& entry) {
   if (entry.axes.empty() && !entry.tuple) return "None";
@@ -56,10 +69,18 @@ struct SpecParser {
     Skip();
     if (pos < text.size() && (text[pos] == '\'' || text[pos] == '"')) {
       const char quote = text[pos++];
-      const size_t end = text.find(quote, pos);
-      if (end == std::string_view::npos) Fail("unterminated quote");
-      std::string name(text.substr(pos, end - pos));
-      pos = end + 1;
+      std::string name;
+      while (true) {
+        if (pos >= text.size()) Fail("unterminated quote");
+        const char c = text[pos++];
+        if (c == quote) break;
+        // A backslash escapes the next character (\' \" \\), as in Python.
+        if (c == '\\' && pos < text.size()) {
+          name += text[pos++];
+          continue;
+        }
+        name += c;
+      }
       if (name.empty()) Fail("empty axis name");
       return name;
     }
@@ -439,7 +460,9 @@ ProcessLayout ArrayLayout::Process(Index process) const {
   out.starts_.resize(n);
   out.global_.resize(devices.size() * n);
   for (size_t k = 0; k < devices.size(); ++k) {
-    DeviceIndex(devices[k], &out.global_[k * n]);
+    // A 0-d array has no slices: out.global_ is empty, and indexing it (even
+    // to take an address) is undefined behaviour.
+    if (n > 0) DeviceIndex(devices[k], out.global_.data() + k * n);
     for (int i = 0; i < n; ++i) out.starts_[i].push_back(out.global_[k * n + i].start);
   }
   for (int i = 0; i < n; ++i) {

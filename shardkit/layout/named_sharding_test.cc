@@ -296,6 +296,37 @@ std::optional<std::pair<Index, Index>> ReferenceIndexAndCount(const Config& c, i
       static_cast<Index>(unique.size()));
 }
 
+// Regression (UBSan, found by fuzz/partition_spec_fuzzer): `layout` on a 0-d
+// shape indexed an empty vector in ArrayLayout::Process.
+TEST(ShardingTest, ZeroDimensionalArrayHasEmptySlicesOnEveryProcess) {
+  Mesh mesh({{"x", 2}, {"y", 2}}, {0, 0, 1, 1});
+  NamedSharding sharding(mesh, {});
+  const ArrayLayout layout = sharding.Layout(std::vector<Index>{});
+  EXPECT_EQ(layout.ndim(), 0);
+  for (Index p : {0, 1}) {
+    ProcessLayout view = layout.Process(p);
+    EXPECT_TRUE(view.local_shape().empty());
+    EXPECT_EQ(view.devices().size(), 2u);
+  }
+  for (Index d = 0; d < 4; ++d) EXPECT_EQ(layout.ReplicaId(d), d);
+}
+
+// Regression: SpecToString did not escape quotes, so the spec "x''" printed
+// as P('x''') and did not parse back.
+TEST(ShardingTest, SpecPrintingRoundTripsNamesWithQuotesAndBackslashes) {
+  for (const std::string name : {"x''", "a\"b", "it's \"q\"", "back\\slash", "x, y", "()"}) {
+    PartitionSpec spec = {SpecEntry{{name}, false}, SpecEntry{{name, "z"}, true}, SpecEntry{}};
+    const std::string text = SpecToString(spec);
+    PartitionSpec again = ParsePartitionSpec(text);
+    ASSERT_EQ(again.size(), 3u) << text;
+    EXPECT_EQ(again[0].axes, spec[0].axes) << text;
+    EXPECT_EQ(again[1].axes, spec[1].axes) << text;
+    EXPECT_TRUE(again[2].axes.empty()) << text;
+  }
+  EXPECT_EQ(SpecToString({SpecEntry{{"x''"}, false}}), "P(\"x''\")");  // as Python's repr
+  EXPECT_EQ(ParsePartitionSpec("\"x''\"")[0].axes[0], "x''");
+}
+
 TEST(ShardingTest, ProcessIndexAndCountFollowsJaxUniformityRuleWithDeterministicOrder) {
   std::mt19937_64 rng(13);
   int non_uniform = 0;
