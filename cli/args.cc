@@ -59,6 +59,12 @@ bool Args::Parse(const std::vector<std::string>& argv) {
       value = "1";
     } else if (!inline_value) {
       if (i + 1 >= argv.size()) throw UsageError("--" + name + ": missing value");
+      // "--items --world 4": the value of --items is missing, not '4'
+      // unexpected. A value that starts with "--" is written --name=VALUE.
+      if (argv[i + 1].rfind("--", 0) == 0) {
+        throw UsageError("--" + name + ": missing value (got the flag '" + argv[i + 1] +
+                         "'; write --" + name + "=VALUE for a value that starts with --)");
+      }
       value = argv[++i];
     }
     if (values_.count(name)) throw UsageError("--" + name + ": given twice");
@@ -172,7 +178,9 @@ std::int64_t ParseInt(const std::string& flag, const std::string& text) {
   return v;
 }
 
-std::vector<double> ReadNumbers(const std::string& flag, const std::string& path) {
+namespace {
+
+std::string ReadAll(const std::string& flag, const std::string& path) {
   std::string bytes;
   if (path == "-") {
     std::ostringstream ss;
@@ -185,7 +193,16 @@ std::vector<double> ReadNumbers(const std::string& flag, const std::string& path
     ss << in.rdbuf();
     bytes = ss.str();
   }
-  if (bytes.size() >= 6 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0) {
+  return bytes;
+}
+
+std::string Where(const std::string& path) { return path == "-" ? "stdin" : path; }
+
+}  // namespace
+
+std::vector<double> ReadNumbers(const std::string& flag, const std::string& path) {
+  const std::string bytes = ReadAll(flag, path);
+  if (IsNpy(bytes)) {
     return NpyToDoubles(bytes, flag, path);  // invalid_argument "<flag>: <path>: ..."
   }
   std::vector<double> out;
@@ -203,6 +220,73 @@ std::vector<double> ReadNumbers(const std::string& flag, const std::string& path
                        std::to_string(number) + ": '" + t + "' is not a number");
     }
     out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<std::int64_t> ReadWholeNumbers(const std::string& flag, const std::string& path) {
+  const std::string bytes = ReadAll(flag, path);
+  auto bad = [&](std::int64_t i, const std::string& text) {
+    return UsageError(flag + ": " + Where(path) + ": item " + std::to_string(i) + " is " + text +
+                      ", expected a whole number in [0, 2^63)");
+  };
+  std::vector<std::int64_t> out;
+  if (IsNpy(bytes)) {
+    const NpyHeader h = ParseNpyHeader(bytes, bytes.size(), flag, path);
+    if (h.shape.size() != 1) {
+      throw UsageError(flag + ": " + Where(path) + ": expected a 1-D array, got " +
+                       std::to_string(h.shape.size()) + " dimensions");
+    }
+    if (h.kind == 'f') {
+      for (double v : NpyToDoubles(bytes, flag, path)) {
+        // 2^63 is the first double that does not fit; below it, whole
+        // doubles convert exactly.
+        if (!(v >= 0) || v != std::floor(v) || v >= 9223372036854775808.0) {
+          char buf[64];
+          std::snprintf(buf, sizeof buf, "%.17g", v);
+          throw bad(static_cast<std::int64_t>(out.size()), buf);
+        }
+        out.push_back(static_cast<std::int64_t>(v));
+      }
+      return out;
+    }
+    out.resize(static_cast<size_t>(h.count));
+    const char* p = bytes.data() + h.data_offset;
+    for (std::int64_t i = 0; i < h.count; ++i, p += h.item_size) {
+      std::uint64_t raw = 0;
+      std::memcpy(&raw, p, static_cast<size_t>(h.item_size));  // little-endian (npy.h)
+      const bool negative = h.kind == 'i' && ((raw >> (8 * h.item_size - 1)) & 1);
+      if (negative || raw > static_cast<std::uint64_t>(INT64_MAX)) {
+        std::int64_t shown = 0;
+        if (negative && h.item_size < 8) raw |= ~std::uint64_t{0} << (8 * h.item_size);
+        std::memcpy(&shown, &raw, 8);
+        throw bad(i, negative ? std::to_string(shown) : std::to_string(raw));
+      }
+      out[static_cast<size_t>(i)] = static_cast<std::int64_t>(raw);
+    }
+    return out;
+  }
+  std::istringstream in(bytes);
+  std::string line;
+  std::int64_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    std::string t = Trim(line);
+    if (t.empty() || t[0] == '#') continue;
+    std::int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (ec == std::errc() && ptr == t.data() + t.size() && v >= 0) {
+      out.push_back(v);  // exact, whatever its size
+      continue;
+    }
+    double d = 0;
+    auto [dptr, dec] = std::from_chars(t.data(), t.data() + t.size(), d);
+    if (dec != std::errc() || dptr != t.data() + t.size() || !(d >= 0) || d != std::floor(d) ||
+        d >= 9223372036854775808.0) {
+      throw UsageError(flag + ": " + Where(path) + " line " + std::to_string(number) + ": '" + t +
+                       "' is not a whole number in [0, 2^63)");
+    }
+    out.push_back(static_cast<std::int64_t>(d));  // "1e3", "4096.0"
   }
   return out;
 }

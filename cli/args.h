@@ -71,6 +71,12 @@ class Args {
 // `flag`, the file and the offending line or header.
 [[nodiscard]] std::vector<double> ReadNumbers(const std::string& flag, const std::string& path);
 
+// Reads whole numbers >= 0 (lengths, image counts) like ReadNumbers, exactly:
+// integers of any size below 2^63 (text or integer .npy) are never rounded
+// through a double. UsageError naming `flag`, the file and the item.
+[[nodiscard]] std::vector<std::int64_t> ReadWholeNumbers(const std::string& flag,
+                                                         const std::string& path);
+
 }  // namespace shardkit::cli
 
 #endif  // SHARDKIT_CLI_ARGS_H_

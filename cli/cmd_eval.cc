@@ -54,13 +54,19 @@ int RunEvalPlan(const Argv& argv) {
   const std::vector<Index> ranks =
       ListedRanks(args, plan.world_size(), [&](Index r) { (void)plan.Real(r); });
   const bool batches = args.Has("batches");
-  if (batches &&
-      static_cast<Index>(ranks.size()) * plan.num_steps() * plan.batch_size() > kMaxListedSlots) {
+  Index per_rank = 0, listed = 0;
+  const bool too_many =
+      __builtin_mul_overflow(plan.num_steps(), plan.batch_size(), &per_rank) ||
+      __builtin_mul_overflow(per_rank, static_cast<Index>(ranks.size()), &listed) ||
+      listed > kMaxListedSlots;
+  if (batches && too_many) {
     throw UsageError("--batches: would list more than " + std::to_string(kMaxListedSlots) +
                      " slots; narrow with --rank");
   }
-  std::vector<Index> idx(plan.batch_size());
-  std::unique_ptr<bool[]> mask(new bool[plan.batch_size()]);
+  // Buffers for one step, only when steps are listed (the check above bounds
+  // them): a huge --batch alone must not allocate.
+  std::vector<Index> idx(batches ? plan.batch_size() : 0);
+  std::unique_ptr<bool[]> mask(new bool[batches ? plan.batch_size() : 1]);
 
   if (args.Has("json")) {
     Json j;

@@ -18,6 +18,10 @@ namespace shardkit::cli {
 namespace {
 
 constexpr Index kMaxListedDevices = 64;
+// Every device and process is computed (and, with --json, listed): the work
+// and the output grow with the mesh, so meshes past this size are refused
+// unless --max-devices raises the bound.
+constexpr Index kDefaultMaxDevices = Index{1} << 20;
 
 std::string SliceText(const Slice& s) {
   return std::to_string(s.start) + ":" + std::to_string(s.stop);
@@ -73,18 +77,37 @@ int RunLayout(const Argv& argv) {
       .Flag("shape", "DIMS", "global array shape, e.g. 16,8 (required)")
       .Flag("owners", "LIST", "process of each device, e.g. 0,0,1,1 (default: all process 0)")
       .Flag("batch", "B", "also show which rows of a B-row batch each process loads")
+      .Flag("max-devices", "N",
+            "refuse meshes of more than N devices (default 1048576): the work and the\n"
+            "                            JSON grow with the mesh")
       .Flag("json", "", "print one JSON object");
   if (!args.Parse(argv)) return 0;
-  Mesh mesh(ParseMeshAxes(args.RequireStr("mesh")), args.IntList("owners"));
+  const std::vector<MeshAxis> axes = ParseMeshAxes(args.RequireStr("mesh"));
+  const Index max_devices = args.Int("max-devices", kDefaultMaxDevices);
+  if (max_devices < 1) {
+    throw UsageError("--max-devices: must be at least 1, got " + std::to_string(max_devices));
+  }
+  Index devices = 1;
+  for (const MeshAxis& axis : axes) {
+    if (axis.size > 0 && devices > max_devices / axis.size) {
+      throw UsageError("--mesh: more than " + std::to_string(max_devices) +
+                       " devices (--max-devices); layout computes and lists every device "
+                       "and process: raise --max-devices to go on");
+    }
+    devices *= std::max<Index>(axis.size, 1);
+  }
+  Mesh mesh(axes, args.IntList("owners"));
   NamedSharding sharding(mesh, ParsePartitionSpec(args.Str("spec", "")));
-  const std::vector<Index> shape = args.IntList("shape");
   if (!args.Has("shape")) throw UsageError("--shape: required");
+  const std::vector<Index> shape = args.IntList("shape");
   const ArrayLayout layout = sharding.Layout(shape);
   std::optional<LoadingPlan> loading;
   if (auto batch = args.Int("batch")) loading.emplace(sharding, *batch);
   const int n = layout.ndim();
-  std::vector<Slice> indices(mesh.size() * n);
-  layout.DevicesIndicesMap(indices.data());
+  // The JSON lists every device; the text lists the first kMaxListedDevices.
+  const Index listed = args.Has("json") ? mesh.size() : std::min(mesh.size(), kMaxListedDevices);
+  std::vector<Slice> indices(static_cast<size_t>(listed * n) + 1);
+  for (Index d = 0; d < listed; ++d) layout.DeviceIndex(d, indices.data() + d * n);
 
   if (args.Has("json")) {
     Json j;
@@ -121,15 +144,15 @@ int RunLayout(const Argv& argv) {
     return 0;
   }
 
-  std::printf("mesh %s (%" PRId64 " devices, %" PRId64
-              " processes), spec %s, shape %s -> "
+  std::printf("mesh %s (%" PRId64 " device%s, %" PRId64
+              " process%s), spec %s, shape %s -> "
               "shard %s\n\n",
-              mesh.ToString().c_str(), mesh.size(), mesh.num_processes(),
+              mesh.ToString().c_str(), mesh.size(), mesh.size() == 1 ? "" : "s",
+              mesh.num_processes(), mesh.num_processes() == 1 ? "" : "es",
               SpecToString(sharding.spec()).c_str(), ShapeText(shape).c_str(),
               ShapeText(layout.shard_shape()).c_str());
   PrintMeshPicture(mesh);
   std::printf("\n%7s %8s %8s  %s\n", "device", "process", "replica", "index");
-  const Index listed = std::min(mesh.size(), kMaxListedDevices);
   for (Index d = 0; d < listed; ++d) {
     std::string index = "[";
     for (int i = 0; i < n; ++i) index += (i ? ", " : "") + SliceText(indices[d * n + i]);

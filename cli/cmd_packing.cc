@@ -16,23 +16,6 @@ namespace {
 
 constexpr Index kMaxListedEntries = 100000000;
 
-// Whole numbers >= 0 (doubles hold integers exactly up to 2^53).
-std::vector<Index> ReadCounts(const std::string& flag, const std::string& path) {
-  std::vector<double> values = ReadNumbers(flag, path);
-  std::vector<Index> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    const double v = values[i];
-    if (!(v >= 0) || v != std::floor(v) || v > 9007199254740992.0) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%.17g", v);
-      throw UsageError(flag + ": item " + std::to_string(i) + " is " + buf +
-                       ", expected a whole number >= 0");
-    }
-    out[i] = static_cast<Index>(v);
-  }
-  return out;
-}
-
 }  // namespace
 
 int RunPack(const Argv& argv) {
@@ -63,10 +46,10 @@ int RunPack(const Argv& argv) {
   o.max_sequences = args.Int("max-sequences");
   o.buffer = args.Int("buffer");
   ValidatePackOptions(o);
-  const std::vector<Index> lengths = ReadCounts("--lengths", lengths_path);
+  const std::vector<Index> lengths = ReadWholeNumbers("--lengths", lengths_path);
   std::vector<Index> images;
   if (auto path = args.Str("images")) {
-    images = ReadCounts("--images", *path);
+    images = ReadWholeNumbers("--images", *path);
     if (images.size() != lengths.size()) {
       throw UsageError("--images: has " + std::to_string(images.size()) +
                        " entries but --lengths has " + std::to_string(lengths.size()));
@@ -82,8 +65,13 @@ int RunPack(const Argv& argv) {
   }
   std::optional<RankSchedule> schedule;
   CostModel cost = ParseCostModel(args.Str("cost", "tokens"));
+  // Parsed whether or not --world is given: a bad value is never ignored.
+  const Index packs_per_rank = args.Int("packs-per-rank", 1);
   if (auto world = args.Int("world")) {
-    schedule = BalanceRanks(PackCosts(p, cost), *world, args.Int("packs-per-rank", 1));
+    schedule = BalanceRanks(PackCosts(p, cost), *world, packs_per_rank);
+  } else if (args.Has("packs-per-rank") || args.Has("cost")) {
+    throw UsageError(std::string(args.Has("cost") ? "--cost" : "--packs-per-rank") +
+                     ": needs --world (ranks to deal the packs to)");
   }
   const double over =
       p.lower_bound > 0 ? static_cast<double>(p.num_packs()) / p.lower_bound - 1 : 0.0;

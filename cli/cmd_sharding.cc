@@ -70,6 +70,13 @@ std::string Head(const Shard& shard, Index max_items) {
   return out;
 }
 
+// What the audit proves: each item once, or (replicate) every item on
+// every rank.
+const char* CoverageName(const ShardPlan& plan) {
+  return plan.options().remainder == Remainder::kReplicate ? "every item on every rank"
+                                                           : "exactly once";
+}
+
 void PlanHeader(Json& j, const ShardPlan& plan) {
   const auto& o = plan.options();
   j.Key("items").Int(plan.num_items());
@@ -78,9 +85,10 @@ void PlanHeader(Json& j, const ShardPlan& plan) {
   j.Key("split").String(SplitName(o.split));
   j.Key("remainder").String(RemainderName(o.remainder));
   j.Key("shuffle").Bool(o.shuffle);
-  j.Key("seed").Int(static_cast<std::int64_t>(o.seed));
-  j.Key("epoch").Int(static_cast<std::int64_t>(o.epoch));
+  j.Key("seed").Uint(o.seed);
+  j.Key("epoch").Uint(o.epoch);
   j.Key("dropped").Int(plan.Dropped());
+  j.Key("coverage").String(CoverageName(plan));
 }
 
 // The weight figures of an audit (only when the plan has weights); `shard`
@@ -190,7 +198,7 @@ int RunShard(const Argv& argv) {
     if (!report.loads.empty()) std::printf(" %12.6g", report.loads[r]);
     std::printf("  %s\n", Head(shard, head).c_str());
   }
-  std::printf("exactly once: %s (%s); max imbalance %" PRId64 " item(s)",
+  std::printf("%s: %s (%s); max imbalance %" PRId64 " item(s)", CoverageName(plan),
               report.exactly_once ? "yes" : "NO", report.method.c_str(), report.max_imbalance);
   if (plan.Dropped()) std::printf("; dropped %" PRId64, plan.Dropped());
   if (!report.loads.empty()) {
@@ -234,7 +242,11 @@ int RunAudit(const Argv& argv) {
     std::cout << j.str() << "\n";
   } else {
     std::cout << plan.Describe() << "\n";
-    std::printf("coverage: %s\n", r.exactly_once ? "OK, exactly as the policy states" : "FAILED");
+    std::printf("coverage: %s\n", r.exactly_once
+                                      ? (plan.options().remainder == Remainder::kReplicate
+                                             ? "OK, every item on every rank"
+                                             : "OK, exactly as the policy states")
+                                      : "FAILED");
     std::printf("  %s: %s\n", r.method.c_str(), r.detail.c_str());
     std::printf("  window %" PRId64 ", delivered %" PRId64 ", padding %" PRId64 ", dropped %" PRId64
                 ", duplicates %" PRId64 ", missing %" PRId64 "\n",

@@ -5,6 +5,7 @@
 #ifndef SHARDKIT_CLI_COMMANDS_H_
 #define SHARDKIT_CLI_COMMANDS_H_
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,18 @@ struct Command {
 
 // Every subcommand, in the order `shardkit --help` lists them.
 const std::vector<Command>& Commands();
+
+// What a command ended with: its exit status and, when it failed with an
+// error, the one line (no newline, control characters escaped) that names
+// the flag and the value; main() prints it as "shardkit <command>: <error>".
+struct Outcome {
+  int status = 0;
+  std::string error;
+};
+[[nodiscard]] Outcome RunCommand(const Command& command, const Argv& argv);
+
+// The list of subcommands (shardkit --help).
+void PrintUsage(std::FILE* to);
 
 }  // namespace shardkit::cli
 

@@ -36,6 +36,8 @@ class Json {
     return *this;
   }
   Json& Int(std::int64_t v) { return Raw(std::to_string(v)); }
+  // Seeds and epochs are unsigned 64-bit: printed as such, never as negative.
+  Json& Uint(std::uint64_t v) { return Raw(std::to_string(v)); }
   Json& Bool(bool v) { return Raw(v ? "true" : "false"); }
   Json& Null() { return Raw("null"); }
   Json& Double(double v) {

@@ -165,7 +165,8 @@ void HtmlReport::AddSection(const std::string& heading, const std::string& html)
 void HtmlReport::Write(const std::string& path) const {
   std::ofstream out(path);
   if (!out) {
-    throw std::runtime_error("cannot write the report to '" + path + "': " + std::strerror(errno));
+    throw std::runtime_error("--out: cannot write the report to '" + path +
+                             "': " + std::strerror(errno));
   }
   out << "<!doctype html><html><head><meta charset='utf-8'><title>" << Escape(title_)
       << "</title><style>body{font-family:sans-serif;max-width:820px;margin:2em auto;"
@@ -177,6 +178,13 @@ void HtmlReport::Write(const std::string& path) const {
     out << "<section><h2>" << Escape(heading) << "</h2>" << html << "</section>";
   }
   out << "</body></html>\n";
+  // A full disk (or /dev/full) fails at the flush: never report success then.
+  errno = 0;
+  out.close();
+  if (!out) {
+    throw std::runtime_error("--out: cannot write the report to '" + path +
+                             "': " + (errno ? std::strerror(errno) : "write error"));
+  }
 }
 
 }  // namespace shardkit::cli
