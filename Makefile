@@ -9,16 +9,24 @@ JOBS ?= 2
 DEV := build/dev
 BENCH_VENV := build/bench-venv
 ASAN := build/asan
-APT_PACKAGES := libgtest-dev libbenchmark-dev openmpi-bin libopenmpi-dev clang-format
+FUZZ := build/fuzz
+# make fuzz: every libFuzzer harness (fuzz/) for FUZZ_SECONDS each; make test
+# runs each for FUZZ_QUICK_SECONDS from its seed corpus.
+FUZZ_SECONDS ?= 600
+FUZZ_QUICK_SECONDS ?= 4
+# clang-14 and its runtimes (libFuzzer, ASan, UBSan) build the fuzz harnesses.
+APT_PACKAGES := libgtest-dev libbenchmark-dev openmpi-bin libopenmpi-dev clang-format \
+  clang-14 libclang-rt-14-dev
 CMAKE_COMMON := -G Ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY)
 
 # make lint: clang-format and ruff (tools/lint); make test runs it first.
-.PHONY: demo test lint build system venv test-cpp test-asan test-python test-wheel bench clean
+.PHONY: demo test lint build system venv test-cpp test-asan test-python test-wheel bench clean \
+  fuzz fuzz-build test-fuzz
 
 demo: build
 	$(DEV)/cli/shardkit demo --out build/demo/shardkit-demo.html
 
-test: lint build test-cpp test-asan test-python test-wheel
+test: lint build test-cpp test-asan test-fuzz test-python test-wheel
 	@echo "make test: all suites passed"
 
 lint: venv
@@ -55,6 +63,22 @@ test-asan: venv $(ASAN)/build.ninja
 	cmake --build $(ASAN) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN) --output-on-failure -j $(JOBS)
+
+$(FUZZ)/build.ninja: | system
+	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DSHARDKIT_SANITIZE=ON -DSHARDKIT_BUILD_FUZZERS=ON -DSHARDKIT_BUILD_TESTS=OFF \
+	  -DSHARDKIT_BUILD_MPI=OFF
+
+fuzz-build: $(FUZZ)/build.ninja
+	cmake --build $(FUZZ) -j $(JOBS)
+
+# Findings (crash, sanitizer report, leak, timeout, out of memory) fail the run;
+# the inputs are in build/fuzz/artifacts/.
+fuzz: fuzz-build
+	tools/fuzz $(FUZZ) $(FUZZ_SECONDS)
+
+test-fuzz: fuzz-build
+	tools/fuzz $(FUZZ) $(FUZZ_QUICK_SECONDS)
 
 test-python: build
 	PYTHONPATH=$(CURDIR)/python SHARDKIT_CLI=$(CURDIR)/$(DEV)/cli/shardkit \
