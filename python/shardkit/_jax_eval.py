@@ -28,6 +28,8 @@ __all__ = [
 
 _FAILURE = "shardkit/failure"
 _ACKS = "shardkit/failure_acks"
+_HEARTBEAT = "shardkit/heartbeat"
+_LEFT = "shardkit/left_after_failure"
 
 
 def _client():
@@ -77,6 +79,36 @@ class JaxEngine:
 
     def set_failure(self, reason: str) -> None:
         self.client.key_value_set(_FAILURE, reason)
+
+    def publish_failure(self, reason: str) -> str:
+        """First writer wins: key_value_set refuses to overwrite."""
+        try:
+            self.client.key_value_set(_FAILURE, reason)
+            return reason
+        except Exception as e:
+            if "ALREADY_EXISTS" not in str(e):
+                raise
+            return self.client.key_value_try_get(_FAILURE)
+
+    def heartbeat(self, n: int) -> None:
+        self.client.key_value_increment(f"{_HEARTBEAT}/{self.rank}", n)
+
+    def heartbeats(self) -> list:
+        return [
+            int(self.client.key_value_increment(f"{_HEARTBEAT}/{r}", 0))
+            for r in range(self.world_size)
+        ]
+
+    def leave_after_failure(self, grace: float) -> None:
+        """Counts this process out; process 0 hosts the coordination service, so it
+        waits up to ``grace`` seconds for the others to leave before it goes."""
+        import time
+
+        left = int(self.client.key_value_increment(_LEFT, 1))
+        deadline = time.monotonic() + grace
+        while self.rank == 0 and left < self.world_size and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = int(self.client.key_value_increment(_LEFT, 0))
 
     def get_failure(self) -> Optional[str]:
         try:

@@ -29,6 +29,7 @@ __all__ = [
 
 _FAILURE = "shardkit/failure"
 _ACKS = "shardkit/failure_acks"
+_HEARTBEAT = "shardkit/heartbeat"
 
 
 class TorchEngine:
@@ -63,6 +64,16 @@ class TorchEngine:
 
     def set_failure(self, reason: str) -> None:
         self.store.set(_FAILURE, reason)
+
+    def publish_failure(self, reason: str) -> str:
+        """First writer wins (compare_set with an empty expected value)."""
+        return self.store.compare_set(_FAILURE, "", reason).decode()
+
+    def heartbeat(self, n: int) -> None:
+        self.store.add(f"{_HEARTBEAT}/{self.rank}", n)
+
+    def heartbeats(self) -> list:
+        return [int(self.store.add(f"{_HEARTBEAT}/{r}", 0)) for r in range(self.world_size)]
 
     def get_failure(self) -> Optional[str]:
         if not self.store.check([_FAILURE]):
@@ -109,6 +120,11 @@ def global_masked_sum(values: torch.Tensor, mask, group: Optional[Any] = None):
     step; padded slots (mask False) never count. The same function in
     ``shardkit.jax`` takes the same arguments and returns the same pair."""
     m = torch.as_tensor(np.asarray(mask, dtype=bool)).to(values.device)
+    if values.dim() == 0 or m.dim() != 1 or m.shape[0] != values.shape[0]:
+        raise ValueError(
+            f"mask: has shape {tuple(m.shape)} but values has shape {tuple(values.shape)}; "
+            "one flag per slot (values.shape[0])"
+        )
     shape = (-1,) + (1,) * (values.dim() - 1)
     total = torch.where(m.reshape(shape), values, torch.zeros_like(values)).sum(0)
     packed = torch.cat([total.reshape(-1).to(torch.float64), m.sum().reshape(1).to(torch.float64)])

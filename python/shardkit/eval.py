@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import threading
 import time
@@ -174,9 +175,30 @@ class PlanMismatchError(RuntimeError):
 class RemoteRankError(RuntimeError):
     """Another rank failed; the message names it and its reason."""
 
+    reason = ""  # set on the subclasses fail_fast raises in a blocked thread
+
+    def __str__(self) -> str:
+        return super().__str__() or self.reason
+
 
 def _as_bool(mask) -> np.ndarray:
-    return np.asarray(mask, dtype=bool)
+    m = np.asarray(mask, dtype=bool)
+    if m.ndim != 1:
+        raise ValueError(f"mask: expected a 1-D mask (one flag per slot), got shape {m.shape}")
+    return m
+
+
+def _check_mask(values: np.ndarray, m: np.ndarray, axis: int) -> None:
+    """A mask shorter or longer than the slots would broadcast into a wrong metric."""
+    if values.ndim == 0:
+        raise ValueError("values: expected one value per slot, got a scalar")
+    if not -values.ndim <= axis < values.ndim:
+        raise ValueError(f"axis: {axis} is outside the {values.ndim} dimensions of values")
+    if m.shape[0] != values.shape[axis]:
+        raise ValueError(
+            f"mask: has {m.shape[0]} entries but values has {values.shape[axis]} slots along "
+            f"axis {axis} (shape {values.shape}); one flag per slot"
+        )
 
 
 def masked_count(mask) -> int:
@@ -185,9 +207,11 @@ def masked_count(mask) -> int:
 
 
 def masked_sum(values, mask, axis: int = 0):
-    """Sum of values over the real slots (mask True) along ``axis``."""
+    """Sum of values over the real slots (mask True) along ``axis``. Raises
+    ValueError naming mask when it does not have one flag per slot."""
     values = np.asarray(values)
     m = _as_bool(mask)
+    _check_mask(values, m, axis)
     shape = [1] * values.ndim
     shape[axis] = m.shape[0]
     total = np.where(m.reshape(shape), values, 0).sum(axis=axis)
@@ -195,9 +219,10 @@ def masked_sum(values, mask, axis: int = 0):
 
 
 def masked_mean(values, mask, axis: int = 0):
-    """Mean of values over the real slots; NaN when there are none."""
-    n = masked_count(mask)
+    """Mean of values over the real slots; NaN when there are none. Raises
+    ValueError naming mask when it does not have one flag per slot."""
     total = masked_sum(values, mask, axis=axis)
+    n = masked_count(mask)
     if np.ndim(total) == 0:
         return total / n if n else float("nan")
     return total / n if n else np.full(np.shape(total), np.nan)
@@ -259,34 +284,142 @@ def agree_steps(
 
 def gather_unshard(plan: EvalPlan, local_outputs: Any, engine: Engine):
     """Gathers every rank's outputs (``num_steps * batch_size`` rows each) and
-    returns one per item in item order, on every rank."""
-    if len(local_outputs) != plan.num_steps * plan.batch_size:
+    returns one per item in item order, on every rank.
+
+    One small collective first compares every rank's plan fingerprint and row
+    count, so that ranks holding different plans (PlanMismatchError) or a
+    rank with the wrong number of rows (ValueError naming the ranks) fail
+    together on every rank instead of hanging in the gather or returning
+    different results."""
+    rows = _exchange(engine, plan, len(local_outputs))
+    expected = plan.num_steps * plan.batch_size
+    wrong = {r: int(n) for r, n in enumerate(rows[:, 1].tolist()) if n != expected}
+    if wrong:
         raise ValueError(
-            f"local_outputs: rank {engine.rank} has {len(local_outputs)} rows, "
-            f"expected {plan.num_steps * plan.batch_size} (num_steps x batch_size)"
+            f"local_outputs: expected {expected} rows on every rank (num_steps x batch_size); "
+            + ", ".join(f"rank {r} has {n}" for r, n in sorted(wrong.items()))
+            + f" (this is rank {engine.rank})"
         )
     return plan.unshard(engine.allgather_rows(local_outputs))
+
+
+_HEARTBEAT_S = 0.5  # how often a rank inside fail_fast tells the others it is alive
+_LEFT_NORMALLY = 1 << 40  # added to a rank's heartbeat when it leaves the block normally
+_COLLECTIVE_ERROR = re.compile(
+    r"connection (closed|reset|refused)|broken pipe|timed? ?out|gloo|nccl|unavailable|"
+    r"deadline_exceeded|socket|peer",
+    re.IGNORECASE,
+)
+
+
+def _publish(engine: Engine, reason: str) -> str:
+    """Publishes a failure; the first rank to publish wins. Returns the reason
+    now on record: ``reason``, or an earlier rank's."""
+    publish = getattr(engine, "publish_failure", None)
+    if publish is not None:
+        return publish(reason)
+    earlier = engine.get_failure()
+    if earlier:
+        return earlier
+    engine.set_failure(reason)
+    return reason
+
+
+def _is_collective_error(e: BaseException) -> bool:
+    """An error of the communication layer (a peer gone, a timeout): a
+    consequence of another rank's failure more often than a cause."""
+    name = type(e).__name__
+    if name in ("DistBackendError", "DistNetworkError", "XlaRuntimeError", "JaxRuntimeError"):
+        return True
+    return isinstance(e, (RuntimeError, ConnectionError, TimeoutError)) and bool(
+        _COLLECTIVE_ERROR.search(str(e))
+    )
+
+
+def _async_raise(thread_id: int, exc_type: Optional[type]) -> None:
+    """Raises ``exc_type`` in another thread at its next Python instruction
+    (None clears a pending one). A thread blocked inside a C++ collective sees
+    it only when the collective returns."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None
+    )
+
+
+def _unresponsive(engine: Engine, wait: float) -> list:
+    """Ranks whose fail_fast heartbeat did not move during ``wait`` seconds
+    (killed, or hung outside Python), excluding this rank and ranks that left
+    the block normally."""
+    beats = getattr(engine, "heartbeats", None)
+    if beats is None:
+        return []
+    beat = getattr(engine, "heartbeat", None)
+    try:
+        before = beats()
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:  # this rank keeps answering meanwhile
+            if beat is not None:
+                beat(1)
+            time.sleep(_HEARTBEAT_S / 2)
+        after = beats()
+    except Exception:
+        return []
+    return [
+        r
+        for r in range(engine.world_size)
+        if r != engine.rank and after[r] == before[r] and after[r] < _LEFT_NORMALLY
+    ]
+
+
+def _leave(engine: Engine, grace: float) -> None:
+    leave = getattr(engine, "leave_after_failure", None)
+    if leave is not None:
+        leave(grace)
 
 
 @contextlib.contextmanager
 def fail_fast(engine: Engine, *, grace: float = 2.0, poll: float = 0.05):
     """Makes one rank's failure end every rank with its reason, in bounded time.
 
-    On an exception inside the block this rank publishes ``"rank R: Type: message"``
-    through the engine's side channel (torch: the c10d store; JAX: the
-    coordination service's key-value store), waits up to ``grace`` seconds for
-    the other ranks to acknowledge, and re-raises. On the other ranks a watcher
-    thread sees the failure within ``poll`` seconds, prints it to stderr and
-    acknowledges; their blocked collective then fails (or the launcher stops
-    them) and the block raises RemoteRankError with the reason. A rank still
-    blocked ``grace`` seconds after seeing the failure exits with status 1.
+    On an exception inside the block this rank publishes ``"rank R failed:
+    Type: message"`` through the engine's side channel (torch: the c10d
+    store; JAX: the coordination service's key-value store; the first rank to
+    publish wins, later ones never overwrite it), waits up to ``grace``
+    seconds for the other ranks to acknowledge, and re-raises.
+
+    On the other ranks a watcher thread sees the failure within ``poll``
+    seconds, prints it to stderr, acknowledges, and raises RemoteRankError
+    (naming the failed rank and its reason) in the thread that runs the
+    block, so that its ``except`` and ``finally`` blocks run. A thread blocked
+    inside a collective gets it when the collective returns (torch's gloo
+    returns an error once the failed rank's process is gone); a rank still
+    blocked ``grace`` seconds after seeing the failure cannot be interrupted
+    and exits with status 1 (``os._exit``: its ``finally`` blocks do not run).
+
+    A rank whose own error is a failed collective (a peer gone) first waits up
+    to ``grace`` for another rank's report and raises RemoteRankError with
+    it; when none comes, it names the ranks that stopped answering (their
+    heartbeat, written every 0.5 s inside the block, stood still) instead of
+    blaming itself.
+
+    JAX: after a failure, a process ends with status 1 without JAX's shutdown
+    barrier (which would wait ~100 s for processes that are gone); process 0,
+    which hosts the coordination service, first waits up to ``grace`` seconds
+    for the others to leave.
     """
     stop = threading.Event()
     seen: list[str] = []
+    owner = threading.get_ident()
 
     def watch() -> None:
+        last_beat = 0.0
+        beat = getattr(engine, "heartbeat", None)
         while not stop.wait(poll):
             try:
+                if beat is not None and time.monotonic() - last_beat >= _HEARTBEAT_S:
+                    beat(1)
+                    last_beat = time.monotonic()
                 reason = engine.get_failure()
             except Exception:  # the engine is shutting down: nothing more to watch
                 return
@@ -298,15 +431,21 @@ def fail_fast(engine: Engine, *, grace: float = 2.0, poll: float = 0.05):
                 engine.ack_failure()
             except Exception:
                 pass
+            if not stop.is_set():
+                _async_raise(owner, type("RemoteRankError", (RemoteRankError,), {"reason": reason}))
             if not stop.wait(grace):
                 print(
                     f"shardkit: rank {engine.rank} still blocked {grace:.1f} s after the "
-                    f"failure; exiting",
+                    f"failure (inside a collective); exiting with status 1",
                     file=sys.stderr,
                     flush=True,
                 )
+                sys.stdout.flush()
                 sys.stderr.flush()
-                os._exit(1)
+                try:
+                    _leave(engine, grace)
+                finally:
+                    os._exit(1)
             return
 
     watcher = threading.Thread(target=watch, name="shardkit-fail-fast", daemon=True)
@@ -317,19 +456,89 @@ def fail_fast(engine: Engine, *, grace: float = 2.0, poll: float = 0.05):
         # Every rank received every fingerprint and raises this same error:
         # nobody is left waiting, so there is nothing to publish.
         stop.set()
+        _async_raise(owner, None)
         raise
     except Exception as e:
         stop.set()
+        _async_raise(owner, None)  # a RemoteRankError still pending would replace this one
+        _leave_at_exit(engine, grace)
         if seen:  # another rank failed first: this error is a consequence
             raise RemoteRankError(seen[0]) from e
+        if _is_collective_error(e):
+            # Another rank's report usually follows its failure within a poll.
+            deadline = time.monotonic() + grace
+            beat = getattr(engine, "heartbeat", None)
+            last_beat = 0.0
+            while time.monotonic() < deadline:
+                try:
+                    if beat is not None and time.monotonic() - last_beat >= _HEARTBEAT_S / 2:
+                        beat(1)  # still alive: others resolving the same failure must not blame us
+                        last_beat = time.monotonic()
+                    earlier = engine.get_failure()
+                except Exception:
+                    break
+                if earlier:
+                    raise RemoteRankError(earlier) from e
+                time.sleep(poll)
+            gone = _unresponsive(engine, 3 * _HEARTBEAT_S)
+            if gone:
+                ranks = ", ".join(str(r) for r in gone)
+                reason = (
+                    f"rank{'s' if len(gone) > 1 else ''} {ranks} stopped responding "
+                    f"(killed, or hung outside Python); rank {engine.rank} saw "
+                    f"{type(e).__name__}: {e}"
+                )
+                try:
+                    reason = _publish(engine, reason)
+                except Exception:
+                    traceback.print_exc()
+                raise RemoteRankError(reason) from e
         reason = f"rank {engine.rank} failed: {type(e).__name__}: {e}"
         try:
-            engine.set_failure(reason)
+            on_record = _publish(engine, reason)
+            if on_record != reason:  # another rank published first
+                raise RemoteRankError(on_record) from e
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and engine.failure_acks() < engine.world_size - 1:
                 time.sleep(poll)
+        except RemoteRankError:
+            raise
         except Exception:
             traceback.print_exc()
         raise
+    else:
+        stop.set()
+        beat = getattr(engine, "heartbeat", None)
+        if beat is not None:
+            try:
+                beat(_LEFT_NORMALLY)
+            except Exception:
+                pass
     finally:
         stop.set()
+        _async_raise(owner, None)
+
+
+_exit_hooked = False
+
+
+def _leave_at_exit(engine: Engine, grace: float) -> None:
+    """Engines whose normal exit waits for every process (JAX's shutdown
+    barrier) end the process right after the failure has propagated: the
+    traceback is printed, ``finally`` blocks and earlier atexit handlers have
+    run, then status 1 without the barrier."""
+    global _exit_hooked
+    if _exit_hooked or getattr(engine, "leave_after_failure", None) is None:
+        return
+    _exit_hooked = True
+    import atexit
+
+    def leave() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            _leave(engine, grace)
+        finally:
+            os._exit(1)
+
+    atexit.register(leave)

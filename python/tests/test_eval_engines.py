@@ -117,6 +117,73 @@ def test_torchrun_rank_that_raises_stops_every_rank_with_its_reason():
     assert seconds < 15, seconds
 
 
+def _torch_spawn(mode, n=4):
+    """n processes with torch's env:// rendezvous (the store lives in rank 0),
+    no torchrun agent: what each rank does after a peer dies is visible."""
+    pytest.importorskip("torch")
+    port = _free_port()
+    procs = []
+    for rank in range(n):
+        env = _env()
+        env.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(n),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(n),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKERS / "eval_torch_worker.py"), "--mode", mode],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+        )
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=TIMEOUT)
+            results.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return results
+
+
+@pytest.mark.parametrize("mode", ["nocheck_900", "nocheck_1001"])
+def test_gather_unshard_without_check_plan_refuses_ranks_with_different_plans(mode):
+    # Regression: without check_plan, N = 900 on one rank among N = 1000 hung
+    # in gather_unshard, and 1001 vs 1000 returned different results silently.
+    results = _torch_spawn(mode)
+    for rank, (code, out, err) in enumerate(results):
+        assert code == 3, (rank, code, out, err[-2000:])
+        assert f"rank {rank} PlanMismatchError: plan fingerprint mismatch" in out, out
+
+
+def test_killed_rank_is_blamed_not_the_survivor_that_saw_the_closed_connection():
+    # Regression: rank 1 SIGKILLed -> "rank 0 failed: ... Connection closed by
+    # peer". The survivors now name rank 1, and their finally blocks run.
+    results = _torch_spawn("kill")
+    assert results[1][0] == -9
+    raised = 0
+    for rank in (0, 2, 3):
+        code, out, err = results[rank]
+        assert code != 0
+        assert "rank 1 stopped responding" in err, err[-3000:]
+        assert f"rank {rank} failed" not in err, err[-3000:]
+        if "still blocked" in err:  # inside a collective with live peers: the documented exit
+            assert f"rank {rank} finally ran" not in err
+            continue
+        assert "RemoteRankError" in err, err[-3000:]
+        assert f"rank {rank} finally ran" in err, err[-3000:]
+        raised += 1
+    assert raised >= 1, [r[2][-1000:] for r in results]
+
+
 # mpirun (the C++ helper) -----------------------------------------------------
 
 
@@ -248,5 +315,22 @@ def test_jax_process_that_raises_stops_every_process_with_its_reason():
             "step 2" % i in err
         ), err[-3000:]
     assert results[1][0] != 0
+    print(f"every process ended {seconds:.2f} s after the event")
+    assert seconds < 15, seconds
+
+
+def test_jax_coordinator_that_raises_ends_every_process_quickly():
+    # Regression: when process 0 (the coordination service) raised inside
+    # fail_fast, it took 106-110 s to exit and died with SIGABRT ("Shutdown
+    # barrier has failed"); the survivors left through os._exit.
+    results, seconds = _jax(3, "raise0")
+    code, out, err = results[0]
+    assert "ValueError: injected failure at step 2" in err, err[-3000:]
+    assert code == 1, (code, err[-3000:])  # status 1, not SIGABRT
+    assert "rank 0 finally ran" in err
+    for i in (1, 2):
+        code, out, err = results[i]
+        assert code == 1, (i, code, err[-3000:])
+        assert f"shardkit: rank {i} stopping: rank 0 failed: ValueError" in err, err[-3000:]
     print(f"every process ended {seconds:.2f} s after the event")
     assert seconds < 15, seconds

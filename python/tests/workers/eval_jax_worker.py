@@ -1,7 +1,8 @@
 """One process of a JAX multi-process evaluation on CPU
 (python/tests/test_eval_engines.py): eval_jax_worker.py PROCESS_ID NUM_PROCESSES PORT MODE.
 
-Modes as in eval_torch_worker.py: ok, static, dynamic, mismatch, raise.
+Modes as in eval_torch_worker.py: ok, static, dynamic, mismatch, raise; raise0: process 0
+(the coordinator) raises at step 2.
 """
 
 import sys
@@ -21,16 +22,25 @@ def main() -> None:
         shutdown_timeout_seconds=5,
     )
 
-    import numpy as np  # noqa: E402
-    from shardkit.jax import agree_steps, check_plan, fail_fast, gather_unshard, global_masked_sum  # noqa
-
     import shardkit  # noqa: E402
 
-    ITEMS, BATCH = 1001, 8
     info = shardkit.discover()
     assert (info.rank, info.world_size, info.source) == (pid, nproc, "jax"), info
     rank, world = info.rank, info.world_size
 
+    try:
+        run(mode, rank, world)
+    finally:
+        print(f"rank {rank} finally ran", file=sys.stderr, flush=True)
+
+
+def run(mode, rank, world) -> None:
+    import numpy as np
+    from shardkit.jax import agree_steps, check_plan, fail_fast, gather_unshard, global_masked_sum
+
+    import shardkit
+
+    ITEMS, BATCH = 1001, 8
     with fail_fast():
         batch = BATCH + (1 if mode == "mismatch" and rank == 1 else 0)
         plan = shardkit.EvalPlan(ITEMS, world, batch)
@@ -53,7 +63,8 @@ def main() -> None:
             check_plan(plan)
             preds, seen = [], 0
             for step, idx, mask in plan.batches(rank):
-                if mode == "raise" and rank == 1 and step == 2:
+                failing = 0 if mode == "raise0" else 1
+                if mode.startswith("raise") and rank == failing and step == 2:
                     print(f"TEST-EVENT {time.time():.3f}", file=sys.stderr, flush=True)
                     raise ValueError("injected failure at step 2")
                 pred = np.asarray(jax.numpy.asarray(idx) * 3 + 1)  # the "model"

@@ -2,12 +2,15 @@
 
 Modes: ok (static, then dynamic), static (check the plan, a collective every step, gather + unshard
 tensors and strings), dynamic (a filter, then agree_steps), mismatch (rank 2
-builds a different plan), raise (rank 1 raises at step 2).
+builds a different plan), raise (rank 1 raises at step 2), kill (rank 1 is
+SIGKILLed at step 2), nocheck_900 / nocheck_1001 (rank 2 plans 900 / 1001
+items, the others 1000, and only gather_unshard communicates).
 """
 
 import argparse
 import datetime
 import os
+import signal
 import sys
 import time
 
@@ -32,6 +35,30 @@ def main() -> None:
     assert info.source == "torch.distributed", info
     assert info.local_rank == int(os.environ["LOCAL_RANK"]), info
 
+    if a.mode in ("nocheck_900", "nocheck_1001"):
+        # No check_plan and no per-step collective: gather_unshard alone must
+        # notice that rank 2 holds another plan (it used to hang on 900 vs
+        # 1000 and return different results on 1001 vs 1000).
+        items = {"nocheck_900": 900, "nocheck_1001": 1001}[a.mode] if rank == 2 else 1000
+        plan = shardkit.EvalPlan(items, world, a.batch)
+        preds = torch.cat([torch.from_numpy(idx) for _, idx, _ in plan.batches(rank)])
+        try:
+            gather_unshard(plan, preds)
+        except shardkit.PlanMismatchError as e:
+            print(f"rank {rank} PlanMismatchError: {e}", flush=True)
+            sys.exit(3)
+        print(f"rank {rank} gathered without error", flush=True)
+        sys.exit(0)
+    if a.mode == "kill":
+        dist.barrier()
+    try:
+        run(a, rank, world)
+    finally:
+        print(f"rank {rank} finally ran", file=sys.stderr, flush=True)
+    dist.destroy_process_group()
+
+
+def run(a, rank, world) -> None:
     with fail_fast():
         batch = a.batch + (1 if a.mode == "mismatch" and rank == 2 else 0)
         plan = shardkit.EvalPlan(a.items, world, batch)
@@ -59,6 +86,10 @@ def main() -> None:
                 if a.mode == "raise" and rank == 1 and step == 2:
                     print(f"TEST-EVENT {time.time():.3f}", file=sys.stderr, flush=True)
                     raise ValueError("injected failure at step 2")
+                if a.mode == "kill" and rank == 1 and step == 2:
+                    time.sleep(1.0)  # a heartbeat or two first
+                    print(f"TEST-EVENT {time.time():.3f}", file=sys.stderr, flush=True)
+                    os.kill(os.getpid(), signal.SIGKILL)
                 pred = torch.from_numpy(idx) * 3 + 1  # the "model"
                 _, n = global_masked_sum(pred.double(), mask)  # a collective every step
                 seen += n
@@ -73,7 +104,6 @@ def main() -> None:
                     f"OK torch static world={world} steps={plan.num_steps} padding={plan.total_padding}",
                     flush=True,
                 )
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
