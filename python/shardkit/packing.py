@@ -56,10 +56,13 @@ def _int64(values: Any, name: str) -> np.ndarray:
     if array.size == 0:
         return np.zeros(0, dtype=np.int64)
     if array.dtype.kind == "f":
-        bad = ~np.isfinite(array) | (array != np.floor(array))
+        # 2^63 and beyond would wrap to negative numbers in the int64 cast.
+        bad = ~np.isfinite(array) | (array != np.floor(array)) | (np.abs(array) >= 2.0**63)
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"{name}: item {i} is {float(array[i])!r}, not a whole number")
+            raise ValueError(
+                f"{name}: item {i} is {float(array[i])!r}, not a whole number below 2**63"
+            )
     elif array.dtype.kind not in "iub":
         raise ValueError(f"{name}: expected numbers, got dtype {array.dtype}")
     if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
@@ -93,7 +96,7 @@ def pack(
     lengths = _int64(lengths, "lengths")
     image_array = None if images is None else _int64(images, "images")
     return _core._pack(
-        lengths, int(capacity), algorithm, image_array, max_images, max_sequences, oversize, buffer
+        lengths, capacity, algorithm, image_array, max_images, max_sequences, oversize, buffer
     )
 
 

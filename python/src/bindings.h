@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -43,8 +44,12 @@ struct AxesTag {};            // {name: size} or (name, size) pairs
 struct SpecLikeTag {};        // a shardkit or JAX PartitionSpec, or its entries
 struct SpecEntryTag {};       // one PartitionSpec entry
 struct DevicesIndicesTag {};  // {device: tuple of slices}
+struct IntTag {};             // int: converted by ToIndex / ToUint64 (messages name the value)
+struct OptionalIntTag {};     // int | None
 
 using IntSequence = nb::typed<nb::handle, IntSequenceTag>;
+using Int = nb::typed<nb::handle, IntTag>;
+using OptionalInt = nb::typed<nb::handle, OptionalIntTag>;
 using FloatArray = nb::typed<nb::handle, FloatArrayTag>;
 
 }  // namespace shardkit::python
@@ -64,6 +69,8 @@ SHARDKIT_STUB_NAME(SpecLikeTag,
                    "PartitionSpec | collections.abc.Iterable[str | tuple[str, ...] | None]");
 SHARDKIT_STUB_NAME(SpecEntryTag, "str | tuple[str, ...] | None");
 SHARDKIT_STUB_NAME(DevicesIndicesTag, "dict[int, tuple[slice, ...]]");
+SHARDKIT_STUB_NAME(IntTag, "int");
+SHARDKIT_STUB_NAME(OptionalIntTag, "int | None");
 #undef SHARDKIT_STUB_NAME
 }  // namespace nanobind::detail
 
@@ -139,12 +146,63 @@ inline std::span<const Index> Span(const I64In& a) {
   return {reinterpret_cast<const Index*>(a.data()), a.shape(0)};
 }
 
+// A Python integer (int, numpy integer, anything with __index__) as an
+// Index: TypeError naming `name` and the value for anything else (a float
+// such as 1.9 is never truncated), ValueError naming them when it does not
+// fit in a signed 64-bit integer (instead of nanobind's signature dump).
+inline Index ToIndex(nb::handle value, const char* name) {
+  PyObject* number = PyNumber_Index(value.ptr());
+  if (!number) {
+    PyErr_Clear();
+    throw nb::type_error((std::string(name) + ": expected an integer, got " +
+                          nb::cast<std::string>(nb::str(value.type().attr("__name__"))) + " " +
+                          nb::cast<std::string>(nb::repr(value)))
+                             .c_str());
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(number, &overflow);
+  const std::string text = nb::cast<std::string>(nb::repr(nb::handle(number)));
+  Py_DECREF(number);
+  if (overflow) {
+    throw std::invalid_argument(std::string(name) + ": " + text +
+                                " does not fit in a signed 64-bit integer");
+  }
+  return static_cast<Index>(v);
+}
+
+inline std::optional<Index> ToOptionalIndex(nb::handle value, const char* name) {
+  if (value.is_none()) return std::nullopt;
+  return ToIndex(value, name);
+}
+
+// As ToIndex, for unsigned 64-bit values (seeds, epochs): ValueError naming
+// `name` for a negative value or one >= 2^64.
+inline std::uint64_t ToUint64(nb::handle value, const char* name) {
+  PyObject* number = PyNumber_Index(value.ptr());
+  if (!number) {
+    PyErr_Clear();
+    throw nb::type_error((std::string(name) + ": expected an integer, got " +
+                          nb::cast<std::string>(nb::str(value.type().attr("__name__"))) + " " +
+                          nb::cast<std::string>(nb::repr(value)))
+                             .c_str());
+  }
+  const unsigned long long v = PyLong_AsUnsignedLongLong(number);
+  const bool bad = v == static_cast<unsigned long long>(-1) && PyErr_Occurred();
+  const std::string text = nb::cast<std::string>(nb::repr(nb::handle(number)));
+  Py_DECREF(number);
+  if (bad) {
+    PyErr_Clear();
+    throw std::invalid_argument(std::string(name) + ": " + text + " is outside [0, 2^64)");
+  }
+  return static_cast<std::uint64_t>(v);
+}
+
 // A Python int sequence (tuple, list, numpy shape) as Index values; a
 // ValueError naming `name` otherwise.
 inline std::vector<Index> ToIndices(nb::handle values, const char* name) {
   std::vector<Index> out;
   try {
-    for (nb::handle v : values) out.push_back(nb::cast<Index>(v));
+    for (nb::handle v : values) out.push_back(ToIndex(v, name));
   } catch (const std::exception&) {
     throw std::invalid_argument(std::string(name) + ": expected a sequence of ints, got " +
                                 nb::cast<std::string>(nb::repr(values)));

@@ -119,17 +119,20 @@ void init_eval_plan(nb::module_& m) {
       "([[2, 5], [8, 2]], [[True, True], [True, False]])\n")
       .def(
           "__init__",
-          [](EvalPlan* self, Index num_items, Index world_size, Index batch_size, Index devices,
-             std::optional<Index> min_device_batch, const std::string& split, bool shuffle,
-             std::uint64_t seed, std::uint64_t epoch) {
+          [](EvalPlan* self, Int num_items, Int world_size, Int batch_size, Int devices,
+             OptionalInt min_device_batch, const std::string& split, bool shuffle, Int seed,
+             Int epoch) {
             EvalOptions o;
-            o.devices = devices;
-            o.min_device_batch = min_device_batch.value_or(0);
+            const Index n = ToIndex(num_items, "num_items");
+            const Index w = ToIndex(world_size, "world_size");
+            const Index b = ToIndex(batch_size, "batch_size");
+            o.devices = ToIndex(devices, "devices");
+            o.min_device_batch = ToOptionalIndex(min_device_batch, "min_device_batch").value_or(0);
             o.split = ParseSplit(split);
             o.shuffle = shuffle;
-            o.seed = seed;
-            o.epoch = epoch;
-            new (self) EvalPlan(num_items, world_size, batch_size, o);
+            o.seed = ToUint64(seed, "seed");
+            o.epoch = ToUint64(epoch, "epoch");
+            new (self) EvalPlan(n, w, b, o);
           },
           "num_items"_a, "world_size"_a, "batch_size"_a, nb::kw_only(), "devices"_a = 1,
           "min_device_batch"_a = nb::none(), "split"_a = "round_robin", "shuffle"_a = false,

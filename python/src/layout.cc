@@ -85,7 +85,12 @@ Mesh MeshFromPython(nb::handle axes, nb::handle owners) {
   for (nb::handle item : items) {
     nb::tuple pair = nb::cast<nb::tuple>(nb::module_::import_("builtins").attr("tuple")(item));
     if (pair.size() != 2) throw std::invalid_argument("axes: expected (name, size) pairs");
-    out.push_back({nb::cast<std::string>(pair[0]), nb::cast<Index>(pair[1])});
+    if (!nb::isinstance<nb::str>(pair[0])) {
+      throw nb::type_error(
+          ("axes: an axis name must be a str, got " + nb::cast<std::string>(nb::repr(pair[0])))
+              .c_str());
+    }
+    out.push_back({nb::cast<std::string>(pair[0]), ToIndex(pair[1], "axes")});
   }
   std::vector<Index> owner_list;
   if (!owners.is_none()) owner_list = ToIndices(owners, "owners");

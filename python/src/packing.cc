@@ -114,12 +114,13 @@ void init_packing(nb::module_& m) {
 
   m.def(
       "_pack",
-      [](const I64In& lengths, Index capacity, const std::string& algorithm,
-         std::optional<I64In> images, std::optional<Index> max_images,
-         std::optional<Index> max_sequences, const std::string& oversize,
-         std::optional<Index> buffer) {
-        PackOptions o =
-            MakeOptions(capacity, algorithm, max_images, max_sequences, oversize, buffer);
+      [](const I64In& lengths, Int capacity, const std::string& algorithm,
+         std::optional<I64In> images, OptionalInt max_images, OptionalInt max_sequences,
+         const std::string& oversize, OptionalInt buffer) {
+        PackOptions o = MakeOptions(ToIndex(capacity, "capacity"), algorithm,
+                                    ToOptionalIndex(max_images, "max_images"),
+                                    ToOptionalIndex(max_sequences, "max_sequences"), oversize,
+                                    ToOptionalIndex(buffer, "buffer"));
         std::span<const Index> img;
         if (images) img = Span(*images);
         nb::gil_scoped_release release;

@@ -62,7 +62,10 @@ void init_shard_plan(nb::module_& m) {
       .def_prop_ro("rank", &Shard::rank)
       .def_prop_ro("worker", &Shard::worker)
       .def_prop_ro("num_workers", &Shard::num_workers)
-      .def("is_padding", &Shard::IsPadding, "index"_a)
+      .def(
+          "is_padding",
+          [](const Shard& s, Index k) { return s.IsPadding(CheckedIndex(k, s.size(), "index")); },
+          "index"_a, "Whether entry index (negative: from the end) is padding; IndexError outside.")
       .def(
           "numpy",
           [](const Shard& s, Index start, std::optional<Index> stop,
@@ -170,29 +173,32 @@ void init_shard_plan(nb::module_& m) {
       "remainder -> workers, a pure function of its parameters.")
       .def(
           "__init__",
-          [](ShardPlan* self, Index num_items, Index world_size, const std::string& split,
-             const std::string& remainder, Index offset, std::optional<Index> limit, bool shuffle,
-             std::uint64_t seed, std::uint64_t epoch, FloatArray weights, bool equal_counts) {
+          [](ShardPlan* self, Int num_items, Int world_size, const std::string& split,
+             const std::string& remainder, Int offset, OptionalInt limit, bool shuffle, Int seed,
+             Int epoch, FloatArray weights, bool equal_counts) {
             ShardOptions o;
+            const Index n = ToIndex(num_items, "num_items");
+            const Index w = ToIndex(world_size, "world_size");
             o.split = ParseSplit(split);
             o.remainder = ParseRemainder(remainder);
-            o.offset = offset;
-            o.limit = limit;
+            o.offset = ToIndex(offset, "offset");
+            o.limit = ToOptionalIndex(limit, "limit");
             o.shuffle = shuffle;
-            o.seed = seed;
-            o.epoch = epoch;
+            o.seed = ToUint64(seed, "seed");
+            o.epoch = ToUint64(epoch, "epoch");
             o.equal_counts = equal_counts;
             if (!weights.is_none()) o.weights = ToDoubles(weights, "weights");
             nb::gil_scoped_release release;
-            new (self) ShardPlan(num_items, world_size, std::move(o));
+            new (self) ShardPlan(n, w, std::move(o));
           },
           "num_items"_a, "world_size"_a, nb::kw_only(), "split"_a = "round_robin",
           "remainder"_a = "uneven", "offset"_a = 0, "limit"_a = nb::none(), "shuffle"_a = false,
           "seed"_a = 0, "epoch"_a = 0, "weights"_a = nb::none(), "equal_counts"_a = false)
       .def(
           "shard",
-          [](const ShardPlan& p, Index rank, Index worker, Index num_workers) {
-            return p.GetShard(rank, worker, num_workers);
+          [](const ShardPlan& p, Int rank, Int worker, Int num_workers) {
+            return p.GetShard(ToIndex(rank, "rank"), ToIndex(worker, "worker"),
+                              ToIndex(num_workers, "num_workers"));
           },
           "rank"_a, nb::kw_only(), "worker"_a = 0, "num_workers"_a = 1,
           "Rank's list, or the part of it that one of num_workers dataloader workers reads.")

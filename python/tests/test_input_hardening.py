@@ -159,3 +159,120 @@ def test_layout_spec_with_quotes_round_trips(cli):
 def test_error_values_with_newlines_stay_on_one_line(cli):
     _one_line_error(cli("shard", "--items", "1\n2", "--world", 3), "--items")
     _one_line_error(cli("layout", "--mesh", "x=2\ny=2", "--shape", "4"), "--mesh")
+
+
+# Python: wrong types and out-of-range ints name the parameter and the value.
+
+
+def _raises(exc, text, f):
+    try:
+        f()
+    except exc as e:
+        assert text in str(e), str(e)
+        assert "\n" not in str(e), str(e)
+        return
+    raise AssertionError(f"no {exc.__name__} ({text})")
+
+
+def test_mesh_float_size_is_a_type_error_not_bad_cast():
+    import shardkit
+
+    _raises(
+        TypeError, "axes: expected an integer, got float 2.0", lambda: shardkit.Mesh({"x": 2.0})
+    )
+    _raises(TypeError, "axes: an axis name must be a str", lambda: shardkit.Mesh({1: 2}))
+
+
+def test_pack_capacity_float_is_refused_not_truncated_or_overflowing():
+    import shardkit
+
+    _raises(
+        TypeError,
+        "capacity: expected an integer, got float 1.9",
+        lambda: shardkit.pack([1, 2, 3], 1.9),
+    )
+    _raises(
+        TypeError,
+        "capacity: expected an integer, got float inf",
+        lambda: shardkit.pack([1, 2, 3], float("inf")),
+    )
+    assert shardkit.pack([1, 2, 3], np.int32(3)).num_packs == 2
+
+
+def test_ints_past_int64_name_the_parameter_and_value():
+    import shardkit
+
+    _raises(
+        ValueError,
+        "num_items: 9223372036854775808 does not fit",
+        lambda: shardkit.ShardPlan(2**63, 4),
+    )
+    _raises(
+        ValueError, "capacity: 18446744073709551616 does not fit", lambda: shardkit.pack([1], 2**64)
+    )
+    _raises(
+        ValueError,
+        "seed: 18446744073709551616 is outside [0, 2^64)",
+        lambda: shardkit.ShardPlan(10, 4, seed=2**64),
+    )
+    _raises(ValueError, "epoch: -1 is outside", lambda: shardkit.EvalPlan(10, 4, 2, epoch=-1))
+    _raises(
+        TypeError,
+        "batch_size: expected an integer, got float 2.5",
+        lambda: shardkit.EvalPlan(10, 4, 2.5),
+    )
+    assert shardkit.ShardPlan(10, 4, seed=2**64 - 1).counts() == [3, 3, 2, 2]
+
+
+def test_float_lengths_past_2_pow_63_are_not_negative_lengths():
+    import shardkit
+
+    _raises(
+        ValueError,
+        "lengths: item 1 is 1e+19, not a whole number below 2**63",
+        lambda: shardkit.pack([1.0, 1e19], 4),
+    )
+
+
+def test_is_padding_checks_its_index():
+    import shardkit
+
+    shard = shardkit.ShardPlan(10, 4, remainder="pad").shard(3)  # [8, 9, 0*]
+    assert [shard.is_padding(k) for k in range(3)] == [False, False, True]
+    assert shard.is_padding(-1) is True  # Python's negative index, as shard[-1]
+    _raises(IndexError, "index: 3 is outside [0, 3)", lambda: shard.is_padding(3))
+    _raises(IndexError, "index: -4 is outside [0, 3)", lambda: shard.is_padding(-4))
+
+
+def test_masked_mean_refuses_a_mask_of_another_length():
+    import shardkit
+
+    _raises(
+        ValueError,
+        "mask: has 1 entries but values has 2",
+        lambda: shardkit.masked_mean([1.0, 2.0], [True]),
+    )
+    _raises(
+        ValueError,
+        "mask: has 3 entries",
+        lambda: shardkit.masked_sum([1.0, 2.0], [True, True, False]),
+    )
+    assert shardkit.masked_mean([1.0, 3.0, 100.0], [True, True, False]) == 2.0
+
+
+def test_global_masked_sum_refuses_a_mask_of_another_length():
+    torch = __import__("pytest").importorskip("torch")
+    from shardkit.torch import global_masked_sum
+
+    _raises(
+        ValueError,
+        "mask: has shape (1,) but values has shape (2,)",
+        lambda: global_masked_sum(torch.tensor([1.0, 2.0]), [True]),
+    )
+
+
+def test_partition_spec_with_quotes_round_trips():
+    import shardkit
+
+    spec = shardkit.PartitionSpec("x''", ('a"b', "it's"), None)
+    assert eval(repr(spec), {"PartitionSpec": shardkit.PartitionSpec}) == spec
