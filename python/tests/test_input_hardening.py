@@ -276,3 +276,17 @@ def test_partition_spec_with_quotes_round_trips():
 
     spec = shardkit.PartitionSpec("x''", ('a"b', "it's"), None)
     assert eval(repr(spec), {"PartitionSpec": shardkit.PartitionSpec}) == spec
+
+
+def test_readme_pack_example_runs_from_a_fresh_checkout(cli):
+    # Regression: the README's `shardkit pack --lengths lengths.txt` failed
+    # (no such file); the example now ships data/example_lengths.txt.
+    from conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if ln.startswith("shardkit pack "))
+    args = [str(ROOT / a) if a.startswith("data/") else a for a in line.split("#")[0].split()[1:]]
+    out = cli(*args, "--json")
+    assert out.returncode == 0, out.stderr
+    j = json.loads(out.stdout)
+    assert j["items"] == 2000 and j["dropped"] == 0
