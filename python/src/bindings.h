@@ -46,10 +46,14 @@ struct SpecEntryTag {};       // one PartitionSpec entry
 struct DevicesIndicesTag {};  // {device: tuple of slices}
 struct IntTag {};             // int: converted by ToIndex / ToUint64 (messages name the value)
 struct OptionalIntTag {};     // int | None
+struct StrTag {};             // str: converted by ToStr
+struct BoolTag {};            // bool: converted by ToBool
 
 using IntSequence = nb::typed<nb::handle, IntSequenceTag>;
 using Int = nb::typed<nb::handle, IntTag>;
 using OptionalInt = nb::typed<nb::handle, OptionalIntTag>;
+using Str = nb::typed<nb::handle, StrTag>;
+using Bool = nb::typed<nb::handle, BoolTag>;
 using FloatArray = nb::typed<nb::handle, FloatArrayTag>;
 
 }  // namespace shardkit::python
@@ -71,6 +75,8 @@ SHARDKIT_STUB_NAME(SpecEntryTag, "str | tuple[str, ...] | None");
 SHARDKIT_STUB_NAME(DevicesIndicesTag, "dict[int, tuple[slice, ...]]");
 SHARDKIT_STUB_NAME(IntTag, "int");
 SHARDKIT_STUB_NAME(OptionalIntTag, "int | None");
+SHARDKIT_STUB_NAME(StrTag, "str");
+SHARDKIT_STUB_NAME(BoolTag, "bool");
 #undef SHARDKIT_STUB_NAME
 }  // namespace nanobind::detail
 
@@ -195,6 +201,32 @@ inline std::uint64_t ToUint64(nb::handle value, const char* name) {
     throw std::invalid_argument(std::string(name) + ": " + text + " is outside [0, 2^64)");
   }
   return static_cast<std::uint64_t>(v);
+}
+
+// What a wrong-typed argument is, for messages: "float 1.9".
+inline std::string TypeAndRepr(nb::handle value) {
+  return nb::cast<std::string>(nb::str(value.type().attr("__name__"))) + " " +
+         nb::cast<std::string>(nb::repr(value));
+}
+
+// A str argument; TypeError naming `name` and the value otherwise (instead of
+// nanobind's signature dump).
+inline std::string ToStr(nb::handle value, const char* name) {
+  if (!nb::isinstance<nb::str>(value)) {
+    throw nb::type_error(
+        (std::string(name) + ": expected a str, got " + TypeAndRepr(value)).c_str());
+  }
+  return nb::cast<std::string>(value);
+}
+
+// A bool argument (True/False or a numpy bool); TypeError naming `name` and
+// the value for anything else: 1, "yes" or None are not silently truthy.
+inline bool ToBool(nb::handle value, const char* name) {
+  if (nb::isinstance<nb::bool_>(value)) return nb::cast<bool>(value);
+  const std::string type = nb::cast<std::string>(nb::str(value.type().attr("__name__")));
+  if (type == "bool_") return PyObject_IsTrue(value.ptr()) == 1;
+  throw nb::type_error(
+      (std::string(name) + ": expected a bool, got " + TypeAndRepr(value)).c_str());
 }
 
 // A Python int sequence (tuple, list, numpy shape) as Index values; a

@@ -120,23 +120,23 @@ void init_eval_plan(nb::module_& m) {
       .def(
           "__init__",
           [](EvalPlan* self, Int num_items, Int world_size, Int batch_size, Int devices,
-             OptionalInt min_device_batch, const std::string& split, bool shuffle, Int seed,
-             Int epoch) {
+             OptionalInt min_device_batch, Str split, Bool shuffle, Int seed, Int epoch) {
             EvalOptions o;
             const Index n = ToIndex(num_items, "num_items");
             const Index w = ToIndex(world_size, "world_size");
             const Index b = ToIndex(batch_size, "batch_size");
             o.devices = ToIndex(devices, "devices");
             o.min_device_batch = ToOptionalIndex(min_device_batch, "min_device_batch").value_or(0);
-            o.split = ParseSplit(split);
-            o.shuffle = shuffle;
+            o.split = ParseSplit(ToStr(split, "split"));
+            o.shuffle = ToBool(shuffle, "shuffle");
             o.seed = ToUint64(seed, "seed");
             o.epoch = ToUint64(epoch, "epoch");
             new (self) EvalPlan(n, w, b, o);
           },
-          "num_items"_a, "world_size"_a, "batch_size"_a, nb::kw_only(), "devices"_a = 1,
-          "min_device_batch"_a = nb::none(), "split"_a = "round_robin", "shuffle"_a = false,
-          "seed"_a = 0, "epoch"_a = 0)
+          "num_items"_a.none(), "world_size"_a.none(), "batch_size"_a.none(), nb::kw_only(),
+          "devices"_a.none() = 1, "min_device_batch"_a.none() = nb::none(),
+          "split"_a.none() = "round_robin", "shuffle"_a.none() = false, "seed"_a.none() = 0,
+          "epoch"_a.none() = 0)
       .def_prop_ro("num_items", &EvalPlan::num_items)
       .def_prop_ro("world_size", &EvalPlan::world_size)
       .def_prop_ro("batch_size", &EvalPlan::batch_size,

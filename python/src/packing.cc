@@ -114,20 +114,19 @@ void init_packing(nb::module_& m) {
 
   m.def(
       "_pack",
-      [](const I64In& lengths, Int capacity, const std::string& algorithm,
-         std::optional<I64In> images, OptionalInt max_images, OptionalInt max_sequences,
-         const std::string& oversize, OptionalInt buffer) {
-        PackOptions o = MakeOptions(ToIndex(capacity, "capacity"), algorithm,
+      [](const I64In& lengths, Int capacity, Str algorithm, std::optional<I64In> images,
+         OptionalInt max_images, OptionalInt max_sequences, Str oversize, OptionalInt buffer) {
+        PackOptions o = MakeOptions(ToIndex(capacity, "capacity"), ToStr(algorithm, "algorithm"),
                                     ToOptionalIndex(max_images, "max_images"),
-                                    ToOptionalIndex(max_sequences, "max_sequences"), oversize,
-                                    ToOptionalIndex(buffer, "buffer"));
+                                    ToOptionalIndex(max_sequences, "max_sequences"),
+                                    ToStr(oversize, "oversize"), ToOptionalIndex(buffer, "buffer"));
         std::span<const Index> img;
         if (images) img = Span(*images);
         nb::gil_scoped_release release;
         return PackItems(Span(lengths), o, img);
       },
-      "lengths"_a, "capacity"_a, "algorithm"_a, "images"_a.none(), "max_images"_a.none(),
-      "max_sequences"_a.none(), "oversize"_a, "buffer"_a.none());
+      "lengths"_a, "capacity"_a.none(), "algorithm"_a.none(), "images"_a.none(),
+      "max_images"_a.none(), "max_sequences"_a.none(), "oversize"_a.none(), "buffer"_a.none());
 
   nb::class_<StreamingPacker>(m, "_StreamingPacker")
       .def(

@@ -173,34 +173,36 @@ void init_shard_plan(nb::module_& m) {
       "remainder -> workers, a pure function of its parameters.")
       .def(
           "__init__",
-          [](ShardPlan* self, Int num_items, Int world_size, const std::string& split,
-             const std::string& remainder, Int offset, OptionalInt limit, bool shuffle, Int seed,
-             Int epoch, FloatArray weights, bool equal_counts) {
+          [](ShardPlan* self, Int num_items, Int world_size, Str split, Str remainder, Int offset,
+             OptionalInt limit, Bool shuffle, Int seed, Int epoch, FloatArray weights,
+             Bool equal_counts) {
             ShardOptions o;
             const Index n = ToIndex(num_items, "num_items");
             const Index w = ToIndex(world_size, "world_size");
-            o.split = ParseSplit(split);
-            o.remainder = ParseRemainder(remainder);
+            o.split = ParseSplit(ToStr(split, "split"));
+            o.remainder = ParseRemainder(ToStr(remainder, "remainder"));
             o.offset = ToIndex(offset, "offset");
             o.limit = ToOptionalIndex(limit, "limit");
-            o.shuffle = shuffle;
+            o.shuffle = ToBool(shuffle, "shuffle");
             o.seed = ToUint64(seed, "seed");
             o.epoch = ToUint64(epoch, "epoch");
-            o.equal_counts = equal_counts;
+            o.equal_counts = ToBool(equal_counts, "equal_counts");
             if (!weights.is_none()) o.weights = ToDoubles(weights, "weights");
             nb::gil_scoped_release release;
             new (self) ShardPlan(n, w, std::move(o));
           },
-          "num_items"_a, "world_size"_a, nb::kw_only(), "split"_a = "round_robin",
-          "remainder"_a = "uneven", "offset"_a = 0, "limit"_a = nb::none(), "shuffle"_a = false,
-          "seed"_a = 0, "epoch"_a = 0, "weights"_a = nb::none(), "equal_counts"_a = false)
+          // .none(): None reaches ToIndex/ToStr/ToBool, whose TypeError names the parameter.
+          "num_items"_a.none(), "world_size"_a.none(), nb::kw_only(),
+          "split"_a.none() = "round_robin", "remainder"_a.none() = "uneven", "offset"_a.none() = 0,
+          "limit"_a.none() = nb::none(), "shuffle"_a.none() = false, "seed"_a.none() = 0,
+          "epoch"_a.none() = 0, "weights"_a.none() = nb::none(), "equal_counts"_a.none() = false)
       .def(
           "shard",
           [](const ShardPlan& p, Int rank, Int worker, Int num_workers) {
             return p.GetShard(ToIndex(rank, "rank"), ToIndex(worker, "worker"),
                               ToIndex(num_workers, "num_workers"));
           },
-          "rank"_a, nb::kw_only(), "worker"_a = 0, "num_workers"_a = 1,
+          "rank"_a.none(), nb::kw_only(), "worker"_a.none() = 0, "num_workers"_a.none() = 1,
           "Rank's list, or the part of it that one of num_workers dataloader workers reads.")
       .def("counts", &ShardPlan::Counts, "Length of every rank's list, padding included.")
       .def("count", &ShardPlan::Count, "rank"_a)
