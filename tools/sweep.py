@@ -1,0 +1,715 @@
+"""A generated sweep of bad and boundary inputs over the whole public surface.
+
+    PYTHONPATH=python python tools/sweep.py --cli build/dev/cli/shardkit \
+        [--cli-cases 10000] [--py-cases 10000] [--seed 0] [--jobs 2]
+
+Generates command lines for every subcommand and calls of every public
+constructor and entry point, from boundaries (0, 1, -1, 2^31, 2^53 + 1,
+2^63 - 1, 2^63, 2^64), wrong types (floats, strings, None, lists, NaN) and
+bad files (missing, empty, a directory, /dev/null, garbage, a corrupted or
+truncated .npy), and checks what shardkit promises:
+
+* CLI: exit 0 (with --json: one JSON object on stdout), or exit 1 (audit) /
+  2 with exactly one stderr line that names a flag ("--..."); never a signal,
+  never more than --timeout seconds.
+* Python: a result, or ValueError / IndexError / TypeError whose one-line
+  message names one of the parameters passed; never another exception type,
+  never a crash of the interpreter (calls run in child processes; a child
+  that dies is a crash, one that overruns is a hang).
+
+Prints the counts and every finding (the command or call, what happened);
+exits 1 if there is any. docs/reliability.md records the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as futures
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+INTS = [0, 1, 2, 3, 7, -1, -2, 2**31, 2**53 + 1, 2**62, 2**63 - 1, 2**63, 2**64, 10**30]
+SMALL = [0, 1, 2, 3, 4, 5, 8, 10, 16, 100, 1000]
+JUNK = [
+    "",
+    " ",
+    "x",
+    "1.5",
+    "nan",
+    "inf",
+    "-inf",
+    "1e3",
+    "0x10",
+    "--",
+    "=",
+    "1,2",
+    "9" * 40,
+    "a\nb",
+    "\t",
+    "-0",
+    "+3",
+]
+
+
+def pick_int(rng: random.Random):
+    r = rng.random()
+    if r < 0.55:
+        return rng.choice(SMALL)
+    if r < 0.85:
+        return rng.choice(INTS)
+    return rng.choice(JUNK)
+
+
+# ---- files -------------------------------------------------------------------
+
+
+def make_files(root: Path) -> dict:
+    import numpy as np
+
+    files = {}
+
+    def write(name, data: bytes):
+        path = root / name
+        path.write_bytes(data)
+        files[name] = str(path)
+
+    write("lengths.txt", b"5\n3\n8\n1\n0\n4096\n")
+    write("weights.txt", b"1.5\n2\n0\n7\n")
+    write("empty.txt", b"")
+    write("comments.txt", b"# nothing\n\n")
+    write("garbage.bin", bytes(range(256)) * 4)
+    write("negative.txt", b"3\n-1\n")
+    write("huge.txt", b"99999999999999999999999\n")
+    write("float.txt", b"1.5\n2.25\n")
+    import io
+
+    def npy(array):
+        b = io.BytesIO()
+        np.save(b, array)
+        return b.getvalue()
+
+    write("lengths.npy", npy(np.array([5, 3, 8, 1], np.int64)))
+    write("big.npy", npy(np.array([2**53 + 1, 2**63 - 1], np.int64)))
+    write("u64.npy", npy(np.array([2**64 - 1], np.uint64)))
+    write("f32.npy", npy(np.array([1.5, 2], np.float32)))
+    write("twod.npy", npy(np.zeros((2, 2), np.int64)))
+    write("truncated.npy", npy(np.arange(10, dtype=np.int64))[:-5])
+    write("bigendian.npy", npy(np.arange(3, dtype=">i4")))
+    bad = bytearray(npy(np.arange(12, dtype=np.int64)))
+    i = bad.index(b"(12,)")
+    bad[i : i + 5] = b"( 2,)"
+    write("shape_lies.npy", bytes(bad))
+    tokens = np.arange(200, dtype=np.int32) % 50
+    offsets = np.array([0, 10, 10, 70, 150, 200], np.int64)
+    write("tokens.npy", npy(tokens))
+    write("offsets.npy", npy(offsets))
+    write("tokens.bin", tokens.tobytes())
+    write("offsets.bin", offsets.tobytes())
+    write("offsets_bad.npy", npy(np.array([0, 300, 5], np.int64)))
+    write("tokens_u16.npy", npy(tokens.astype(np.uint16)))
+    (root / "dir").mkdir()
+    files["dir"] = str(root / "dir")
+    part = root / "parts"
+    part.mkdir()
+    (part / "a.tokens.npy").write_bytes(npy(tokens))
+    (part / "a.offsets.npy").write_bytes(npy(offsets))
+    files["parts"] = str(part)
+    files["missing"] = str(root / "missing.txt")
+    files["devnull"] = "/dev/null"
+    return files
+
+
+# ---- CLI cases ---------------------------------------------------------------
+
+CLI_FLAGS = {
+    "shard": {
+        "items": "int",
+        "world": "int",
+        "rank": "int",
+        "offset": "int",
+        "limit": "int",
+        "seed": "int",
+        "epoch": "int",
+        "workers": "int",
+        "worker": "int",
+        "split": ["round_robin", "contiguous", "balanced", "bogus", ""],
+        "remainder": ["uneven", "drop", "pad", "replicate", "nope"],
+        "weights": "numfile",
+        "shuffle": None,
+        "equal-counts": None,
+        "json": None,
+    },
+    "pack": {
+        "lengths": "numfile",
+        "capacity": "int",
+        "images": "numfile",
+        "max-images": "int",
+        "max-sequences": "int",
+        "buffer": "int",
+        "world": "int",
+        "packs-per-rank": "int",
+        "algorithm": ["next_fit", "ffd", "bfd", "balanced", "best"],
+        "oversize": ["drop", "error", "split", "keep"],
+        "cost": ["tokens", "squared", "x"],
+        "json": None,
+    },
+    "eval-plan": {
+        "items": "int",
+        "world": "int",
+        "batch": "int",
+        "devices": "int",
+        "min-device-batch": "int",
+        "rank": "int",
+        "seed": "int",
+        "epoch": "int",
+        "split": ["round_robin", "contiguous", "balanced"],
+        "shuffle": None,
+        "json": None,
+    },
+    "layout": {
+        "mesh": [
+            "x=2,y=4",
+            "x=2",
+            "x=0",
+            "x=-1",
+            "x=3,x=2",
+            "x=9223372036854775807",
+            "=2",
+            "x",
+            "x=2,y=2,z=2",
+            "data=4,model=2",
+            "x=16384,y=16384",
+            "x=2\ny=2",
+        ],
+        "spec": [
+            "('x','y'), None",
+            "x",
+            "None",
+            "('x',)",
+            "y, x",
+            "(x",
+            "'x''",
+            "\"x''\"",
+            "P(x)",
+            "z",
+            "x, x",
+            "",
+            "((x))",
+        ],
+        "shape": ["16,8", "8", "", "0", "-4", "16,8,4", "3", "1,1", "9223372036854775807", "a"],
+        "owners": ["0,0,0,0,1,1,1,1", "0,1", "", "-1", "0"],
+        "batch": "int",
+        "max-devices": "int",
+        "json": None,
+    },
+    "loader-stats": {
+        "tokens": "tokfile",
+        "offsets": "offfile",
+        "dir": "dirfile",
+        "seq-len": "int",
+        "batch": "int",
+        "world": "int",
+        "rank": "int",
+        "workers": "int",
+        "seed": "int",
+        "epoch": "int",
+        "buffer": "int",
+        "threads": "int",
+        "prefetch": "int",
+        "max-batches": "int",
+        "algorithm": ["bfd", "ffd", "next_fit", "x"],
+        "oversize": ["split", "drop", "error"],
+        "token-dtype": ["int32", "uint16", "uint32", "f"],
+        "no-shuffle": None,
+        "shard-files": None,
+        "quiet": None,
+        "json": None,
+    },
+}
+CLI_FLAGS["audit"] = CLI_FLAGS["shard"]
+
+
+def cli_case(rng: random.Random, files: dict) -> list:
+    command = rng.choice(list(CLI_FLAGS) + ["demo", "bogus"])
+    if command == "bogus":
+        return [rng.choice(["bogus", "", "--help", "shard-x"])]
+    if command == "demo":
+        return [
+            "demo",
+            "--json",
+            "--out",
+            rng.choice([files["dir"] + "/r.html", "/dev/full", files["dir"]]),
+        ]
+    spec = CLI_FLAGS[command]
+    args = [command]
+    names = list(spec)
+    # the usual required flags most of the time, so that cases get past them
+    required = {
+        "shard": ["items", "world"],
+        "audit": ["items", "world"],
+        "pack": ["lengths", "capacity"],
+        "eval-plan": ["items", "world", "batch"],
+        "layout": ["mesh", "shape"],
+        "loader-stats": ["tokens", "offsets", "seq-len", "batch"],
+    }[command]
+    chosen = [n for n in required if rng.random() < 0.9]
+    chosen += rng.sample(names, rng.randint(0, min(5, len(names))))
+    for name in dict.fromkeys(chosen):
+        kind = spec[name]
+        if kind is None:
+            args.append(f"--{name}")
+            continue
+        if kind == "int":
+            value = pick_int(rng)
+            if command == "loader-stats" and name in ("seq-len", "batch") and rng.random() < 0.7:
+                value = rng.choice([8, 16, 32])
+        elif kind == "numfile":
+            value = files[
+                rng.choice(
+                    [
+                        "lengths.txt",
+                        "weights.txt",
+                        "empty.txt",
+                        "comments.txt",
+                        "garbage.bin",
+                        "negative.txt",
+                        "huge.txt",
+                        "float.txt",
+                        "lengths.npy",
+                        "big.npy",
+                        "u64.npy",
+                        "f32.npy",
+                        "twod.npy",
+                        "truncated.npy",
+                        "bigendian.npy",
+                        "shape_lies.npy",
+                        "dir",
+                        "missing",
+                        "devnull",
+                    ]
+                )
+            ]
+        elif kind == "tokfile":
+            value = files[
+                rng.choice(
+                    [
+                        "tokens.npy",
+                        "tokens.bin",
+                        "tokens_u16.npy",
+                        "garbage.bin",
+                        "truncated.npy",
+                        "missing",
+                        "dir",
+                        "devnull",
+                    ]
+                )
+            ]
+        elif kind == "offfile":
+            value = files[
+                rng.choice(
+                    [
+                        "offsets.npy",
+                        "offsets.bin",
+                        "offsets_bad.npy",
+                        "shape_lies.npy",
+                        "empty.txt",
+                        "missing",
+                        "devnull",
+                    ]
+                )
+            ]
+        elif kind == "dirfile":
+            value = files[rng.choice(["parts", "dir", "missing", "lengths.txt"])]
+        else:
+            value = rng.choice(kind)
+        if rng.random() < 0.5:
+            args += [f"--{name}", str(value)]
+        else:
+            args.append(f"--{name}={value}")
+    if rng.random() < 0.03:
+        args.append(rng.choice(["positional", "-x", "--unknown", "--json=1"]))
+    if "--indices" not in args and command == "shard" and rng.random() < 0.2:
+        args += ["--indices", "--limit", "50"]
+    return args
+
+
+def run_cli(binary: str, args: list, timeout: float) -> dict:
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [binary, *args], capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        return {"args": args, "verdict": "hang", "detail": f"over {timeout} s"}
+    seconds = time.monotonic() - start
+    out = proc.stdout.decode(errors="replace")
+    err = proc.stderr.decode(errors="replace")
+    code = proc.returncode
+    if code < 0:
+        return {"args": args, "verdict": "crash", "detail": f"signal {-code}: {err[-300:]}"}
+    if code == 0:
+        if "--json" in args and args[0] not in ("bogus",):
+            try:
+                json.loads(out)
+            except ValueError:
+                return {"args": args, "verdict": "bad-output", "detail": out[:200]}
+        return {"args": args, "verdict": "ok", "seconds": seconds}
+    if code == 1 and args[0] == "audit":
+        return {"args": args, "verdict": "ok", "seconds": seconds}
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("\r")]
+    # loader-stats draws a progress bar with '\r' before it fails: keep the last line
+    lines = [ln.split("\r")[-1] for ln in lines]
+    lines = [ln for ln in lines if ln.strip()]
+    if code != 2:
+        return {"args": args, "verdict": "bad-exit", "detail": f"exit {code}: {err[-300:]}"}
+    if len(lines) != 1:
+        return {"args": args, "verdict": "not-one-line", "detail": err[-400:]}
+    if "--" not in lines[0] and not lines[0].startswith("shardkit: unknown command"):
+        if not (args and args[0] in ("bogus", "", "shard-x")):
+            return {"args": args, "verdict": "no-flag", "detail": lines[0][:300]}
+    return {"args": args, "verdict": "rejected", "seconds": seconds}
+
+
+# ---- Python cases ------------------------------------------------------------
+
+PY_PARAMS = {
+    "ShardPlan": [
+        "num_items",
+        "world_size",
+        "split",
+        "remainder",
+        "offset",
+        "limit",
+        "shuffle",
+        "seed",
+        "epoch",
+        "weights",
+        "equal_counts",
+    ],
+    "shard": ["rank", "worker", "num_workers"],
+    "EvalPlan": [
+        "num_items",
+        "world_size",
+        "batch_size",
+        "devices",
+        "min_device_batch",
+        "split",
+        "shuffle",
+        "seed",
+        "epoch",
+    ],
+    "batch": ["rank", "step"],
+    "pack": [
+        "lengths",
+        "capacity",
+        "algorithm",
+        "images",
+        "max_images",
+        "buffer",
+        "oversize",
+        "max_sequences",
+    ],
+    "balance_ranks": ["costs", "world_size", "packs_per_rank"],
+    "Mesh": ["axes", "owners"],
+    "PartitionSpec": ["entries"],
+    "NamedSharding": ["mesh", "spec", "shape"],
+    "whale_plan": ["num_files", "world_size"],
+    "masked_mean": ["values", "mask"],
+}
+
+PY_VALUES = [
+    0,
+    1,
+    2,
+    3,
+    5,
+    8,
+    100,
+    -1,
+    2**31,
+    2**53 + 1,
+    2**63 - 1,
+    2**63,
+    2**64,
+    1.5,
+    2.0,
+    float("nan"),
+    float("inf"),
+    "3",
+    "x",
+    None,
+    [],
+    [1, 2],
+    True,
+]
+
+
+def py_value(rng: random.Random, name: str):
+    if name in ("split",):
+        return rng.choice(["round_robin", "contiguous", "balanced", "bogus", 3, None])
+    if name == "remainder":
+        return rng.choice(["uneven", "drop", "pad", "replicate", "x", None])
+    if name == "algorithm":
+        return rng.choice(["bfd", "ffd", "next_fit", "balanced", "x", 1])
+    if name == "oversize":
+        return rng.choice(["drop", "error", "split", "x"])
+    if name in ("shuffle", "equal_counts"):
+        return rng.choice([True, False, 1, "yes", None])
+    if name in ("weights", "lengths", "costs", "images", "values"):
+        return rng.choice(
+            [
+                [1, 2, 3],
+                [0.5, 2.5],
+                [],
+                [-1, 2],
+                [float("nan")],
+                [2**63],
+                [1e19],
+                "abc",
+                None,
+                [[1, 2]],
+                list(range(20)),
+                [3, 0, 2, 0, 1],
+            ]
+        )
+    if name == "mask":
+        return rng.choice([[True], [True, False, True], [], [1, 0, 1], "ab"])
+    if name == "axes":
+        return rng.choice(
+            [
+                {"x": 2},
+                {"x": 2, "y": 4},
+                {"x": 2.0},
+                {"x": -1},
+                {"x": 0},
+                {1: 2},
+                [("x", 2)],
+                {"x": 2**63},
+                "x=2",
+                None,
+                {"x": 2, "y": 2**40},
+            ]
+        )
+    if name == "owners":
+        return rng.choice([None, [0, 1], [0, 0, 1, 1], [-1, 0], "01", [0.5, 1]])
+    if name == "entries":
+        return rng.choice([("x",), (("x", "y"), None), ("x''",), (3,), ((None,),), ("x", "x")])
+    if name == "shape":
+        return rng.choice([(8, 4), (8,), (), (7,), (-4,), (2**63,), "8", (8.0,), None])
+    if name == "mesh":
+        return rng.choice(["mesh2", "mesh24", None, 3])
+    if name == "spec":
+        return rng.choice(["Px", "Pxy", "Pnone", None, "x"])
+    return rng.choice(PY_VALUES) if rng.random() < 0.6 else rng.choice(SMALL[1:6])
+
+
+def py_case(rng: random.Random) -> dict:
+    target = rng.choice(list(PY_PARAMS))
+    names = PY_PARAMS[target]
+    kwargs = {n: py_value(rng, n) for n in names if rng.random() < 0.6 or n in names[:2]}
+    return {"target": target, "kwargs": kwargs}
+
+
+def _call(case: dict):
+    import numpy as np
+
+    import shardkit
+
+    t, kw = case["target"], dict(case["kwargs"])
+
+    def plan_kwargs(keys):
+        return {k: kw[k] for k in keys if k in kw}
+
+    if t == "ShardPlan":
+        p = shardkit.ShardPlan(
+            kw.get("num_items", 10), kw.get("world_size", 3), **plan_kwargs(PY_PARAMS[t][2:])
+        )
+        audit = p.audit()
+        if not audit.exactly_once:
+            raise AssertionError(f"audit failed: {audit}")
+        return p.counts()[:4]
+    if t == "shard":
+        p = shardkit.ShardPlan(20, 4, remainder="pad")
+        s = p.shard(kw.get("rank", 0), **plan_kwargs(["worker", "num_workers"]))
+        return s.numpy().tolist()[:4]
+    if t == "EvalPlan":
+        p = shardkit.EvalPlan(
+            kw.get("num_items", 10),
+            kw.get("world_size", 3),
+            kw.get("batch_size", 4),
+            **plan_kwargs(PY_PARAMS[t][3:]),
+        )
+        return p.num_steps
+    if t == "batch":
+        p = shardkit.EvalPlan(10, 3, 2)
+        return p.batch(kw.get("rank", 0), kw.get("step", 0))[0].tolist()
+    if t == "pack":
+        r = shardkit.pack(
+            kw.get("lengths", [1, 2]), kw.get("capacity", 4), **plan_kwargs(PY_PARAMS[t][2:])
+        )
+        return r.num_packs
+    if t == "balance_ranks":
+        return shardkit.balance_ranks(
+            kw.get("costs", [1.0]), kw.get("world_size", 2), **plan_kwargs(["packs_per_rank"])
+        ).num_steps
+    if t == "Mesh":
+        return repr(shardkit.Mesh(kw.get("axes", {"x": 2}), kw.get("owners")))
+    if t == "PartitionSpec":
+        spec = shardkit.PartitionSpec(*kw.get("entries", ("x",)))
+        again = eval(repr(spec), {"PartitionSpec": shardkit.PartitionSpec})
+        if again != spec:
+            raise AssertionError(f"repr does not round-trip: {spec!r}")
+        return repr(spec)
+    if t == "NamedSharding":
+        meshes = {"mesh2": {"x": 2}, "mesh24": {"x": 2, "y": 4}}
+        specs = {"Px": ("x",), "Pxy": (("x", "y"),), "Pnone": (None,)}
+        m = kw.get("mesh", "mesh2")
+        mesh = shardkit.Mesh(meshes[m]) if m in meshes else m
+        s = kw.get("spec", "Px")
+        spec = shardkit.PartitionSpec(*specs[s]) if s in specs else s
+        ns = shardkit.NamedSharding(mesh, spec)
+        return ns.shard_shape(kw.get("shape", (8, 4)))
+    if t == "whale_plan":
+        return shardkit.whale_plan(kw.get("num_files", 10), kw.get("world_size", 3)).counts()
+    if t == "masked_mean":
+        return float(
+            shardkit.masked_mean(np.asarray(kw.get("values", [1.0])), kw.get("mask", [True]))
+        )
+    raise AssertionError(t)
+
+
+def run_py_batch(cases: list) -> list:
+    """In a child process: one result line per case."""
+    out = []
+    for case in cases:
+        try:
+            _call(case)
+            out.append({"verdict": "ok"})
+        except (ValueError, IndexError, TypeError) as e:
+            message = str(e)
+            names = list(case["kwargs"]) + [
+                "num_items",
+                "world_size",
+                "axes",
+                "entries",
+                "spec",
+                "mesh",
+                "shape",
+                "index",
+                "rank",
+                "step",
+                "lengths",
+                "capacity",
+                "costs",
+                "batch_size",
+            ]
+            if "\n" in message:
+                out.append({"verdict": "not-one-line", "detail": message[:300]})
+            elif not any(n in message for n in names):
+                out.append(
+                    {"verdict": "no-parameter", "detail": f"{type(e).__name__}: {message[:300]}"}
+                )
+            else:
+                out.append({"verdict": "rejected"})
+        except Exception as e:  # noqa: BLE001 - the point is to catch everything else
+            out.append(
+                {"verdict": "other-exception", "detail": f"{type(e).__name__}: {str(e)[:300]}"}
+            )
+    return out
+
+
+def py_child() -> None:
+    cases = json.loads(sys.stdin.read())
+    print(json.dumps(run_py_batch(cases)))
+
+
+def run_py_cases(cases: list, timeout: float, batch: int) -> list:
+    results = []
+    env = dict(os.environ)
+    for i in range(0, len(cases), batch):
+        chunk = cases[i : i + batch]
+        results += _run_chunk(chunk, timeout, env)
+    return results
+
+
+def _run_chunk(chunk: list, timeout: float, env: dict) -> list:
+    try:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--py-child"],
+            input=json.dumps(chunk, default=repr),
+            capture_output=True,
+            text=True,
+            timeout=timeout * len(chunk),
+            env=env,
+        )
+        if proc.returncode == 0:
+            return json.loads(proc.stdout)
+        failure = f"child exit {proc.returncode}: {proc.stderr[-300:]}"
+        verdict = "crash"
+    except subprocess.TimeoutExpired:
+        failure, verdict = "timeout", "hang"
+    if len(chunk) == 1:
+        return [{"verdict": verdict, "detail": failure}]
+    # narrow down: one call per child
+    return [r for case in chunk for r in _run_chunk([case], timeout, env)]
+
+
+# ---- main --------------------------------------------------------------------
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cli", default=os.environ.get("SHARDKIT_CLI", "build/dev/cli/shardkit"))
+    ap.add_argument("--cli-cases", type=int, default=10000)
+    ap.add_argument("--py-cases", type=int, default=10000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=20.0)
+    ap.add_argument("--py-child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.py_child:
+        py_child()
+        return 0
+    rng = random.Random(a.seed)
+    start = time.monotonic()
+    findings = []
+    counts: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        files = make_files(Path(tmp))
+        cli_cases = [cli_case(rng, files) for _ in range(a.cli_cases)]
+        with futures.ThreadPoolExecutor(a.jobs) as pool:
+            for r in pool.map(lambda c: run_cli(a.cli, c, a.timeout), cli_cases):
+                key = "cli " + r["verdict"]
+                counts[key] = counts.get(key, 0) + 1
+                if r["verdict"] not in ("ok", "rejected"):
+                    findings.append(("cli", " ".join(map(repr, r["args"])), r["detail"]))
+        cli_seconds = time.monotonic() - start
+        py_cases = [py_case(rng) for _ in range(a.py_cases)]
+        py_start = time.monotonic()
+        results = run_py_cases(py_cases, a.timeout, 500)
+        for case, r in zip(py_cases, results):
+            key = "python " + r["verdict"]
+            counts[key] = counts.get(key, 0) + 1
+            if r["verdict"] not in ("ok", "rejected"):
+                findings.append(("python", f"{case['target']}({case['kwargs']!r})", r["detail"]))
+        py_seconds = time.monotonic() - py_start
+    print(
+        f"sweep seed {a.seed}: {a.cli_cases} CLI command lines in {cli_seconds:.0f} s, "
+        f"{a.py_cases} Python calls in {py_seconds:.0f} s"
+    )
+    for key in sorted(counts):
+        print(f"  {key:28s} {counts[key]:7d}")
+    print(f"findings: {len(findings)}")
+    for kind, what, detail in findings[:60]:
+        print(f"  [{kind}] {what}\n      -> {detail}")
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
