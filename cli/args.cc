@@ -227,7 +227,7 @@ std::vector<double> ReadNumbers(const std::string& flag, const std::string& path
 std::vector<std::int64_t> ReadWholeNumbers(const std::string& flag, const std::string& path) {
   const std::string bytes = ReadAll(flag, path);
   auto bad = [&](std::int64_t i, const std::string& text) {
-    return UsageError(flag + ": " + Where(path) + ": item " + std::to_string(i) + " is " + text +
+    return UsageError(flag + ": item " + std::to_string(i) + " is " + text + " in " + Where(path) +
                       ", expected a whole number in [0, 2^63)");
   };
   std::vector<std::int64_t> out;
@@ -281,10 +281,13 @@ std::vector<std::int64_t> ReadWholeNumbers(const std::string& flag, const std::s
     }
     double d = 0;
     auto [dptr, dec] = std::from_chars(t.data(), t.data() + t.size(), d);
-    if (dec != std::errc() || dptr != t.data() + t.size() || !(d >= 0) || d != std::floor(d) ||
-        d >= 9223372036854775808.0) {
+    if ((dec != std::errc() && dec != std::errc::result_out_of_range) ||
+        dptr != t.data() + t.size()) {
       throw UsageError(flag + ": " + Where(path) + " line " + std::to_string(number) + ": '" + t +
-                       "' is not a whole number in [0, 2^63)");
+                       "' is not a number");
+    }
+    if (dec != std::errc() || !(d >= 0) || d != std::floor(d) || d >= 9223372036854775808.0) {
+      throw bad(static_cast<std::int64_t>(out.size()), t);
     }
     out.push_back(static_cast<std::int64_t>(d));  // "1e3", "4096.0"
   }
