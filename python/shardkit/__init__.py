@@ -34,7 +34,14 @@ from shardkit.eval import (
     rank_and_world,
     steps_for_count,
 )
-from shardkit.layout import LoadingPlan, LocalToGlobal, Mesh, NamedSharding, PartitionSpec
+from shardkit.layout import (
+    DataRoles,
+    LoadingPlan,
+    LocalToGlobal,
+    Mesh,
+    NamedSharding,
+    PartitionSpec,
+)
 from shardkit.loader import TokenLoader
 from shardkit.packing import (
     PackedCollator,
@@ -84,6 +91,7 @@ __all__ = [
     "steps_for_count",
     "TokenLoader",
     "Mixture",
+    "DataRoles",
     "LoadingPlan",
     "LocalToGlobal",
     "Mesh",

@@ -47,8 +47,269 @@ Errors name the value:
 Traceback (most recent call last):
 ...
 ValueError: shape: dimension 0 of (6,) has size 6, which is not divisible by its 4 partitions (mesh axes 'data' of sizes 4 in P('data'))
+
+Data roles from a parallelism mesh: tensor/pipeline/context axes replicate data, only the
+data axes choose the shard. With torchrun's rank order over ``dp=2 x tp=2``, ranks 0 and 1
+form a tensor-parallel pair that must see identical batches:
+
+>>> from shardkit import DataRoles
+>>> roles = DataRoles({"dp": 2, "tp": 2}, "dp", rank=1)
+>>> roles.dp_rank, roles.dp_size, roles.replica_group, roles.loads
+(0, 2, [0, 1], True)
+
+Pipeline stages after the first take no data (Whale's master/slave rule), and one rank
+per group saves the loader state:
+
+>>> roles = DataRoles({"dp": 2, "pp": 2}, "dp", rank=3, broadcast_axes="pp")
+>>> roles.dp_rank, roles.loads, roles.source, roles.saver
+(1, False, 2, 2)
 """
 
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from shardkit import _core
 from shardkit._core import LoadingPlan, LocalToGlobal, Mesh, NamedSharding, PartitionSpec
 
-__all__ = ["LoadingPlan", "LocalToGlobal", "Mesh", "NamedSharding", "PartitionSpec"]
+__all__ = [
+    "DataRoles",
+    "LoadingPlan",
+    "LocalToGlobal",
+    "Mesh",
+    "NamedSharding",
+    "PartitionSpec",
+    "ReplicaCheck",
+    "ReplicaDivergenceError",
+    "batch_fingerprint",
+    "data_rank_and_world",
+    "to_mesh",
+]
+
+
+def _names(value: Union[str, Sequence[str], None], param: str) -> list:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    names = list(value)
+    for name in names:
+        if not isinstance(name, str):
+            raise ValueError(f"{param}: expected axis names, got {name!r} in {value!r}")
+    return names
+
+
+def _is_torch_device_mesh(mesh: Any) -> bool:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        from torch.distributed.device_mesh import DeviceMesh
+    except ImportError:
+        return False
+    return isinstance(mesh, DeviceMesh)
+
+
+def _is_jax_mesh(mesh: Any) -> bool:
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(mesh, jax.sharding.Mesh)
+
+
+def to_mesh(mesh: Any) -> Tuple[Mesh, Callable[[], int]]:
+    """(shardkit Mesh whose owners are ranks, a function giving this process's rank) for a
+    shardkit Mesh, a torch DeviceMesh, a jax.sharding.Mesh, or axis sizes (a dict or
+    (name, size) pairs) in the rank order of MPI / torchrun."""
+    from shardkit.eval import discover
+
+    if isinstance(mesh, Mesh):
+        return mesh, lambda: discover().rank
+    if _is_torch_device_mesh(mesh):
+        names = mesh.mesh_dim_names
+        if names is None:
+            raise ValueError(
+                "mesh: the DeviceMesh has no mesh_dim_names; name its dimensions "
+                "(init_device_mesh(..., mesh_dim_names=('dp', 'tp')))"
+            )
+        ranks = mesh.mesh
+        axes = dict(zip(names, (int(n) for n in ranks.shape)))
+        return Mesh(axes, owners=ranks.flatten().tolist()), mesh.get_rank
+    if _is_jax_mesh(mesh):
+        import jax
+
+        return Mesh.from_jax(mesh), jax.process_index
+    if isinstance(mesh, Mapping) or isinstance(mesh, (list, tuple)):
+        return Mesh.rank_order(mesh), lambda: discover().rank
+    raise ValueError(
+        "mesh: expected a shardkit.Mesh, a torch DeviceMesh, a jax.sharding.Mesh or axis "
+        f"sizes such as {{'dp': 2, 'tp': 2}}, got {type(mesh).__name__}"
+    )
+
+
+class DataRoles(_core.DataRoles):
+    """What this rank does with data, from the parallelism mesh.
+
+    ``DataRoles(mesh, data_axes, rank=None, *, broadcast_axes=())``
+
+    mesh: a ``shardkit.Mesh`` (owners = ranks), a torch ``DeviceMesh``, a
+    ``jax.sharding.Mesh`` (ranks = JAX processes) or axis sizes such as
+    ``{"dp": 2, "tp": 2}`` in the rank order of MPI / torchrun (row-major, last axis
+    fastest). data_axes: the axes data is split along (a name or names, the first
+    listed most significant); every other axis replicates data. rank: this rank, or a
+    ``shardkit.discover()`` result (default: the DeviceMesh's rank,
+    ``jax.process_index()``, or ``shardkit.discover()``).
+    broadcast_axes: non-data axes along which only coordinate 0 reads data and the
+    others receive it (``"pp"``: only pipeline stage 0 loads; ``"tp"``: one rank per
+    tensor-parallel group loads and broadcasts).
+
+    ``dp_rank`` / ``dp_size`` are what plans and loaders shard by (pass ``roles=`` to
+    them), ``replica_group`` the ranks that must see identical data, ``loads`` whether
+    this rank reads data, ``source`` the rank it comes from, ``saver`` / ``saves`` the one
+    rank per group that saves the loader state. The rules live in the C++ core
+    (``shardkit/layout/data_roles.h``).
+    """
+
+    def __init__(
+        self,
+        mesh: Any,
+        data_axes: Union[str, Sequence[str]],
+        rank: Optional[int] = None,
+        *,
+        broadcast_axes: Union[str, Sequence[str]] = (),
+    ) -> None:
+        core_mesh, default_rank = to_mesh(mesh)
+        if rank is None:
+            rank = default_rank()
+        rank = getattr(rank, "rank", rank)  # a shardkit.discover() result
+        super().__init__(
+            core_mesh,
+            _names(data_axes, "data_axes"),
+            int(rank),
+            _names(broadcast_axes, "broadcast_axes"),
+        )
+        self.mesh = core_mesh
+
+    def shard(self, plan: Any, **plan_options: Any):
+        """This rank's Shard: ``plan`` is a ShardPlan over ``dp_size`` ranks, or an item
+        count (then ``ShardPlan(plan, dp_size, **plan_options)``)."""
+        if isinstance(plan, _core.ShardPlan):
+            if plan_options:
+                raise ValueError("plan_options: only with an item count, not a ShardPlan")
+            if plan.world_size != self.dp_size:
+                raise ValueError(
+                    f"plan: world_size {plan.world_size} differs from dp_size {self.dp_size}"
+                )
+            return plan.shard(self.dp_rank)
+        return _core.ShardPlan(plan, self.dp_size, **plan_options).shard(self.dp_rank)
+
+    def __repr__(self) -> str:
+        return (
+            f"DataRoles(rank={self.rank}, dp_rank={self.dp_rank}, dp_size={self.dp_size}, "
+            f"replica_group={self.replica_group}, loads={self.loads}, saver={self.saver})"
+        )
+
+
+def data_rank_and_world(
+    rank: Optional[int],
+    world_size: Optional[int],
+    roles: Optional[_core.DataRoles] = None,
+    mesh: Any = None,
+    data_axes: Union[str, Sequence[str], None] = None,
+) -> Tuple[Optional[int], Optional[int]]:
+    """(rank, world_size) a plan or loader shards by: ``roles.dp_rank`` / ``.dp_size``
+    when roles (or mesh and data_axes) are given, else the arguments unchanged. Raises
+    ValueError when both are given and disagree, or only one of mesh / data_axes."""
+    if (mesh is None) != (data_axes is None):
+        raise ValueError("data_axes: mesh= and data_axes= go together")
+    if mesh is not None:
+        if roles is not None:
+            raise ValueError("roles: pass roles= or mesh= and data_axes=, not both")
+        roles = DataRoles(mesh, data_axes)
+    if roles is None:
+        return rank, world_size
+    if rank is not None and rank != roles.dp_rank:
+        raise ValueError(f"rank: {rank} differs from the roles' dp_rank {roles.dp_rank}")
+    if world_size is not None and world_size != roles.dp_size:
+        raise ValueError(
+            f"world_size: {world_size} differs from the roles' dp_size {roles.dp_size}"
+        )
+    return roles.dp_rank, roles.dp_size
+
+
+def batch_fingerprint(ids: Any) -> int:
+    """A 64-bit (signed) fingerprint of a batch's item or document ids, order-sensitive."""
+    return _core._batch_fingerprint(np.ascontiguousarray(np.asarray(ids).ravel(), np.int64))
+
+
+class ReplicaDivergenceError(RuntimeError):
+    """Ranks of one replica group received different batches (raised on every rank)."""
+
+
+def _torch_allgather(values: np.ndarray) -> np.ndarray:
+    import torch
+    import torch.distributed as dist
+
+    local = torch.from_numpy(values)
+    out = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, local)
+    return torch.stack(out).numpy()
+
+
+def _jax_allgather(values: np.ndarray) -> np.ndarray:
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(values))
+
+
+class ReplicaCheck:
+    """Checks every ``every`` steps that the ranks of each replica group hold identical
+    batches: one all-gather of three int64 per rank through the user's engine.
+
+    ``ReplicaCheck(roles, engine="torch"|"jax"|callable, every=1)``; ``check(step, ids)``
+    is collective (every rank calls it at every step; it talks only when ``step % every
+    == 0``) and raises ReplicaDivergenceError on every rank, naming the step and the
+    ranks, when a group disagrees. ``ids``: the batch's document or item ids, or None on
+    a rank that holds no batch (it takes no part). A callable engine maps this rank's
+    int64 array to the [world, k] array of every rank's (row r = rank r).
+    """
+
+    def __init__(self, roles: _core.DataRoles, engine: Any = "torch", every: int = 1) -> None:
+        if every < 1:
+            raise ValueError(f"every: must be at least 1, got {every}")
+        if engine == "torch":
+            engine = _torch_allgather
+        elif engine == "jax":
+            engine = _jax_allgather
+        elif not callable(engine):
+            raise ValueError(f"engine: expected 'torch', 'jax' or a callable, got {engine!r}")
+        self.roles, self.every, self._allgather = roles, every, engine
+
+    def check(self, step: int, ids: Any) -> bool:
+        """True when it compared (step % every == 0), False when it skipped."""
+        if step % self.every:
+            return False
+        mine = np.array(
+            [
+                -1 if ids is None else self.roles.dp_rank,
+                0 if ids is None else batch_fingerprint(ids),
+                step,
+            ],
+            np.int64,
+        )
+        table = np.asarray(self._allgather(mine)).reshape(-1, 3)
+        steps = np.unique(table[:, 2])
+        if len(steps) != 1:
+            raise ReplicaDivergenceError(
+                f"step: the ranks checked different steps {steps.tolist()} (this is step {step})"
+            )
+        bad = _core._divergent_replicas(
+            np.ascontiguousarray(table[:, 0]), np.ascontiguousarray(table[:, 1])
+        )
+        if bad:
+            raise ReplicaDivergenceError(
+                f"step {step}: ranks {list(bad)} (dp_rank {int(table[bad[0], 0])}) must see "
+                "identical batches but received different ones"
+            )
+        return True

@@ -29,6 +29,7 @@ import numpy as np
 
 from shardkit import _core
 from shardkit.eval import rank_and_world
+from shardkit.layout import data_rank_and_world
 
 __all__ = ["TokenLoader"]
 
@@ -129,7 +130,13 @@ class TokenLoader:
         shard_files: bool = False,
         whale_unbalanced_io_slicing: bool = False,
         whale_drop_last_files: bool = False,
+        roles: Any = None,
+        mesh: Any = None,
+        data_axes: Any = None,
     ) -> None:
+        # roles (a shardkit.DataRoles) or mesh= and data_axes=: shard by the data-parallel
+        # rank and size, so tensor/pipeline replicas read identical batches.
+        rank, world_size = data_rank_and_world(rank, world_size, roles, mesh, data_axes)
         rank, world_size = rank_and_world(rank, world_size)
         self._source = _open_source(tokens, offsets, token_dtype)
         self._options = dict(

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "python/src/bindings.h"
+#include "shardkit/layout/data_roles.h"
 #include "shardkit/layout/loading_plan.h"
 #include "shardkit/layout/mesh.h"
 #include "shardkit/layout/named_sharding.h"
@@ -74,6 +75,16 @@ SpecEntryOut EntryToPython(const SpecEntry& entry) {
 // Any iterable of entries (shardkit or JAX PartitionSpec, tuple, list).
 PartitionSpec SpecFromPython(nb::handle spec) {
   if (nb::isinstance<BoundSpec>(spec)) return nb::cast<const BoundSpec&>(spec).spec;
+  // A JAX spec may carry unreduced / reduced axes (pending sums), which no slice
+  // layout expresses: refuse them rather than drop them.
+  for (const char* kind : {"unreduced", "reduced"}) {
+    if (nb::hasattr(spec, kind) && nb::len(nb::object(spec.attr(kind))) > 0) {
+      throw std::invalid_argument("spec: " + nb::cast<std::string>(nb::repr(spec)) + " has " +
+                                  kind + " axes " +
+                                  nb::cast<std::string>(nb::repr(spec.attr(kind))) +
+                                  "; shardkit's layout covers split and replicated axes only");
+    }
+  }
   PartitionSpec out;
   for (nb::handle entry : spec) out.push_back(EntryFromPython(entry, out.size()));
   return out;
@@ -170,6 +181,19 @@ void init_layout(nb::module_& m) {
             return d;
           },
           "{axis name: size}, in mesh order (as jax.sharding.Mesh.shape)")
+      .def_static(
+          "rank_order",
+          [](Axes axes) {
+            Mesh parsed = MeshFromPython(axes, nb::none());
+            nb::gil_scoped_release release;
+            return RankOrderMesh(parsed.axes());
+          },
+          "axes"_a,
+          "The mesh whose device d is held by rank d: the rank order of MPI and torchrun\n"
+          "(row-major, last axis fastest).\n\n"
+          ">>> import shardkit\n"
+          ">>> shardkit.Mesh.rank_order({'dp': 2, 'tp': 2}).owners\n"
+          "[0, 1, 2, 3]\n")
       .def_prop_ro("size", &Mesh::size)
       .def_prop_ro("owners", [](const Mesh& m) { return m.owners(); })
       .def_prop_ro("processes", [](const Mesh& m) { return m.processes(); })
@@ -494,6 +518,49 @@ void init_layout(nb::module_& m) {
           "order"_a, "step"_a, "process"_a,
           "(items, padding): the items `process` reads at `step`, where the global batch of\n"
           "step t is entries [t * batch_size, (t + 1) * batch_size) of `order` (a Shard).");
+
+  nb::class_<DataRoles>(
+      m, "DataRoles",
+      "What one rank does with data, from the parallelism mesh (see shardkit.DataRoles).")
+      .def(
+          "__init__",
+          [](DataRoles* self, const Mesh& mesh, std::vector<std::string> data_axes, Index rank,
+             std::vector<std::string> broadcast_axes) {
+            nb::gil_scoped_release release;
+            new (self) DataRoles(mesh, std::move(data_axes), rank, std::move(broadcast_axes));
+          },
+          "mesh"_a, "data_axes"_a, "rank"_a, "broadcast_axes"_a = std::vector<std::string>{})
+      .def_prop_ro("rank", &DataRoles::rank)
+      .def_prop_ro("dp_rank", &DataRoles::dp_rank, "What plans and loaders shard by.")
+      .def_prop_ro("dp_size", &DataRoles::dp_size, "How many data-parallel shards there are.")
+      .def_prop_ro("replica_group", &DataRoles::replica_group,
+                   "Ranks that must see identical data, ascending (this rank included).")
+      .def_prop_ro("data_coordinates", &DataRoles::data_coordinates,
+                   "Data coordinates of this rank's devices, ascending.")
+      .def_prop_ro("loads", &DataRoles::loads, "Whether this rank reads data itself.")
+      .def_prop_ro("source", &DataRoles::source,
+                   "The rank this rank's data comes from (itself when it loads).")
+      .def_prop_ro("saver", &DataRoles::saver,
+                   "The rank of the replica group that saves the loader state.")
+      .def_prop_ro("saves", &DataRoles::saves)
+      .def_prop_ro("data_axes", &DataRoles::data_axes)
+      .def_prop_ro("broadcast_axes", &DataRoles::broadcast_axes);
+
+  m.def(
+      "_batch_fingerprint",
+      [](nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> ids) {
+        std::uint64_t h = BatchFingerprint({ids.data(), ids.shape(0)});
+        return static_cast<std::int64_t>(h);
+      },
+      "ids"_a);
+  m.def(
+      "_divergent_replicas",
+      [](nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> dp_ranks,
+         nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> prints) {
+        std::vector<std::uint64_t> values(prints.data(), prints.data() + prints.shape(0));
+        return DivergentReplicas({dp_ranks.data(), dp_ranks.shape(0)}, values);
+      },
+      "dp_ranks"_a, "fingerprints"_a);
 }
 
 }  // namespace shardkit::python

@@ -1,0 +1,231 @@
+"""shardkit.DataRoles against a brute force over random meshes, the mesh adapters (dict,
+shardkit.Mesh, torch DeviceMesh, jax.sharding.Mesh), the argument conversion of plans and
+loaders, and the replica check."""
+
+import itertools
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit import DataRoles, Mesh
+from shardkit.layout import (
+    ReplicaCheck,
+    ReplicaDivergenceError,
+    batch_fingerprint,
+    data_rank_and_world,
+)
+
+HERE = Path(__file__).resolve().parent
+PYTHON_DIR = str(HERE.parent)
+
+
+def _brute(axes, owners, data_axes, rank, broadcast_axes):
+    """The roles by enumeration: every device's coordinates from itertools.product."""
+    names = list(axes)
+    coords = list(itertools.product(*(range(axes[n]) for n in names)))  # row-major
+
+    def data_key(c):
+        return tuple(c[names.index(a)] for a in data_axes)
+
+    def origin(c):
+        return all(c[names.index(a)] == 0 for a in broadcast_axes)
+
+    sets = {}
+    for d, c in enumerate(coords):
+        sets.setdefault(owners[d], set()).add(data_key(c))
+    mine = sets[rank]
+    classes = sorted({min(s) for s in sets.values()})
+    group = sorted(r for r, s in sets.items() if s == mine)
+    loaders = {r for d, c in enumerate(coords) if origin(c) for r in [owners[d]]}
+    first = min(d for d in range(len(coords)) if owners[d] == rank)
+    c = list(coords[first])
+    for a in broadcast_axes:
+        c[names.index(a)] = 0
+    source = rank if rank in loaders else owners[coords.index(tuple(c))]
+    saver = min(r for r in group if r in loaders)
+    return dict(
+        dp_rank=classes.index(min(mine)),
+        dp_size=len(classes),
+        replica_group=group,
+        loads=rank in loaders,
+        source=source,
+        saver=saver,
+    )
+
+
+def _random_config(rng):
+    names = rng.sample(["dp", "tp", "pp", "cp", "ep"], rng.randint(1, 4))
+    axes = {n: rng.randint(1, 4) for n in names}
+    size = int(np.prod(list(axes.values())))
+    order = list(names)
+    rng.shuffle(order)
+    k = rng.randint(0, len(order))
+    data = order[:k]
+    broadcast = [a for a in order[k:] if rng.random() < 0.5]
+    owners = list(range(size))
+    if rng.random() < 0.5:
+        rng.shuffle(owners)  # any rank order
+    return axes, owners, data, broadcast
+
+
+def test_roles_equal_the_brute_force_over_random_meshes_and_rank_orders():
+    rng = random.Random(11)
+    for _ in range(300):
+        axes, owners, data, broadcast = _random_config(rng)
+        mesh = Mesh(axes, owners=owners)
+        groups = {}
+        for rank in range(len(owners)):
+            roles = DataRoles(mesh, data, rank, broadcast_axes=broadcast)
+            want = _brute(axes, owners, data, rank, broadcast)
+            got = {k: getattr(roles, k) for k in want}
+            assert got == want, (axes, owners, data, broadcast, rank)
+            groups.setdefault(roles.dp_rank, []).append(roles)
+        # A partition into dp_size groups of the non-data size, one saver each.
+        dp_size = int(np.prod([axes[a] for a in data]))
+        assert sorted(groups) == list(range(dp_size))
+        for members in groups.values():
+            assert len(members) == len(owners) // dp_size
+            assert sum(m.saves for m in members) == 1
+
+
+def test_processes_with_several_devices_must_hold_whole_shards():
+    # A JAX-style mesh (owners = process index): data=4 x model=2, 2 processes.
+    roles = DataRoles(Mesh({"data": 4, "model": 2}, owners=[0, 0, 1, 1, 0, 0, 1, 1]), "data", 1)
+    assert (roles.dp_rank, roles.dp_size, roles.data_coordinates) == (1, 2, [1, 3])
+    want = _brute({"data": 4, "model": 2}, [0, 0, 1, 1, 0, 0, 1, 1], ["data"], 1, [])
+    assert roles.replica_group == want["replica_group"] == [1]
+    with pytest.raises(ValueError, match="data_axes: ranks 0 and 1 hold overlapping"):
+        DataRoles(Mesh({"data": 2, "model": 2}, owners=[0, 0, 0, 1]), "data", 0)
+
+
+def test_dict_meshes_use_the_mpi_rank_order_and_rank_defaults_to_discovery(monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    roles = DataRoles({"tp": 2, "dp": 2}, ["dp"])  # data axis inner
+    assert (roles.rank, roles.dp_rank, roles.replica_group) == (3, 1, [1, 3])
+    assert DataRoles([("tp", 2), ("dp", 2)], "dp", 0).replica_group == [0, 2]
+
+
+def test_errors_name_the_value():
+    with pytest.raises(ValueError, match="data_axes: 'data' is not an axis of the mesh dp=2"):
+        DataRoles({"dp": 2}, "data", 0)
+    with pytest.raises(IndexError, match="rank: 4 holds no device"):
+        DataRoles({"dp": 2, "tp": 2}, "dp", 4)
+    with pytest.raises(ValueError, match="broadcast_axes: 'dp' is a data axis"):
+        DataRoles({"dp": 2, "tp": 2}, "dp", 0, broadcast_axes="dp")
+    with pytest.raises(ValueError, match="data_axes: expected axis names"):
+        DataRoles({"dp": 2}, ["dp", 3], 0)
+    with pytest.raises(ValueError, match="mesh: expected a shardkit.Mesh"):
+        DataRoles(42, "dp", 0)
+    with pytest.raises(ValueError, match="axes"):
+        DataRoles({"dp": 2**40, "tp": 2**40}, "dp", 0)
+
+
+def test_plans_and_loaders_take_roles_instead_of_rank_and_world():
+    roles = DataRoles({"dp": 3, "tp": 2}, "dp", rank=5)  # dp_rank 2 of 3
+    assert data_rank_and_world(None, None, roles) == (2, 3)
+    assert data_rank_and_world(7, 9) == (7, 9)
+    with pytest.raises(ValueError, match="rank: 1 differs from the roles' dp_rank 2"):
+        data_rank_and_world(1, None, roles)
+    with pytest.raises(ValueError, match="data_axes: mesh= and data_axes= go together"):
+        data_rank_and_world(None, None, mesh={"dp": 2})
+    assert data_rank_and_world(None, None, mesh=Mesh.rank_order({"dp": 2, "tp": 2}), data_axes="dp")
+    assert list(roles.shard(10)) == list(shardkit.ShardPlan(10, 3).shard(2)) == [2, 5, 8]
+    plan = shardkit.ShardPlan(10, 3, shuffle=True, seed=4)
+    assert list(roles.shard(plan)) == list(plan.shard(2))
+    with pytest.raises(ValueError, match="plan: world_size 2 differs from dp_size 3"):
+        roles.shard(shardkit.ShardPlan(10, 2))
+    # The two tensor-parallel ranks of one group get identical loader batches.
+    tokens = np.arange(4000, dtype=np.int32)
+    offsets = np.arange(0, 4001, 40, dtype=np.int64)
+    batches = []
+    for rank in (4, 5):
+        r = DataRoles({"dp": 3, "tp": 2}, "dp", rank=rank)
+        loader = shardkit.TokenLoader(tokens, offsets, seq_len=64, batch_size=2, roles=r, seed=3)
+        assert (loader.rank, loader.world_size) == (2, 3)
+        batches.append([b["documents"].tolist() for b in loader])
+    assert batches[0] == batches[1] and batches[0]
+
+
+def test_replica_check_names_the_step_and_the_ranks_on_every_rank():
+    world = {"dp": 2, "tp": 2}
+    roles = [DataRoles(world, "dp", r) for r in range(4)]
+    batches = {0: [1, 2], 1: [1, 2], 2: [3, 4], 3: [3, 4]}
+    table = {}
+
+    def engine_for(rank):
+        def allgather(values):
+            table[rank] = values
+            return np.stack([table[r] for r in range(4)])
+
+        return allgather
+
+    checks = [ReplicaCheck(roles[r], engine_for(r), every=2) for r in range(4)]
+    # Fill the table as a collective would, then every rank reads it.
+    for step, bad in ((0, None), (1, None), (2, 3)):
+        ids = dict(batches)
+        if bad is not None:
+            ids[bad] = [4, 3]
+        for r in range(4):
+            table[r] = np.array([roles[r].dp_rank, batch_fingerprint(ids[r]), step], np.int64)
+        for r in range(4):
+            if bad is None:
+                assert checks[r].check(step, ids[r]) is (step % 2 == 0)
+            else:
+                with pytest.raises(ReplicaDivergenceError, match=r"step 2: ranks \[2, 3\]"):
+                    checks[r].check(step, ids[r])
+    assert batch_fingerprint([1, 2]) != batch_fingerprint([2, 1])
+    with pytest.raises(ValueError, match="every: must be at least 1"):
+        ReplicaCheck(roles[0], engine_for(0), every=0)
+
+
+def test_torch_device_mesh_and_jax_mesh_adapters():
+    """One process each: a 1-rank gloo DeviceMesh, and a JAX mesh over 8 CPU devices."""
+    code = r"""
+import os, sys
+import numpy as np
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+import shardkit
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[1], rank=0,
+                        world_size=1)
+mesh = init_device_mesh("cpu", (1, 1), mesh_dim_names=("dp", "tp"))
+r = shardkit.DataRoles(mesh, "dp")
+assert (r.rank, r.dp_rank, r.dp_size, r.replica_group, r.loads) == (0, 0, 1, [0], True), r
+try:
+    shardkit.DataRoles(init_device_mesh("cpu", (1,)), "dp")
+    raise SystemExit("no error")
+except ValueError as e:
+    assert str(e).startswith("mesh: the DeviceMesh has no mesh_dim_names"), e
+dist.destroy_process_group()
+import jax
+from jax.sharding import Mesh
+jm = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
+r = shardkit.DataRoles(jm, "data")
+assert (r.rank, r.dp_rank, r.dp_size, r.replica_group) == (0, 0, 1, [0]), r
+assert r.data_coordinates == [0, 1, 2, 3]
+print("ok")
+"""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(port)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
