@@ -46,6 +46,98 @@ def timeit(fn, min_reps, min_seconds=0.5):
     return statistics.median(times)
 
 
+def best_of(fn, reps=30, min_seconds=0.3):
+    """Minimum over repeats of one call, blocked until its arrays are ready."""
+    import jax
+
+    best, start, count = float("inf"), time.perf_counter(), 0
+    while count < reps or time.perf_counter() - start < min_seconds:
+        t = time.perf_counter()
+        jax.block_until_ready(fn())
+        best = min(best, time.perf_counter() - t)
+        count += 1
+        if count >= 2000:
+            break
+    return best
+
+
+def child_drop_in(num_devices):
+    import jax
+    import numpy as np
+    from jax._src import array as jarray
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from shardkit import jax as skjax
+
+    devices = jax.devices()
+    assert len(devices) == num_devices
+    fsdp = min(16, num_devices)
+    mesh = Mesh(np.array(devices).reshape(num_devices // fsdp, fsdp), ("data", "fsdp"))
+    s = NamedSharding(mesh, P(("data", "fsdp")))
+    x = np.arange(num_devices * 4 * 64, dtype=np.float32).reshape(num_devices * 4, 64)
+    tree = {"inputs": x, "labels": (x.astype(np.int32), x[:, :8].copy())}
+
+    def shards(a):
+        return [
+            (str(sh.device), sh.index, np.asarray(sh.data).tobytes())
+            for sh in sorted(a.addressable_shards, key=lambda sh: sh.device.id)
+        ]
+
+    def equal(a, b):
+        la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+        assert len(la) == len(lb)
+        for u, v in zip(la, lb):
+            assert u.sharding == v.sharding and u.dtype == v.dtype and u.shape == v.shape
+            assert shards(u) == shards(v)
+
+    rows = []
+
+    def report(what, theirs, ours, jax_fn, sk_fn):
+        equal(jax_fn(), sk_fn())
+        j, k = best_of(jax_fn), best_of(sk_fn)
+        rows.append(
+            {
+                "devices": num_devices,
+                "what": what,
+                "jax_ms": j * 1e3,
+                "shardkit_ms": k * 1e3,
+                "ratio": j / k,
+                "note": f"{theirs} vs {ours}",
+            }
+        )
+
+    report(
+        "make_array_from_process_local_data, one array",
+        "jax",
+        "shardkit",
+        lambda: jax.make_array_from_process_local_data(s, x),
+        lambda: skjax.make_array_from_process_local_data(s, x),
+    )
+    report(
+        "make_array_from_process_local_data, pytree of 3",
+        "jax",
+        "shardkit",
+        lambda: jax.make_array_from_process_local_data(s, tree),
+        lambda: skjax.make_array_from_process_local_data(s, tree),
+    )
+    report(
+        "per-process (multi-host) path, one array",
+        "_array_from_process_local_data",
+        "_assemble",
+        lambda: jarray._array_from_process_local_data(x, s, None),
+        lambda: skjax._assemble([s], [x], [None], 0)[0],
+    )
+    return {
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "jax": jax.__version__,
+        "mesh": dict(mesh.shape),
+        "shape": x.shape,
+        "rows": rows,
+    }
+
+
 def child(num_devices, per_host):
     import jax
     import numpy as np
@@ -210,14 +302,49 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--devices", default="8192,16384")
     parser.add_argument("--per-host", type=int, default=4)
+    parser.add_argument("--drop-in", default="8,64,1024")
     parser.add_argument("--child", type=int, default=0)
+    parser.add_argument("--child-drop-in", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
+    if args.child_drop_in:
+        print(json.dumps(child_drop_in(args.child_drop_in)), flush=True)
+        os._exit(0)
     if args.child:
         print(json.dumps(child(args.child, args.per_host)), flush=True)
         # Tearing down 16384 host devices takes minutes; the results are out.
         os._exit(0)
-    for n in map(int, args.devices.split(",")):
+    for n in map(int, filter(None, args.drop_in.split(","))):
+        env = dict(
+            os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu"
+        )
+        try:
+            out = subprocess.run(
+                [sys.executable, __file__, "--child-drop-in", str(n)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=args.timeout,
+            )
+        except subprocess.TimeoutExpired:
+            print(f"\n{n} devices (drop-in): no result within {args.timeout} s")
+            continue
+        if out.returncode != 0:
+            print(out.stderr[-3000:], file=sys.stderr)
+            sys.exit(out.returncode)
+        doc = json.loads(out.stdout.strip().splitlines()[-1])
+        print(
+            f"\ndrop-in, {n} devices in one process, mesh {doc['mesh']}, array"
+            f" {tuple(doc['shape'])} float32; jax {doc['jax']}, {doc['cpus']} cpus;"
+            " minimum of repeats, blocked until ready"
+        )
+        print(f"{'measurement':<52} {'JAX ms':>10} {'shardkit ms':>12} {'JAX/shardkit':>13}")
+        for r in doc["rows"]:
+            print(
+                f"{r['what']:<52} {r['jax_ms']:>10.3f} {r['shardkit_ms']:>12.3f}"
+                f" {r['ratio']:>12.2f}x"
+            )
+    for n in map(int, filter(None, args.devices.split(","))):
         env = dict(
             os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu"
         )

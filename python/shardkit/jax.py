@@ -5,8 +5,11 @@ evaluation collectives (``check_plan``, ``agree_steps``, ``gather_unshard``, ``f
 ``make_array_from_process_local_data`` is a drop-in for JAX's function of that
 name: the same arguments, the same array, but the index arithmetic (global shape
 inference, local-shape validation, which local block feeds which device) is done
-by shardkit's C++ core in time proportional to this process's devices, and the
-array is assembled with ``jax.make_array_from_single_device_arrays``.
+by shardkit's C++ core in time proportional to this process's devices (once per
+sharding, shapes and process), and each array's blocks move to their devices in one
+batched transfer. ``global_batches`` turns a global order (a Shard) or an EvalPlan into
+global arrays, each host reading only its rows; ``to_items`` brings outputs back to item
+order.
 
 JAX is imported when a function is called, so this module imports without JAX
 and without a running distributed runtime.
@@ -24,6 +27,7 @@ and without a running distributed runtime.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import numpy as np
@@ -36,14 +40,17 @@ from shardkit._jax_eval import (
     gather_unshard,
     global_masked_sum,
 )
+from shardkit.eval import EvalPlan
 from shardkit.layout import LoadingPlan, NamedSharding
 from shardkit.sharding import Shard, ShardPlan
 
 __all__ = [
     # layout
+    "global_batches",
     "host_items",
     "host_rows",
     "make_array_from_process_local_data",
+    "to_items",
     "to_shardkit",
     # evaluation over JAX's processes
     "JaxEngine",
@@ -67,61 +74,145 @@ def to_shardkit(sharding: Any) -> NamedSharding:
     return NamedSharding.from_jax(sharding)
 
 
-def _one_array(sharding: Any, local_data: Any, global_shape: Sequence[int] | None):
+_NAME = "make_array_from_process_local_data"
+
+
+def _layout(sharding: Any) -> tuple:
+    """(shardkit NamedSharding, the mesh's devices in row-major order) of a JAX sharding."""
+    return to_shardkit(sharding), tuple(sharding.mesh.devices.flat)
+
+
+def _is_shape_leaf(x: Any) -> bool:
+    return x is None or isinstance(x, tuple)
+
+
+@functools.lru_cache(maxsize=1024)
+def _slicing(sharding: Any, local_shape: tuple, global_shape: Any, process: int) -> tuple:
+    """(global shape, devices, distinct local blocks as index tuples, block of each
+    device) for one (sharding, shapes, process): the index arithmetic of JAX's
+    _array_from_process_local_data, done by the C++ core once per configuration (a
+    training loop repeats its shapes; JAX caches its index maps the same way)."""
+    layout, mesh_devices = _layout(sharding)
+    mapping = layout.local_to_global(local_shape, process, global_shape)
+    blocks, which, seen = [], [], {}
+    for row in mapping.local_slices.tolist():
+        key = tuple(map(tuple, row))
+        k = seen.get(key)
+        if k is None:  # replicas on one host share one block
+            k = seen[key] = len(blocks)
+            blocks.append(tuple(slice(a, b) for a, b in key))
+        which.append(k)
+    devices = [mesh_devices[d] for d in mapping.devices.tolist()]
+    return mapping.global_shape, devices, blocks, which
+
+
+def _device_blocks(sharding: Any, data: np.ndarray, global_shape: Any, process: int):
+    """(global shape, devices, per-device numpy views of `data`) for this process."""
+    if global_shape is not None:
+        if None in global_shape:
+            raise ValueError(f"global_shape: {tuple(global_shape)} has None; this is not supported")
+        global_shape = tuple(map(int, global_shape))
+    try:
+        plan = _slicing(sharding, data.shape, global_shape, process)
+    except TypeError:  # an unhashable sharding: no cache
+        plan = _slicing.__wrapped__(sharding, data.shape, global_shape, process)
+    shape, devices, blocks, which = plan
+    views = [data[b] for b in blocks]
+    return shape, devices, [views[k] for k in which]
+
+
+def _starts(plans: list) -> list:
+    starts, k = [], 0
+    for plan in plans:
+        starts.append(k)
+        k += plan[2]
+    return starts
+
+
+def _put(global_shape: tuple, sharding: Any, views: list, devices: list):
+    """One jax.Array from per-device numpy blocks in one batched host-to-device transfer:
+    JAX's own fast path (what make_array_from_callback uses), or, on a JAX without it,
+    the public device_put of the list and make_array_from_single_device_arrays."""
     import jax
 
-    if isinstance(sharding, jax.sharding.PartitionSpec):
-        # As JAX does: a bare spec means a NamedSharding over the mesh set by jax.set_mesh.
-        from jax._src.api import pspec_to_sharding
-
-        sharding = pspec_to_sharding("make_array_from_process_local_data", sharding)
-    data = np.asarray(local_data)
-    if jax.process_count() == 1 and global_shape is not None and tuple(global_shape) != data.shape:
-        # JAX's own single-process rule: the local data is the global array.
-        raise ValueError(
-            "global_shape: on a single process it must be None or equal to local_data.shape;"
-            f" got global_shape={tuple(global_shape)} and local_data.shape={data.shape}"
+    try:
+        from jax._src import core
+        from jax._src.interpreters import pxla
+    except ImportError:
+        core = pxla = None
+    if pxla is not None and hasattr(pxla, "batched_device_put") and views:
+        aval = core.update_aval_with_sharding(
+            core.ShapedArray(global_shape, views[0].dtype), sharding
         )
-    layout = to_shardkit(sharding)
-    mapping = layout.local_to_global(data.shape, jax.process_index(), global_shape)
-    devices = sharding.mesh.devices.flat
-    mesh_devices = list(devices)
-    arrays = []
-    for k, device in enumerate(mapping.devices.tolist()):
-        block = tuple(slice(int(a), int(b)) for a, b in mapping.local_slices[k])
-        arrays.append(jax.device_put(data[block], mesh_devices[device]))
-    return jax.make_array_from_single_device_arrays(mapping.global_shape, sharding, arrays)
+        return pxla.batched_device_put(aval, sharding, views, devices)
+    arrays = jax.device_put(views, devices)
+    return jax.make_array_from_single_device_arrays(global_shape, sharding, arrays)
 
 
-def make_array_from_process_local_data(
-    sharding: Any, local_data: Any, global_shape: Sequence[int] | None = None
-):
+def _assemble(shardings: Sequence[Any], leaves: Sequence[Any], shapes: Sequence[Any], process: int):
+    """One global jax.Array per leaf from this process's data: every leaf's per-device
+    blocks go to their devices in one batched ``jax.device_put``."""
+    from jax import dtypes
+
+    plans, values, devices = [], [], []
+    for sharding, leaf, shape in zip(shardings, leaves, shapes):
+        data = np.asarray(leaf)
+        canonical = dtypes.canonicalize_dtype(data.dtype)
+        if canonical != data.dtype:  # as JAX: float64 -> float32 unless x64 is enabled
+            data = data.astype(canonical)
+        global_shape, leaf_devices, views = _device_blocks(sharding, data, shape, process)
+        plans.append((global_shape, sharding, len(views)))
+        values += views
+        devices += leaf_devices
+    out = []
+    for (global_shape, sharding, count), start in zip(plans, _starts(plans)):
+        out.append(
+            _put(
+                global_shape,
+                sharding,
+                values[start : start + count],
+                devices[start : start + count],
+            )
+        )
+    return out
+
+
+def make_array_from_process_local_data(sharding: Any, local_data: Any, global_shape: Any = None):
     """Drop-in for ``jax.make_array_from_process_local_data``.
 
-    sharding: a ``jax.sharding.NamedSharding`` (or a pytree prefix of them over
-    ``local_data``); local_data: this process's data (numpy array or pytree of them);
-    global_shape: the global shape (a tuple, or a pytree of them), or None to infer
-    it, which fails with a ValueError naming the non-uniform dimensions when the
-    owner layout makes a dimension non-uniform.
+    sharding: a ``jax.sharding.NamedSharding`` or ``PartitionSpec`` (under
+    ``jax.set_mesh``), or a pytree prefix of them over ``local_data``; local_data: this
+    process's data (a numpy array or a pytree of them); global_shape: the global shape
+    (a tuple), a pytree prefix of tuples over ``local_data``, or None to infer it (a
+    ValueError names the non-uniform dimensions when it cannot be inferred). Prefixes,
+    numpy integers in shapes and the errors (a list global_shape is a pytree, not a
+    shape) follow JAX. shardkit's core computes which local block feeds which device
+    (on one process the local data is the global array) and each array's blocks move
+    in one batched host-to-device transfer; leaves that are not numpy arrays on a
+    single process (jax.Arrays, Python scalars) go through ``jax.device_put`` as in JAX.
     """
     import jax
+    from jax._src.api import pspec_to_sharding
+    from jax._src.tree_util import broadcast_prefix
 
-    if isinstance(local_data, (np.ndarray, jax.Array)) or np.isscalar(local_data):
-        return _one_array(sharding, local_data, global_shape)
     leaves, treedef = jax.tree_util.tree_flatten(local_data)
-    shardings = jax.tree_util.tree_leaves(
-        jax.tree_util.tree_map(lambda _: sharding, local_data)
-        if not isinstance(sharding, (list, tuple, dict))
-        else sharding
-    )
-    shapes = (
-        [global_shape] * len(leaves)
-        if global_shape is None or isinstance(global_shape[0], int)
-        else list(global_shape)
-    )
-    return jax.tree_util.tree_unflatten(
-        treedef, [_one_array(s, d, g) for s, d, g in zip(shardings, leaves, shapes)]
-    )
+    shardings = [pspec_to_sharding(_NAME, s) for s in broadcast_prefix(sharding, local_data)]
+    shapes = broadcast_prefix(global_shape, local_data, is_leaf=_is_shape_leaf)
+    if jax.process_count() == 1:
+        for shape, leaf in zip(shapes, leaves):
+            if shape is not None and shape != np.shape(leaf):
+                raise ValueError(
+                    "global_shape: on a single process it must be None or equal to "
+                    f"local_data.shape; got global_shape={shape} and "
+                    f"local_data.shape={np.shape(leaf)}"
+                )
+        if not all(type(leaf) is np.ndarray for leaf in leaves):
+            # jax.Arrays move device to device, Python scalars stay weakly typed: as JAX.
+            return jax.device_put(local_data, sharding)
+        # The local data is the global array: the same assembly, every dimension whole.
+        shapes = [np.shape(leaf) for leaf in leaves]
+    arrays = _assemble(shardings, leaves, shapes, jax.process_index())
+    return jax.tree_util.tree_unflatten(treedef, arrays)
 
 
 def _process(process_index: int | None) -> int:
@@ -165,3 +256,148 @@ def host_items(
         order = order.shard(0)
     plan = LoadingPlan(to_shardkit(sharding), batch_size)
     return plan.items(order, step, _process(process_index))
+
+
+def _batch_sharding(sharding: Any, ndim: int):
+    """The sharding of a rank-`ndim` leaf: dimension 0 split as in `sharding`, the rest
+    whole (a mask or a per-row count takes the batch split only)."""
+    from jax.sharding import NamedSharding as JaxNamedSharding
+    from jax.sharding import PartitionSpec
+
+    spec = tuple(sharding.spec)[:ndim]
+    return JaxNamedSharding(sharding.mesh, PartitionSpec(*spec))
+
+
+def _global_rows(source: Any, step: int, batch_size: int) -> tuple:
+    """(items, padding) of every row of the global batch of `step`: entries
+    [step * B, (step + 1) * B) of a Shard, or the ranks' batches of an EvalPlan, rank by
+    rank (a global batch of world_size * plan.batch_size rows)."""
+    if isinstance(source, EvalPlan):
+        parts = [source.batch(r, step) for r in range(source.world_size)]
+        return np.concatenate([p[0] for p in parts]), ~np.concatenate([p[1] for p in parts])
+    # The last step is padded, never dropped: rows past the end repeat the order's head,
+    # flagged as padding.
+    n = len(source)
+    start = step * batch_size
+    stop = min(start + batch_size, n)
+    items = source.numpy(start, stop)
+    padding = np.zeros(batch_size, bool)
+    padding[max(n - source.padding - start, 0) :] = True
+    if stop - start < batch_size:
+        fill = np.arange(batch_size - (stop - start)) % n
+        items = np.concatenate([items, source.numpy(0, n)[fill] if n else fill])
+    return items, padding
+
+
+def global_batches(
+    sharding: Any,
+    source: Any,
+    load: Any,
+    *,
+    batch_size: int | None = None,
+):
+    """Global ``jax.Array`` batches, each process reading only the rows its devices hold.
+
+    sharding: a ``jax.sharding.NamedSharding`` whose spec entry 0 splits the batch (the
+    data axes); source: the global order, the same on every process: a Shard (or a
+    ShardPlan with world_size 1) with ``batch_size`` rows per step, or an EvalPlan (the
+    global batch of step t is every rank's ``batch(r, t)``, rank by rank); load: maps this
+    process's item ids (int64, in local-row order) to a numpy array or a pytree of them
+    with those rows first. Yields per step a dict: ``batch`` (the loaded pytree as global
+    arrays), ``mask`` (global bool [B], False on padded rows), ``items`` (global int64 [B]
+    item ids, so outputs come back to item order: see ``to_items``), ``step``. The last
+    step of a Shard is padded (rows past its end repeat its head, masked out), never
+    dropped. Replica processes read the same rows (``LoadingPlan``); every process must
+    iterate in step.
+    """
+    if isinstance(source, ShardPlan):
+        if source.world_size != 1:
+            raise ValueError(
+                f"source: a ShardPlan must have world_size 1 to be the global order, got "
+                f"{source.world_size}; pass one of its shards instead"
+            )
+        source = source.shard(0)
+    if isinstance(source, EvalPlan):
+        rows_per_step = source.world_size * source.batch_size
+        steps = source.num_steps
+    elif isinstance(source, Shard):
+        if batch_size is None:
+            raise ValueError("batch_size: required when the source is a Shard")
+        rows_per_step = int(batch_size)
+        steps = -(-len(source) // rows_per_step) if rows_per_step > 0 else 0
+    else:
+        raise ValueError(
+            f"source: expected a Shard, a ShardPlan or an EvalPlan, got {type(source).__name__}"
+        )
+    import jax
+
+    plan = LoadingPlan(to_shardkit(sharding), rows_per_step)
+    local_rows = np.concatenate(
+        [np.arange(a, b, dtype=np.int64) for a, b in plan.rows(jax.process_index())]
+        or [np.zeros(0, np.int64)]
+    )
+    row_sharding = _batch_sharding(sharding, 1)
+    for step in range(steps):
+        items, padding = _global_rows(source, step, rows_per_step)
+        local = load(items[local_rows])
+        leaves, treedef = _tree_flatten(local)
+        shardings = [_batch_sharding(sharding, np.ndim(leaf)) for leaf in leaves]
+        shapes = [(rows_per_step, *np.shape(leaf)[1:]) for leaf in leaves]
+        mine = [~padding[local_rows], items[local_rows]]
+        arrays = _assemble_any(
+            shardings + [row_sharding, row_sharding],
+            leaves + mine,
+            shapes + [(rows_per_step,), (rows_per_step,)],
+        )
+        yield {
+            "batch": _tree_unflatten(treedef, arrays[: len(leaves)]),
+            "mask": arrays[-2],
+            "items": arrays[-1],
+            "step": step,
+        }
+
+
+def _tree_flatten(tree: Any):
+    import jax
+
+    return jax.tree_util.tree_flatten(tree)
+
+
+def _tree_unflatten(treedef: Any, leaves: list):
+    import jax
+
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _assemble_any(shardings: list, leaves: list, shapes: list) -> list:
+    """_assemble for this process, also when there is one process (then the rows are
+    the whole batch and the global shape is the local one)."""
+    import jax
+
+    return _assemble(shardings, leaves, shapes, jax.process_index())
+
+
+def to_items(outputs: Any, items: Any, mask: Any) -> tuple:
+    """(item ids, output rows) in item order from global per-step arrays: the real rows
+    (mask True) of every step, sorted by item id, duplicates (replicated padding) gone.
+    ``outputs``, ``items``, ``mask``: global ``jax.Array`` [B, ...] of one step, or lists
+    of them over steps. Gathers to every process (``process_allgather``)."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    def host(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return np.asarray(x)
+
+    many = isinstance(items, (list, tuple))
+    outs = [host(o) for o in (outputs if many else [outputs])]
+    ids = [host(i) for i in (items if many else [items])]
+    masks = [host(m) for m in (mask if many else [mask])]
+    ids_all = np.concatenate([i[m] for i, m in zip(ids, masks)])
+    out_all = np.concatenate([o[m] for o, m in zip(outs, masks)])
+    order = np.argsort(ids_all, kind="stable")
+    ids_sorted = ids_all[order]
+    keep = np.ones(len(order), bool)
+    keep[1:] = ids_sorted[1:] != ids_sorted[:-1]
+    return ids_sorted[keep], out_all[order][keep]

@@ -106,6 +106,7 @@ def main(process_id, num_processes, port):
             print(f"process {me}: {name}: ok", flush=True)
 
     n = len(devices)
+    me = jax.process_index()
     per = len(by_process[0])
     contiguous = [k // per for k in range(n)]
     interleaved = [k % num_processes for k in range(n)]
@@ -158,7 +159,45 @@ def main(process_id, num_processes, port):
             raise AssertionError("accepted a bad local shape")
         except ValueError:
             pass
-    # 4. Random owner layouts (the same seed on every process, so the same meshes).
+    # 4. Pytrees across processes: a sharding prefix over a dict holding a tuple, a
+    # global_shape prefix (numpy integers allowed), and a list global_shape (an error).
+    m = mesh_from_owners((2, n // 2), ("x", "y"), interleaved)
+    s_rows, s_x = NamedSharding(m, P(("x", "y"))), NamedSharding(m, P("x"))
+    ga = np.arange(2 * n * 3, dtype=np.float32).reshape(2 * n, 3)
+    gb = np.arange(4 * 5, dtype=np.int32).reshape(4, 5)
+    la, lb = local_part(s_rows, ga), local_part(s_x, gb)
+    tree = {"a": la, "b": (lb, lb)}
+    cases = (
+        ({"a": s_rows, "b": s_x}, None),
+        ({"a": s_rows, "b": s_x}, {"a": (np.int64(ga.shape[0]), 3), "b": None}),
+        ({"a": s_rows, "b": (s_x, s_x)}, {"a": None, "b": gb.shape}),
+        # JAX reads a tuple as one shape, so a tuple of shapes is an error on both sides.
+        ({"a": s_rows, "b": s_x}, {"a": None, "b": (gb.shape, gb.shape)}),
+        ({"a": s_rows, "b": s_x}, list(ga.shape)),  # a list is a pytree, not a shape
+        ({"a": s_rows, "b": s_x}, {"a": ga.shape}),  # prefix too short
+        ({"a": s_rows}, None),
+    )
+    outcomes = []
+    for prefix, shapes in cases:
+        try:
+            theirs = jax.make_array_from_process_local_data(prefix, tree, shapes)
+        except Exception as e:  # noqa: BLE001 - the oracle's error is the expectation
+            try:
+                skjax.make_array_from_process_local_data(prefix, tree, shapes)
+            except Exception as f:  # noqa: BLE001
+                assert isinstance(f, type(e)), (shapes, e, f)
+                outcomes.append("error")
+                continue
+            raise AssertionError(f"JAX raised {e!r} for {shapes!r}, shardkit did not")
+        ours = skjax.make_array_from_process_local_data(prefix, tree, shapes)
+        same_array(theirs["a"], ours["a"], ga)
+        for k in range(2):
+            same_array(theirs["b"][k], ours["b"][k], gb)
+        outcomes.append("equal")
+    assert outcomes == ["equal"] * 3 + ["error"] * 4, outcomes
+    print(f"process {me}: pytree prefixes: ok", flush=True)
+
+    # 5. Random owner layouts (the same seed on every process, so the same meshes).
 
     rng = random.Random(1234)
     random_cases = 0

@@ -43,6 +43,19 @@ def test_index_maps_shard_shapes_and_replica_ids_equal_jax_on_random_meshes():
     assert counts["indivisible"] > 100 and counts["replicated_axes"] > 100
 
 
+def test_drop_in_equals_jax_for_pytrees_shapes_dtypes_and_errors_on_one_process():
+    out = subprocess.run(
+        [sys.executable, str(HERE / "layout_jax_dropin.py")],
+        env=_env(8),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert counts["equal"] >= 25 and counts["errors"] >= 8, counts
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
