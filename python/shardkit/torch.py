@@ -31,6 +31,7 @@ from shardkit._torch_eval import (
 from shardkit._torch_loader import TokenDataLoader, TokenDataset
 from shardkit._torch_packing import ConstantLengthDataset, PackedCollator, to_torch
 from shardkit.eval import rank_and_world
+from shardkit.layout import data_rank_and_world
 from shardkit.sharding import Shard, ShardPlan
 
 T = TypeVar("T")
@@ -80,7 +81,14 @@ class DistributedSampler(tud.DistributedSampler):
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
+        *,
+        roles=None,
+        mesh=None,
+        data_axes=None,
     ) -> None:
+        # roles (a shardkit.DataRoles) or mesh= and data_axes=: replicas are the
+        # data-parallel groups, so tensor/pipeline ranks of one group get the same indices.
+        rank, num_replicas = data_rank_and_world(rank, num_replicas, roles, mesh, data_axes)
         # torch asks torch.distributed for what is not given (and fails without a
         # process group); shardkit asks its one rank source, which answers the
         # same when a group is initialized and reads the launcher otherwise.

@@ -3,8 +3,10 @@ shardkit.Mesh, torch DeviceMesh, jax.sharding.Mesh), the argument conversion of 
 loaders, and the replica check."""
 
 import itertools
+import json
 import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -229,3 +231,162 @@ print("ok")
         timeout=120,
     )
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def _torchrun(tmp_path, mode):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR, OMP_NUM_THREADS="1")
+    port = str(29500 + random.Random().randrange(0, 3000))
+    proc = subprocess.Popen(
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc-per-node=4",
+            f"--master-port={port}",
+            str(HERE / "roles_torchrun_worker.py"),
+            str(tmp_path),
+            mode,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    assert proc.returncode == 0, out.decode()[-3000:]
+    return json.loads((tmp_path / f"{mode}.json").read_text())
+
+
+def _exactly_once(lists, n):
+    flat = sorted(x for lst in lists for batch in lst for x in batch)
+    assert flat == list(range(n)), "not every document exactly once"
+
+
+@pytest.mark.parametrize("mode, pairs", [("dp_tp", [[0, 1], [2, 3]]), ("tp_dp", [[0, 2], [1, 3]])])
+def test_torchrun_device_mesh_tensor_parallel_pairs_get_identical_batches(tmp_path, mode, pairs):
+    ranks = _torchrun(tmp_path, mode)
+    assert sorted(r["group"] for r in ranks) == sorted(pairs * 2)
+    for a, b in pairs:
+        assert ranks[a]["dp_rank"] == ranks[b]["dp_rank"]
+        for key in ("loader", "sampler", "eval"):
+            assert ranks[a][key] == ranks[b][key] and ranks[a][key], key
+        assert ranks[a]["saves"] != ranks[b]["saves"]  # one saver per group
+    groups = [ranks[a] for a, _ in pairs]
+    assert sorted(g["dp_rank"] for g in groups) == [0, 1]
+    _exactly_once([g["loader"] for g in groups], 301)
+    evals = [[x for batch in g["eval"] for x in batch] for g in groups]
+    assert len(groups[0]["eval"]) == len(groups[1]["eval"])  # equal steps
+    # EvalPlan pads with repeats flagged in its mask; the real entries cover once.
+    plan = shardkit.EvalPlan(301, 2, 8)
+    real = [
+        [i for s in range(plan.num_steps) for i, m in zip(*plan.batch(g["dp_rank"], s)) if m]
+        for g in groups
+    ]
+    assert sorted(real[0] + real[1]) == list(range(301))
+    assert all(len(e) == plan.num_steps * 8 for e in evals)
+    samplers = [g["sampler"] for g in groups]
+    assert len(samplers[0]) == len(samplers[1]) == 151
+    assert set(samplers[0]) | set(samplers[1]) == set(range(301))
+
+
+def test_torchrun_pipeline_only_stage_zero_reads(tmp_path):
+    ranks = _torchrun(tmp_path, "pp")  # mesh dp=2 x pp=2, ranks [[0, 1], [2, 3]]
+    assert [r["loads"] for r in ranks] == [True, False, True, False]
+    assert [r["source"] for r in ranks] == [0, 0, 2, 2]
+    assert all("loader" not in r for r in ranks if not r["loads"])
+    _exactly_once([ranks[0]["loader"], ranks[2]["loader"]], 301)
+
+
+def test_torchrun_diverging_replica_fails_fast_on_every_rank(tmp_path):
+    ranks = _torchrun(tmp_path, "diverge")
+    for r in ranks:
+        assert r["error"] is not None, r
+        assert r["error"].startswith("step 2: ranks [2, 3] (dp_rank 1)"), r["error"]
+
+
+def _doc_blocks():
+    """The python blocks of docs/layout.md's "Data roles" section."""
+    text = (HERE.parents[1] / "docs" / "layout.md").read_text()
+    section = text[text.index("## Data roles from a parallelism mesh") :]
+    blocks = section.split("```python\n")[1:]
+    return [b[: b.index("```")] for b in blocks]
+
+
+def test_docs_torch_example_runs_under_torchrun(tmp_path):
+    (block,) = [b for b in _doc_blocks() if b.startswith("# torchrun")]
+    script = tmp_path / "example.py"
+    script.write_text(block)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR, OMP_NUM_THREADS="1")
+    port = str(29500 + random.Random().randrange(0, 3000))
+    proc = subprocess.Popen(
+        [str(torchrun), "--standalone", "--nproc-per-node=4", f"--master-port={port}", str(script)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    assert proc.returncode == 0, out.decode()[-3000:]
+
+
+def test_docs_jax_example_runs():
+    (block,) = [b for b in _doc_blocks() if "import jax\n" in b]
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run(
+        [sys.executable, "-c", block], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_jax_two_processes_global_batches_roles_and_psum():
+    """2 processes x 4 CPU devices, data x model mesh with interleaved owners."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HERE / "roles_jax_worker.py"), str(i), "2", str(port)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outputs = []
+    try:
+        for p in procs:
+            outputs.append(p.communicate(timeout=120)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0 and "ok" in out.splitlines()[-1], out[-3000:]
+
+
+def test_a_discover_result_stands_for_the_rank():
+    info = shardkit.discover(
+        environ={"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
+    )
+    roles = DataRoles({"dp": 2, "tp": 2}, "dp", info)
+    assert (roles.rank, roles.dp_rank, roles.replica_group) == (2, 1, [2, 3])
