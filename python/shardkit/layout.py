@@ -67,13 +67,19 @@ per group saves the loader state:
 
 from __future__ import annotations
 
-import sys
-from typing import Any, Callable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from shardkit import _core
-from shardkit._core import LoadingPlan, LocalToGlobal, Mesh, NamedSharding, PartitionSpec
+from shardkit._core import (
+    DataRoles,
+    LoadingPlan,
+    LocalToGlobal,
+    Mesh,
+    NamedSharding,
+    PartitionSpec,
+)
 
 __all__ = [
     "DataRoles",
@@ -86,129 +92,7 @@ __all__ = [
     "ReplicaDivergenceError",
     "batch_fingerprint",
     "data_rank_and_world",
-    "to_mesh",
 ]
-
-
-def _names(value: Union[str, Sequence[str], None], param: str) -> list:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    names = list(value)
-    for name in names:
-        if not isinstance(name, str):
-            raise ValueError(f"{param}: expected axis names, got {name!r} in {value!r}")
-    return names
-
-
-def _is_torch_device_mesh(mesh: Any) -> bool:
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    try:
-        from torch.distributed.device_mesh import DeviceMesh
-    except ImportError:
-        return False
-    return isinstance(mesh, DeviceMesh)
-
-
-def _is_jax_mesh(mesh: Any) -> bool:
-    jax = sys.modules.get("jax")
-    return jax is not None and isinstance(mesh, jax.sharding.Mesh)
-
-
-def to_mesh(mesh: Any) -> Tuple[Mesh, Callable[[], int]]:
-    """(shardkit Mesh whose owners are ranks, a function giving this process's rank) for a
-    shardkit Mesh, a torch DeviceMesh, a jax.sharding.Mesh, or axis sizes (a dict or
-    (name, size) pairs) in the rank order of MPI / torchrun."""
-    from shardkit.eval import discover
-
-    if isinstance(mesh, Mesh):
-        return mesh, lambda: discover().rank
-    if _is_torch_device_mesh(mesh):
-        names = mesh.mesh_dim_names
-        if names is None:
-            raise ValueError(
-                "mesh: the DeviceMesh has no mesh_dim_names; name its dimensions "
-                "(init_device_mesh(..., mesh_dim_names=('dp', 'tp')))"
-            )
-        ranks = mesh.mesh
-        axes = dict(zip(names, (int(n) for n in ranks.shape)))
-        return Mesh(axes, owners=ranks.flatten().tolist()), mesh.get_rank
-    if _is_jax_mesh(mesh):
-        import jax
-
-        return Mesh.from_jax(mesh), jax.process_index
-    if isinstance(mesh, Mapping) or isinstance(mesh, (list, tuple)):
-        return Mesh.rank_order(mesh), lambda: discover().rank
-    raise ValueError(
-        "mesh: expected a shardkit.Mesh, a torch DeviceMesh, a jax.sharding.Mesh or axis "
-        f"sizes such as {{'dp': 2, 'tp': 2}}, got {type(mesh).__name__}"
-    )
-
-
-class DataRoles(_core.DataRoles):
-    """What this rank does with data, from the parallelism mesh.
-
-    ``DataRoles(mesh, data_axes, rank=None, *, broadcast_axes=())``
-
-    mesh: a ``shardkit.Mesh`` (owners = ranks), a torch ``DeviceMesh``, a
-    ``jax.sharding.Mesh`` (ranks = JAX processes) or axis sizes such as
-    ``{"dp": 2, "tp": 2}`` in the rank order of MPI / torchrun (row-major, last axis
-    fastest). data_axes: the axes data is split along (a name or names, the first
-    listed most significant); every other axis replicates data. rank: this rank, or a
-    ``shardkit.discover()`` result (default: the DeviceMesh's rank,
-    ``jax.process_index()``, or ``shardkit.discover()``).
-    broadcast_axes: non-data axes along which only coordinate 0 reads data and the
-    others receive it (``"pp"``: only pipeline stage 0 loads; ``"tp"``: one rank per
-    tensor-parallel group loads and broadcasts).
-
-    ``dp_rank`` / ``dp_size`` are what plans and loaders shard by (pass ``roles=`` to
-    them), ``replica_group`` the ranks that must see identical data, ``loads`` whether
-    this rank reads data, ``source`` the rank it comes from, ``saver`` / ``saves`` the one
-    rank per group that saves the loader state. The rules live in the C++ core
-    (``shardkit/layout/data_roles.h``).
-    """
-
-    def __init__(
-        self,
-        mesh: Any,
-        data_axes: Union[str, Sequence[str]],
-        rank: Optional[int] = None,
-        *,
-        broadcast_axes: Union[str, Sequence[str]] = (),
-    ) -> None:
-        core_mesh, default_rank = to_mesh(mesh)
-        if rank is None:
-            rank = default_rank()
-        rank = getattr(rank, "rank", rank)  # a shardkit.discover() result
-        super().__init__(
-            core_mesh,
-            _names(data_axes, "data_axes"),
-            int(rank),
-            _names(broadcast_axes, "broadcast_axes"),
-        )
-        self.mesh = core_mesh
-
-    def shard(self, plan: Any, **plan_options: Any):
-        """This rank's Shard: ``plan`` is a ShardPlan over ``dp_size`` ranks, or an item
-        count (then ``ShardPlan(plan, dp_size, **plan_options)``)."""
-        if isinstance(plan, _core.ShardPlan):
-            if plan_options:
-                raise ValueError("plan_options: only with an item count, not a ShardPlan")
-            if plan.world_size != self.dp_size:
-                raise ValueError(
-                    f"plan: world_size {plan.world_size} differs from dp_size {self.dp_size}"
-                )
-            return plan.shard(self.dp_rank)
-        return _core.ShardPlan(plan, self.dp_size, **plan_options).shard(self.dp_rank)
-
-    def __repr__(self) -> str:
-        return (
-            f"DataRoles(rank={self.rank}, dp_rank={self.dp_rank}, dp_size={self.dp_size}, "
-            f"replica_group={self.replica_group}, loads={self.loads}, saver={self.saver})"
-        )
 
 
 def data_rank_and_world(

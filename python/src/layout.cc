@@ -16,6 +16,34 @@
 #include "shardkit/sharding/shard_plan.h"
 
 namespace shardkit::python {
+struct MeshLikeTag {};  // what DataRoles reads a mesh from
+struct NamesTag {};     // one axis name or several
+struct RankLikeTag {};  // a rank, a discover() result, or None
+struct PlanLikeTag {};  // a ShardPlan or an item count
+}  // namespace shardkit::python
+
+namespace nanobind::detail {
+template <>
+struct type_caster<shardkit::python::MeshLikeTag> {
+  static constexpr auto Name = const_name(
+      "shardkit.Mesh | collections.abc.Mapping[str, int] | "
+      "torch.distributed.device_mesh.DeviceMesh | jax.sharding.Mesh");
+};
+template <>
+struct type_caster<shardkit::python::NamesTag> {
+  static constexpr auto Name = const_name("str | collections.abc.Sequence[str]");
+};
+template <>
+struct type_caster<shardkit::python::RankLikeTag> {
+  static constexpr auto Name = const_name("int | shardkit.ProcessInfo | None");
+};
+template <>
+struct type_caster<shardkit::python::PlanLikeTag> {
+  static constexpr auto Name = const_name("shardkit.ShardPlan | int");
+};
+}  // namespace nanobind::detail
+
+namespace shardkit::python {
 
 using namespace nb::literals;
 
@@ -144,6 +172,86 @@ nb::ndarray<nb::numpy, std::int64_t, nb::ndim<3>> Slices(const std::vector<Slice
 
 ArrayLayout LayoutOf(const NamedSharding& s, IntSequence shape) {
   return s.Layout(ToIndices(shape, "shape"));
+}
+
+using MeshLike = nb::typed<nb::handle, MeshLikeTag>;
+using Names = nb::typed<nb::handle, NamesTag>;
+using RankLike = nb::typed<nb::handle, RankLikeTag>;
+using PlanLike = nb::typed<nb::handle, PlanLikeTag>;
+
+std::vector<std::string> NamesFromPython(nb::handle value, const char* param) {
+  std::vector<std::string> out;
+  if (value.is_none()) return out;
+  if (nb::isinstance<nb::str>(value)) return {nb::cast<std::string>(value)};
+  for (nb::handle name : value) {
+    if (!nb::isinstance<nb::str>(name)) {
+      throw std::invalid_argument(std::string(param) + ": expected axis names, got " +
+                                  nb::cast<std::string>(nb::repr(name)) + " in " +
+                                  nb::cast<std::string>(nb::repr(value)));
+    }
+    out.push_back(nb::cast<std::string>(name));
+  }
+  return out;
+}
+
+Index DiscoveredRank() {
+  return nb::cast<Index>(nb::module_::import_("shardkit.eval").attr("discover")().attr("rank"));
+}
+
+// The mesh of DataRoles with ranks as owners, and this process's rank on it
+// when `rank` is None: a shardkit Mesh, a torch DeviceMesh (its rank tensor;
+// DeviceMesh.get_rank()), a jax.sharding.Mesh (processes; jax.process_index())
+// or axis sizes in the rank order of MPI / torchrun (discover()).
+std::pair<Mesh, Index> RolesMesh(nb::handle mesh, nb::handle rank) {
+  auto given = [&](auto fallback) -> Index {
+    if (rank.is_none()) return fallback();
+    if (nb::hasattr(rank, "rank") && !nb::isinstance<nb::int_>(rank)) {
+      return nb::cast<Index>(rank.attr("rank"));  // a shardkit.discover() result
+    }
+    try {
+      return nb::cast<Index>(rank);
+    } catch (const nb::cast_error&) {
+      throw std::invalid_argument("rank: expected an int or a discover() result, got " +
+                                  nb::cast<std::string>(nb::repr(rank)));
+    }
+  };
+  if (nb::isinstance<Mesh>(mesh)) return {nb::cast<Mesh>(mesh), given(DiscoveredRank)};
+  if (nb::hasattr(mesh, "mesh_dim_names") && nb::hasattr(mesh, "get_rank")) {
+    nb::object names = mesh.attr("mesh_dim_names");
+    if (names.is_none()) {
+      throw std::invalid_argument(
+          "mesh: the DeviceMesh has no mesh_dim_names; name its dimensions "
+          "(init_device_mesh(..., mesh_dim_names=('dp', 'tp')))");
+    }
+    nb::object ranks = mesh.attr("mesh");
+    std::vector<Index> dims = ToIndices(nb::tuple(ranks.attr("shape")), "mesh");
+    std::vector<MeshAxis> axes;
+    size_t a = 0;
+    for (nb::handle name : names) axes.push_back({nb::cast<std::string>(name), dims.at(a++)});
+    std::vector<Index> owners = ToIndices(ranks.attr("flatten")().attr("tolist")(), "mesh");
+    return {Mesh(std::move(axes), std::move(owners)),
+            given([&] { return nb::cast<Index>(mesh.attr("get_rank")()); })};
+  }
+  if (nb::hasattr(mesh, "axis_names") && nb::hasattr(mesh, "devices")) {
+    return {MeshFromJax(mesh), given([] {
+              return nb::cast<Index>(nb::module_::import_("jax").attr("process_index")());
+            })};
+  }
+  if (nb::hasattr(mesh, "items") || nb::isinstance<nb::list>(mesh) ||
+      nb::isinstance<nb::tuple>(mesh)) {
+    Mesh parsed = MeshFromPython(mesh, nb::none());
+    return {RankOrderMesh(parsed.axes()), given(DiscoveredRank)};
+  }
+  throw std::invalid_argument(
+      "mesh: expected a shardkit.Mesh, a torch DeviceMesh, a jax.sharding.Mesh or axis "
+      "sizes such as {'dp': 2, 'tp': 2}, got " +
+      nb::cast<std::string>(nb::str(nb::type_name(mesh.type()))));
+}
+
+std::string IndexList(const std::vector<Index>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + "]";
 }
 
 }  // namespace
@@ -521,15 +629,35 @@ void init_layout(nb::module_& m) {
 
   nb::class_<DataRoles>(
       m, "DataRoles",
-      "What one rank does with data, from the parallelism mesh (see shardkit.DataRoles).")
+      "What this rank does with data, from the parallelism mesh (rules:\n"
+      "shardkit/layout/data_roles.h).\n\n"
+      "``DataRoles(mesh, data_axes, rank=None, *, broadcast_axes=())``\n\n"
+      "mesh: a shardkit.Mesh (owners = ranks), a torch DeviceMesh, a jax.sharding.Mesh\n"
+      "(ranks = JAX processes) or axis sizes such as {'dp': 2, 'tp': 2} in the rank order\n"
+      "of MPI / torchrun (row-major, last axis fastest). data_axes: the axes data is split\n"
+      "along (the first listed most significant); every other axis replicates data.\n"
+      "rank: this rank or a shardkit.discover() result (default: DeviceMesh.get_rank(),\n"
+      "jax.process_index(), or shardkit.discover()). broadcast_axes: non-data axes along\n"
+      "which only coordinate 0 reads and the others receive ('pp': only pipeline stage 0\n"
+      "reads; 'tp': one rank per tensor-parallel group reads and broadcasts).\n\n"
+      ">>> import shardkit\n"
+      ">>> r = shardkit.DataRoles({'dp': 2, 'tp': 2}, 'dp', rank=1)\n"
+      ">>> r.dp_rank, r.dp_size, r.replica_group, r.loads\n"
+      "(0, 2, [0, 1], True)\n"
+      ">>> r = shardkit.DataRoles({'dp': 2, 'pp': 2}, 'dp', rank=3, broadcast_axes='pp')\n"
+      ">>> r.loads, r.source, r.saver\n"
+      "(False, 2, 2)\n")
       .def(
           "__init__",
-          [](DataRoles* self, const Mesh& mesh, std::vector<std::string> data_axes, Index rank,
-             std::vector<std::string> broadcast_axes) {
+          [](DataRoles* self, MeshLike mesh, Names data_axes, RankLike rank, Names broadcast_axes) {
+            auto [converted, this_rank] = RolesMesh(mesh, rank);
+            std::vector<std::string> data = NamesFromPython(data_axes, "data_axes");
+            std::vector<std::string> broadcast = NamesFromPython(broadcast_axes, "broadcast_axes");
             nb::gil_scoped_release release;
-            new (self) DataRoles(mesh, std::move(data_axes), rank, std::move(broadcast_axes));
+            new (self) DataRoles(converted, std::move(data), this_rank, std::move(broadcast));
           },
-          "mesh"_a, "data_axes"_a, "rank"_a, "broadcast_axes"_a = std::vector<std::string>{})
+          "mesh"_a, "data_axes"_a, "rank"_a = nb::none(), nb::kw_only(),
+          "broadcast_axes"_a = nb::tuple())
       .def_prop_ro("rank", &DataRoles::rank)
       .def_prop_ro("dp_rank", &DataRoles::dp_rank, "What plans and loaders shard by.")
       .def_prop_ro("dp_size", &DataRoles::dp_size, "How many data-parallel shards there are.")
@@ -544,7 +672,36 @@ void init_layout(nb::module_& m) {
                    "The rank of the replica group that saves the loader state.")
       .def_prop_ro("saves", &DataRoles::saves)
       .def_prop_ro("data_axes", &DataRoles::data_axes)
-      .def_prop_ro("broadcast_axes", &DataRoles::broadcast_axes);
+      .def_prop_ro("broadcast_axes", &DataRoles::broadcast_axes)
+      .def(
+          "shard",
+          [](const DataRoles& r, PlanLike plan, nb::kwargs options) -> Shard {
+            if (nb::isinstance<ShardPlan>(plan)) {
+              if (nb::len(options) > 0) {
+                throw std::invalid_argument("options: only with an item count, not a ShardPlan");
+              }
+              const Index world = nb::cast<const ShardPlan&>(plan).world_size();
+              if (world != r.dp_size()) {
+                throw std::invalid_argument("plan: world_size " + std::to_string(world) +
+                                            " differs from dp_size " + std::to_string(r.dp_size()));
+              }
+              return nb::cast<const ShardPlan&>(plan).GetShard(r.dp_rank());
+            }
+            nb::object cls = nb::module_::import_("shardkit._core").attr("ShardPlan");
+            return nb::cast<const ShardPlan&>(cls(plan, r.dp_size(), **options))
+                .GetShard(r.dp_rank());
+          },
+          "plan"_a, "options"_a,
+          "This rank's Shard: of `plan` (a ShardPlan over dp_size ranks), or of\n"
+          "ShardPlan(plan, dp_size, **options) for an item count.")
+      .def("__repr__", [](const DataRoles& r) {
+        return "DataRoles(rank=" + std::to_string(r.rank()) +
+               ", dp_rank=" + std::to_string(r.dp_rank()) +
+               ", dp_size=" + std::to_string(r.dp_size()) +
+               ", replica_group=" + IndexList(r.replica_group()) +
+               ", loads=" + (r.loads() ? "True" : "False") +
+               ", saver=" + std::to_string(r.saver()) + ")";
+      });
 
   m.def(
       "_batch_fingerprint",
