@@ -9,6 +9,10 @@
 >>> p = shardkit.pack([7, 30, 2], 10, oversize="split")      # 30 -> 10 + 10 + 10
 >>> p.packs, p.dropped
 ([[1], [1], [1], [0, 2]], 0)
+>>> shardkit.pack([5, 5, 5, 3, 3, 3, 2, 2, 2], 10, max_sequences=3).num_packs   # bfd
+4
+>>> shardkit.pack([5, 5, 5, 3, 3, 3, 2, 2, 2], 10, algorithm="histogram", max_sequences=3).packs
+[[0, 3, 6], [1, 4, 7], [2, 5, 8]]
 >>> p = shardkit.pack([4, 4, 4, 4], 16, images=[3, 3, 0, 0], max_images=4)
 >>> [sorted(x) for x in p.packs]
 [[0], [1, 2, 3]]
@@ -83,8 +87,11 @@ def pack(
 ) -> Packing:
     """Packs items of ``lengths`` tokens into packs of at most ``capacity`` tokens.
 
-    algorithm: ``next_fit`` (keeps order), ``ffd``, ``bfd`` (default) or
-    ``balanced`` (as few packs as bfd or fewer, loads evened out).
+    algorithm: ``next_fit`` (keeps order), ``ffd``, ``bfd`` (default),
+    ``balanced`` (as few packs as bfd or fewer, loads evened out; takes
+    histogram packing when that needs fewer packs) or ``histogram`` (packs
+    chosen from the length histogram; for ``max_sequences`` budgets and few
+    distinct lengths; no images).
     images / max_images: images per item and per pack; max_sequences: items
     per pack; buffer: pack through a bounded buffer of that many items, in
     input order (streaming); oversize: ``drop`` (counted in ``dropped``),

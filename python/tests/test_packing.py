@@ -123,6 +123,29 @@ def test_every_item_once_and_no_budget_exceeded(algorithm):
         assert p.num_packs == len(p.packs)
 
 
+@pytest.mark.parametrize("algorithm", ["histogram", "balanced"])
+def test_histogram_every_item_once_budgets_hold_and_beats_bfd_under_a_count_budget(algorithm):
+    rng = random.Random(14)
+    for trial in range(60):
+        cap = rng.randint(1, 300)
+        n = rng.randint(0, 300)
+        lengths = [rng.randint(0, cap) for _ in range(n)]
+        max_sequences = rng.choice([None, 1, 2, 3, 12])
+        p = shardkit.pack(lengths, cap, algorithm=algorithm, max_sequences=max_sequences)
+        assert sorted(item for pack in p.packs for item in pack) == list(range(n))
+        for pack in p.packs:
+            assert sum(lengths[i] for i in pack) <= cap
+            assert max_sequences is None or len(pack) <= max_sequences
+        again = shardkit.pack(lengths, cap, algorithm=algorithm, max_sequences=max_sequences)
+        assert again.packs == p.packs
+    # Three lengths that fill 10 exactly in threes: bfd pairs the 5s first.
+    lengths = [5, 5, 5, 3, 3, 3, 2, 2, 2]
+    assert shardkit.pack(lengths, 10, algorithm=algorithm, max_sequences=3).num_packs == 3
+    assert shardkit.pack(lengths, 10, algorithm="bfd", max_sequences=3).num_packs == 4
+    with pytest.raises(ValueError, match="^algorithm: histogram"):
+        shardkit.pack([1, 2], 10, algorithm="histogram", images=[0, 1], max_images=2)
+
+
 def test_flat_arrays_are_read_only_views_consistent_with_packs():
     lengths = np.array([5, 3, 4, 2, 6, 9, 1], dtype=np.int64)
     p = shardkit.pack(lengths, 10)

@@ -11,17 +11,19 @@
 #include <utility>
 
 #include "shardkit/base/enum_names.h"
+#include "shardkit/packing/internal/histogram.h"
 #include "shardkit/packing/internal/place.h"
 
 namespace shardkit {
 
 namespace {
-constexpr EnumNames<PackAlgorithm, 4> kAlgorithms{"algorithm",
+constexpr EnumNames<PackAlgorithm, 5> kAlgorithms{"algorithm",
                                                   "algorithm",
                                                   {{{PackAlgorithm::kNextFit, "next_fit"},
                                                     {PackAlgorithm::kFirstFitDecreasing, "ffd"},
                                                     {PackAlgorithm::kBestFitDecreasing, "bfd"},
-                                                    {PackAlgorithm::kBalanced, "balanced"}}}};
+                                                    {PackAlgorithm::kBalanced, "balanced"},
+                                                    {PackAlgorithm::kHistogram, "histogram"}}}};
 constexpr EnumNames<Oversize, 3> kOversize{
     "oversize",
     "policy",
@@ -44,6 +46,16 @@ void ValidatePackOptions(const PackOptions& o) {
   if (o.max_images) CheckAtLeast("max_images", *o.max_images, 0);
   if (o.max_sequences) CheckAtLeast("max_sequences", *o.max_sequences, 1);
   if (o.buffer) CheckAtLeast("buffer", *o.buffer, 1);
+  if (o.algorithm == PackAlgorithm::kHistogram) {
+    if (o.max_images) {
+      ThrowInvalid("algorithm", "histogram packs under tokens and max_sequences, not max_images (" +
+                                    Str(*o.max_images) + "); use balanced with images");
+    }
+    if (o.capacity > internal::kHistogramMaxCapacity) {
+      ThrowInvalid("capacity", "is " + Str(o.capacity) + ", more than histogram packing takes (" +
+                                   Str(internal::kHistogramMaxCapacity) + "); use bfd");
+    }
+  }
 }
 
 double Packing::efficiency() const {

@@ -21,7 +21,19 @@
 //             packs, K = the lower bound first, then searched above it when
 //             that overflows; never more packs than bfd (if LPT cannot match
 //             bfd's count, bfd's packing is returned). Beats bfd where a
-//             second budget (images) binds.
+//             second budget (images) binds. Where histogram applies (no
+//             images, capacity <= 2^16) and a count budget is set or the
+//             capacity is at most 2048, histogram packing is run too and
+//             taken when it needs fewer packs.
+//   histogram packs chosen from the length histogram, not item by item
+//             (internal/histogram.h): the longest remaining length opens
+//             a pack, the completion that fills it (exactly, or with the
+//             least waste) is chosen from the counts and applied to as many
+//             packs as the counts allow; each length's items are then
+//             assigned in input order. For count budgets (max_sequences)
+//             and few distinct lengths; tokens and max_sequences only
+//             (max_images is an error), capacity <= 2^16. Wikipedia-512 at
+//             3 sequences per pack: 0.32% over the lower bound, bfd 11.75%.
 // Oversize (an item that can never fit: length > capacity or images >
 // max_images): drop (counted in `dropped`, listed in `dropped_items`), error
 // (invalid_argument naming the item), split (text only: cut into pieces of
@@ -49,11 +61,17 @@
 
 namespace shardkit {
 
-enum class PackAlgorithm { kNextFit, kFirstFitDecreasing, kBestFitDecreasing, kBalanced };
+enum class PackAlgorithm {
+  kNextFit,
+  kFirstFitDecreasing,
+  kBestFitDecreasing,
+  kBalanced,
+  kHistogram
+};
 enum class Oversize { kDrop, kError, kSplit };
 
 // Names as written in the CLI and Python: "next_fit", "ffd", "bfd",
-// "balanced"; "drop", "error", "split". Parse throws invalid_argument naming
+// "balanced", "histogram"; "drop", "error", "split". Parse throws invalid_argument naming
 // `algorithm` / `oversize` and the value.
 [[nodiscard]] PackAlgorithm ParsePackAlgorithm(std::string_view name);
 [[nodiscard]] Oversize ParseOversize(std::string_view name);

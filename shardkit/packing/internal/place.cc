@@ -9,6 +9,8 @@
 #include <queue>
 #include <utility>
 
+#include "shardkit/packing/internal/histogram.h"
+
 namespace shardkit::internal {
 
 namespace {
@@ -333,8 +335,8 @@ Index LeastLoaded(std::span<const Index> len, std::span<const Index> img, const 
 // late, lightly loaded packs; too many leave every pack part full. So K is
 // searched: the lower bound first, then a coarse ladder above it, then a
 // local refinement around the best; best fit's count caps the search.
-Placement Balanced(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
-                   const PackOptions& o) {
+Placement BalancedByLoad(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
+                         const PackOptions& o) {
   std::vector<Index> order = DecreasingOrder(len);
   Index tokens = 0, images = 0;
   for (Index l : len) tokens += l;
@@ -389,6 +391,19 @@ Placement Balanced(std::span<const Index> len, std::span<const Index> img, const
     return again;
   }
   return fit;
+}
+
+// Balanced: the load-evening search above, and histogram packing where it
+// applies and may win (a count budget, or a capacity up to 2048 tokens, so few
+// distinct lengths); the fewer packs win, the load-evened packing on ties.
+Placement Balanced(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
+                   const PackOptions& o) {
+  Placement best = BalancedByLoad(len, img, b, o);
+  if (HistogramApplicable(o, b.max_images >= 0) && (o.max_sequences || o.capacity <= 2048)) {
+    Placement h = HistogramPlace(len, o);
+    if (h.num_bins < best.num_bins) return h;
+  }
+  return best;
 }
 
 }  // namespace
@@ -524,6 +539,8 @@ Placement Place(std::span<const Index> len, std::span<const Index> img,
       return BestFit(len, img, b, DecreasingOrder(len));
     case PackAlgorithm::kBalanced:
       return Balanced(len, img, b, options);
+    case PackAlgorithm::kHistogram:
+      return HistogramPlace(len, options);
   }
   return {};
 }

@@ -1,0 +1,167 @@
+// Histogram packing: strategies chosen from the length histogram, applied in
+// batches, then units assigned (see histogram.h).
+#include "shardkit/packing/internal/histogram.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+namespace shardkit::internal {
+
+namespace {
+
+// A completion of a pack by at most two more items: lengths a >= b (b < 0:
+// one item; a < 0: none).
+struct Completion {
+  Index a = -1, b = -1;
+  int items() const { return (a >= 0) + (b >= 0); }
+};
+
+class Chooser {
+ public:
+  explicit Chooser(const std::vector<Index>* count) : n_(*count) {}
+
+  // Completion of room `r` by at most `slots` (1 or 2) items of length <= L:
+  // the exact completions and those one token short; without an exact one,
+  // those with the least waste. Among them: more items, then the scarcest
+  // length most abundant, then the first found (longer items, less waste).
+  Completion Best(Index L, Index r, Index slots) const {
+    Index first = -1;
+    for (Index w = 0; w <= r && first < 0; ++w) {
+      if (Any(L, r - w, slots)) first = w;
+    }
+    if (first < 0) return {};
+    const Index start = std::max<Index>(0, first - 1);
+    Completion best;
+    Index best_scarce = -1;
+    bool have = false;
+    auto offer = [&](Index a, Index b) {
+      const Completion c{a, b};
+      const Index scarce = b >= 0 ? std::min(n_[a], n_[b]) : n_[a];
+      if (!have || c.items() > best.items() ||
+          (c.items() == best.items() && scarce > best_scarce)) {
+        best = c;
+        best_scarce = scarce;
+        have = true;
+      }
+    };
+    for (Index w = start; w <= std::min(r, start + 1); ++w) {
+      const Index t = r - w;
+      if (t <= L && n_[t] >= 1) offer(t, -1);
+      if (slots >= 2) {
+        for (Index a = std::min(L, t); 2 * a >= t; --a) {
+          const Index b = t - a;
+          if (a == b ? n_[a] >= 2 : (n_[a] >= 1 && n_[b] >= 1)) offer(a, b);
+        }
+      }
+    }
+    return best;
+  }
+
+ private:
+  bool Any(Index L, Index t, Index slots) const {
+    if (t <= L && n_[t] >= 1) return true;
+    if (slots < 2) return false;
+    for (Index a = std::min(L, t); 2 * a >= t; --a) {
+      const Index b = t - a;
+      if (a == b ? n_[a] >= 2 : (n_[a] >= 1 && n_[b] >= 1)) return true;
+    }
+    return false;
+  }
+
+  const std::vector<Index>& n_;
+};
+
+}  // namespace
+
+bool HistogramApplicable(const PackOptions& o, bool has_images) {
+  return !has_images && !o.max_images && o.capacity <= kHistogramMaxCapacity;
+}
+
+Placement HistogramPlace(std::span<const Index> len, const PackOptions& o) {
+  const Index capacity = o.capacity;
+  const Index n = static_cast<Index>(len.size());
+  const Index k = o.max_sequences.value_or(-1);  // -1: no count budget
+  std::vector<Index> count(static_cast<size_t>(capacity) + 1, 0);
+  for (Index l : len) ++count[static_cast<size_t>(l)];
+
+  // Strategies in the order chosen: lengths (decreasing) and multiplicity.
+  std::vector<Index> flat, begin = {0}, times;
+  std::vector<Index> pick;
+  std::vector<std::pair<Index, Index>> need;  // (length, units per pack)
+  Chooser chooser(&count);
+  for (Index L = capacity; L >= 0; --L) {
+    auto& left = count[static_cast<size_t>(L)];
+    while (left > 0) {
+      // The opener and the longest-first picks are taken from the counts
+      // while the rest is chosen, then given back.
+      pick.assign(1, L);
+      --left;
+      Index room = capacity - L;
+      Index slots = k < 0 ? n : k - 1;
+      Index x = std::min(L, room);
+      while (slots > 2 && room > 0) {
+        while (x >= 0 && count[static_cast<size_t>(x)] == 0) --x;
+        if (x < 0) break;
+        pick.push_back(x);
+        --count[static_cast<size_t>(x)];
+        room -= x;
+        --slots;
+        x = std::min(x, room);
+      }
+      const size_t taken = pick.size();
+      if (slots > 0 && slots <= 2) {
+        const Completion c = chooser.Best(L, room, slots);
+        if (c.a >= 0) pick.push_back(c.a);
+        if (c.b >= 0) pick.push_back(c.b);
+      }
+      for (size_t j = 0; j < taken; ++j) ++count[static_cast<size_t>(pick[j])];
+      std::sort(pick.begin(), pick.end(), std::greater<>());
+      need.clear();
+      for (Index l : pick) {
+        if (!need.empty() && need.back().first == l) {
+          ++need.back().second;
+        } else {
+          need.push_back({l, 1});
+        }
+      }
+      // As many packs of this strategy as the counts allow (>= 1: every
+      // length of it was available).
+      Index m = -1;
+      for (auto [l, c] : need) {
+        const Index fit = count[static_cast<size_t>(l)] / c;
+        m = m < 0 ? fit : std::min(m, fit);
+      }
+      for (auto [l, c] : need) count[static_cast<size_t>(l)] -= m * c;
+      flat.insert(flat.end(), pick.begin(), pick.end());
+      begin.push_back(static_cast<Index>(flat.size()));
+      times.push_back(m);
+    }
+  }
+  // Units of each length in input order; strategy by strategy, pack by pack.
+  std::vector<Index> next(static_cast<size_t>(capacity) + 2, 0);
+  for (Index l : len) ++next[static_cast<size_t>(l) + 1];
+  for (size_t i = 1; i < next.size(); ++i) next[i] += next[i - 1];
+  std::vector<Index> by_length(static_cast<size_t>(n));
+  {
+    std::vector<Index> at(next.begin(), next.end() - 1);
+    for (Index u = 0; u < n; ++u)
+      by_length[static_cast<size_t>(at[static_cast<size_t>(len[u])]++)] = u;
+  }
+  Placement p;
+  p.order.reserve(static_cast<size_t>(n));
+  p.bin.reserve(static_cast<size_t>(n));
+  for (size_t s = 0; s + 1 < begin.size(); ++s) {
+    for (Index t = 0; t < times[s]; ++t) {
+      const Index bin = p.num_bins++;
+      for (Index j = begin[s]; j < begin[s + 1]; ++j) {
+        const Index l = flat[static_cast<size_t>(j)];
+        p.order.push_back(by_length[static_cast<size_t>(next[static_cast<size_t>(l)]++)]);
+        p.bin.push_back(bin);
+      }
+    }
+  }
+  return p;
+}
+
+}  // namespace shardkit::internal
