@@ -13,6 +13,10 @@
 4
 >>> shardkit.pack([5, 5, 5, 3, 3, 3, 2, 2, 2], 10, algorithm="histogram", max_sequences=3).packs
 [[0, 3, 6], [1, 4, 7], [2, 5, 8]]
+>>> shardkit.pack([6, 6, 3], 10).packs                  # ties: the last filled pack
+[[0], [1, 2]]
+>>> shardkit.pack([6, 6, 3], 10, compat="trl").packs    # TRL's rows: the first
+[[0, 2], [1]]
 >>> p = shardkit.pack([4, 4, 4, 4], 16, images=[3, 3, 0, 0], max_images=4)
 >>> [sorted(x) for x in p.packs]
 [[0], [1, 2, 3]]
@@ -84,6 +88,7 @@ def pack(
     buffer: Optional[int] = None,
     oversize: str = "drop",
     max_sequences: Optional[int] = None,
+    compat: str = "none",
 ) -> Packing:
     """Packs items of ``lengths`` tokens into packs of at most ``capacity`` tokens.
 
@@ -96,6 +101,12 @@ def pack(
     per pack; buffer: pack through a bounded buffer of that many items, in
     input order (streaming); oversize: ``drop`` (counted in ``dropped``),
     ``error`` or ``split`` (text only). An int64 array is used without a copy.
+    compat: ``"trl"`` (with ``bfd``) gives the rows of TRL's
+    ``pack_dataset(strategy="bfd")`` pack for pack (``"bfd_split"`` with
+    ``oversize="split"``): ties among packs with equal room go to the one that
+    reached it first, empty items are dropped, split pieces are ordered with
+    the items, and ``buffer=B`` packs every B items on their own as
+    pack_dataset's map batches do (B = its batch_size, 1000 by default).
     Returns a :class:`Packing` (``packs``, ``num_packs``, ``efficiency``,
     ``lower_bound``, ``dropped``; flat ``offsets`` / ``items`` / ``starts`` /
     ``lengths`` arrays).
@@ -103,7 +114,15 @@ def pack(
     lengths = _int64(lengths, "lengths")
     image_array = None if images is None else _int64(images, "images")
     return _core._pack(
-        lengths, capacity, algorithm, image_array, max_images, max_sequences, oversize, buffer
+        lengths,
+        capacity,
+        algorithm,
+        image_array,
+        max_images,
+        max_sequences,
+        oversize,
+        buffer,
+        compat,
     )
 
 

@@ -23,8 +23,10 @@ namespace {
 
 PackOptions MakeOptions(Index capacity, const std::string& algorithm,
                         std::optional<Index> max_images, std::optional<Index> max_sequences,
-                        const std::string& oversize, std::optional<Index> buffer) {
+                        const std::string& oversize, std::optional<Index> buffer,
+                        const std::string& compat = "none") {
   PackOptions o;
+  o.compat = ParsePackCompat(compat);
   o.capacity = capacity;
   o.algorithm = ParsePackAlgorithm(algorithm);
   o.max_images = max_images;
@@ -115,18 +117,21 @@ void init_packing(nb::module_& m) {
   m.def(
       "_pack",
       [](const I64In& lengths, Int capacity, Str algorithm, std::optional<I64In> images,
-         OptionalInt max_images, OptionalInt max_sequences, Str oversize, OptionalInt buffer) {
+         OptionalInt max_images, OptionalInt max_sequences, Str oversize, OptionalInt buffer,
+         Str compat) {
         PackOptions o = MakeOptions(ToIndex(capacity, "capacity"), ToStr(algorithm, "algorithm"),
                                     ToOptionalIndex(max_images, "max_images"),
                                     ToOptionalIndex(max_sequences, "max_sequences"),
-                                    ToStr(oversize, "oversize"), ToOptionalIndex(buffer, "buffer"));
+                                    ToStr(oversize, "oversize"), ToOptionalIndex(buffer, "buffer"),
+                                    ToStr(compat, "compat"));
         std::span<const Index> img;
         if (images) img = Span(*images);
         nb::gil_scoped_release release;
         return PackItems(Span(lengths), o, img);
       },
       "lengths"_a, "capacity"_a.none(), "algorithm"_a.none(), "images"_a.none(),
-      "max_images"_a.none(), "max_sequences"_a.none(), "oversize"_a.none(), "buffer"_a.none());
+      "max_images"_a.none(), "max_sequences"_a.none(), "oversize"_a.none(), "buffer"_a.none(),
+      "compat"_a.none());
 
   nb::class_<StreamingPacker>(m, "_StreamingPacker")
       .def(

@@ -3,6 +3,7 @@ definitions, the collators against a direct reconstruction, and the torch
 dataset across dataloader worker counts."""
 
 import json
+import os
 import random
 
 import numpy as np
@@ -144,6 +145,31 @@ def test_histogram_every_item_once_budgets_hold_and_beats_bfd_under_a_count_budg
     assert shardkit.pack(lengths, 10, algorithm="bfd", max_sequences=3).num_packs == 4
     with pytest.raises(ValueError, match="^algorithm: histogram"):
         shardkit.pack([1, 2], 10, algorithm="histogram", images=[0, 1], max_images=2)
+
+
+def test_compat_trl_reproduces_rows_made_by_the_real_trl():
+    # The fixture holds rows of trl.data_utils.pack_dataset made by the real
+    # TRL (the command is in its "source"); bench/trl_compat.py runs the full
+    # differential test (500 random cases) in the bench venv.
+    path = os.path.join(os.path.dirname(__file__), "data", "trl_pack_dataset.json")
+    with open(path) as f:
+        fixture = json.load(f)
+    assert "trl.data_utils.pack_dataset" in fixture["source"]
+    assert len(fixture["cases"]) >= 20
+    for case in fixture["cases"]:
+        p = shardkit.pack(
+            case["lengths"],
+            case["seq_length"],
+            compat="trl",
+            oversize="split" if case["strategy"] == "bfd_split" else "drop",
+            buffer=case["batch_size"],
+        )
+        rows = [[[i, s, n] for i, s, n, _ in p.pieces(b)] for b in range(p.num_packs)]
+        assert rows == case["trl_rows"], case
+    with pytest.raises(ValueError, match="^compat: trl reproduces TRL's bfd"):
+        shardkit.pack([1, 2], 10, algorithm="ffd", compat="trl")
+    with pytest.raises(ValueError, match="^compat: unknown value 'hf'"):
+        shardkit.pack([1, 2], 10, compat="hf")
 
 
 def test_flat_arrays_are_read_only_views_consistent_with_packs():

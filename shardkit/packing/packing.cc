@@ -41,11 +41,25 @@ std::string_view OversizeName(Oversize oversize) { return kOversize.Name(oversiz
 CostModel ParseCostModel(std::string_view name) { return kCostModels.Parse(name); }
 std::string_view CostModelName(CostModel model) { return kCostModels.Name(model); }
 
+PackCompat ParsePackCompat(std::string_view name) {
+  if (name == "none") return PackCompat::kNone;
+  if (name == "trl") return PackCompat::kTrl;
+  ThrowInvalid("compat", "unknown value '" + std::string(name) + "' (expected none or trl)");
+}
+
+std::string_view PackCompatName(PackCompat compat) {
+  return compat == PackCompat::kTrl ? "trl" : "none";
+}
+
 void ValidatePackOptions(const PackOptions& o) {
   CheckAtLeast("capacity", o.capacity, 1);
   if (o.max_images) CheckAtLeast("max_images", *o.max_images, 0);
   if (o.max_sequences) CheckAtLeast("max_sequences", *o.max_sequences, 1);
   if (o.buffer) CheckAtLeast("buffer", *o.buffer, 1);
+  if (o.compat == PackCompat::kTrl && o.algorithm != PackAlgorithm::kBestFitDecreasing) {
+    ThrowInvalid("compat", "trl reproduces TRL's bfd; algorithm is " +
+                               std::string(PackAlgorithmName(o.algorithm)));
+  }
   if (o.algorithm == PackAlgorithm::kHistogram) {
     if (o.max_images) {
       ThrowInvalid("algorithm", "histogram packs under tokens and max_sequences, not max_images (" +
@@ -189,6 +203,37 @@ Packing PackBuffered(std::span<const Index> lengths, std::span<const Index> imag
   return out;
 }
 
+// compat trl with a buffer: every batch of `buffer` items packed on its own
+// (pack_dataset's map batches), the packs one after the other.
+Packing PackTrlBatches(std::span<const Index> lengths, std::span<const Index> images,
+                       const PackOptions& o) {
+  PackOptions batch_options = o;
+  batch_options.buffer.reset();
+  const Index n = static_cast<Index>(lengths.size());
+  const Index batch = *o.buffer;
+  Packing out;
+  out.capacity = o.capacity;
+  out.num_items = n;
+  for (Index begin = 0; begin < n; begin += std::min(batch, n - begin)) {
+    const Index size = std::min(batch, n - begin);
+    Packing part = PackItems(lengths.subspan(begin, size), batch_options,
+                             images.empty() ? images : images.subspan(begin, size));
+    const Index base = static_cast<Index>(out.items.size());
+    for (Index p = 1; p <= part.num_packs(); ++p) out.offsets.push_back(base + part.offsets[p]);
+    for (Index item : part.items) out.items.push_back(begin + item);
+    out.lengths.insert(out.lengths.end(), part.lengths.begin(), part.lengths.end());
+    out.starts.insert(out.starts.end(), part.starts.begin(), part.starts.end());
+    out.images.insert(out.images.end(), part.images.begin(), part.images.end());
+    for (Index item : part.dropped_items) out.dropped_items.push_back(begin + item);
+    out.split_items += part.split_items;
+    out.tokens += part.tokens;
+    out.image_count += part.image_count;
+  }
+  out.lower_bound =
+      internal::LowerBound(out.tokens, out.image_count, static_cast<Index>(out.items.size()), o);
+  return out;
+}
+
 }  // namespace
 
 Packing PackItems(std::span<const Index> lengths, const PackOptions& o,
@@ -228,18 +273,27 @@ Packing PackItems(std::span<const Index> lengths, const PackOptions& o,
     any_oversize |= o.max_images && images[i] > *o.max_images;
     image_count = CheckedAdd("images", image_count, images[i]);
   }
+  const bool trl = o.compat == PackCompat::kTrl;
+  if (trl && o.buffer) return PackTrlBatches(lengths, images, o);
   // Streaming order: through the buffer, and next_fit's split pieces in place.
   if (o.buffer || (any_oversize && o.algorithm == PackAlgorithm::kNextFit)) {
     return PackBuffered(lengths, images, o);
   }
+  // TRL filters empty items out before packing.
+  const bool trl_units =
+      trl && (any_oversize || std::find(lengths.begin(), lengths.end(), Index{0}) != lengths.end());
   std::span<const Index> unit_len = lengths, unit_img = images;
   Index full_pieces = 0;
-  if (any_oversize) {
+  if (any_oversize || trl_units) {
     tokens = 0;
     image_count = 0;
     // Full pieces of split items: one pack each, first, in input order.
     for (Index i = 0; i < n; ++i) {
       const Index img = has_images ? images[i] : 0;
+      if (trl && lengths[i] == 0) {
+        out.dropped_items.push_back(i);
+        continue;
+      }
       switch (Classify(i, lengths[i], img, o)) {
         case 0:
           unit_item.push_back(i);
@@ -255,6 +309,17 @@ Packing PackItems(std::span<const Index> lengths, const PackOptions& o,
         default: {
           ++out.split_items;
           const Index pieces = lengths[i] / capacity;
+          if (trl) {
+            // TRL's bfd_split: the pieces are units like the items.
+            for (Index k = 0; k * capacity < lengths[i]; ++k) {
+              unit_item.push_back(i);
+              unit_len_store.push_back(std::min(capacity, lengths[i] - k * capacity));
+              if (has_images) unit_img_store.push_back(0);
+              unit_start.push_back(k * capacity);
+            }
+            tokens += lengths[i];
+            break;
+          }
           for (Index k = 0; k < pieces; ++k) {
             out.items.push_back(i);
             out.lengths.push_back(capacity);
@@ -282,7 +347,8 @@ Packing PackItems(std::span<const Index> lengths, const PackOptions& o,
   out.image_count = image_count;
   out.lower_bound = internal::LowerBound(tokens, image_count, units + full_pieces, o);
 
-  if (!any_oversize && !has_images && o.algorithm == PackAlgorithm::kBestFitDecreasing &&
+  if (!any_oversize && !trl_units && !has_images &&
+      o.algorithm == PackAlgorithm::kBestFitDecreasing &&
       internal::BestFitFast(unit_len, o, &out)) {
     return out;
   }
@@ -296,6 +362,9 @@ Packing PackItems(std::span<const Index> lengths, const PackOptions& o,
 
 StreamingPacker::StreamingPacker(const PackOptions& options) : options_(options) {
   ValidatePackOptions(options_);
+  if (options_.compat != PackCompat::kNone) {
+    ThrowInvalid("compat", "trl is for whole-data packing (PackItems), not the streaming packer");
+  }
   buffer_limit_ = options_.buffer.value_or(1024);
 }
 

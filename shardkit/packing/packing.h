@@ -69,6 +69,9 @@ enum class PackAlgorithm {
   kHistogram
 };
 enum class Oversize { kDrop, kError, kSplit };
+// kTrl: the rows of TRL's pack_dataset (trl.data_utils, strategy "bfd", and
+// "bfd_split" with oversize split), pack for pack: see PackOptions::compat.
+enum class PackCompat { kNone, kTrl };
 
 // Names as written in the CLI and Python: "next_fit", "ffd", "bfd",
 // "balanced", "histogram"; "drop", "error", "split". Parse throws invalid_argument naming
@@ -77,6 +80,9 @@ enum class Oversize { kDrop, kError, kSplit };
 [[nodiscard]] Oversize ParseOversize(std::string_view name);
 [[nodiscard]] std::string_view PackAlgorithmName(PackAlgorithm algorithm);
 [[nodiscard]] std::string_view OversizeName(Oversize oversize);
+// "none", "trl"; Parse throws invalid_argument naming `compat`.
+[[nodiscard]] PackCompat ParsePackCompat(std::string_view name);
+[[nodiscard]] std::string_view PackCompatName(PackCompat compat);
 
 struct PackOptions {
   Index capacity = 0;  // tokens per pack; REQUIRES >= 1
@@ -85,6 +91,17 @@ struct PackOptions {
   std::optional<Index> max_sequences;  // items (pieces) per pack; REQUIRES >= 1
   Oversize oversize = Oversize::kDrop;
   std::optional<Index> buffer;  // stream through a buffer of this many items; >= 1
+  // kTrl (REQUIRES algorithm bfd; not for StreamingPacker) reproduces TRL's
+  // pack_dataset rows: among packs with the same room, the one that reached
+  // that room first takes the item (the default takes the most recently
+  // filled); empty items are dropped (listed in dropped_items), as TRL filters
+  // them; under oversize split the pieces of an item are units ordered with
+  // the other items (TRL's "bfd_split"), not packs of their own ahead of the
+  // rest. With `buffer` = B, items [0, B), [B, 2B), ... are packed each on its
+  // own, as pack_dataset does per map batch (batch_size B, 1000 by default).
+  // TRL's "bfd" truncates an item longer than the capacity; shardkit offers no
+  // truncation, so the rows agree when every item fits (or under split).
+  PackCompat compat = PackCompat::kNone;
 };
 
 // Throws invalid_argument naming the field (capacity, max_images,
@@ -109,7 +126,8 @@ struct Packing {
   std::vector<Index> lengths;        // tokens of each entry
   std::vector<Index> starts;         // first token of each entry within its item
   std::vector<Index> images;         // images of each entry; empty without images
-  std::vector<Index> dropped_items;  // oversize items dropped, in input order
+  std::vector<Index> dropped_items;  // oversize items dropped (and empty
+                                     // items under compat trl), input order
   Index num_items = 0;               // items offered
   Index split_items = 0;             // items cut into pieces (oversize split)
   Index tokens = 0;                  // tokens in packs

@@ -115,6 +115,34 @@ std::vector<std::vector<Index>> RefBestFitDecreasing(const std::vector<Index>& l
   return Finish(bins);
 }
 
+// TRL's bfd (trl.data_utils._pack_bfd) as a textbook definition: the same
+// best fit, but among packs with equal room the one that reached that room
+// first (its last placement is the oldest).
+std::vector<std::vector<Index>> RefTrlBestFit(const std::vector<Index>& len, Index capacity,
+                                              Index max_sequences = -1) {
+  std::vector<RefBin> bins;
+  Index stamp = 0;
+  Budget budget{capacity, -1, max_sequences};
+  for (Index u : RefDecreasing(len)) {
+    Index best = -1;
+    std::pair<Index, Index> best_key;
+    for (size_t b = 0; b < bins.size(); ++b) {
+      if (!Fits(bins[b], len[u], 0, budget)) continue;
+      auto key = std::make_pair(capacity - bins[b].tokens, bins[b].stamp);
+      if (best < 0 || key < best_key) {
+        best = static_cast<Index>(b);
+        best_key = key;
+      }
+    }
+    if (best < 0) {
+      best = static_cast<Index>(bins.size());
+      bins.emplace_back();
+    }
+    Put(bins[best], u, len[u], 0, ++stamp);
+  }
+  return Finish(bins);
+}
+
 std::vector<std::vector<Index>> Packs(const Packing& p) {
   std::vector<std::vector<Index>> out;
   for (Index b = 0; b < p.num_packs(); ++b) {
@@ -200,7 +228,8 @@ void ExpectValid(const Packing& p, const std::vector<Index>& len, const std::vec
     dropped[d] = true;
     const bool oversize =
         len[d] > o.capacity || (o.max_images && !img.empty() && img[d] > *o.max_images);
-    EXPECT_TRUE(oversize) << "item " << d << " was dropped but fits";
+    const bool empty_under_trl = o.compat == PackCompat::kTrl && len[d] == 0;
+    EXPECT_TRUE(oversize || empty_under_trl) << "item " << d << " was dropped but fits";
     EXPECT_NE(o.oversize, Oversize::kError);
   }
   Index split = 0;
@@ -358,12 +387,12 @@ TEST(PackItems, BalancedNeverUsesMorePacksThanBestFitAndEvensLoads) {
     EXPECT_LE(balanced.num_packs(), bfd.num_packs()) << trial;
   }
   // Loads evened out. 9, 8, ..., 0 into capacity 20: 3 packs (the lower
-  // bound); by hand, LPT gives {9,4,3} {8,5,2} {7,6,1,0} = 16, 15, 14, where
-  // bfd fills 20, 20, 5.
+  // bound); by hand, LPT (ties: the pack that reached the load first) gives
+  // {9,4,1,0} {8,5,2} {7,6,3} = 14, 15, 16, where bfd fills 20, 20, 5.
   std::vector<Index> len = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
   Packing p = PackItems(len, Options(20, PackAlgorithm::kBalanced));
   ASSERT_EQ(p.num_packs(), 3);
-  EXPECT_EQ(Packs(p), (std::vector<std::vector<Index>>{{0, 5, 6}, {1, 4, 7}, {2, 3, 8, 9}}));
+  EXPECT_EQ(Packs(p), (std::vector<std::vector<Index>>{{0, 5, 8, 9}, {1, 4, 7}, {2, 3, 6}}));
   Packing b = PackItems(len, Options(20, PackAlgorithm::kBestFitDecreasing));
   EXPECT_EQ(b.PackTokens(0), 20);
   EXPECT_EQ(b.PackTokens(2), 5);
@@ -472,6 +501,82 @@ TEST(PackItems, LowerBoundOnLognormalIsNearlyReached) {
     // 200k items: within 0.05% (8 packs of ~40k here); bench/ shows 0.01% at 1M+.
     EXPECT_LE(p.num_packs(), p.lower_bound + p.lower_bound / 2000 + 1) << PackAlgorithmName(a);
   }
+}
+
+// ---------------------------------------------------------------------------
+// compat trl
+
+TEST(CompatTrl, EqualsBestFitWithOldestTies) {
+  std::mt19937_64 rng(31);
+  for (int trial = 0; trial < 400; ++trial) {
+    const Index capacity = 1 + static_cast<Index>(rng() % 200);
+    const Index n = static_cast<Index>(rng() % 300);
+    auto len = RandomLengths(rng, n, capacity, trial % 6);
+    for (auto& l : len) l = std::max<Index>(l, 1);  // TRL drops empty items
+    PackOptions o = Options(capacity, PackAlgorithm::kBestFitDecreasing);
+    o.compat = PackCompat::kTrl;
+    Index max_sequences = -1;
+    if (trial % 4 == 3) o.max_sequences = max_sequences = 1 + static_cast<Index>(rng() % 4);
+    Packing p = PackItems(len, o);
+    ExpectValid(p, len, {}, o);
+    EXPECT_EQ(Packs(p), RefTrlBestFit(len, capacity, max_sequences)) << trial;
+  }
+}
+
+TEST(CompatTrl, TiesGoToTheOldestPackAndEmptyItemsAreDropped) {
+  // Two packs with room 4 when the 3 comes: TRL takes the first, the default
+  // the most recently filled.
+  std::vector<Index> len = {6, 6, 3, 0};
+  PackOptions o = Options(10, PackAlgorithm::kBestFitDecreasing);
+  EXPECT_EQ(Packs(PackItems(len, o)), (std::vector<std::vector<Index>>{{0}, {1, 2, 3}}));
+  o.compat = PackCompat::kTrl;
+  Packing p = PackItems(len, o);
+  EXPECT_EQ(Packs(p), (std::vector<std::vector<Index>>{{0, 2}, {1}}));
+  EXPECT_EQ(p.dropped_items, (std::vector<Index>{3}));
+}
+
+TEST(CompatTrl, SplitPiecesAreOrderedWithTheItemsAsBfdSplit) {
+  // The example of TRL's pack_dataset docstring (trl 1.16.0), bfd_split at
+  // seq_length 4 over input_ids of lengths 5, 2, 3, 1: rows [1, 2, 3, 4],
+  // [8, 9, 10, 5], [6, 7, 11], i.e. item 0's first piece alone, item 2 with
+  // item 0's last token, items 1 and 3.
+  std::vector<Index> len = {5, 2, 3, 1};
+  PackOptions o = Options(4, PackAlgorithm::kBestFitDecreasing);
+  o.oversize = Oversize::kSplit;
+  o.compat = PackCompat::kTrl;
+  Packing p = PackItems(len, o);
+  ExpectValid(p, len, {}, o);
+  EXPECT_EQ(Packs(p), (std::vector<std::vector<Index>>{{0}, {2, 0}, {1, 3}}));
+  EXPECT_EQ(p.starts, (std::vector<Index>{0, 0, 4, 0, 0}));
+  // Its bfd example (the 5 is truncated by TRL; here every item fits): rows
+  // [1, 2, 3, 4] [8, 9, 10, 11] [6, 7] are items {0}, {2, 3}, {1}.
+  std::vector<Index> fits = {4, 2, 3, 1};
+  o.oversize = Oversize::kDrop;
+  EXPECT_EQ(Packs(PackItems(fits, o)), (std::vector<std::vector<Index>>{{0}, {2, 3}, {1}}));
+}
+
+TEST(CompatTrl, BufferPacksEveryBatchOnItsOwn) {
+  std::mt19937_64 rng(32);
+  auto len = RandomLengths(rng, 250, 100, 1);
+  for (auto& l : len) l = std::max<Index>(l, 1);
+  PackOptions o = Options(100, PackAlgorithm::kBestFitDecreasing);
+  o.compat = PackCompat::kTrl;
+  o.buffer = 64;
+  Packing p = PackItems(len, o);
+  ExpectValid(p, len, {}, o);
+  std::vector<std::vector<Index>> expected;
+  for (size_t begin = 0; begin < len.size(); begin += 64) {
+    std::vector<Index> batch(len.begin() + begin, len.begin() + std::min(len.size(), begin + 64));
+    for (auto pack : RefTrlBestFit(batch, 100)) {
+      for (auto& item : pack) item += static_cast<Index>(begin);
+      expected.push_back(pack);
+    }
+  }
+  EXPECT_EQ(Packs(p), expected);
+  o.algorithm = PackAlgorithm::kFirstFitDecreasing;
+  EXPECT_THROW(ValidatePackOptions(o), std::invalid_argument);
+  o.algorithm = PackAlgorithm::kBestFitDecreasing;
+  EXPECT_THROW(StreamingPacker{o}, std::invalid_argument);
 }
 
 // ---------------------------------------------------------------------------

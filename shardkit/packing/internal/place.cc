@@ -3,10 +3,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <numeric>
-#include <queue>
 #include <utility>
 
 #include "shardkit/packing/internal/histogram.h"
@@ -17,14 +18,17 @@ namespace {
 
 using u64 = std::uint64_t;
 
-// Packs grouped by remaining room r in [0, capacity]: a stack of packs per r
-// (the most recently filled on top) and a two-level bitset of the non-empty r,
-// so the smallest r >= L is found in a few word scans. Capacities too large for
-// a dense array use an ordered map instead.
+// Packs grouped by remaining room r in [0, capacity]: a list of packs per r
+// (taken from the most recently filled end, or with `oldest` from the end that
+// reached r first) and a two-level bitset of the non-empty r, so the smallest
+// r >= L is found in a few word scans. Capacities too large for a dense array
+// use an ordered map instead.
 class RoomIndex {
  public:
-  RoomIndex(Index capacity, bool dense, std::vector<Index>* next) : dense_(dense), next_(next) {
+  RoomIndex(Index capacity, bool dense, bool oldest, std::vector<Index>* next)
+      : dense_(dense), oldest_(oldest), next_(next) {
     if (dense_) {
+      tail_.assign(static_cast<size_t>(capacity) + 1, -1);
       head_.assign(static_cast<size_t>(capacity) + 1, -1);
       bits_.assign(head_.size() / 64 + 1, 0);
       summary_.assign(bits_.size() / 64 + 1, 0);
@@ -36,8 +40,19 @@ class RoomIndex {
       sparse_[room].push_back(bin);
       return;
     }
-    (*next_)[bin] = head_[room];
-    head_[room] = bin;
+    if (oldest_) {
+      // Queue: taken at head_, appended at tail_.
+      (*next_)[bin] = -1;
+      if (head_[room] < 0) {
+        head_[room] = bin;
+      } else {
+        (*next_)[tail_[room]] = bin;
+      }
+      tail_[room] = bin;
+    } else {
+      (*next_)[bin] = head_[room];
+      head_[room] = bin;
+    }
     const size_t w = static_cast<size_t>(room) / 64;
     bits_[w] |= u64{1} << (room % 64);
     summary_[w / 64] |= u64{1} << (w % 64);
@@ -69,8 +84,14 @@ class RoomIndex {
   Index PopAt(Index room) {
     if (!dense_) {
       auto it = sparse_.find(room);
-      const Index bin = it->second.back();
-      it->second.pop_back();
+      Index bin;
+      if (oldest_) {
+        bin = it->second.front();
+        it->second.pop_front();
+      } else {
+        bin = it->second.back();
+        it->second.pop_back();
+      }
       if (it->second.empty()) sparse_.erase(it);
       return bin;
     }
@@ -86,21 +107,23 @@ class RoomIndex {
 
  private:
   bool dense_ = true;
+  bool oldest_ = false;
   std::vector<Index>* next_;
-  std::vector<Index> head_;
+  std::vector<Index> head_, tail_;
   std::vector<u64> bits_, summary_;
-  std::map<Index, std::vector<Index>> sparse_;
+  std::map<Index, std::deque<Index>> sparse_;
 };
 
 struct Budgets {
   Index capacity;
   Index max_images;     // -1: no image budget
   Index max_sequences;  // -1: no count budget
+  bool oldest = false;  // best fit ties: the pack that reached its room first
 };
 
 Budgets BudgetsOf(const PackOptions& o, bool has_images) {
-  return {o.capacity, has_images && o.max_images ? *o.max_images : -1,
-          o.max_sequences.value_or(-1)};
+  return {o.capacity, has_images && o.max_images ? *o.max_images : -1, o.max_sequences.value_or(-1),
+          o.compat == PackCompat::kTrl};
 }
 
 Placement NextFit(std::span<const Index> len, std::span<const Index> img, const Budgets& b) {
@@ -130,7 +153,7 @@ Placement NextFit(std::span<const Index> len, std::span<const Index> img, const 
 
 // Best fit: the pack with the least room that fits (tokens), among packs with
 // enough image room (the tightest image room on ties), the most recently
-// filled on remaining ties.
+// filled on remaining ties (b.oldest: the one that reached that room first).
 Placement BestFit(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
                   std::vector<Index> order) {
   const Index n = static_cast<Index>(len.size());
@@ -145,7 +168,7 @@ Placement BestFit(std::span<const Index> len, std::span<const Index> img, const 
   std::vector<Index> next(n), room_tokens, room_images, count;
   std::vector<RoomIndex> index;
   index.reserve(levels);
-  for (Index m = 0; m < levels; ++m) index.emplace_back(b.capacity, dense, &next);
+  for (Index m = 0; m < levels; ++m) index.emplace_back(b.capacity, dense, b.oldest, &next);
   room_tokens.reserve(n);
   for (Index j = 0; j < n; ++j) {
     const Index u = order[j];
@@ -268,56 +291,53 @@ Placement FirstFit(std::span<const Index> len, std::span<const Index> img, const
 }
 
 // LPT starting from `bins` packs: each unit into the least loaded pack that
-// fits it (ties: the lower pack); when none of the least loaded packs tried
-// fits it, a new pack opens (and takes later units like any other). The load
-// is the pack's tokens (measured: evening the fuller of tokens and images
-// packs image-budgeted data worse). Returns the number of packs used.
+// fits it (ties: the pack that reached that load first; at the start, the
+// lower pack); when none of the least loaded packs tried fits it, a new pack
+// opens (and takes later units like any other). The load is the pack's tokens
+// (measured: evening the fuller of tokens and images packs image-budgeted
+// data worse). Packs are kept by load in a RoomIndex (buckets and a bitset),
+// so a unit costs O(1) amortised where only tokens bind. Returns the number
+// of packs used.
 Index LeastLoaded(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
                   const std::vector<Index>& order, Index bins, std::vector<Index>* bin_of) {
   constexpr int kTries = 4096;
   const bool images = b.max_images >= 0;
-  using Entry = std::pair<Index, Index>;  // (tokens, pack)
-  std::vector<Entry> initial(bins);
-  for (Index p = 0; p < bins; ++p) initial[p] = {0, p};
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap(std::greater<>{},
-                                                                      std::move(initial));
+  std::vector<Index> next(static_cast<size_t>(bins), -1);
+  RoomIndex by_load(b.capacity, b.capacity <= (Index{1} << 22), /*oldest=*/true, &next);
+  for (Index p = 0; p < bins; ++p) by_load.Insert(p, 0);
   std::vector<Index> tokens(bins, 0), image_count(bins, 0), count(bins, 0);
   bin_of->assign(order.size(), -1);
-  std::vector<Entry> skipped;
+  std::vector<std::pair<Index, Index>> skipped;  // (pack, load)
   for (size_t j = 0; j < order.size(); ++j) {
     const Index u = order[j];
-    const Index k = b.max_images >= 0 ? img[u] : 0;
+    const Index need = len[u];
+    const Index k = images ? img[u] : 0;
     skipped.clear();
     Index chosen = -1;
-    while (!heap.empty() && static_cast<int>(skipped.size()) < kTries) {
-      const Entry e = heap.top();
-      heap.pop();
-      const Index p = e.second;
-      const bool token_fit = tokens[p] + len[u] <= b.capacity;
-      if (!token_fit && !images) {  // the least loaded cannot take it: none can
-        skipped.push_back(e);
+    for (Index load = by_load.FindAtLeast(0);
+         load >= 0 && load + need <= b.capacity && static_cast<int>(skipped.size()) < kTries;
+         load = by_load.FindAtLeast(load)) {
+      const Index p = by_load.PopAt(load);
+      if (!images || image_count[p] + k <= b.max_images) {
+        chosen = p;
         break;
       }
-      if (!token_fit || (b.max_images >= 0 && image_count[p] + k > b.max_images)) {
-        skipped.push_back(e);
-        continue;
-      }
-      chosen = p;
-      break;
+      skipped.push_back({p, load});
     }
-    for (const Entry& e : skipped) heap.push(e);
+    for (auto [p, load] : skipped) by_load.Insert(p, load);
     if (chosen < 0) {
       chosen = static_cast<Index>(tokens.size());
       tokens.push_back(0);
       image_count.push_back(0);
       count.push_back(0);
+      next.push_back(-1);
     }
-    tokens[chosen] += len[u];
+    tokens[chosen] += need;
     image_count[chosen] += k;
     ++count[chosen];
     (*bin_of)[j] = chosen;
     if (b.max_sequences < 0 || count[chosen] < b.max_sequences) {
-      heap.push({tokens[chosen], chosen});
+      by_load.Insert(chosen, tokens[chosen]);
     }
   }
   // Packs that stayed empty (more packs than units) are dropped; renumber.
@@ -330,13 +350,65 @@ Index LeastLoaded(std::span<const Index> len, std::span<const Index> img, const 
   return used;
 }
 
+// Best fit decreasing as a Placement: the fast path where it applies.
+Placement BestFitAny(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
+                     const PackOptions& o) {
+  if (b.max_images < 0) {
+    PackOptions text = o;
+    text.max_images.reset();
+    Packing out;
+    if (BestFitFast(len, text, &out)) {
+      Placement p;
+      p.order = std::move(out.items);
+      p.bin.resize(p.order.size());
+      p.num_bins = out.num_packs();
+      for (Index pack = 0; pack < p.num_bins; ++pack) {
+        for (Index e = out.offsets[pack]; e < out.offsets[pack + 1]; ++e) p.bin[e] = pack;
+      }
+      return p;
+    }
+  }
+  return BestFit(len, img, b, DecreasingOrder(len));
+}
+
+// Text inputs above this many units skip the LPT search (each LPT pass
+// touches every pack at random; best fit and histogram packing set the count).
+constexpr Index kLargeText = Index{1} << 20;
+
+// Coefficient of variation of the packs' tokens (0 without packs).
+double LoadVariation(const Placement& p, std::span<const Index> len) {
+  if (p.num_bins == 0) return 0;
+  std::vector<double> load(static_cast<size_t>(p.num_bins), 0.0);
+  for (size_t j = 0; j < p.order.size(); ++j)
+    load[p.bin[j]] += static_cast<double>(len[p.order[j]]);
+  double sum = 0, squares = 0;
+  for (double l : load) {
+    sum += l;
+    squares += l * l;
+  }
+  const double mean = sum / static_cast<double>(p.num_bins);
+  if (mean <= 0) return 0;
+  const double variance = std::max(0.0, squares / static_cast<double>(p.num_bins) - mean * mean);
+  return std::sqrt(variance) / mean;
+}
+
 // Balanced: LPT from K packs (LeastLoaded) uses K packs when the loads fit,
-// more when units overflow. Too few starting packs overflow many units into
-// late, lightly loaded packs; too many leave every pack part full. So K is
-// searched: the lower bound first, then a coarse ladder above it, then a
-// local refinement around the best; best fit's count caps the search.
-Placement BalancedByLoad(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
-                         const PackOptions& o) {
+// more when units overflow. Too few starting packs overflow units into late,
+// lightly loaded packs; too many leave every pack part full.
+//   1. LPT from the lower bound: if it fits, that count cannot be beaten.
+//   2. The count to beat: best fit decreasing, or histogram packing where it
+//      applies and may win (a count budget, or a capacity up to 2048 tokens,
+//      so few distinct lengths), whichever needs fewer packs.
+//   3. K is searched above the bound (a ladder, then a local refinement)
+//      while it can gain: the count to beat 0.1% or more above the bound.
+//   4. The fewest packs win; at the count of step 2, LPT from that count
+//      evens the loads when it fits, else that packing is returned as is.
+// Text (no image budget) over kLargeText units skips 1 and 3, and 4 unless
+// the loads of step 2 vary by more than 5% (coefficient of variation): there
+// step 2 sets the count (measured: LPT never beat it on text) and each LPT
+// pass costs more than all of step 2.
+Placement Balanced(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
+                   const PackOptions& o) {
   std::vector<Index> order = DecreasingOrder(len);
   Index tokens = 0, images = 0;
   for (Index l : len) tokens += l;
@@ -357,16 +429,22 @@ Placement BalancedByLoad(std::span<const Index> len, std::span<const Index> img,
       best_start = start;
     }
   };
-  attempt(lower);
-  if (best.num_bins <= lower) {
-    best.order = std::move(order);
-    return best;
+  const bool large_text = b.max_images < 0 && static_cast<Index>(len.size()) > kLargeText;
+  if (!large_text) {
+    attempt(lower);
+    if (best.num_bins <= lower) {
+      best.order = std::move(order);
+      return best;
+    }
   }
-  Placement fit = BestFit(len, img, b, DecreasingOrder(len));
+  Placement fit = BestFitAny(len, img, b, o);
+  if (HistogramApplicable(o, b.max_images >= 0) && (o.max_sequences || o.capacity <= 2048)) {
+    Placement h = HistogramPlace(len, o);
+    if (h.num_bins < fit.num_bins) fit = std::move(h);
+  }
   const Index cap = fit.num_bins;
-  // Search only where there is room to gain: best fit 0.1% or more above
-  // the bound (text packs land next to it; image budgets leave room).
-  const bool search = cap - lower > lower / 1000;
+  if (large_text && LoadVariation(fit, len) <= 0.05) return fit;
+  const bool search = !large_text && cap - lower > lower / 1000;
   for (double fraction : {0.0025, 0.005, 0.01, 0.02, 0.04}) {
     if (!search) break;
     const Index start = lower + std::max<Index>(1, static_cast<Index>(lower * fraction));
@@ -382,8 +460,6 @@ Placement BalancedByLoad(std::span<const Index> len, std::span<const Index> img,
     best.order = std::move(order);
     return best;
   }
-  // No better than best fit: LPT into exactly best fit's count evens its
-  // loads when it fits; otherwise best fit itself.
   Placement again;
   again.num_bins = LeastLoaded(len, img, b, order, cap, &again.bin);
   if (again.num_bins <= cap) {
@@ -393,27 +469,13 @@ Placement BalancedByLoad(std::span<const Index> len, std::span<const Index> img,
   return fit;
 }
 
-// Balanced: the load-evening search above, and histogram packing where it
-// applies and may win (a count budget, or a capacity up to 2048 tokens, so few
-// distinct lengths); the fewer packs win, the load-evened packing on ties.
-Placement Balanced(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
-                   const PackOptions& o) {
-  Placement best = BalancedByLoad(len, img, b, o);
-  if (HistogramApplicable(o, b.max_images >= 0) && (o.max_sequences || o.capacity <= 2048)) {
-    Placement h = HistogramPlace(len, o);
-    if (h.num_bins < best.num_bins) return h;
-  }
-  return best;
-}
-
 }  // namespace
 
 bool BestFitFast(std::span<const Index> len, const PackOptions& o, Packing* out) {
   const Index n = static_cast<Index>(len.size());
   const Index capacity = o.capacity;
-  if (o.max_sequences || o.max_images || capacity > (Index{1} << 22) || n >= (Index{1} << 31)) {
-    return false;
-  }
+  if (o.max_images || capacity > (Index{1} << 22) || n >= (Index{1} << 31)) return false;
+  const Index max_sequences = o.max_sequences.value_or(-1);
   // Counting sort, decreasing length, ties by lower index: count[l], then the
   // first sorted position of every length.
   std::vector<std::int64_t> first(static_cast<size_t>(capacity) + 2, 0);
@@ -428,6 +490,10 @@ bool BestFitFast(std::span<const Index> len, const PackOptions& o, Packing* out)
   // Best fit: packs grouped by remaining room; the room of a pack is the
   // bucket it sits in, so no per-pack state is touched but its item count.
   std::vector<std::vector<std::int32_t>> bucket(static_cast<size_t>(capacity) + 1);
+  // Ties: the most recently filled pack of a room (the back of its bucket), or
+  // under compat trl the one that reached the room first (front[r] onwards).
+  const bool oldest = o.compat == PackCompat::kTrl;
+  std::vector<size_t> front(oldest ? static_cast<size_t>(capacity) + 1 : 0, 0);
   const size_t words = static_cast<size_t>(capacity) / 64 + 1;
   std::vector<u64> bits(words, 0), summary(words / 64 + 1, 0);
   auto set = [&](Index r) {
@@ -470,20 +536,30 @@ bool BestFitFast(std::span<const Index> len, const PackOptions& o, Packing* out)
         room = capacity;
       } else {
         auto& b = bucket[static_cast<size_t>(r)];
-        bin = b.back();
-        b.pop_back();
-        if (b.empty()) clear(r);
+        if (oldest) {
+          size_t& f = front[static_cast<size_t>(r)];
+          bin = b[f++];
+          if (f == b.size()) {
+            b.clear();
+            f = 0;
+            clear(r);
+          }
+        } else {
+          bin = b.back();
+          b.pop_back();
+          if (b.empty()) clear(r);
+        }
         room = r;
       }
       ++count[static_cast<size_t>(bin)];
       bin_of[static_cast<size_t>(j)] = bin;
+      if (max_sequences >= 0 && count[static_cast<size_t>(bin)] >= max_sequences) continue;
       const Index rest = room - l;
       auto& target = bucket[static_cast<size_t>(rest)];
       if (target.empty()) set(rest);
       target.push_back(bin);
     }
   }
-  // CSR by pack, entries in placement order.
   // CSR by pack, entries in placement order.
   const size_t packs = count.size();
   out->offsets.resize(packs + 1);

@@ -25,10 +25,11 @@ struct Placement {
 [[nodiscard]] Placement Place(std::span<const Index> len, std::span<const Index> img,
                               const PackOptions& options);
 
-// Best-fit decreasing for the common case (tokens only, no count budget,
+// Best-fit decreasing for the common case (tokens and the count budget only,
 // every length <= capacity <= 2^22, fewer than 2^31 items), straight into
 // the CSR arrays of *out (offsets, items, lengths, starts). Identical packs to
-// Place(); returns false (and leaves *out alone) outside that case.
+// Place() (compat trl ties included); returns false (and leaves *out alone)
+// outside that case.
 bool BestFitFast(std::span<const Index> len, const PackOptions& options, Packing* out);
 
 // Units sorted by decreasing length, ties by lower index (counting sort when
