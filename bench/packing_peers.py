@@ -1,6 +1,8 @@
 """Packing, side by side in one run on the same lengths: shardkit vs TRL's
 pack_dataset bfd, nanoVLM's balanced greedy knapsack and mmdp's first-fit
-(binpack) and greedy packers with their default buffers.
+(binpack) and greedy packers with their default buffers; every shardkit
+algorithm on the Wikipedia-512 histogram of Krell et al. beside the paper's
+published SPFHP / LPFHP / NNLSHP figures; a multimodal mix with load CV.
 
     PYTHONPATH=python build/bench-venv/bin/python bench/packing_peers.py [--quick]
 
@@ -269,7 +271,12 @@ def multimodal_case(rng, n, cap, peer_items):
     for algorithm, buffer in (("balanced", None), ("balanced", 8192), ("bfd", None)):
         sec, p = timed(
             lambda: shardkit.pack(
-                sub_len, cap, algorithm=algorithm, images=sub_img, max_images=18, buffer=buffer
+                sub_len,
+                cap,
+                algorithm=algorithm,
+                images=sub_img,
+                max_images=18,
+                buffer=buffer,
             ),
             repeat=3,
         )
@@ -281,6 +288,91 @@ def multimodal_case(rng, n, cap, peer_items):
             p.tokens,
             cap,
             lb,
+        )
+
+
+# ---------------------------------------------------------------------------
+# Wikipedia-512 (Krell et al., arXiv 2107.02027): the histogram is transcribed
+# in shardkit/packing/internal/wikipedia512_histogram.h (source named there).
+# The paper's packers (SPFHP, LPFHP, NNLSHP) are Graphcore example scripts, not
+# an installable package: their published figures are printed beside.
+
+PUBLISHED = {
+    3: [("NNLSHP (paper)", 8_155_059, None)],
+    12: [("LPFHP (paper)", 8_149_619, None), ("SPFHP (paper)", None, 0.996040)],
+}
+
+
+def wikipedia_lengths():
+    import re
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    header = os.path.join(here, "..", "shardkit", "packing", "internal", "wikipedia512_histogram.h")
+    text = open(header).read()
+    body = text[text.index("= {") + 3 : text.index("};")]
+    counts = [int(x) for x in re.findall(r"\d+", body)]
+    assert len(counts) == 512
+    lengths = np.repeat(np.arange(1, 513, dtype=np.int64), counts)
+    np.random.default_rng(1).shuffle(lengths)
+    return lengths
+
+
+def load_cv(p):
+    tokens = p.pack_tokens()
+    return float(tokens.std() / tokens.mean()) if tokens.size else 0.0
+
+
+def wikipedia_case(algorithms):
+    lengths = wikipedia_lengths()
+    total = int(lengths.sum())
+    lb = -(-total // 512)
+    print(
+        f"\nWikipedia-512 histogram (Krell et al.): {lengths.size:,} sequences, {total:,} tokens, "
+        f"capacity 512, lower bound {lb:,} packs"
+    )
+    for k in (3, 12):
+        print(f" at most {k} sequences per pack")
+        print(
+            f"  {'packer':<26} {'packs':>11} {'efficiency':>10} {'over LB':>9} {'time':>9} {'load CV':>8}"
+        )
+        for algorithm in algorithms:
+            sec, p = timed(
+                lambda: shardkit.pack(lengths, 512, algorithm=algorithm, max_sequences=k)
+            )
+            print(
+                f"  shardkit {algorithm:<17} {p.num_packs:>11,} {100 * p.efficiency:>9.4f}% "
+                f"{100 * (p.num_packs / lb - 1):>8.3f}% {sec:>8.2f}s {load_cv(p):>8.4f}"
+            )
+        for name, packs, eff in PUBLISHED[k]:
+            if packs is None:
+                packs = total / (eff * 512)
+                print(f"  {name:<26} {packs:>11,.0f} {100 * eff:>9.4f}%  (published efficiency)")
+            else:
+                print(
+                    f"  {name:<26} {packs:>11,} {100 * total / (packs * 512):>9.4f}% "
+                    f"{100 * (packs / lb - 1):>8.3f}%  (published)"
+                )
+
+
+def multimodal_gamma_case(n=1_000_000, cap=4096):
+    rng = np.random.default_rng(11)
+    lengths = np.minimum(cap, 16 + rng.gamma(2.0, 300.0, n).astype(np.int64))
+    images = rng.integers(0, 5, n)
+    lb = max(-(-int(lengths.sum()) // cap), -(-int(images.sum()) // 18))
+    print(
+        f"\nmultimodal gamma mix, n = {n:,}: lengths 16 + gamma(2, 300) clamped to {cap}, "
+        f"0-4 images per sample, <= 18 images per pack; lower bound {lb:,}"
+    )
+    print(
+        f"  {'packer':<26} {'packs':>9} {'efficiency':>10} {'over LB':>9} {'time':>9} {'load CV':>8}"
+    )
+    for algorithm in ("balanced", "bfd", "ffd"):
+        sec, p = timed(
+            lambda: shardkit.pack(lengths, cap, algorithm=algorithm, images=images, max_images=18)
+        )
+        print(
+            f"  shardkit {algorithm:<17} {p.num_packs:>9,} {100 * p.efficiency:>9.4f}% "
+            f"{100 * (p.num_packs / lb - 1):>8.3f}% {sec:>8.2f}s {load_cv(p):>8.4f}"
         )
 
 
@@ -296,7 +388,16 @@ def main():
         help="TRL runs on this prefix of each data set (0: skip)",
     )
     parser.add_argument(
-        "--peer-items", type=int, default=50_000, help="mmdp / nanoVLM run on this prefix (0: skip)"
+        "--peer-items",
+        type=int,
+        default=50_000,
+        help="mmdp / nanoVLM run on this prefix (0: skip)",
+    )
+    parser.add_argument(
+        "--only",
+        default="all",
+        choices=["all", "wikipedia", "multimodal", "text"],
+        help="run one part only",
     )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -313,12 +414,23 @@ def main():
     except ImportError:
         print("TRL not installed: skipped (pip install -r requirements-bench.txt)")
         args.trl_items = 0
+    if args.only in ("all", "wikipedia"):
+        wikipedia_case(("bfd", "ffd", "balanced", "histogram", "next_fit"))
+    if args.only in ("all", "multimodal"):
+        multimodal_gamma_case()
+    if args.only in ("wikipedia", "multimodal"):
+        return
     for n in sizes:
         for cap in (int(c) for c in args.capacities.split(",")):
             for dist in ("lognormal", "heavy-tailed mix"):
                 rng = np.random.default_rng(n + cap)
                 text_case(
-                    rng, dist, n, cap, args.peer_items if n == sizes[0] else 0, args.trl_items
+                    rng,
+                    dist,
+                    n,
+                    cap,
+                    args.peer_items if n == sizes[0] else 0,
+                    args.trl_items,
                 )
     if args.peer_items:
         multimodal_case(np.random.default_rng(7), 1_000_000, 4096, args.peer_items)

@@ -1,6 +1,8 @@
 // Micro-benchmarks of the packing engine: whole-data packing of lognormal
-// lengths (median 600 tokens, sigma 1, clamped to the capacity) and the
-// streaming packer. The side-by-side comparison with peers is packing_peers.py.
+// lengths (median 600 tokens, sigma 1, clamped to the capacity), the
+// Wikipedia-512 histogram of Krell et al. (16.3M sequences) under sequence
+// budgets, a multimodal mix under an image budget, and the streaming packer.
+// The side-by-side comparison with peers is bench/packing_peers.py.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "shardkit/packing/internal/wikipedia512_histogram.h"
 #include "shardkit/packing/packing.h"
 #include "shardkit/packing/packing_metadata.h"
 
@@ -55,6 +58,97 @@ BENCHMARK_CAPTURE(BM_Pack, next_fit, PackAlgorithm::kNextFit)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Pack, balanced, PackAlgorithm::kBalanced)
     ->Args({1000000, 4096})
+    ->Unit(benchmark::kMillisecond);
+
+// The Wikipedia-512 lengths, one item per sequence of the histogram, in a
+// fixed shuffled order.
+const std::vector<Index>& Wikipedia() {
+  static const std::vector<Index> lengths = [] {
+    std::vector<Index> out;
+    for (Index l = 1; l <= 512; ++l) {
+      out.insert(out.end(), static_cast<size_t>(internal::kWikipedia512Histogram[l - 1]), l);
+    }
+    std::shuffle(out.begin(), out.end(), std::mt19937_64(1));
+    return out;
+  }();
+  return lengths;
+}
+
+double LoadVariation(const Packing& p) {
+  double sum = 0, squares = 0;
+  for (Index b = 0; b < p.num_packs(); ++b) {
+    const double t = static_cast<double>(p.PackTokens(b));
+    sum += t;
+    squares += t * t;
+  }
+  const double n = static_cast<double>(std::max<Index>(1, p.num_packs()));
+  const double mean = sum / n;
+  return mean > 0 ? std::sqrt(std::max(0.0, squares / n - mean * mean)) / mean : 0;
+}
+
+// range(0): max sequences per pack (0: no count budget).
+void BM_Wikipedia(benchmark::State& state, PackAlgorithm algorithm) {
+  const auto& lengths = Wikipedia();
+  PackOptions o;
+  o.capacity = 512;
+  o.algorithm = algorithm;
+  if (state.range(0) > 0) o.max_sequences = state.range(0);
+  Packing p;
+  for (auto _ : state) {
+    p = PackItems(lengths, o);
+    benchmark::DoNotOptimize(p.items.data());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<Index>(lengths.size()));
+  state.counters["packs"] = static_cast<double>(p.num_packs());
+  state.counters["over_lower_bound_pct"] =
+      100 * (static_cast<double>(p.num_packs()) / static_cast<double>(p.lower_bound) - 1);
+  state.counters["load_cv"] = LoadVariation(p);
+}
+BENCHMARK_CAPTURE(BM_Wikipedia, bfd, PackAlgorithm::kBestFitDecreasing)
+    ->Arg(3)
+    ->Arg(12)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Wikipedia, histogram, PackAlgorithm::kHistogram)
+    ->Arg(3)
+    ->Arg(12)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Wikipedia, balanced, PackAlgorithm::kBalanced)
+    ->Arg(3)
+    ->Arg(12)
+    ->Arg(0)
+    ->Unit(benchmark::kMillisecond);
+
+// Multimodal mix: gamma(2, 300) + 16 token lengths, 0-4 images per sample,
+// capacity 4096, at most 18 images per pack.
+void BM_Multimodal(benchmark::State& state, PackAlgorithm algorithm) {
+  const Index n = state.range(0);
+  std::mt19937_64 rng(2);
+  std::gamma_distribution<double> gamma(2.0, 300.0);
+  std::vector<Index> lengths(n), images(n);
+  for (Index i = 0; i < n; ++i) {
+    lengths[i] = std::min<Index>(4096, 16 + static_cast<Index>(gamma(rng)));
+    images[i] = static_cast<Index>(rng() % 5);
+  }
+  PackOptions o;
+  o.capacity = 4096;
+  o.algorithm = algorithm;
+  o.max_images = 18;
+  Packing p;
+  for (auto _ : state) {
+    p = PackItems(lengths, o, images);
+    benchmark::DoNotOptimize(p.items.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.counters["efficiency_pct"] = 100 * p.efficiency();
+  state.counters["over_lower_bound_pct"] =
+      100 * (static_cast<double>(p.num_packs()) / static_cast<double>(p.lower_bound) - 1);
+  state.counters["load_cv"] = LoadVariation(p);
+}
+BENCHMARK_CAPTURE(BM_Multimodal, balanced, PackAlgorithm::kBalanced)
+    ->Arg(100000)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Multimodal, bfd, PackAlgorithm::kBestFitDecreasing)
+    ->Arg(100000)
     ->Unit(benchmark::kMillisecond);
 
 // The loader's path: push one item at a time, pop packs as they close.

@@ -358,8 +358,9 @@ TEST(PackItems, SameInputGivesSamePacks) {
   std::mt19937_64 rng(6);
   for (int trial = 0; trial < 40; ++trial) {
     auto len = RandomLengths(rng, 1000, 512, trial % 6);
-    for (auto algorithm : {PackAlgorithm::kNextFit, PackAlgorithm::kFirstFitDecreasing,
-                           PackAlgorithm::kBestFitDecreasing, PackAlgorithm::kBalanced}) {
+    for (auto algorithm :
+         {PackAlgorithm::kNextFit, PackAlgorithm::kFirstFitDecreasing,
+          PackAlgorithm::kBestFitDecreasing, PackAlgorithm::kBalanced, PackAlgorithm::kHistogram}) {
       PackOptions o = Options(512, algorithm);
       Packing a = PackItems(len, o), b = PackItems(len, o);
       EXPECT_EQ(a.items, b.items);
@@ -441,8 +442,9 @@ TEST(PackItems, EdgeCases) {
   EXPECT_EQ(empty.lower_bound, 0);
   EXPECT_EQ(empty.efficiency(), 1.0);
   std::vector<Index> zeros(5, 0);
-  for (auto a : {PackAlgorithm::kNextFit, PackAlgorithm::kFirstFitDecreasing,
-                 PackAlgorithm::kBestFitDecreasing, PackAlgorithm::kBalanced}) {
+  for (auto a :
+       {PackAlgorithm::kNextFit, PackAlgorithm::kFirstFitDecreasing,
+        PackAlgorithm::kBestFitDecreasing, PackAlgorithm::kBalanced, PackAlgorithm::kHistogram}) {
     Packing z = PackItems(zeros, Options(8, a));
     EXPECT_EQ(z.num_packs(), 1) << PackAlgorithmName(a);
     EXPECT_EQ(z.lower_bound, 1);
@@ -683,7 +685,7 @@ TEST(StreamingPacker, EqualsWholeDataModeWithTheSameBuffer) {
   std::mt19937_64 rng(9);
   for (int trial = 0; trial < 100; ++trial) {
     auto len = RandomLengths(rng, static_cast<Index>(rng() % 500), 300, trial % 6);
-    PackOptions o = Options(256, static_cast<PackAlgorithm>(trial % 4));
+    PackOptions o = Options(256, static_cast<PackAlgorithm>(trial % 5));  // histogram too
     o.buffer = 1 + static_cast<Index>(rng() % 64);
     o.oversize = Oversize::kSplit;
     Packing whole = PackItems(len, o);
@@ -716,7 +718,7 @@ TEST(StreamingPacker, RestoredStateContinuesExactly) {
   std::mt19937_64 rng(10);
   for (int trial = 0; trial < 100; ++trial) {
     auto len = RandomLengths(rng, 300, 200, trial % 6);
-    PackOptions o = Options(128, static_cast<PackAlgorithm>(trial % 4));
+    PackOptions o = Options(128, static_cast<PackAlgorithm>(trial % 5));  // histogram too
     o.buffer = 1 + static_cast<Index>(rng() % 40);
     o.oversize = Oversize::kSplit;
     const size_t cut = rng() % len.size();

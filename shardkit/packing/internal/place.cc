@@ -375,6 +375,23 @@ Placement BestFitAny(std::span<const Index> len, std::span<const Index> img, con
 // touches every pack at random; best fit and histogram packing set the count).
 constexpr Index kLargeText = Index{1} << 20;
 
+// Histogram packing joins balanced's candidates up to this many distinct
+// lengths (its strategy search grows with them and with the capacity).
+constexpr Index kHistogramDistinct = 4096;
+
+Index DistinctLengths(std::span<const Index> len, Index capacity) {
+  if (capacity > kHistogramMaxCapacity) return kHistogramDistinct + 1;
+  std::vector<bool> seen(static_cast<size_t>(capacity) + 1, false);
+  Index distinct = 0;
+  for (Index l : len) {
+    if (!seen[static_cast<size_t>(l)]) {
+      seen[static_cast<size_t>(l)] = true;
+      ++distinct;
+    }
+  }
+  return distinct;
+}
+
 // Coefficient of variation of the packs' tokens (0 without packs).
 double LoadVariation(const Placement& p, std::span<const Index> len) {
   if (p.num_bins == 0) return 0;
@@ -403,10 +420,12 @@ double LoadVariation(const Placement& p, std::span<const Index> len) {
 //      while it can gain: the count to beat 0.1% or more above the bound.
 //   4. The fewest packs win; at the count of step 2, LPT from that count
 //      evens the loads when it fits, else that packing is returned as is.
-// Text (no image budget) over kLargeText units skips 1 and 3, and 4 unless
-// the loads of step 2 vary by more than 5% (coefficient of variation): there
-// step 2 sets the count (measured: LPT never beat it on text) and each LPT
-// pass costs more than all of step 2.
+// Text (no image budget) over kLargeText units starts with step 2: when its
+// count is within 1% of the bound, 1 and 3 are skipped (each LPT pass touches
+// every pack at random and costs more than all of step 2) and 4 runs only
+// when its loads vary by more than 5% (coefficient of variation); farther
+// from the bound (count budgets on spread-out lengths), the search runs, with
+// the ladder where the count to beat is more than 1% above the bound.
 Placement Balanced(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
                    const PackOptions& o) {
   std::vector<Index> order = DecreasingOrder(len);
@@ -430,21 +449,33 @@ Placement Balanced(std::span<const Index> len, std::span<const Index> img, const
     }
   };
   const bool large_text = b.max_images < 0 && static_cast<Index>(len.size()) > kLargeText;
-  if (!large_text) {
+  Placement fit;
+  Index cap = -1;
+  auto candidates = [&] {
+    fit = BestFitAny(len, img, b, o);
+    if (HistogramApplicable(o, b.max_images >= 0) && (o.max_sequences || o.capacity <= 2048) &&
+        DistinctLengths(len, o.capacity) <= kHistogramDistinct) {
+      Placement h = HistogramPlace(len, o);
+      if (h.num_bins < fit.num_bins) fit = std::move(h);
+    }
+    cap = fit.num_bins;
+  };
+  if (large_text) {
+    // Within 1% of the bound, LPT has little to gain and costs more than
+    // best fit and histogram packing together: even the loads only where
+    // they vary by more than 5%.
+    candidates();
+    if (cap - lower <= lower / 100 && LoadVariation(fit, len) <= 0.05) return fit;
+  }
+  if (!large_text || cap - lower > lower / 100) {
     attempt(lower);
     if (best.num_bins <= lower) {
       best.order = std::move(order);
       return best;
     }
   }
-  Placement fit = BestFitAny(len, img, b, o);
-  if (HistogramApplicable(o, b.max_images >= 0) && (o.max_sequences || o.capacity <= 2048)) {
-    Placement h = HistogramPlace(len, o);
-    if (h.num_bins < fit.num_bins) fit = std::move(h);
-  }
-  const Index cap = fit.num_bins;
-  if (large_text && LoadVariation(fit, len) <= 0.05) return fit;
-  const bool search = !large_text && cap - lower > lower / 1000;
+  if (cap < 0) candidates();
+  const bool search = cap - lower > (large_text ? lower / 100 : lower / 1000);
   for (double fraction : {0.0025, 0.005, 0.01, 0.02, 0.04}) {
     if (!search) break;
     const Index start = lower + std::max<Index>(1, static_cast<Index>(lower * fraction));
@@ -456,7 +487,7 @@ Placement Balanced(std::span<const Index> len, std::span<const Index> img, const
     attempt(best_start - step);
     if (step == 1) break;
   }
-  if (best.num_bins < cap) {
+  if (best_start >= 0 && best.num_bins < cap) {
     best.order = std::move(order);
     return best;
   }
