@@ -7,7 +7,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "shardkit/loader/npy.h"
+#include "shardkit/loader/files.h"
 
 namespace shardkit::cli {
 
@@ -181,19 +181,8 @@ std::int64_t ParseInt(const std::string& flag, const std::string& text) {
 namespace {
 
 std::string ReadAll(const std::string& flag, const std::string& path) {
-  std::string bytes;
-  if (path == "-") {
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    bytes = ss.str();
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw UsageError(flag + ": cannot open '" + path + "': " + std::strerror(errno));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    bytes = ss.str();
-  }
-  return bytes;
+  // The core's strict reader: regular files or stdin only, bounded.
+  return ReadWholeFile(flag, path, kMaxNumberFileBytes);
 }
 
 std::string Where(const std::string& path) { return path == "-" ? "stdin" : path; }
@@ -201,27 +190,7 @@ std::string Where(const std::string& path) { return path == "-" ? "stdin" : path
 }  // namespace
 
 std::vector<double> ReadNumbers(const std::string& flag, const std::string& path) {
-  const std::string bytes = ReadAll(flag, path);
-  if (IsNpy(bytes)) {
-    return NpyToDoubles(bytes, flag, path);  // invalid_argument "<flag>: <path>: ..."
-  }
-  std::vector<double> out;
-  std::istringstream in(bytes);
-  std::string line;
-  std::int64_t number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    std::string t = Trim(line);
-    if (t.empty() || t[0] == '#') continue;
-    double v = 0;
-    auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (ec != std::errc() || ptr != t.data() + t.size()) {
-      throw UsageError(flag + ": " + (path == "-" ? std::string("stdin") : path) + " line " +
-                       std::to_string(number) + ": '" + t + "' is not a number");
-    }
-    out.push_back(v);
-  }
-  return out;
+  return ReadNumberFile(flag, path);  // invalid_argument "<flag>: <path> ..."
 }
 
 std::vector<std::int64_t> ReadWholeNumbers(const std::string& flag, const std::string& path) {
@@ -233,6 +202,8 @@ std::vector<std::int64_t> ReadWholeNumbers(const std::string& flag, const std::s
   std::vector<std::int64_t> out;
   if (IsNpy(bytes)) {
     const NpyHeader h = ParseNpyHeader(bytes, bytes.size(), flag, path);
+    if (h.count == 0)
+      throw UsageError(flag + ": " + Where(path) + ": the .npy array holds no numbers");
     if (h.shape.size() != 1) {
       throw UsageError(flag + ": " + Where(path) + ": expected a 1-D array, got " +
                        std::to_string(h.shape.size()) + " dimensions");
@@ -290,6 +261,10 @@ std::vector<std::int64_t> ReadWholeNumbers(const std::string& flag, const std::s
       throw bad(static_cast<std::int64_t>(out.size()), t);
     }
     out.push_back(static_cast<std::int64_t>(d));  // "1e3", "4096.0"
+  }
+  if (out.empty()) {  // as ReadNumberFile: no number is an error, not zero items
+    throw UsageError(flag + ": " + Where(path) + " holds no numbers" +
+                     (bytes.empty() ? " (it is empty)" : ""));
   }
   return out;
 }

@@ -65,10 +65,9 @@ class Args {
 // not one or does not fit.
 [[nodiscard]] std::int64_t ParseInt(const std::string& flag, const std::string& text);
 
-// Reads numbers, one per line (blank lines and '#' comments skipped), or a
-// .npy array of a numeric dtype, from `path` ("-" is stdin). UsageError (or, for
-// a bad .npy file, invalid_argument from shardkit/loader/npy.h) naming
-// `flag`, the file and the offending line or header.
+// Numbers from `path` ("-" is stdin) through the core's strict reader
+// (shardkit/loader/files.h ReadNumberFile): invalid_argument naming `flag`,
+// the file and the offending line or header.
 [[nodiscard]] std::vector<double> ReadNumbers(const std::string& flag, const std::string& path);
 
 // Reads whole numbers >= 0 (lengths, image counts) like ReadNumbers, exactly:

@@ -64,6 +64,7 @@ class HeaderParser {
     std::size_t digits = 0;
     while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
       const Index d = text_[pos_] - '0';
+      if (digits == 1 && v == 0) Fail("malformed header: shape extent with a leading zero");
       if (v > (std::numeric_limits<Index>::max() - d) / 10) Fail("shape extent overflows");
       v = v * 10 + d;
       ++pos_;
@@ -74,16 +75,20 @@ class HeaderParser {
     return v;
   }
   std::vector<Index> Shape() {
+    // A Python tuple: "()", "(n,)", "(n, m)", "(n, m,)"; "(n)" is an int.
     std::vector<Index> shape;
     Expect('(');
+    bool comma = false;
     while (!Peek(')')) {
       shape.push_back(Integer());
-      if (Peek(',')) {
+      comma = Peek(',');
+      if (comma) {
         ++pos_;
       } else if (!Peek(')')) {
         Fail("malformed header: bad shape tuple");
       }
     }
+    if (shape.size() == 1 && !comma) Fail("malformed header: shape (n) is not a tuple");
     ++pos_;
     return shape;
   }
@@ -108,6 +113,7 @@ NpyHeader ParseNpyHeader(std::string_view bytes, std::uint64_t file_size, std::s
   };
   if (bytes.size() < 10 || !IsNpy(bytes)) fail("not a .npy file (bad magic string)");
   const int major = static_cast<unsigned char>(bytes[6]);
+  const int minor = static_cast<unsigned char>(bytes[7]);
   std::uint64_t header_len = 0;
   std::size_t header_start = 0;
   if (major == 1) {
@@ -122,6 +128,9 @@ NpyHeader ParseNpyHeader(std::string_view bytes, std::uint64_t file_size, std::s
     header_start = 12;
   } else {
     fail("unsupported .npy format version " + std::to_string(major));
+  }
+  if (minor != 0) {
+    fail("unsupported .npy format version " + std::to_string(major) + "." + std::to_string(minor));
   }
   if (header_start + header_len > bytes.size() || header_start + header_len > file_size) {
     fail("truncated header (" + std::to_string(header_len) + " header bytes promised, file has " +
@@ -151,7 +160,7 @@ NpyHeader ParseNpyHeader(std::string_view bytes, std::uint64_t file_size, std::s
     } else {
       p.Fail("unexpected header key '" + key + "'");
     }
-    if (p.Peek(',')) p.Expect(',');
+    if (!p.Peek('}')) p.Expect(',');  // entries are comma-separated
   }
   p.Expect('}');
   if (!p.AtEnd()) p.Fail("malformed header: text after the dictionary");
@@ -187,6 +196,13 @@ NpyHeader ParseNpyHeader(std::string_view bytes, std::uint64_t file_size, std::s
   const std::uint64_t needed = static_cast<std::uint64_t>(h.count);
   if (needed > available / static_cast<std::uint64_t>(h.item_size)) {
     p.Fail("truncated data: the header promises " + std::to_string(h.count) + " elements of " + d +
+           " (" + std::to_string(needed * h.item_size) + " bytes) but the file holds " +
+           std::to_string(available) + " data bytes");
+  }
+  if (needed * static_cast<std::uint64_t>(h.item_size) != available) {
+    // More data than the shape promises: a corrupted shape would silently
+    // hide the rest of the array.
+    p.Fail("size mismatch: the header promises " + std::to_string(h.count) + " elements of " + d +
            " (" + std::to_string(needed * h.item_size) + " bytes) but the file holds " +
            std::to_string(available) + " data bytes");
   }

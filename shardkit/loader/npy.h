@@ -5,8 +5,9 @@
 // bool / signed / unsigned integers of 1, 2, 4, 8 bytes and float32/float64;
 // C order; any number of dimensions (callers check the rank they need).
 // Everything else (big-endian multi-byte types, Fortran order, object arrays,
-// a header that is not the dict NumPy writes, data shorter than the header
-// promises) is an error, never a silent misread.
+// a header that is not the dict NumPy writes or that NumPy itself would refuse,
+// another minor version, data shorter or longer than the header promises) is
+// an error, never a silent misread.
 //
 // Errors: std::invalid_argument("<param>: <file>: <what>"), so the message
 // names the parameter, the file and the problem.

@@ -111,6 +111,48 @@ TEST(NpyTest, CorruptOrTruncatedFilesAreErrorsNamingTheFile) {
   }
 }
 
+TEST(NpyTest, RegressionCorruptedShapeDigitHidingElementsIsRefused) {
+  // '(13,)' -> '( 3,)': the header promises 3 of the 13 offsets in the file;
+  // reading 3 would silently drop 10 documents.
+  const std::string bytes =
+      Handmade(1, "{'descr': '<i8', 'fortran_order': False, 'shape': ( 3,), }", 13 * 8);
+  const std::string e = ErrorOf(bytes);
+  EXPECT_EQ(e.rfind("tokens: /data/t.npy: size mismatch: the header promises 3 elements", 0), 0u)
+      << e;
+  EXPECT_NE(e.find("the file holds 104 data bytes"), std::string::npos) << e;
+  EXPECT_EQ(
+      ErrorOf(Handmade(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (13,), }", 13 * 8)),
+      "no error");
+}
+
+TEST(NpyTest, RegressionHeadersNumpyRefusesAreRefused) {
+  auto has = [](const std::string& message, const std::string& what) {
+    return message.rfind("tokens: /data/t.npy: ", 0) == 0 &&
+           message.find(what) != std::string::npos;
+  };
+  // Missing commas between entries (numpy: a SyntaxError in the header).
+  EXPECT_TRUE(
+      has(ErrorOf(Handmade(1, "{'descr': '<i4' 'fortran_order': False 'shape': (4,) }", 16)),
+          "malformed header: expected ','"));
+  // Another minor version byte.
+  std::string minor = Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", 16);
+  minor[7] = '\x01';
+  EXPECT_TRUE(has(ErrorOf(minor), "unsupported .npy format version 1.1"));
+  // Leading zeros are not a Python integer literal.
+  EXPECT_TRUE(
+      has(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (04,), }", 16)),
+          "leading zero"));
+  // '(4)' is an int, not a shape tuple.
+  EXPECT_TRUE(
+      has(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4), }", 16)),
+          "not a tuple"));
+  // What numpy does accept still parses: no trailing comma, 0 as an extent.
+  EXPECT_EQ(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,)}", 16)),
+            "no error");
+  EXPECT_EQ(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (0, 4)}", 0)),
+            "no error");
+}
+
 TEST(NpyTest, ReadsOneDimensionalNumbersOfEveryType) {
   std::string bytes = Handmade(1, "{'descr': '<i2', 'fortran_order': False, 'shape': (3,), }", 0);
   const std::int16_t values[3] = {-2, 7, 300};

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "shardkit/base/enum_names.h"
+#include "shardkit/loader/files.h"
 #include "shardkit/loader/npy.h"
 
 namespace shardkit {
@@ -28,11 +29,10 @@ TokenDType ParseTokenDType(std::string_view name) { return kTokenDTypes.Parse(na
 std::string_view TokenDTypeName(TokenDType type) { return kTokenDTypes.Name(type); }
 
 MappedFile::MappedFile(const std::string& path, std::string_view param) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) ThrowInvalid(param, "cannot open '" + path + "': " + std::strerror(errno));
+  const int fd = OpenRegularFile(param, path);
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const std::string why = S_ISDIR(st.st_mode) ? "is a directory" : std::strerror(errno);
+  if (::fstat(fd, &st) != 0) {
+    const std::string why = std::strerror(errno);
     ::close(fd);
     ThrowInvalid(param, "cannot read '" + path + "': " + why);
   }
@@ -185,6 +185,14 @@ TokenSource::Part TokenSource::OpenPart(const std::string& tokens_path,
                                 std::to_string(part.num_tokens) +
                                 " tokens; truncated token file?)");
   }
+  if (previous < part.num_tokens) {
+    // Every token of a file belongs to a document: a shorter offsets file is
+    // a truncated one (a raw .bin cut at a multiple of 8 bytes parses).
+    ThrowInvalid("offsets", offsets_path + ": last offset " + std::to_string(previous) +
+                                " leaves tokens [" + std::to_string(previous) + ", " +
+                                std::to_string(part.num_tokens) + ") of " + tokens_path +
+                                " in no document (truncated offsets file?)");
+  }
   return part;
 }
 
@@ -274,11 +282,16 @@ std::shared_ptr<const TokenSource> TokenSource::FromMemory(const void* tokens, T
   part.tokens = static_cast<const char*>(tokens);
   part.type = type;
   part.num_tokens = num_tokens;
-  part.offsets = reinterpret_cast<const char*>(offsets);
-  part.offset_size = 8;
   if (num_offsets < 1) {
     ThrowInvalid("offsets", "empty; needs num_documents + 1 entries (the first is 0)");
   }
+  // Validate a private copy: the caller's array may change after this call,
+  // and collation reads without checks (8 bytes a document).
+  auto owned = std::make_shared<std::vector<std::int64_t>>(offsets, offsets + num_offsets);
+  offsets = owned->data();
+  part.owned_offsets = owned;
+  part.offsets = reinterpret_cast<const char*>(offsets);
+  part.offset_size = 8;
   part.num_documents = num_offsets - 1;
   for (Index i = 0; i < num_offsets; ++i) {
     const Index v = offsets[i];

@@ -9,8 +9,12 @@
 // A source of several parts (a directory) numbers the documents of part 0
 // first, then part 1, and so on; a document never spans parts.
 //
-// Everything is validated when the source is opened: headers, file sizes,
-// offsets non-decreasing and within the token array. Errors are
+// Everything is validated when the source is opened: only regular files are
+// read (a FIFO, a device or a directory is refused by name, never waited on),
+// headers, file sizes (exactly what the header promises), offsets
+// non-decreasing and within the token array, and, for files, the last offset
+// equal to the token count (every token of a file is in a document, so a
+// truncated offsets file is caught). Errors are
 // std::invalid_argument "tokens: <file>: ..." / "offsets: <file>: ..." (or
 // "directory: ..."), naming the file. After that, reading never throws.
 // Token ids are delivered as int32; uint32 ids must be below 2^31 (checked
@@ -73,8 +77,9 @@ class TokenSource {
   // tokens file lacks its offsets file.
   static std::shared_ptr<const TokenSource> OpenDirectory(const std::string& directory,
                                                           SourceOptions options = {});
-  // A view of caller-owned arrays (they must outlive the source). `offsets`
-  // has num_documents + 1 entries. Validated like files (name "<memory>").
+  // A view of caller-owned tokens (they must outlive the source and not
+  // change) and a copy of `offsets` (num_documents + 1 entries, validated
+  // like files; later changes to the caller's array do not reach the source).
   static std::shared_ptr<const TokenSource> FromMemory(const void* tokens, TokenDType type,
                                                        Index num_tokens,
                                                        const std::int64_t* offsets,
@@ -98,6 +103,7 @@ class TokenSource {
   struct Part {
     std::string name;
     std::shared_ptr<MappedFile> tokens_file, offsets_file;
+    std::shared_ptr<const std::vector<std::int64_t>> owned_offsets;  // FromMemory's copy
     const char* tokens = nullptr;
     TokenDType type = TokenDType::kInt32;
     Index num_tokens = 0;

@@ -1,6 +1,7 @@
 #include "shardkit/loader/token_source.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -188,6 +189,57 @@ TEST(TokenSourceTest, Uint32IdsOfTwoToThe31OrMoreAreRefusedAtOpen) {
                                             3);
             }).find("tokens: <memory>: token 3 is 2147483648; uint32 ids must be below 2^31"),
             std::string::npos);
+}
+
+TEST(TokenSourceTest, RegressionFifoAsTokensOrInDirectoryIsRefusedWithoutBlocking) {
+  ::alarm(30);  // a blocking open() would hang: SIGALRM turns it into a failure
+  fs::path dir = TempDir("fifo");
+  WriteNpy(dir / "o.npy", "<i8", std::vector<std::int64_t>{0, 2});
+  ASSERT_EQ(::mkfifo((dir / "fifo.npy").c_str(), 0600), 0);
+  EXPECT_EQ(ErrorOf([&] { (void)TokenSource::Open(dir / "fifo.npy", dir / "o.npy"); }),
+            "tokens: '" + (dir / "fifo.npy").string() +
+                "' is a FIFO (named pipe); expected a regular file");
+  EXPECT_EQ(ErrorOf([&] { (void)TokenSource::Open("/dev/null", dir / "o.npy"); }),
+            "tokens: '/dev/null' is a character device; expected a regular file");
+  fs::create_directories(dir / "d");
+  ASSERT_EQ(::mkfifo((dir / "d" / "a.tokens.npy").c_str(), 0600), 0);
+  WriteNpy(dir / "d" / "a.offsets.npy", "<i8", std::vector<std::int64_t>{0, 2});
+  EXPECT_NE(ErrorOf([&] { (void)TokenSource::OpenDirectory(dir / "d"); }).find("is a FIFO"),
+            std::string::npos);
+  ::alarm(0);
+  fs::remove_all(dir);
+}
+
+TEST(TokenSourceTest, RegressionTruncatedRawOffsetsAreRefused) {
+  // Raw int64 offsets cut at a multiple of 8 bytes parse as fewer documents:
+  // the last offset no longer reaches the end of the tokens.
+  fs::path dir = TempDir("raw_offsets");
+  WriteNpy(dir / "t.npy", "<i4", std::vector<std::int32_t>(12, 1));
+  WriteRaw(dir / "o.bin", std::vector<std::int64_t>{0, 3, 6, 9, 12});
+  WriteRaw(dir / "cut.bin", std::vector<std::int64_t>{0, 3, 6});
+  EXPECT_EQ(TokenSource::Open(dir / "t.npy", dir / "o.bin")->num_documents(), 4);
+  const std::string e = ErrorOf([&] { (void)TokenSource::Open(dir / "t.npy", dir / "cut.bin"); });
+  EXPECT_EQ(e.rfind("offsets: " + (dir / "cut.bin").string() +
+                        ": last offset 6 leaves tokens [6, 12) of ",
+                    0),
+            0u)
+      << e;
+  fs::remove_all(dir);
+}
+
+TEST(TokenSourceTest, RegressionCallerOffsetsChangedAfterConstructionAreNotRead) {
+  // The offsets were validated once; a later write to the caller's array
+  // (off[1] = 250) must not make collation read past the tokens.
+  const std::vector<std::int32_t> tokens = {1, 2, 3, 4};
+  std::vector<std::int64_t> offsets = {0, 2, 4};
+  auto s = TokenSource::FromMemory(tokens.data(), TokenDType::kInt32, 4, offsets.data(), 3);
+  offsets[1] = 250;
+  EXPECT_EQ(s->DocumentLength(0), 2);
+  EXPECT_EQ(s->DocumentLength(1), 2);
+  std::int32_t out[2];
+  s->Copy(1, 0, 2, out);
+  EXPECT_EQ(out[0], 3);
+  EXPECT_EQ(out[1], 4);
 }
 
 }  // namespace
