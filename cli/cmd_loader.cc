@@ -130,6 +130,9 @@ int RunLoaderStats(const Argv& argv) {
             "continue from states saved with --save-state (or Python's state_dict()): each "
             "loader from its own state, or, for another world size or worker count, from "
             "their merge")
+      .Flag("whale-policy", "NAME",
+            "with --shard-files: env (default: WHALE_UNBALANCED_IO_SLICING /\n"
+            "WHALE_DROP_LAST_FILES) | default | unbalanced | drop_last")
       .Flag("quiet", "", "no progress bar")
       .Flag("json", "", "print one JSON object");
   if (!args.Parse(argv)) return 0;
@@ -160,6 +163,14 @@ int RunLoaderStats(const Argv& argv) {
   o.num_threads = args.Int("threads", d.num_threads);
   o.prefetch = args.Int("prefetch", d.prefetch);
   o.shard_files = args.Has("shard-files");
+  if (args.Has("whale-policy") && !o.shard_files) {
+    throw UsageError("--whale-policy: needs --shard-files");
+  }
+  const std::string policy_name = args.Str("whale-policy", "env");
+  const WhalePolicy policy = policy_name == "env" ? WhalePolicyFromEnvironment()
+                                                  : ParseWhalePolicy("--whale-policy", policy_name);
+  o.whale_unbalanced_io_slicing = policy.unbalanced_io_slicing;
+  o.whale_drop_last_files = policy.drop_last_files;
   const Index max_batches = args.Int("max-batches", -1);
   if (args.Has("max-batches") && max_batches < 0) {
     throw UsageError("--max-batches: must be at least 0, got " + std::to_string(max_batches));
@@ -176,10 +187,12 @@ int RunLoaderStats(const Argv& argv) {
     for (Index r = 0; r < o.world_size; ++r) ranks.push_back(r);
   }
   // Validate every option before the first batch.
+  std::optional<WhaleChoice> file_policy;
   for (Index r : ranks) {
     LoaderOptions c = o;
     c.rank = r;
     TokenLoader probe(source, c);
+    file_policy = probe.file_policy();
   }
   std::vector<Index> consumers;  // consumer = rank + worker * world
   for (Index r : ranks) {
@@ -256,6 +269,14 @@ int RunLoaderStats(const Argv& argv) {
     j.Key("workers").Int(o.num_workers);
     j.Key("algorithm").String(PackAlgorithmName(o.algorithm));
     j.Key("threads").Int(o.num_threads);
+    if (file_policy) {
+      j.Key("file_policy").Begin();
+      j.Key("remainder").String(RemainderName(file_policy->remainder));
+      j.Key("shuffle").Bool(file_policy->shuffle);
+      j.Key("reason").String(file_policy->reason);
+      j.Key("warning").String(file_policy->warning);
+      j.End();
+    }
     j.Key("ranks").BeginList();
     for (const RankLoadStats& s : stats) {
       j.Begin().Key("rank").Int(s.rank).Key("batches").Int(s.batches).Key("tokens").Int(s.tokens);
@@ -284,6 +305,11 @@ int RunLoaderStats(const Argv& argv) {
               source->num_documents(), source->num_tokens(), source->num_parts(), o.seq_len,
               o.batch_size, o.world_size, o.num_workers,
               std::string(PackAlgorithmName(o.algorithm)).c_str(), o.num_threads);
+  if (file_policy) {
+    std::printf("files: %s (Whale, %s)\n", file_policy->reason.c_str(),
+                std::string(RemainderName(file_policy->remainder)).c_str());
+    if (!file_policy->warning.empty()) std::printf("warning: %s\n", file_policy->warning.c_str());
+  }
   std::printf("%6s %9s %14s %9s %9s %9s\n", "rank", "batches", "tokens", "padding", "pieces",
               "seconds");
   for (const RankLoadStats& s : stats) {

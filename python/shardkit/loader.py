@@ -83,7 +83,10 @@ class TokenLoader:
     (``oversize="split"``) or dropped (``"drop"``). ``algorithm`` and ``buffer``
     choose the streaming packer (next_fit, ffd, bfd, balanced).
     ``shard_files=True`` assigns whole files to consumers by Whale's policies
-    instead (``whale_unbalanced_io_slicing``, ``whale_drop_last_files``).
+    instead (``whale_unbalanced_io_slicing``, ``whale_drop_last_files``; when
+    left ``None`` they follow ``WHALE_UNBALANCED_IO_SLICING`` /
+    ``WHALE_DROP_LAST_FILES`` as :func:`shardkit.whale_plan` does;
+    ``file_policy`` says which rule was applied).
 
     Iterating yields one epoch of dicts of numpy arrays: ``input_ids``,
     ``labels``, ``position_ids``, ``document_ids`` ([batch_size, seq_len]),
@@ -128,8 +131,8 @@ class TokenLoader:
         prefetch: int = 2,
         token_dtype: str = "int32",
         shard_files: bool = False,
-        whale_unbalanced_io_slicing: bool = False,
-        whale_drop_last_files: bool = False,
+        whale_unbalanced_io_slicing: Optional[bool] = None,
+        whale_drop_last_files: Optional[bool] = None,
         roles: Any = None,
         mesh: Any = None,
         data_axes: Any = None,
@@ -138,6 +141,15 @@ class TokenLoader:
         # rank and size, so tensor/pipeline replicas read identical batches.
         rank, world_size = data_rank_and_world(rank, world_size, roles, mesh, data_axes)
         rank, world_size = rank_and_world(rank, world_size)
+        if whale_unbalanced_io_slicing is None or whale_drop_last_files is None:
+            # Read once (the core's reader, as whale_plan): every epoch and
+            # resume of this loader then uses the same policy.
+            names = ("WHALE_UNBALANCED_IO_SLICING", "WHALE_DROP_LAST_FILES")
+            env = _core._whale_policy({k: os.environ[k] for k in names if k in os.environ})
+            if whale_unbalanced_io_slicing is None:
+                whale_unbalanced_io_slicing = env[0]
+            if whale_drop_last_files is None:
+                whale_drop_last_files = env[1]
         self._source = _open_source(tokens, offsets, token_dtype)
         self._options = dict(
             seq_len=seq_len,
@@ -178,6 +190,13 @@ class TokenLoader:
     @property
     def epoch(self) -> int:
         return self._loader.state()["epoch"]
+
+    @property
+    def file_policy(self) -> Optional[_core.WhaleChoice]:
+        """With ``shard_files``: the Whale rule applied to the files (a
+        :class:`shardkit.WhaleChoice`: ``remainder``, ``shuffle``, ``reason``,
+        ``warning``); ``None`` otherwise."""
+        return self._loader.file_policy
 
     @property
     def dropped(self) -> int:

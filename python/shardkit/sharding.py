@@ -99,8 +99,10 @@ def whale_choice(
     ('uneven', False, True)
     """
     env = os.environ if env is None else env
-    unbalanced = _core._parse_whale_bool(UNBALANCED, env.get(UNBALANCED, ""))
-    drop_last = _core._parse_whale_bool(DROP_LAST, env.get(DROP_LAST, ""))
+    # The core reads the switches (the same reader as the loader's file sharding).
+    unbalanced, drop_last = _core._whale_policy(
+        {k: env[k] for k in (UNBALANCED, DROP_LAST) if k in env}
+    )
     return _core._whale_slicing(num_files, world_size, unbalanced, drop_last)
 
 

@@ -152,7 +152,8 @@ void init_loader(nb::module_& m) {
              std::uint64_t epoch, const std::string& algorithm, const std::string& oversize,
              std::optional<Index> buffer, std::int64_t pad_token_id, std::int64_t ignore_index,
              const std::string& padding_side, Index num_threads, Index prefetch, bool shard_files,
-             bool whale_unbalanced_io_slicing, bool whale_drop_last_files, nb::object state) {
+             std::optional<bool> whale_unbalanced_io_slicing,
+             std::optional<bool> whale_drop_last_files, nb::object state) {
             LoaderOptions o;
             o.seq_len = seq_len;
             o.batch_size = batch_size;
@@ -172,8 +173,17 @@ void init_loader(nb::module_& m) {
             o.num_threads = num_threads;
             o.prefetch = prefetch;
             o.shard_files = shard_files;
-            o.whale_unbalanced_io_slicing = whale_unbalanced_io_slicing;
-            o.whale_drop_last_files = whale_drop_last_files;
+            // Unset switches follow Whale's environment variables, read by
+            // the core's one policy reader (as whale_plan does).
+            if (!whale_unbalanced_io_slicing || !whale_drop_last_files) {
+              const WhalePolicy env = WhalePolicyFromEnvironment();
+              o.whale_unbalanced_io_slicing =
+                  whale_unbalanced_io_slicing.value_or(env.unbalanced_io_slicing);
+              o.whale_drop_last_files = whale_drop_last_files.value_or(env.drop_last_files);
+            } else {
+              o.whale_unbalanced_io_slicing = *whale_unbalanced_io_slicing;
+              o.whale_drop_last_files = *whale_drop_last_files;
+            }
             std::optional<LoaderState> resume;
             if (!state.is_none()) resume = DictToState(state);
             nb::gil_scoped_release release;
@@ -184,7 +194,7 @@ void init_loader(nb::module_& m) {
           "algorithm"_a = "bfd", "oversize"_a = "split", "buffer"_a = nb::none(),
           "pad_token_id"_a = 0, "ignore_index"_a = -100, "padding_side"_a = "right",
           "num_threads"_a = 1, "prefetch"_a = 2, "shard_files"_a = false,
-          "whale_unbalanced_io_slicing"_a = false, "whale_drop_last_files"_a = false,
+          "whale_unbalanced_io_slicing"_a = nb::none(), "whale_drop_last_files"_a = nb::none(),
           "state"_a = nb::none())
       .def(
           "next",
@@ -205,6 +215,9 @@ void init_loader(nb::module_& m) {
           "The state as the core's JSON text (state() is json.loads of it).")
       .def_prop_ro("list_size", &TokenLoader::ListSize)
       .def_prop_ro("dropped", &TokenLoader::dropped)
+      .def_prop_ro(
+          "file_policy", [](const TokenLoader& l) { return l.file_policy(); },
+          "With shard_files: the WhaleChoice applied to the files; None otherwise.")
       .def_prop_ro("consumers", &TokenLoader::consumers)
       .def_prop_ro("consumer", &TokenLoader::consumer);
 

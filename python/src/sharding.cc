@@ -1,9 +1,11 @@
 // Bindings of ShardPlan, Shard and the Whale helper.
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -268,6 +270,18 @@ void init_shard_plan(nb::module_& m) {
 
   m.def("_whale_slicing", &WhaleSlicing, "num_files"_a, "world_size"_a, "unbalanced_io_slicing"_a,
         "drop_last_files"_a);
+  m.def(
+      "_whale_policy",
+      [](const std::map<std::string, std::string>& env) {
+        const WhalePolicy p = WhalePolicyFrom([&](const std::string& name) {
+          auto it = env.find(name);
+          return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+        });
+        return std::make_pair(p.unbalanced_io_slicing, p.drop_last_files);
+      },
+      "env"_a,
+      "(unbalanced_io_slicing, drop_last_files) as Whale reads them from `env`; "
+      "ValueError naming the variable and the accepted spellings.");
   m.def(
       "_parse_whale_bool",
       [](const std::string& name, const std::string& value) { return ParseWhaleBool(name, value); },

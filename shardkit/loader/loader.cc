@@ -259,8 +259,8 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
   collate_.ignore_index = o.ignore_index;
   if (o.shard_files) {
     // Validates the Whale switches against the part count now.
-    (void)WhaleSlicing(source_->num_parts(), consumers_, o.whale_unbalanced_io_slicing,
-                       o.whale_drop_last_files);
+    file_policy_ = WhaleSlicing(source_->num_parts(), consumers_, o.whale_unbalanced_io_slicing,
+                                o.whale_drop_last_files);
   }
 
   const DataFingerprint data = FingerprintData(*source_);
@@ -500,6 +500,9 @@ const LoaderOptions& TokenLoader::options() const { return impl_->options(); }
 Index TokenLoader::consumers() const { return impl_->consumers(); }
 Index TokenLoader::consumer() const { return impl_->consumer(); }
 Index TokenLoader::dropped() const { return impl_->dropped(); }
+const std::optional<WhaleChoice>& TokenLoader::file_policy() const {
+  return impl_->file_policy();
+}
 
 // ---------------------------------------------------------------------------
 

@@ -54,6 +54,7 @@
 #include "shardkit/loader/token_source.h"
 #include "shardkit/packing/packing.h"
 #include "shardkit/packing/packing_metadata.h"
+#include "shardkit/sharding/whale.h"
 
 namespace shardkit {
 
@@ -77,7 +78,9 @@ struct LoaderOptions {
   PaddingSide padding_side = PaddingSide::kRight;
   Index num_threads = 1;  // background threads; 0: produce in the caller's thread
   Index prefetch = 2;     // batches produced ahead (queue depth); REQUIRES >= 1
-  // File-level sharding with Whale's policies over the source's parts.
+  // File-level sharding with Whale's policies over the source's parts. The
+  // switches are explicit here; callers that follow Whale's environment read
+  // them with WhalePolicyFromEnvironment (shardkit/sharding/whale.h).
   bool shard_files = false;
   bool whale_unbalanced_io_slicing = false;
   bool whale_drop_last_files = false;
@@ -137,6 +140,9 @@ class TokenLoader {
   [[nodiscard]] Index consumer() const;
   // Documents dropped so far (oversize drop), in this consumer's stream.
   [[nodiscard]] Index dropped() const;
+  // With shard_files: the Whale rule applied to the parts (which one, why,
+  // and its warning); nullopt without file sharding.
+  [[nodiscard]] const std::optional<WhaleChoice>& file_policy() const;
 
  private:
   std::unique_ptr<internal::LoaderImpl> impl_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
 namespace shardkit {
 
@@ -13,7 +14,33 @@ bool ParseWhaleBool(std::string_view name, std::string_view value) {
     return false;
   }
   if (lower == "true" || lower == "1" || lower == "yes" || lower == "on") return true;
-  ThrowInvalid(name, "'" + std::string(value) + "' is not a boolean (expected true or false)");
+  ThrowInvalid(name, "'" + std::string(value) +
+                         "' is not a boolean (expected 1/0, true/false, yes/no or on/off, any "
+                         "case; empty is false)");
+}
+
+WhalePolicy WhalePolicyFrom(const WhaleEnvLookup& env) {
+  WhalePolicy policy;
+  const std::string unbalanced(kWhaleUnbalancedIoSlicing), drop(kWhaleDropLastFiles);
+  if (auto v = env(unbalanced)) policy.unbalanced_io_slicing = ParseWhaleBool(unbalanced, *v);
+  if (auto v = env(drop)) policy.drop_last_files = ParseWhaleBool(drop, *v);
+  return policy;
+}
+
+WhalePolicy WhalePolicyFromEnvironment() {
+  return WhalePolicyFrom([](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  });
+}
+
+WhalePolicy ParseWhalePolicy(std::string_view param, std::string_view name) {
+  if (name == "default") return {};
+  if (name == "unbalanced") return {true, false};
+  if (name == "drop_last") return {false, true};
+  ThrowInvalid(param, "'" + std::string(name) +
+                          "' is not a Whale policy (expected default, unbalanced or drop_last)");
 }
 
 WhaleChoice WhaleSlicing(Index num_files, Index world_size, bool unbalanced_io_slicing,

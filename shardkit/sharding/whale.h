@@ -14,6 +14,8 @@
 #ifndef SHARDKIT_SHARDING_WHALE_H_
 #define SHARDKIT_SHARDING_WHALE_H_
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,8 +31,35 @@ struct WhaleChoice {
 };
 
 // Reads a Whale BOOL switch: true/false, 1/0, yes/no, on/off (any case); an
-// empty value is false. Throws invalid_argument naming `name` and the value.
+// empty value is false. Throws invalid_argument naming `name`, the value and
+// every accepted spelling.
 [[nodiscard]] bool ParseWhaleBool(std::string_view name, std::string_view value);
+
+// Whale's two switches. This is the one place they are read: whale_plan, the
+// TokenLoader's file sharding and `shardkit loader-stats --shard-files` all
+// take their policy from WhalePolicyFrom / WhalePolicyFromEnvironment unless
+// the caller sets it explicitly.
+struct WhalePolicy {
+  bool unbalanced_io_slicing = false;  // WHALE_UNBALANCED_IO_SLICING
+  bool drop_last_files = false;        // WHALE_DROP_LAST_FILES
+  friend bool operator==(const WhalePolicy&, const WhalePolicy&) = default;
+};
+inline constexpr std::string_view kWhaleUnbalancedIoSlicing = "WHALE_UNBALANCED_IO_SLICING";
+inline constexpr std::string_view kWhaleDropLastFiles = "WHALE_DROP_LAST_FILES";
+
+// Looks an environment variable up; nullopt when it is not set.
+using WhaleEnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+// The switches as `env` sets them (unset or empty: false). Throws
+// invalid_argument naming the variable (ParseWhaleBool).
+[[nodiscard]] WhalePolicy WhalePolicyFrom(const WhaleEnvLookup& env);
+// WhalePolicyFrom over the process environment (getenv).
+[[nodiscard]] WhalePolicy WhalePolicyFromEnvironment();
+
+// A policy by name, for command lines: "default" (neither switch),
+// "unbalanced" (WHALE_UNBALANCED_IO_SLICING), "drop_last"
+// (WHALE_DROP_LAST_FILES). Throws invalid_argument naming `param`.
+[[nodiscard]] WhalePolicy ParseWhalePolicy(std::string_view param, std::string_view name);
 
 // Applies Whale's rules. REQUIRES: num_files >= 0, world_size >= 1 (throws
 // invalid_argument naming the parameter otherwise).

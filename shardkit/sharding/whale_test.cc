@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <optional>
 #include <stdexcept>
+#include <string>
 
 namespace shardkit {
 namespace {
@@ -54,8 +57,49 @@ TEST(WhaleTest, ParsesBooleanSwitches) {
     FAIL();
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(),
-                 "WHALE_DROP_LAST_FILES: 'maybe' is not a boolean (expected true or false)");
+                 "WHALE_DROP_LAST_FILES: 'maybe' is not a boolean (expected 1/0, true/false, "
+                 "yes/no or on/off, any case; empty is false)");
   }
+}
+
+TEST(WhaleTest, RegressionBadValueListsEveryAcceptedSpelling) {
+  // The message said "expected true or false" though 1/0, yes/no, on/off are
+  // accepted too.
+  for (const char* yes : {"1", "true", "TRUE", "yes", "On"}) {
+    EXPECT_TRUE(ParseWhaleBool("WHALE_UNBALANCED_IO_SLICING", yes)) << yes;
+  }
+  for (const char* no : {"0", "false", "No", "off", ""}) {
+    EXPECT_FALSE(ParseWhaleBool("WHALE_UNBALANCED_IO_SLICING", no)) << no;
+  }
+  try {
+    (void)ParseWhaleBool("WHALE_UNBALANCED_IO_SLICING", "2");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    for (const char* spelling : {"1/0", "true/false", "yes/no", "on/off"}) {
+      EXPECT_NE(m.find(spelling), std::string::npos) << m;
+    }
+  }
+}
+
+TEST(WhaleTest, PolicyIsReadFromAnInjectedEnvironment) {
+  std::map<std::string, std::string> env;
+  auto lookup = [&](const std::string& name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  EXPECT_EQ(WhalePolicyFrom(lookup), (WhalePolicy{false, false}));
+  env["WHALE_UNBALANCED_IO_SLICING"] = "yes";
+  EXPECT_EQ(WhalePolicyFrom(lookup), (WhalePolicy{true, false}));
+  env["WHALE_DROP_LAST_FILES"] = "1";
+  EXPECT_EQ(WhalePolicyFrom(lookup), (WhalePolicy{true, true}));
+  env["WHALE_DROP_LAST_FILES"] = "perhaps";
+  EXPECT_THROW((void)WhalePolicyFrom(lookup), std::invalid_argument);
+  EXPECT_EQ(ParseWhalePolicy("whale_policy", "drop_last"), (WhalePolicy{false, true}));
+  EXPECT_EQ(ParseWhalePolicy("whale_policy", "unbalanced"), (WhalePolicy{true, false}));
+  EXPECT_EQ(ParseWhalePolicy("whale_policy", "default"), (WhalePolicy{}));
+  EXPECT_THROW((void)ParseWhalePolicy("whale_policy", "env"), std::invalid_argument);
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ class LoaderImpl {
   const LoaderOptions& options() const { return options_; }
   Index consumers() const { return consumers_; }
   Index consumer() const { return consumer_; }
+  const std::optional<WhaleChoice>& file_policy() const { return file_policy_; }
   Index dropped() const;
 
  private:
@@ -57,6 +58,7 @@ class LoaderImpl {
   LoaderOptions options_;
   CollateOptions collate_;
   Index consumers_ = 1, consumer_ = 0;
+  std::optional<WhaleChoice> file_policy_;  // with shard_files
   std::unique_ptr<Planner> planner_;  // guarded by mu_
 
   mutable std::mutex mu_;
