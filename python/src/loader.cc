@@ -82,6 +82,14 @@ nb::dict BatchToDict(const std::shared_ptr<const Batch>& b) {
 
 TokenDType DTypeOf(nb::handle array) {
   const std::string name = nb::cast<std::string>(array.attr("dtype").attr("name"));
+  const std::string order = nb::cast<std::string>(array.attr("dtype").attr("byteorder"));
+  if (order == ">") {
+    const std::string str = nb::cast<std::string>(array.attr("dtype").attr("str"));
+    ThrowInvalid("tokens", "big-endian dtype " + str +
+                               " is not supported (tokens are read in place); convert with "
+                               "tokens.astype('" +
+                               "<" + str.substr(1) + "')");
+  }
   if (name == "uint16") return TokenDType::kUint16;
   if (name == "int32") return TokenDType::kInt32;
   if (name == "uint32") return TokenDType::kUint32;
@@ -116,7 +124,10 @@ void init_loader(nb::module_& m) {
             // The caller passes C-contiguous 1-D arrays (the Python wrapper
             // converts); the source views them and keeps them alive.
             const TokenDType type = DTypeOf(tokens);
-            auto t = nb::cast<nb::ndarray<nb::ndim<1>, nb::c_contig, nb::device::cpu>>(tokens);
+            // Read-only arrays (np.load(mmap_mode="r"), np.frombuffer) are
+            // the normal way to pass tokens: the source only reads them.
+            auto t =
+                nb::cast<nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(tokens);
             auto o = nb::cast<nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig>>(offsets);
             PySource s;
             {
