@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 
 #include "shardkit/base/hash.h"
+#include "shardkit/base/piece.h"
 #include "shardkit/loader/internal/loader_impl.h"
 #include "shardkit/sharding/permutation.h"
 #include "shardkit/sharding/shard_plan.h"
@@ -544,6 +546,16 @@ LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
     by[static_cast<std::size_t>(s.consumer)] = &s;
   }
   const Index D = first.num_documents;
+  for (const PieceRef& p : first.head) {
+    if (p.document < 0 || p.document >= D ||
+        !PieceWithin(p.start, p.length, std::numeric_limits<Index>::max())) {
+      ThrowInvalid("state", "head piece (document " + Str(p.document) + ", start " + Str(p.start) +
+                                ", length " + Str(p.length) + ") is not a piece of a document");
+    }
+  }
+  if (first.position < 0 || first.position > D) {
+    ThrowInvalid("state", "position " + Str(first.position) + " is outside [0, " + Str(D) + "]");
+  }
   RemainingOrder order(&first.head, first.position, &first.done, D);
   const Index S = order.size();
   const Index H = order.head_size();
@@ -580,6 +592,13 @@ LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
   auto check = [&](const PackItem& p) {
     if (p.item < -H || p.item >= D) {
       ThrowInvalid("state", "consumer item " + Str(p.item) + " is not a document or head piece");
+    }
+    // Resolve adds the head piece's start: the piece must lie inside it.
+    const Index limit = p.item < 0 ? first.head[static_cast<std::size_t>(-p.item - 1)].length
+                                   : std::numeric_limits<Index>::max();
+    if (!PieceWithin(p.start, p.length, limit)) {
+      ThrowInvalid("state", "consumer item " + Str(p.item) + " (start " + Str(p.start) +
+                                ", length " + Str(p.length) + ") is not a piece of it");
     }
   };
   for (Index c = 0; c < C; ++c) {

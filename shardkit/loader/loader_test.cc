@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -467,6 +468,48 @@ TEST(LoaderTest, RefusesStatesOfAnotherConsumerOrConfiguration) {
   EXPECT_NE(error(o, corrupt).find("state: done must be increasing"), std::string::npos);
   EXPECT_THROW((void)MergeLoaderStates(std::vector<LoaderState>{s}), std::invalid_argument);
   EXPECT_THROW((void)MergeLoaderStates(std::vector<LoaderState>{s, s}), std::invalid_argument);
+}
+
+TEST(LoaderTest, RegressionStartPlusLengthOverflowInAStateIsRefused) {
+  // head [4, 2^63 - 2, 2^20] passed `start + length <= DocumentLength`
+  // because the sum wrapped; collation then read outside the token array.
+  std::mt19937_64 rng(11);
+  Data data = MakeData(rng, 50, 20);
+  LoaderOptions o;
+  o.seq_len = 1 << 21;
+  o.batch_size = 1;
+  const Index huge = std::numeric_limits<Index>::max() - 1;
+  auto error = [&](const LoaderState& st) -> std::string {
+    try {
+      TokenLoader l(data.source, o, st);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  TokenLoader loader(data.source, o);
+  LoaderState merged = MergeLoaderStates(std::vector<LoaderState>{loader.State()});
+  ASSERT_EQ(error(merged), "no error");
+  merged.head = {PieceRef{4, huge, Index{1} << 20}};
+  EXPECT_NE(error(merged).find("state: head piece (document 4"), std::string::npos);
+  EXPECT_THROW((void)MergeLoaderStates(std::vector<LoaderState>{[&] {
+                 LoaderState s = loader.State();
+                 s.head = merged.head;
+                 return s;
+               }()}),
+               std::invalid_argument);
+  // The packer's pieces: a document item and an item inside a head piece.
+  LoaderState own = loader.State();
+  own.head = {PieceRef{4, 0, data.length(4)}};
+  own.packer.buffered = {PackItem{3, 8, 0, huge}};
+  EXPECT_NE(error(own).find("state: buffered item 3"), std::string::npos);
+  own.packer.buffered = {PackItem{-1, 8, 0, huge}};
+  EXPECT_NE(error(own).find("state: buffered item -1"), std::string::npos);
+  own.packer.buffered = {PackItem{-1, data.length(4) + 1, 0, 0}};
+  EXPECT_NE(error(own).find("state: buffered item -1"), std::string::npos);
+  own.packer.buffered.clear();
+  own.batches = std::numeric_limits<Index>::max();
+  EXPECT_NE(error(own).find("state: batches = 9223372036854775807 is outside"), std::string::npos);
 }
 
 TEST(LoaderTest, InvalidOptionsNameTheParameter) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <queue>
 #include <set>
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "shardkit/base/enum_names.h"
+#include "shardkit/base/piece.h"
 #include "shardkit/packing/internal/histogram.h"
 #include "shardkit/packing/internal/place.h"
 
@@ -375,21 +377,81 @@ StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
     ThrowInvalid("state", "holds " + Str(static_cast<Index>(state.buffered.size())) +
                               " buffered items, the buffer takes fewer than " + Str(buffer_limit_));
   }
+  for (const auto& [name, value] : {std::pair<const char*, Index>{"items_seen", state.items_seen},
+                                    {"dropped", state.dropped},
+                                    {"split_items", state.split_items},
+                                    {"packs_closed", state.packs_closed},
+                                    {"tokens_closed", state.tokens_closed}}) {
+    if (value < 0) ThrowInvalid("state", std::string(name) + " = " + Str(value) + " is negative");
+  }
+  // Every piece is a piece of an item: [start, start + length) without
+  // overflow, at most a pack of tokens and images.
+  auto check_piece = [&](const PackItem& p, const char* where) {
+    if (!PieceWithin(p.start, p.length, std::numeric_limits<Index>::max()) ||
+        p.length > options_.capacity || p.images < 0 ||
+        (options_.max_images && p.images > *options_.max_images)) {
+      ThrowInvalid("state", std::string(where) + " item " + Str(p.item) + " (start " +
+                                Str(p.start) + ", length " + Str(p.length) + ", images " +
+                                Str(p.images) + ") does not fit a pack of capacity " +
+                                Str(options_.capacity));
+    }
+  };
   Index tokens = 0, images = 0;
   for (const PackItem& p : state.buffered) {
-    if (p.length < 0 || p.images < 0 || p.start < 0 || p.length > options_.capacity ||
-        (options_.max_images && p.images > *options_.max_images)) {
-      ThrowInvalid("state", "buffered item " + Str(p.item) + " (length " + Str(p.length) +
-                                ", images " + Str(p.images) + ") does not fit a pack");
-    }
-    tokens += p.length;
-    images += p.images;
+    check_piece(p, "buffered");
+    const auto t = AddWithoutOverflow(tokens, p.length);
+    const auto i = AddWithoutOverflow(images, p.images);
+    if (!t || !i) ThrowInvalid("state", "the buffered items' tokens overflow a 64-bit count");
+    tokens = *t;
+    images = *i;
   }
   if (next_fit &&
       (tokens > options_.capacity || (options_.max_images && images > *options_.max_images) ||
        (options_.max_sequences &&
         static_cast<Index>(state.buffered.size()) > *options_.max_sequences))) {
     ThrowInvalid("state", "the buffered items do not fit one pack (next_fit)");
+  }
+  // A closed pack obeys every budget; its totals are recomputed, not trusted.
+  for (std::size_t k = 0; k < state.pending.size(); ++k) {
+    Pack& pack = state.pending[k];
+    Index pack_tokens = 0, pack_images = 0;
+    for (const PackItem& p : pack.pieces) {
+      check_piece(p, "pending");
+      pack_tokens += p.length;
+      pack_images += p.images;
+      if (pack_tokens > options_.capacity ||
+          (options_.max_images && pack_images > *options_.max_images)) {
+        ThrowInvalid("state", "pending pack " + Str(static_cast<Index>(k)) +
+                                  " holds more than a pack's capacity (" + Str(options_.capacity) +
+                                  " tokens)");
+      }
+    }
+    if (options_.max_sequences &&
+        static_cast<Index>(pack.pieces.size()) > *options_.max_sequences) {
+      ThrowInvalid("state", "pending pack " + Str(static_cast<Index>(k)) + " holds " +
+                                Str(static_cast<Index>(pack.pieces.size())) +
+                                " items, more than max_sequences");
+    }
+    pack.tokens = pack_tokens;
+    pack.images = pack_images;
+  }
+  // No token twice: the pieces of one item never overlap (a piece listed
+  // twice, buffered and pending, would be delivered twice).
+  std::vector<const PackItem*> all;
+  for (const PackItem& p : state.buffered) all.push_back(&p);
+  for (const Pack& pack : state.pending) {
+    for (const PackItem& p : pack.pieces) all.push_back(&p);
+  }
+  std::sort(all.begin(), all.end(), [](const PackItem* a, const PackItem* b) {
+    return a->item != b->item ? a->item < b->item : a->start < b->start;
+  });
+  for (std::size_t i = 1; i < all.size(); ++i) {
+    const PackItem& a = *all[i - 1];
+    const PackItem& b = *all[i];
+    if (a.item == b.item && (a.start == b.start || a.start + a.length > b.start)) {
+      ThrowInvalid("state", "item " + Str(a.item) + " is listed twice (pieces at start " +
+                                Str(a.start) + " and " + Str(b.start) + " overlap)");
+    }
   }
   state_ = std::move(state);
   if (next_fit) {

@@ -196,7 +196,12 @@ class StreamingPacker {
   // (ignored by next_fit).
   explicit StreamingPacker(const PackOptions& options);
   // Continues from a checkpoint. Throws invalid_argument naming `state` when
-  // the state does not fit the options (an item too large, too many buffered).
+  // the state does not fit the options or cannot have come from a packer: a
+  // piece with a negative or overflowing [start, start + length) or larger
+  // than a pack, too many buffered, a pending pack over capacity (or over
+  // max_images / max_sequences), a negative counter, or pieces of one item
+  // that overlap or repeat (item ids are distinct, as in pack() and the
+  // loader). Pending packs' totals are recomputed from their pieces.
   StreamingPacker(const PackOptions& options, PackerState state);
 
   // Offers one item. REQUIRES length >= 0, images >= 0 (invalid_argument

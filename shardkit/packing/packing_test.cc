@@ -752,6 +752,57 @@ TEST(StreamingPacker, RejectsAStateThatDoesNotFit) {
   EXPECT_THROW(packer.Push(0, -1), std::invalid_argument);
 }
 
+std::string StateError(const PackOptions& o, const PackerState& s) {
+  try {
+    StreamingPacker restored(o, s);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(StreamingPacker, RegressionStateWithPendingPacksOverCapacityNegativeOrDuplicateIsRefused) {
+  // The pending packs of a state were taken as they came: over capacity,
+  // negative lengths, repeated pieces and wrapping start + length all passed.
+  for (PackAlgorithm a : {PackAlgorithm::kNextFit, PackAlgorithm::kBestFitDecreasing}) {
+    PackOptions o = Options(10, a);
+    o.buffer = 4;
+    o.oversize = Oversize::kSplit;
+    PackerState good;
+    good.buffered = {{7, 3, 0, 0}};
+    good.pending = {Pack{{{1, 6, 0, 0}, {2, 4, 0, 0}}, 0, 0}, Pack{{{3, 10, 0, 0}}, 0, 0}};
+    EXPECT_EQ(StateError(o, good), "no error");
+    StreamingPacker restored(o, good);
+    Pack first;
+    ASSERT_TRUE(restored.Pop(&first));
+    EXPECT_EQ(first.tokens, 10);  // recomputed from the pieces
+
+    PackerState over = good;
+    over.pending[0].pieces.push_back({4, 1, 0, 0});
+    EXPECT_EQ(StateError(o, over),
+              "state: pending pack 0 holds more than a pack's capacity (10 tokens)");
+    PackerState negative = good;
+    negative.pending[1].pieces[0].length = -5;
+    EXPECT_EQ(StateError(o, negative).rfind("state: pending item 3 (start 0, length -5", 0), 0u);
+    PackerState duplicate = good;
+    duplicate.pending.push_back(good.pending[1]);
+    EXPECT_EQ(StateError(o, duplicate),
+              "state: item 3 is listed twice (pieces at start 0 and 0 overlap)");
+    PackerState buffered_twice = good;
+    buffered_twice.pending[1].pieces[0] = {7, 3, 0, 0};
+    EXPECT_NE(StateError(o, buffered_twice).find("item 7 is listed twice"), std::string::npos);
+    PackerState overlap = good;
+    overlap.pending[1].pieces = {{1, 4, 0, 5}};  // item 1 tokens [5, 9) overlap [0, 6)
+    EXPECT_NE(StateError(o, overlap).find("item 1 is listed twice"), std::string::npos);
+    PackerState wrap = good;
+    wrap.pending[1].pieces = {{5, 8, 0, std::numeric_limits<Index>::max() - 2}};
+    EXPECT_NE(StateError(o, wrap).find("does not fit a pack"), std::string::npos);
+    PackerState counter = good;
+    counter.items_seen = -1;
+    EXPECT_EQ(StateError(o, counter), "state: items_seen = -1 is negative");
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Cross-rank balance
 
