@@ -608,7 +608,16 @@ LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
     }
     for (const PackItem& p : s.packer.buffered) check(p);
     for (const Pack& pack : s.packer.pending) {
-      for (const PackItem& p : pack.pieces) merged.head.push_back(Resolve(p, first.head));
+      for (const PackItem& p : pack.pieces) {
+        // A run of full rows becomes one head piece per row (head pieces
+        // are at most seq_len tokens).
+        const PieceRef whole = Resolve(p, first.head);
+        const Index row = std::max<Index>(first.seq_len, 1);
+        for (Index at = 0; at < whole.length || at == 0; at += row) {
+          merged.head.push_back(
+              {whole.document, whole.start + at, std::min(row, whole.length - at)});
+        }
+      }
     }
     for (const PackItem& p : s.packer.buffered) merged.head.push_back(Resolve(p, first.head));
   }

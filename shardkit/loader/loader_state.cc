@@ -310,7 +310,17 @@ void ValidateLoaderState(const LoaderState& s) {
                 Str(k.items_seen) + " differs from read " + Str(s.read) +
                     " (the loader pushes every entry it reads into the packer)");
   }
-  const Index popped = k.packs_closed - static_cast<Index>(k.pending.size());
+  // A run (one piece of k * seq_len tokens, StreamingPacker's full pieces of
+  // one split document) is k pending packs.
+  auto is_run = [&](const Pack& pack) {
+    return pack.pieces.size() == 1 && pack.pieces[0].length > s.seq_len &&
+           pack.pieces[0].length % s.seq_len == 0;
+  };
+  Index pending_packs = 0;
+  for (const Pack& pack : k.pending) {
+    pending_packs += is_run(pack) ? pack.pieces[0].length / s.seq_len : 1;
+  }
+  const Index popped = k.packs_closed - pending_packs;
   if (s.batches < 0 || s.batches > popped) {
     ThrowAtPath("state.batches", Str(s.batches) + " is outside [0, " + Str(popped) +
                                      "] (packs closed and delivered)");
@@ -320,7 +330,8 @@ void ValidateLoaderState(const LoaderState& s) {
   // token twice.
   std::vector<PieceRef> resolved;
   Permutation order(s.shard_files ? 0 : D, s.seed, s.epoch);
-  auto check = [&](const PackItem& p, const char* where, const std::string& field) {
+  auto check = [&](const PackItem& p, const char* where, const std::string& field,
+                   bool run = false) {
     auto fail = [&](const std::string& why) {
       ThrowInvalid("state", std::string(where) + " item " + Str(p.item) + " (start " +
                                 Str(p.start) + ", length " + Str(p.length) + ") at " + field +
@@ -328,7 +339,7 @@ void ValidateLoaderState(const LoaderState& s) {
     };
     Index end = 0;
     (void)__builtin_add_overflow(p.start, p.length, &end);  // checked on reading
-    if (p.length > s.seq_len) fail("longer than seq_len " + Str(s.seq_len));
+    if (p.length > s.seq_len && !run) fail("longer than seq_len " + Str(s.seq_len));
     if (p.item < -H || p.item >= D) {
       fail("neither a document of " + Str(D) + " nor a head piece (-1 .. -" + Str(H) + ")");
     }
@@ -364,10 +375,11 @@ void ValidateLoaderState(const LoaderState& s) {
   }
   for (std::size_t i = 0; i < k.pending.size(); ++i) {
     const std::string path = At("packer.pending", i);
+    const bool run = is_run(k.pending[i]);
     for (std::size_t j = 0; j < k.pending[i].pieces.size(); ++j) {
-      check(k.pending[i].pieces[j], "packed", At(path, j));
+      check(k.pending[i].pieces[j], "packed", At(path, j), run);
     }
-    if (k.pending[i].tokens > s.seq_len) {
+    if (k.pending[i].tokens > s.seq_len && !run) {
       ThrowInvalid("state", "a packed row holds " + Str(k.pending[i].tokens) +
                                 " tokens, more than seq_len " + Str(s.seq_len) + " (" + path + ")");
     }
@@ -493,7 +505,9 @@ void PackerStateFits(const PackerState& state, const PackOptions& options) {
   for (std::size_t i = 0; i < state.pending.size(); ++i) {
     const Pack& p = state.pending[i];
     const std::string path = At("state.pending", i);
-    if (p.tokens > options.capacity) {
+    const bool run = p.pieces.size() == 1 && p.tokens > options.capacity &&
+                     p.tokens % options.capacity == 0 && options.oversize == Oversize::kSplit;
+    if (p.tokens > options.capacity && !run) {
       ThrowAtPath(
           path, "holds " + Str(p.tokens) + " tokens, more than capacity " + Str(options.capacity));
     }

@@ -112,7 +112,8 @@ struct DataFingerprint {
 // empty packer, packer counters that agree with read and batches, and every
 // packer piece a piece of an entry this consumer has read (so a state of
 // another epoch or seed is refused), no token twice, packs of at most seq_len
-// tokens. Throws invalid_argument "state.<field>: ...".
+// tokens (a pending run of k * seq_len tokens of one document, see
+// PackerState, counts as k packs). Throws invalid_argument "state.<field>: ...".
 void ValidateLoaderState(const LoaderState& state);
 
 // The version-2 JSON text of `state`.
@@ -137,8 +138,9 @@ void ValidateLoaderState(const LoaderState& state);
 [[nodiscard]] PackerState PackerStateFromJson(std::string_view text);
 
 // Throws invalid_argument "state: ..." unless every closed pack of `state`
-// fits `options` (tokens <= capacity, images <= max_images, pieces <=
-// max_sequences) and every buffered piece fits one pack.
+// fits `options` (tokens <= capacity, or a run of whole packs under oversize
+// split; images <= max_images, pieces <= max_sequences) and every buffered
+// piece fits one pack.
 void PackerStateFits(const PackerState& state, const PackOptions& options);
 
 }  // namespace shardkit

@@ -34,6 +34,12 @@ constexpr EnumNames<CostModel, 2> kCostModels{
     "cost",
     "cost model",
     {{{CostModel::kTokens, "tokens"}, {CostModel::kSquaredLengths, "squared"}}}};
+
+// A pending pack of one piece longer than the capacity is a run of full
+// packs of one split item (StreamingPacker::Push), popped a pack at a time.
+bool IsPackRun(const Pack& pack, Index capacity) {
+  return pack.pieces.size() == 1 && pack.pieces[0].length > capacity;
+}
 }  // namespace
 
 PackAlgorithm ParsePackAlgorithm(std::string_view name) { return kAlgorithms.Parse(name); }
@@ -414,6 +420,22 @@ StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
   // A closed pack obeys every budget; its totals are recomputed, not trusted.
   for (std::size_t k = 0; k < state.pending.size(); ++k) {
     Pack& pack = state.pending[k];
+    if (IsPackRun(pack, options_.capacity)) {
+      // A run of full pieces (oversize split): whole packs of one item.
+      const PackItem& p = pack.pieces[0];
+      if (options_.oversize != Oversize::kSplit || p.length % options_.capacity != 0 ||
+          p.images != 0 || !PieceWithin(p.start, p.length, std::numeric_limits<Index>::max())) {
+        ThrowInvalid("state", "pending pack " + Str(static_cast<Index>(k)) + " (item " +
+                                  Str(p.item) + ", length " + Str(p.length) +
+                                  ") holds more than a pack's capacity (" + Str(options_.capacity) +
+                                  " tokens)");
+      }
+      pack.tokens = p.length;
+      pack.images = 0;
+      pending_packs_ += p.length / options_.capacity;
+      continue;
+    }
+    ++pending_packs_;
     Index pack_tokens = 0, pack_images = 0;
     for (const PackItem& p : pack.pieces) {
       check_piece(p, "pending");
@@ -480,8 +502,16 @@ void StreamingPacker::Push(Index item, Index length, Index images) {
     ++state_.split_items;
     const Index capacity = options_.capacity;
     const Index pieces = length / capacity;
-    for (Index k = 0; k < pieces; ++k) {
-      Close(Pack{{PackItem{item, capacity, 0, k * capacity}}, capacity, 0});
+    // The full pieces close at once as one run (a pending pack of one piece
+    // of pieces * capacity tokens) that Pop hands out a pack at a time: a
+    // document of a billion tokens costs O(1) memory and state, not one
+    // pack each.
+    if (pieces > 0) {
+      state_.packs_closed += pieces;
+      state_.tokens_closed += pieces * capacity;
+      pending_packs_ += pieces;
+      state_.pending.push_back(
+          Pack{{PackItem{item, pieces * capacity, 0, 0}}, pieces * capacity, 0});
     }
     if (length % capacity) Place(PackItem{item, length % capacity, 0, pieces * capacity});
     return;
@@ -551,6 +581,7 @@ void StreamingPacker::Repack(bool finish) {
 
 void StreamingPacker::Close(Pack pack) {
   ++state_.packs_closed;
+  ++pending_packs_;
   state_.tokens_closed += pack.tokens;
   state_.pending.push_back(std::move(pack));
 }
@@ -566,6 +597,18 @@ void StreamingPacker::Finish() {
 bool StreamingPacker::Pop(Pack* pack) {
   auto& pending = state_.pending;
   if (pending_head_ >= pending.size()) return false;
+  --pending_packs_;
+  Pack& front = pending[pending_head_];
+  if (IsPackRun(front, options_.capacity)) {
+    // The next full piece of a run; the rest stays pending.
+    PackItem& run = front.pieces[0];
+    const Index capacity = options_.capacity;
+    *pack = Pack{{PackItem{run.item, capacity, 0, run.start}}, capacity, 0};
+    run.start += capacity;
+    run.length -= capacity;
+    front.tokens -= capacity;
+    return true;
+  }
   *pack = std::move(pending[pending_head_++]);
   if (pending_head_ == pending.size()) {
     pending.clear();
@@ -577,9 +620,7 @@ bool StreamingPacker::Pop(Pack* pack) {
   return true;
 }
 
-Index StreamingPacker::pending() const {
-  return static_cast<Index>(state_.pending.size() - pending_head_);
-}
+Index StreamingPacker::pending() const { return pending_packs_; }
 
 Index StreamingPacker::buffered() const {
   return options_.algorithm == PackAlgorithm::kNextFit ? static_cast<Index>(open_.pieces.size())

@@ -164,6 +164,10 @@ struct Pack {
 // Everything a StreamingPacker holds: restore it to continue exactly where a
 // checkpoint was taken. `buffered` is the buffer in arrival order (split
 // remainders carry their `start`); `pending` the closed packs not yet popped.
+// The full pieces of one split item are a single pending entry, a run: one
+// piece of k * capacity tokens (longer than a pack) that Pop returns as k
+// packs of capacity tokens, so a state stays O(buffer) however long the
+// documents are (a flat stream of 1e9 tokens is one entry, not 1e9 / capacity).
 struct PackerState {
   std::vector<PackItem> buffered;
   std::vector<Pack> pending;
@@ -236,6 +240,7 @@ class StreamingPacker {
   Pack open_;  // next_fit's open pack
   std::vector<Index> dropped_items_;
   std::size_t pending_head_ = 0;
+  Index pending_packs_ = 0;  // packs Pop will return (a run counts each of its packs)
 };
 
 // ---------------------------------------------------------------------------

@@ -752,6 +752,58 @@ TEST(StreamingPacker, RejectsAStateThatDoesNotFit) {
   EXPECT_THROW(packer.Push(0, -1), std::invalid_argument);
 }
 
+TEST(StreamingPacker, RegressionLongItemIsOneRunNotOnePendingPackPerPiece) {
+  // An item split into k full pieces put k packs into the state, so every
+  // snapshot copied them all (1M/2M/4M tokens at capacity 64: 17/39/258 s in
+  // the loader). The pieces are now one run, popped a pack at a time, and a
+  // state taken anywhere in the run restores to the same packs.
+  for (PackAlgorithm a : {PackAlgorithm::kNextFit, PackAlgorithm::kBestFitDecreasing}) {
+    PackOptions o = Options(64, a);
+    o.buffer = 4;
+    o.oversize = Oversize::kSplit;
+    StreamingPacker packer(o);
+    packer.Push(0, 10);
+    packer.Push(1, 64 * 100000 + 7);
+    packer.Push(2, 30);
+    EXPECT_EQ(packer.pending(), 100000);  // item 0 and the tail of item 1 are still open
+    EXPECT_LE(packer.State().pending.size(), 2u);
+    Pack p;
+    std::vector<Pack> popped;
+    for (Index k = 0; k < 50000; ++k) {
+      ASSERT_TRUE(packer.Pop(&p));
+      popped.push_back(p);
+    }
+    const PackerState middle = packer.State();
+    EXPECT_LE(middle.pending.size(), 2u);
+    StreamingPacker restored(o, middle);
+    EXPECT_EQ(restored.pending(), packer.pending());
+    for (StreamingPacker* s : {&packer, &restored}) {
+      s->Finish();
+      std::vector<Pack> rest = Drain(*s);
+      if (s == &packer) {
+        popped.insert(popped.end(), rest.begin(), rest.end());
+      } else {
+        EXPECT_TRUE(SamePacks(
+            rest, std::vector<Pack>(popped.end() - static_cast<std::ptrdiff_t>(rest.size()),
+                                    popped.end())));
+      }
+    }
+    // Every piece of item 1 once, in order, each a full pack; then the rest.
+    Index next_start = 0;
+    for (const Pack& pack : popped) {
+      for (const PackItem& piece : pack.pieces) {
+        if (piece.item != 1) continue;
+        EXPECT_EQ(piece.start, next_start);
+        next_start += piece.length;
+        if (piece.length == 64) EXPECT_EQ(pack.pieces.size(), 1u);
+      }
+      EXPECT_LE(pack.tokens, 64);
+    }
+    EXPECT_EQ(next_start, 64 * 100000 + 7);
+    EXPECT_EQ(packer.State().packs_closed, static_cast<Index>(popped.size()));
+  }
+}
+
 std::string StateError(const PackOptions& o, const PackerState& s) {
   try {
     StreamingPacker restored(o, s);
@@ -797,6 +849,14 @@ TEST(StreamingPacker, RegressionStateWithPendingPacksOverCapacityNegativeOrDupli
     PackerState wrap = good;
     wrap.pending[1].pieces = {{5, 8, 0, std::numeric_limits<Index>::max() - 2}};
     EXPECT_NE(StateError(o, wrap).find("does not fit a pack"), std::string::npos);
+    PackerState run = good;
+    run.pending[1].pieces = {{3, 35, 0, 0}};  // a run must be whole packs
+    EXPECT_NE(StateError(o, run).find("holds more than a pack's capacity"), std::string::npos);
+    run.pending[1].pieces = {{3, 40, 0, 0}};
+    EXPECT_EQ(StateError(o, run), "no error");
+    PackOptions drop = o;
+    drop.oversize = Oversize::kDrop;
+    EXPECT_NE(StateError(drop, run).find("holds more than a pack's capacity"), std::string::npos);
     PackerState counter = good;
     counter.items_seen = -1;
     EXPECT_EQ(StateError(o, counter), "state: items_seen = -1 is negative");
