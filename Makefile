@@ -10,6 +10,7 @@ DEV := build/dev
 BENCH_VENV := build/bench-venv
 ASAN := build/asan
 FUZZ := build/fuzz
+TSAN := build/tsan
 # make fuzz: every libFuzzer harness (fuzz/) for FUZZ_SECONDS each; make test
 # runs each for FUZZ_QUICK_SECONDS from its seed corpus.
 FUZZ_SECONDS ?= 600
@@ -20,7 +21,7 @@ APT_PACKAGES := libgtest-dev libbenchmark-dev openmpi-bin libopenmpi-dev clang-f
 CMAKE_COMMON := -G Ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY)
 
 # make lint: clang-format and ruff (tools/lint); make test runs it first.
-.PHONY: demo test lint build system venv test-cpp test-asan test-python test-wheel bench clean \
+.PHONY: demo test lint build system venv test-cpp test-asan test-tsan test-python test-wheel bench clean \
   fuzz fuzz-build test-fuzz
 
 demo: build
@@ -79,6 +80,17 @@ fuzz: fuzz-build
 
 test-fuzz: fuzz-build
 	tools/fuzz $(FUZZ) $(FUZZ_QUICK_SECONDS)
+
+# ThreadSanitizer over the tests of the threaded code (the loader and its
+# token sources): its own build, only those test programs.
+$(TSAN)/build.ninja: | venv
+	cmake -S . -B $(TSAN) $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DSHARDKIT_SANITIZE=thread -DSHARDKIT_BUILD_CLI=OFF
+
+test-tsan: venv $(TSAN)/build.ninja
+	cmake --build $(TSAN) -j $(JOBS) --target loader_test token_source_test
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  ctest --test-dir $(TSAN) --output-on-failure -j $(JOBS) -R '^(LoaderTest|TokenSourceTest)[.]'
 
 test-python: build
 	PYTHONPATH=$(CURDIR)/python SHARDKIT_CLI=$(CURDIR)/$(DEV)/cli/shardkit \

@@ -107,9 +107,17 @@ namespace {
 // instruction set at load time without requiring it at build time. Writes
 // out[j] = left * 2^shift + right and returns how many results are >= n (those
 // lanes need cycle walking).
-__attribute__((target_clones("avx512f", "avx2", "default"))) int EncryptBlock(
-    std::uint64_t position, std::uint64_t step, int count, const std::uint32_t* keys,
-    std::uint32_t a, int shift, std::uint32_t mask, std::uint64_t n, Index* __restrict out) {
+#if defined(SHARDKIT_NO_TARGET_CLONES) || defined(__SANITIZE_THREAD__)
+// ThreadSanitizer: an ifunc resolver runs before the TSan runtime starts and
+// crashes the program before main, so the portable clone alone is built.
+#define SHARDKIT_TARGET_CLONES
+#else
+#define SHARDKIT_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+SHARDKIT_TARGET_CLONES int EncryptBlock(std::uint64_t position, std::uint64_t step, int count,
+                                        const std::uint32_t* keys, std::uint32_t a, int shift,
+                                        std::uint32_t mask, std::uint64_t n,
+                                        Index* __restrict out) {
   alignas(64) std::uint32_t left[kBlock];
   alignas(64) std::uint32_t right[kBlock];
   for (int j = 0; j < count; ++j) {
