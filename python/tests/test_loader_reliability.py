@@ -216,8 +216,8 @@ def test_regression_shard_files_follows_the_whale_environment(tmp_path, monkeypa
     assert sorted(map(len, uneven)) == [8, 12]
     loader = TokenLoader(str(tmp_path / "d"), seq_len=64, batch_size=2, rank=0, world_size=2,
                          shard_files=True)  # fmt: skip
-    assert loader.file_policy["remainder"] == "uneven"
-    assert "WHALE_UNBALANCED_IO_SLICING" in loader.file_policy["reason"]
+    assert loader.file_policy.remainder == "uneven"
+    assert "WHALE_UNBALANCED_IO_SLICING" in loader.file_policy.reason
     monkeypatch.setenv("WHALE_UNBALANCED_IO_SLICING", "no")
     monkeypatch.setenv("WHALE_DROP_LAST_FILES", "on")
     dropped = documents_per_rank(tmp_path / "d", 2)
