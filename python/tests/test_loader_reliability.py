@@ -283,23 +283,48 @@ def test_regression_streaming_packer_state_over_capacity_negative_or_duplicate_i
     sp = shardkit.StreamingPacker(10, algorithm="bfd", buffer=4, oversize="split")
     for i, n in enumerate([6, 4, 3, 25]):
         sp.push(i, n)
-    good = sp.state()
+    # A version-1 dict (no checksum), so that each edit reaches the checks.
+    good = {k: v for k, v in sp.state_dict().items() if k not in ("version", "checksum")}
+    assert good["pending"] == [[[3, 0, 20, 0]], [[0, 0, 6, 0], [1, 0, 4, 0]]]  # a run, a pack
     shardkit.StreamingPacker(10, algorithm="bfd", buffer=4, oversize="split", state=good)
-    assert good["pending"], good
 
-    def refused(state, match):
+    def refused(edit, match):
+        state = json.loads(json.dumps(good))
+        edit(state)
         with pytest.raises(ValueError, match=match):
             shardkit.StreamingPacker(10, algorithm="bfd", buffer=4, oversize="split", state=state)
 
-    over = json.loads(json.dumps(good))
-    over["pending"][0].append([99, 0, 9, 0])
-    refused(over, r"state: pending pack 0 holds more than a pack's capacity \(10 tokens\)")
-    negative = json.loads(json.dumps(good))
-    negative["pending"][0][0][2] = -3
-    refused(negative, "state: pending item .* length -3")
-    duplicate = json.loads(json.dumps(good))
-    duplicate["pending"].append(duplicate["pending"][0])
-    refused(duplicate, "state: item .* is listed twice")
-    wrap = json.loads(json.dumps(good))
-    wrap["pending"][0] = [[7, 2**63 - 2, 5, 0]]
-    refused(wrap, "does not fit a pack")
+    def over(s):  # 19 tokens in a pack of 10, the totals kept consistent
+        s["pending"][1].append([99, 0, 9, 0])
+        s["tokens_closed"] += 9
+
+    refused(over, r"pending\[1\]: holds 19 tokens, more than capacity 10")
+
+    def negative(s):
+        s["pending"][1][0][2] = -3
+
+    refused(negative, r"pending\[1\]\[0\]: start 0, length -3 .* must not be negative")
+
+    def duplicate(s):
+        s["pending"].append(s["pending"][1])
+        s["packs_closed"] += 1
+        s["tokens_closed"] += 10
+
+    refused(duplicate, r"state: item 0 is listed twice")
+
+    def buffered_and_pending(s):
+        s["pending"][1] = [[2, 0, 3, 0]]
+        s["tokens_closed"] -= 7
+
+    refused(buffered_and_pending, r"state: item 2 is listed twice")
+
+    def wrap(s):
+        s["pending"][1] = [[7, 2**63 - 2, 5, 0]]
+
+    refused(wrap, r"start 9223372036854775806 \+ length 5 overflows")
+
+    def broken_run(s):  # a run must be whole packs
+        s["pending"][0] = [[3, 0, 25, 0]]
+        s["tokens_closed"] += 5
+
+    refused(broken_run, r"pending\[0\]: holds 25 tokens, more than capacity 10")
