@@ -502,9 +502,7 @@ const LoaderOptions& TokenLoader::options() const { return impl_->options(); }
 Index TokenLoader::consumers() const { return impl_->consumers(); }
 Index TokenLoader::consumer() const { return impl_->consumer(); }
 Index TokenLoader::dropped() const { return impl_->dropped(); }
-const std::optional<WhaleChoice>& TokenLoader::file_policy() const {
-  return impl_->file_policy();
-}
+const std::optional<WhaleChoice>& TokenLoader::file_policy() const { return impl_->file_policy(); }
 
 // ---------------------------------------------------------------------------
 

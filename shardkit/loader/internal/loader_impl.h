@@ -59,7 +59,7 @@ class LoaderImpl {
   CollateOptions collate_;
   Index consumers_ = 1, consumer_ = 0;
   std::optional<WhaleChoice> file_policy_;  // with shard_files
-  std::unique_ptr<Planner> planner_;  // guarded by mu_
+  std::unique_ptr<Planner> planner_;        // guarded by mu_
 
   mutable std::mutex mu_;
   std::condition_variable produced_, consumed_;
