@@ -251,7 +251,13 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
                  "'error' is not supported by the loader (a long document would "
                  "stop the epoch half-way); use split or drop");
   }
-  (void)CheckedMul("batch_size", o.batch_size, o.seq_len);
+  const Index batch_tokens = CheckedMul("batch_size", o.batch_size, o.seq_len);
+  if (batch_tokens > kMaxBatchTokens) {
+    ThrowInvalid("batch_size", "batch_size x seq_len = " + Str(o.batch_size) + " x " +
+                                   Str(o.seq_len) + " = " + Str(batch_tokens) +
+                                   " tokens per batch is more than " + Str(kMaxBatchTokens) +
+                                   " (2^28, 7.5 GB of buffers); lower batch_size or seq_len");
+  }
   ValidatePackOptions(Planner::Options(o));
   consumers_ = CheckedMul("num_workers", o.world_size, o.num_workers);
   consumer_ = o.rank + o.worker * o.world_size;
@@ -328,6 +334,9 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
                                        batches, std::move(packer));
   auto snapshot = planner_->Take();
   state_ = Publish(snapshot.read, snapshot.batches, std::move(snapshot.packer));
+  // The first buffers on the caller's thread: a size the machine cannot hold
+  // is an error here, not an abort in a background thread.
+  pool_.push_back(AllocateBatch());
 }
 
 LoaderImpl::~LoaderImpl() {
@@ -370,16 +379,26 @@ std::shared_ptr<Batch> LoaderImpl::AcquireBatch() {
   for (auto& b : pool_) {
     if (b.use_count() == 1) return b;
   }
-  auto b = std::make_shared<Batch>();
+  pool_.push_back(AllocateBatch());
+  return pool_.back();
+}
+
+std::shared_ptr<Batch> LoaderImpl::AllocateBatch() const {
   const std::size_t n = static_cast<std::size_t>(options_.batch_size * options_.seq_len);
-  b->batch_size = options_.batch_size;
-  b->seq_len = options_.seq_len;
-  b->input_ids.resize(n);
-  b->labels.resize(n);
-  b->position_ids.resize(n);
-  b->document_ids.resize(n);
-  pool_.push_back(b);
-  return b;
+  try {
+    auto b = std::make_shared<Batch>();
+    b->batch_size = options_.batch_size;
+    b->seq_len = options_.seq_len;
+    b->input_ids.resize(n);
+    b->labels.resize(n);
+    b->position_ids.resize(n);
+    b->document_ids.resize(n);
+    return b;
+  } catch (const std::bad_alloc&) {
+    ThrowInvalid("batch_size", "cannot allocate the buffers of a batch of batch_size x seq_len = " +
+                                   Str(options_.batch_size) + " x " + Str(options_.seq_len) +
+                                   " tokens (" + std::to_string(n * 28) + " bytes): out of memory");
+  }
 }
 
 void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
@@ -445,12 +464,28 @@ void LoaderImpl::ProducerLoop() {
       return;
     }
     const Index seq = next_plan_++;
-    auto snap = planner_->Take();
-    std::shared_ptr<Batch> batch = AcquireBatch();
-    lock.unlock();
-    auto state = Publish(snap.read, snap.batches, std::move(snap.packer));
-    Collate(plan, batch.get());
-    lock.lock();
+    // Anything thrown from here on (an allocation) goes to the consumer's
+    // Next(), never out of this thread (that would terminate the process).
+    std::exception_ptr failed;
+    std::shared_ptr<Batch> batch;
+    std::shared_ptr<const LoaderState> state;
+    try {
+      auto snap = planner_->Take();
+      batch = AcquireBatch();
+      lock.unlock();
+      state = Publish(snap.read, snap.batches, std::move(snap.packer));
+      Collate(plan, batch.get());
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    if (!lock.owns_lock()) lock.lock();
+    if (failed) {
+      error_ = failed;
+      planned_all_ = true;
+      produced_.notify_all();
+      consumed_.notify_all();
+      return;
+    }
     ready_[seq] = {std::move(batch), std::move(state)};
     produced_.notify_all();
   }
@@ -494,14 +529,40 @@ TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOption
                          std::optional<LoaderState> resume)
     : impl_(std::make_unique<internal::LoaderImpl>(std::move(source), std::move(options),
                                                    std::move(resume))) {}
-TokenLoader::~TokenLoader() = default;
-std::shared_ptr<const Batch> TokenLoader::Next() { return impl_->Next(); }
-LoaderState TokenLoader::State() const { return impl_->State(); }
-Index TokenLoader::ListSize() const { return impl_->ListSize(); }
+TokenLoader::~TokenLoader() {
+  if (impl_->forked() && impl_->threads_started()) (void)impl_.release();
+}
+
+void TokenLoader::FollowFork() const {
+  if (!impl_->forked()) return;
+  if (!impl_->threads_started()) {
+    impl_->AdoptProcess();  // nothing ran but this thread: usable as it is
+    return;
+  }
+  internal::LoaderImpl* parents = impl_.release();  // leaked on purpose
+  impl_ = std::make_unique<internal::LoaderImpl>(parents->source(), parents->options(),
+                                                 *parents->last_state());
+}
+
+std::shared_ptr<const Batch> TokenLoader::Next() {
+  FollowFork();
+  return impl_->Next();
+}
+LoaderState TokenLoader::State() const {
+  FollowFork();
+  return impl_->State();
+}
+Index TokenLoader::ListSize() const {
+  FollowFork();
+  return impl_->ListSize();
+}
 const LoaderOptions& TokenLoader::options() const { return impl_->options(); }
 Index TokenLoader::consumers() const { return impl_->consumers(); }
 Index TokenLoader::consumer() const { return impl_->consumer(); }
-Index TokenLoader::dropped() const { return impl_->dropped(); }
+Index TokenLoader::dropped() const {
+  FollowFork();
+  return impl_->dropped();
+}
 const std::optional<WhaleChoice>& TokenLoader::file_policy() const { return impl_->file_policy(); }
 
 // ---------------------------------------------------------------------------

@@ -62,9 +62,14 @@ namespace internal {
 class LoaderImpl;
 }  // namespace internal
 
+// The most tokens one batch may hold (batch_size x seq_len): each token takes
+// 28 bytes in the batch buffers, so this is 7.5 GB a buffer. Larger requests
+// are refused naming both numbers rather than failing to allocate.
+inline constexpr Index kMaxBatchTokens = Index{1} << 28;
+
 struct LoaderOptions {
   Index seq_len = 0;     // tokens per row; REQUIRES >= 1
-  Index batch_size = 0;  // rows per batch; REQUIRES >= 1
+  Index batch_size = 0;  // rows per batch; REQUIRES >= 1; batch_size x seq_len <= kMaxBatchTokens
   Index rank = 0, world_size = 1;
   Index worker = 0, num_workers = 1;  // dataloader workers of the rank
   bool shuffle = true;
@@ -121,13 +126,18 @@ class TokenLoader {
   // consumer) or a merged state (any consumers).
   TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOptions options,
               std::optional<LoaderState> resume = std::nullopt);
+  // In a child process after fork() (see Next), the parent's machinery is
+  // left alone (its threads do not exist there): never blocks.
   ~TokenLoader();
   TokenLoader(const TokenLoader&) = delete;
   TokenLoader& operator=(const TokenLoader&) = delete;
 
   // The next batch, or nullptr at the end of the epoch. Blocks until it is
   // ready. The batch stays valid while the caller holds it; its buffers are
-  // reused once released. Rethrows an error of a background thread.
+  // reused once released. Rethrows an error of a background thread (an
+  // allocation that failed there is an invalid_argument naming batch_size).
+  // In a child process after fork() it continues from the state after the
+  // last batch the parent returned, on threads of its own.
   [[nodiscard]] std::shared_ptr<const Batch> Next();
 
   // The state after the last batch Next() returned (or the starting state).
@@ -145,7 +155,14 @@ class TokenLoader {
   [[nodiscard]] const std::optional<WhaleChoice>& file_policy() const;
 
  private:
-  std::unique_ptr<internal::LoaderImpl> impl_;
+  // After fork(): the child has none of the parent's threads, and their mutex
+  // may be held forever. A loader whose threads had started is rebuilt in the
+  // child from the state after its last returned batch (so the child
+  // continues exactly where the parent stood; the parent's machinery is
+  // leaked, since joining or destroying it would block).
+  void FollowFork() const;
+
+  mutable std::unique_ptr<internal::LoaderImpl> impl_;
 };
 
 }  // namespace shardkit

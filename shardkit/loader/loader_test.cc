@@ -1,6 +1,8 @@
 #include "shardkit/loader/loader.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -567,6 +569,77 @@ TEST(LoaderTest, RegressionStartPlusLengthOverflowInAStateIsRefused) {
   own.batches = std::numeric_limits<Index>::max();
   EXPECT_NE(error(own).find("batches: 9223372036854775807 is outside"), std::string::npos)
       << error(own);
+}
+
+TEST(LoaderTest, RegressionHugeBatchIsAnErrorNamingBothNotAnAbort) {
+  // --seq-len 32 --batch 100000000: std::bad_alloc on a background thread
+  // terminated the process.
+  std::mt19937_64 rng(13);
+  Data data = MakeData(rng, 10, 5);
+  LoaderOptions o;
+  o.seq_len = 32;
+  o.batch_size = 100000000;
+  try {
+    TokenLoader loader(data.source, o);
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "batch_size: batch_size x seq_len = 100000000 x 32 = 3200000000 tokens per batch "
+              "is more than 268435456 (2^28, 7.5 GB of buffers); lower batch_size or seq_len");
+  }
+  o.batch_size = 4;
+  TokenLoader fine(data.source, o);
+  EXPECT_NE(fine.Next(), nullptr);
+}
+
+TEST(LoaderTest, RegressionForkAfterTheLoaderStartedNeitherBlocksNorHangs) {
+  // The child blocked forever in Next() once the prefetched batches were
+  // used, and destroying the loader there joined threads that do not exist.
+  std::mt19937_64 rng(14);
+  Data data = MakeData(rng, 300, 40);
+  LoaderOptions o;
+  o.seq_len = 32;
+  o.batch_size = 2;
+  o.num_threads = 0;
+  TokenLoader reference_loader(data.source, o);
+  auto reference = Drain(reference_loader);
+  ASSERT_GT(reference.size(), 20u);
+  o.num_threads = 2;
+  o.prefetch = 3;
+  auto loader = std::make_unique<TokenLoader>(data.source, o);
+  for (int k = 0; k < 5; ++k) ASSERT_NE(loader->Next(), nullptr);  // threads running
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(60);
+    std::size_t i = 5;
+    bool same = true;
+    while (auto b = loader->Next()) {
+      same = same && i < reference.size() && b->input_ids == reference[i]->input_ids &&
+             b->documents == reference[i]->documents;
+      ++i;
+    }
+    same = same && i == reference.size() && loader->State().read == reference_loader.State().read;
+    loader.reset();  // must not join the parent's threads
+    ::_exit(same ? 0 : 3);
+  }
+  int status = 0;
+  pid_t done = 0;
+  for (int waited = 0; waited < 600 && done == 0; ++waited) {
+    done = ::waitpid(pid, &status, WNOHANG);
+    if (done == 0) ::usleep(100000);
+  }
+  if (done == 0) {
+    ::kill(pid, SIGKILL);
+    (void)::waitpid(pid, &status, 0);
+    FAIL() << "the child hung after fork()";
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << "child ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's batches differ from the uninterrupted run";
+  // The parent goes on as if nothing happened.
+  std::size_t i = 5;
+  while (auto b = loader->Next()) ExpectSameBatch(*b, *reference[i++]);
+  EXPECT_EQ(i, reference.size());
 }
 
 TEST(LoaderTest, InvalidOptionsNameTheParameter) {

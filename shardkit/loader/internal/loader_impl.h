@@ -7,6 +7,8 @@
 #ifndef SHARDKIT_LOADER_INTERNAL_LOADER_IMPL_H_
 #define SHARDKIT_LOADER_INTERNAL_LOADER_IMPL_H_
 
+#include <unistd.h>
+
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -41,6 +43,15 @@ class LoaderImpl {
   LoaderState State() const;
   Index ListSize() const;
   const LoaderOptions& options() const { return options_; }
+  const std::shared_ptr<const TokenSource>& source() const { return source_; }
+  // fork(): true in a child process of the one that built this loader;
+  // threads_started() says whether the parent's threads ran. In the child,
+  // last_state() is read without the mutex (the parent's threads may have
+  // held it; they never write state_, only Next does).
+  bool forked() const { return ::getpid() != pid_; }
+  bool threads_started() const { return !threads_.empty(); }
+  void AdoptProcess() { pid_ = ::getpid(); }
+  std::shared_ptr<const LoaderState> last_state() const { return state_; }
   Index consumers() const { return consumers_; }
   Index consumer() const { return consumer_; }
   const std::optional<WhaleChoice>& file_policy() const { return file_policy_; }
@@ -51,6 +62,9 @@ class LoaderImpl {
   void ProducerLoop();
   void Collate(const Plan& plan, Batch* batch) const;
   std::shared_ptr<Batch> AcquireBatch();
+  // A new batch of batch_size x seq_len; std::bad_alloc becomes
+  // invalid_argument naming batch_size and the bytes asked for.
+  std::shared_ptr<Batch> AllocateBatch() const;
   // The full state after a batch, from the planner's snapshot.
   std::shared_ptr<const LoaderState> Publish(Index read, Index batches, PackerState packer) const;
 
@@ -75,6 +89,7 @@ class LoaderImpl {
   std::map<Index, Ready> ready_;
   std::shared_ptr<const LoaderState> state_;  // after the last returned batch
   std::vector<std::shared_ptr<Batch>> pool_;
+  pid_t pid_ = ::getpid();
 };
 
 }  // namespace shardkit::internal
