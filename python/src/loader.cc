@@ -3,10 +3,12 @@
 // (shardkit/loader/loader_state.h).
 #include "shardkit/loader/loader.h"
 
+#include <cxxabi.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+#include <unistd.h>
 
 #include <stdexcept>
 #include <string>
@@ -20,6 +22,32 @@ namespace shardkit::python {
 using namespace nb::literals;
 
 namespace {
+
+bool InterpreterFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+[[noreturn]] void Park() {
+  for (;;) ::pause();
+}
+
+// Takes the GIL back after a blocking call. A daemon thread that comes back
+// while the interpreter exits must not: CPython ends it with pthread_exit,
+// whose forced unwinding through a noexcept destructor (gil_scoped_release)
+// or a catch (...) aborted the process (6 of 16 runs). Such a thread parks
+// instead (outside the GIL) until the process is gone.
+void RestoreThreadOrPark(PyThreadState* saved) {
+  if (InterpreterFinalizing()) Park();
+  try {
+    PyEval_RestoreThread(saved);
+  } catch (abi::__forced_unwind&) {
+    Park();  // never leaves the handler, so the unwind never completes
+  }
+}
 
 // A source plus the Python objects (numpy arrays) whose memory it views.
 struct PySource {
@@ -211,10 +239,14 @@ void init_loader(nb::module_& m) {
           "next",
           [](TokenLoader& loader) -> nb::object {
             std::shared_ptr<const Batch> batch;
-            {
-              nb::gil_scoped_release release;
+            PyThreadState* saved = PyEval_SaveThread();
+            try {
               batch = loader.Next();
+            } catch (...) {
+              RestoreThreadOrPark(saved);
+              throw;
             }
+            RestoreThreadOrPark(saved);
             if (!batch) return nb::none();
             return BatchToDict(batch);
           },
