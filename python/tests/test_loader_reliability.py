@@ -7,12 +7,18 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import shardkit
 from shardkit import TokenLoader
+
+PYTHONPATH = os.pathsep.join(
+    [str(Path(shardkit.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+)
 
 
 def small_data(docs=12, seed=0):
@@ -328,3 +334,90 @@ def test_regression_streaming_packer_state_over_capacity_negative_or_duplicate_i
         s["tokens_closed"] += 5
 
     refused(broken_run, r"pending\[0\]: holds 25 tokens, more than capacity 10")
+
+
+# ---- runtime: allocation, fork, interpreter exit -------------------------------------
+
+
+def test_regression_huge_batch_is_an_error_naming_both_not_an_abort(cli, tmp_path):
+    # --seq-len 32 --batch 100000000: std::bad_alloc on a background thread
+    # aborted the CLI (exit 134) and killed the Python interpreter.
+    tokens, offsets = small_data()
+    message = "batch_size x seq_len = 100000000 x 32 = 3200000000 tokens per batch is more than"
+    with pytest.raises(ValueError, match=f"batch_size: {message}"):
+        TokenLoader(tokens, offsets, seq_len=32, batch_size=100_000_000)
+    np.save(tmp_path / "t.npy", tokens)
+    np.save(tmp_path / "o.npy", offsets)
+    r = cli("loader-stats", "--tokens", tmp_path / "t.npy", "--offsets", tmp_path / "o.npy",
+            "--seq-len", 32, "--batch", 100000000)  # fmt: skip
+    assert r.returncode == 2
+    assert (
+        r.stderr.startswith(f"shardkit loader-stats: --batch: {message}")
+        and r.stderr.count("\n") == 1
+    )
+
+
+FORK_SCRIPT = """
+import os, sys
+import numpy as np
+from shardkit import TokenLoader
+
+lengths = np.random.default_rng(0).integers(0, 60, size=400)
+offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+tokens = (np.arange(offsets[-1]) % 30011).astype(np.int32)
+kw = dict(seq_len=32, batch_size=2, rank=0, world_size=1, seed=5)
+expected = [b["input_ids"].copy() for b in TokenLoader(tokens, offsets, num_threads=0, **kw)]
+loader = TokenLoader(tokens, offsets, num_threads=2, prefetch=3, **kw)
+it = iter(loader)
+for _ in range(5):
+    next(it)  # the threads run and prefetch
+pid = os.fork()
+if pid == 0:
+    rest = [b["input_ids"].copy() for b in it]
+    same = len(rest) == len(expected) - 5 and all((a == b).all() for a, b in zip(rest, expected[5:]))
+    del it, loader  # must not join the parent's threads
+    sys.exit(0 if same else 3)  # the interpreter's exit must not hang either
+_, status = os.waitpid(pid, 0)
+rest = [b["input_ids"].copy() for b in it]
+assert len(rest) == len(expected) - 5
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_regression_fork_after_the_loader_started_neither_blocks_nor_hangs():
+    # The child blocked forever once the prefetched batches were used, and
+    # sys.exit(0) / del loader in the child hung (joining absent threads).
+    r = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PYTHONPATH": PYTHONPATH})  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+DAEMON_SCRIPT = """
+import threading, time
+import numpy as np
+import shardkit
+
+tokens = (np.arange(2_000_000) % 30000).astype(np.int32)
+offsets = np.arange(0, 2_000_001, 1000, dtype=np.int64)
+loader = shardkit.TokenLoader(tokens, offsets, seq_len=8192, batch_size=32, rank=0,
+                              world_size=1, num_threads=1, prefetch=1)
+
+def run():
+    while True:
+        for _ in loader:
+            pass
+
+threading.Thread(target=run, daemon=True).start()
+time.sleep(0.2)
+"""
+
+
+def test_regression_daemon_thread_in_next_at_interpreter_exit_does_not_abort():
+    # A daemon thread inside loader.next() when the interpreter exits was
+    # ended by CPython with pthread_exit, whose unwinding through a noexcept
+    # destructor aborted the process (6 of 16 runs; 16 of 16 here).
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
+    for run in range(16):
+        r = subprocess.run([sys.executable, "-c", DAEMON_SCRIPT], capture_output=True, text=True,
+                           timeout=120, env=env)  # fmt: skip
+        assert r.returncode == 0, (run, r.returncode, r.stderr[-2000:])
