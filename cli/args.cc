@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "shardkit/loader/files.h"
+#include "shardkit/loader/npy.h"
 
 namespace shardkit::cli {
 
