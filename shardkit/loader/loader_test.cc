@@ -595,6 +595,12 @@ TEST(LoaderTest, RegressionHugeBatchIsAnErrorNamingBothNotAnAbort) {
 TEST(LoaderTest, RegressionForkAfterTheLoaderStartedNeitherBlocksNorHangs) {
   // The child blocked forever in Next() once the prefetched batches were
   // used, and destroying the loader there joined threads that do not exist.
+#ifdef SHARDKIT_SANITIZED_BUILD
+  // GCC 12's AddressSanitizer does not lock its allocator around fork(): a
+  // child forked while a producer thread allocates can block inside malloc,
+  // before any shardkit code runs. The plain build runs this test.
+  GTEST_SKIP() << "fork() of a threaded process under GCC 12's ASan allocator";
+#endif
   std::mt19937_64 rng(14);
   Data data = MakeData(rng, 300, 40);
   LoaderOptions o;
