@@ -1,0 +1,879 @@
+#include "shardkit/loader/train_plan.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <numeric>
+#include <queue>
+#include <string>
+#include <utility>
+
+#include "shardkit/sharding/permutation.h"
+
+namespace shardkit {
+
+namespace {
+
+constexpr char kTrainPlanVersion[] = "shardkit-train-1";
+
+std::string Str(Index v) { return std::to_string(v); }
+std::string Str(std::uint64_t v) { return std::to_string(v); }
+
+PackOptions StreamPackOptions(const TrainOptions& o) {
+  PackOptions p;
+  p.capacity = o.seq_len;
+  p.algorithm = o.algorithm;
+  p.max_images = o.max_images;
+  p.max_sequences = o.max_sequences;
+  p.oversize = o.oversize;
+  p.buffer = o.buffer;
+  return p;
+}
+
+bool SamePieces(const std::vector<PackItem>& a, const std::vector<PackItem>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const PackItem& x, const PackItem& y) {
+                      return x.item == y.item && x.length == y.length && x.images == y.images &&
+                             x.start == y.start;
+                    });
+}
+
+double PieceCost(const PackItem& p, CostModel model) {
+  const double l = static_cast<double>(p.length);
+  return model == CostModel::kTokens ? l : l * l;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The pack stream: the epoch's documents in global order through one packer.
+
+struct TrainPlan::Checkpoint {
+  std::uint64_t epoch = 0;
+  Index pushed = 0;  // documents of the epoch's order pushed
+  bool finished = false;
+  Index popped = 0;  // packs of the epoch's stream taken
+  Index dropped = 0;
+  PackerState packer;
+};
+
+namespace {
+
+class PackStream {
+ public:
+  PackStream(const TrainDocuments* docs, const TrainOptions& o, bool continuous)
+      : docs_(docs),
+        options_(StreamPackOptions(o)),
+        shuffle_(o.shuffle),
+        seed_(o.seed),
+        continuous_(continuous),
+        order_(docs->count, o.seed, o.epoch),
+        epoch_(o.epoch),
+        packer_(options_) {}
+
+  void Restore(const TrainPlan::Checkpoint& c) {
+    epoch_ = c.epoch;
+    order_ = Permutation(docs_->count, seed_, epoch_);
+    pushed_ = c.pushed;
+    finished_ = c.finished;
+    popped_ = c.popped;
+    dropped_ = c.dropped;
+    packer_ = StreamingPacker(options_, c.packer);
+    block_.clear();
+    block_at_ = 0;
+  }
+  [[nodiscard]] TrainPlan::Checkpoint Save() const {
+    return {epoch_, pushed_, finished_, popped_, dropped_, packer_.State()};
+  }
+
+  // Whether the current epoch's stream has another pack (packs ahead as
+  // needed; takes nothing).
+  bool HasPackInEpoch() {
+    while (packer_.pending() == 0) {
+      if (pushed_ < docs_->count) {
+        PushNext();
+      } else if (!finished_) {
+        packer_.Finish();
+        finished_ = true;
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The next pack of the stream; false at the end of the epoch (pad, drop)
+  // or when the corpus yields no pack at all (continuous).
+  bool Next(Pack* pack, std::uint64_t* epoch, Index* index) {
+    while (!HasPackInEpoch()) {
+      if (!continuous_ || popped_ == 0) return false;
+      StartEpoch(epoch_ + 1);
+    }
+    (void)packer_.Pop(pack);
+    *epoch = epoch_;
+    *index = popped_++;
+    return true;
+  }
+
+  // Takes n packs (no output); returns how many there were.
+  Index Skip(Index n) {
+    Pack pack;
+    std::uint64_t e;
+    Index g, k = 0;
+    for (; k < n && Next(&pack, &e, &g); ++k) {
+    }
+    return k;
+  }
+
+  [[nodiscard]] std::uint64_t epoch() const { return epoch_; }
+  [[nodiscard]] Index popped() const { return popped_; }
+  [[nodiscard]] Index dropped() const { return dropped_; }
+  [[nodiscard]] Index split_items() const { return packer_.State().split_items; }
+  void set_dropped_sink(std::vector<Index>* sink) { dropped_sink_ = sink; }
+
+ private:
+  void StartEpoch(std::uint64_t epoch) {
+    epoch_ = epoch;
+    order_ = Permutation(docs_->count, seed_, epoch_);
+    pushed_ = 0;
+    finished_ = false;
+    popped_ = 0;
+    dropped_ = 0;
+    packer_ = StreamingPacker(options_);
+    block_.clear();
+    block_at_ = 0;
+  }
+
+  // The next document of the order: ids come in blocks of kBlock from
+  // Permutation::Fill, and the length of the document kAhead places ahead is
+  // prefetched (random reads of a large array would otherwise stall).
+  static constexpr Index kBlock = 512, kAhead = 24;
+  void PushNext() {
+    if (block_at_ == static_cast<Index>(block_.size())) {
+      const Index n = std::min(kBlock, docs_->count - pushed_);
+      block_.resize(static_cast<std::size_t>(n));
+      if (shuffle_) {
+        order_.Fill(pushed_, 1, n, block_.data());
+      } else {
+        std::iota(block_.begin(), block_.end(), pushed_);
+      }
+      block_at_ = 0;
+      for (Index j = 0; j < std::min(kAhead, n); ++j) Prefetch(block_[static_cast<std::size_t>(j)]);
+    }
+    if (block_at_ + kAhead < static_cast<Index>(block_.size())) {
+      Prefetch(block_[static_cast<std::size_t>(block_at_ + kAhead)]);
+    }
+    const Index d = block_[static_cast<std::size_t>(block_at_++)];
+    ++pushed_;
+    Index length, images = 0;
+    if (docs_->length_data) {
+      length = docs_->length_data[d];
+      if (docs_->images_data) images = docs_->images_data[d];
+    } else {
+      length = docs_->length(d);
+      if (docs_->images) images = docs_->images(d);
+    }
+    packer_.Push(d, length, images);
+    if (!packer_.dropped_items().empty()) {
+      std::vector<Index> dropped = packer_.TakeDropped();
+      dropped_ += static_cast<Index>(dropped.size());
+      if (dropped_sink_)
+        dropped_sink_->insert(dropped_sink_->end(), dropped.begin(), dropped.end());
+    }
+  }
+  void Prefetch(Index d) const {
+    if (docs_->length_data) __builtin_prefetch(docs_->length_data + d);
+    if (docs_->images_data) __builtin_prefetch(docs_->images_data + d);
+  }
+
+  const TrainDocuments* docs_;
+  PackOptions options_;
+  bool shuffle_;
+  std::uint64_t seed_;
+  bool continuous_;
+  Permutation order_;
+  std::uint64_t epoch_;
+  Index pushed_ = 0;
+  bool finished_ = false;
+  Index popped_ = 0;
+  Index dropped_ = 0;
+  StreamingPacker packer_;
+  std::vector<Index>* dropped_sink_ = nullptr;
+  std::vector<Index> block_;  // ids of order positions [pushed_ - block_at_, ...)
+  Index block_at_ = 0;
+};
+
+// One global step: the packs taken and the rank of each.
+struct Deal {
+  std::vector<Pack> packs;
+  std::vector<std::uint64_t> epochs;
+  std::vector<Index> indices;  // stream index of each pack
+  std::vector<double> costs;
+  std::vector<Index> owner;            // rank of each pack
+  std::vector<std::vector<Index>> by;  // packs of ranks [0, used), stream order
+  std::vector<double> rank_costs;      // ranks [0, used)
+  double total = 0;
+  double imbalance = 0;
+};
+
+// Fills deal->packs with up to R packs of the stream; returns how many.
+Index Gather(PackStream* stream, Index R, Deal* deal) {
+  deal->packs.clear();
+  deal->epochs.clear();
+  deal->indices.clear();
+  Pack pack;
+  std::uint64_t e;
+  Index g;
+  while (static_cast<Index>(deal->packs.size()) < R && stream->Next(&pack, &e, &g)) {
+    deal->packs.push_back(std::move(pack));
+    deal->epochs.push_back(e);
+    deal->indices.push_back(g);
+  }
+  return static_cast<Index>(deal->packs.size());
+}
+
+// LPT with a count limit: packs by decreasing cost (ties: lower position in
+// the step), each to the cheapest rank with a free row (ties: lower rank).
+// Only ranks [0, min(W, K)) can receive a pack (an unused rank costs 0 and the
+// lowest one wins ties), so the work is O(K log K) for any W.
+void DealPacks(Index W, Index rows, CostModel model, Deal* deal) {
+  const Index K = static_cast<Index>(deal->packs.size());
+  const Index used = std::min(W, K);
+  deal->costs.assign(static_cast<std::size_t>(K), 0.0);
+  deal->total = 0;
+  for (Index k = 0; k < K; ++k) {
+    double c = 0;
+    for (const PackItem& p : deal->packs[static_cast<std::size_t>(k)].pieces)
+      c += PieceCost(p, model);
+    deal->costs[static_cast<std::size_t>(k)] = c;
+    deal->total += c;
+  }
+  std::vector<Index> order(static_cast<std::size_t>(K));
+  std::iota(order.begin(), order.end(), Index{0});
+  std::stable_sort(order.begin(), order.end(), [&](Index a, Index b) {
+    return deal->costs[static_cast<std::size_t>(a)] > deal->costs[static_cast<std::size_t>(b)];
+  });
+  using Entry = std::pair<double, Index>;  // (cost, rank): min-heap
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+  for (Index r = 0; r < used; ++r) heap.push({0.0, r});
+  deal->owner.assign(static_cast<std::size_t>(K), -1);
+  deal->by.assign(static_cast<std::size_t>(used), {});
+  deal->rank_costs.assign(static_cast<std::size_t>(used), 0.0);
+  for (Index k : order) {
+    auto [cost, r] = heap.top();
+    heap.pop();
+    const std::size_t ur = static_cast<std::size_t>(r);
+    deal->owner[static_cast<std::size_t>(k)] = r;
+    deal->by[ur].push_back(k);
+    deal->rank_costs[ur] = cost + deal->costs[static_cast<std::size_t>(k)];
+    if (static_cast<Index>(deal->by[ur].size()) < rows) heap.push({deal->rank_costs[ur], r});
+  }
+  for (auto& list : deal->by) std::sort(list.begin(), list.end());
+  double heaviest = 0;
+  for (double c : deal->rank_costs) heaviest = std::max(heaviest, c);
+  const double mean = deal->total / static_cast<double>(W);
+  deal->imbalance = mean > 0 ? heaviest / mean - 1.0 : 0.0;
+}
+
+void FillStep(const Deal& deal, Index rank, Index rows, Index step, TrainStep* out) {
+  out->step = step;
+  out->rows.clear();
+  out->row_epochs.clear();
+  out->row_packs.clear();
+  out->tokens = 0;
+  out->cost = 0;
+  out->imbalance = deal.imbalance;
+  if (rank < static_cast<Index>(deal.by.size())) {
+    const std::size_t ur = static_cast<std::size_t>(rank);
+    out->cost = deal.rank_costs[ur];
+    for (Index k : deal.by[ur]) {
+      const std::size_t uk = static_cast<std::size_t>(k);
+      out->rows.push_back(deal.packs[uk].pieces);
+      out->row_epochs.push_back(deal.epochs[uk]);
+      out->row_packs.push_back(deal.indices[uk]);
+      out->tokens += deal.packs[uk].tokens;
+    }
+  }
+  out->filler_rows = rows - static_cast<Index>(out->rows.size());
+  const std::uint64_t e = deal.epochs.empty() ? 0 : deal.epochs.back();
+  while (static_cast<Index>(out->rows.size()) < rows) {
+    out->rows.emplace_back();
+    out->row_epochs.push_back(e);
+    out->row_packs.push_back(-1);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+TrainMode ParseTrainMode(std::string_view name) {
+  if (name == "pad") return TrainMode::kPad;
+  if (name == "continuous") return TrainMode::kContinuous;
+  if (name == "drop") return TrainMode::kDrop;
+  ThrowInvalid("mode",
+               "unknown mode '" + std::string(name) + "' (expected pad, continuous or drop)");
+}
+
+std::string_view TrainModeName(TrainMode mode) {
+  switch (mode) {
+    case TrainMode::kPad:
+      return "pad";
+    case TrainMode::kContinuous:
+      return "continuous";
+    case TrainMode::kDrop:
+      return "drop";
+  }
+  return "pad";
+}
+
+TrainDocuments TrainDocuments::FromSpans(std::span<const Index> lengths,
+                                         std::span<const Index> images) {
+  if (!images.empty() && images.size() != lengths.size()) {
+    ThrowInvalid("images", "has " + Str(static_cast<Index>(images.size())) + " entries, lengths " +
+                               Str(static_cast<Index>(lengths.size())));
+  }
+  TrainDocuments d;
+  d.count = static_cast<Index>(lengths.size());
+  d.length = [lengths](Index i) { return lengths[static_cast<std::size_t>(i)]; };
+  d.length_data = lengths.data();
+  if (!images.empty()) {
+    d.images = [images](Index i) { return images[static_cast<std::size_t>(i)]; };
+    d.images_data = images.data();
+  }
+  return d;
+}
+
+TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options)
+    : documents_(std::move(documents)), options_(std::move(options)) {
+  Build();
+}
+
+TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options, const TrainState& state)
+    : documents_(std::move(documents)), options_(std::move(options)) {
+  options_.epoch = state.epoch;
+  options_.position = state.position;
+  Build();
+  if (state.stream != stream_) {
+    ThrowInvalid("state",
+                 "was saved for another data set or packing configuration (stream fingerprint "
+                 "differs: documents, seq_len, shuffle, seed, algorithm, buffer, budgets and "
+                 "oversize must match; world size and batch shape may change)");
+  }
+}
+
+void TrainPlan::Build() {
+  const TrainOptions& o = options_;
+  CheckAtLeast("seq_len", o.seq_len, 1);
+  CheckAtLeast("batch_size", o.batch_size, 1);
+  CheckAtLeast("world_size", o.world_size, 1);
+  CheckAtLeast("micro_batches", o.micro_batches, 1);
+  CheckAtLeast("position", o.position, 0);
+  CheckAtLeast("num_documents", documents_.count, 0);
+  if (o.oversize == Oversize::kError) {
+    ThrowInvalid("oversize",
+                 "'error' is not supported by a train plan (a long document would stop the epoch "
+                 "half-way); use split or drop");
+  }
+  ValidatePackOptions(StreamPackOptions(o));
+  if (o.max_images && !documents_.images) {
+    ThrowInvalid("max_images", "is set but no images were given");
+  }
+  rows_per_rank_ = CheckedMul("batch_size", o.batch_size, o.micro_batches);
+  const Index R = CheckedMul("world_size", o.world_size, rows_per_rank_);
+  (void)CheckedMul("batch_size", R, o.seq_len);
+
+  // The stream fingerprint and the validation of every length: one
+  // sequential pass, order-independent.
+  std::uint64_t h = 0x5452414953544d31ULL;
+  auto add = [&h](std::uint64_t v) { h = Mix64(h ^ Mix64(v + 0x9e3779b97f4a7c15ULL)); };
+  for (const char* c = kTrainPlanVersion; *c; ++c) add(static_cast<unsigned char>(*c));
+  add(static_cast<std::uint64_t>(documents_.count));
+  add(static_cast<std::uint64_t>(o.seq_len));
+  add(o.shuffle ? 1 : 0);
+  add(o.seed);
+  add(static_cast<std::uint64_t>(o.algorithm));
+  add(static_cast<std::uint64_t>(o.buffer.value_or(-1)));
+  add(static_cast<std::uint64_t>(o.max_images.value_or(-1)));
+  add(static_cast<std::uint64_t>(o.max_sequences.value_or(-1)));
+  add(static_cast<std::uint64_t>(o.oversize));
+  std::uint64_t content = 0;
+  Index total = 0, total_images = 0;
+  for (Index d = 0; d < documents_.count; ++d) {
+    const Index len = documents_.length_data ? documents_.length_data[d] : documents_.length(d);
+    if (len < 0) ThrowInvalid("lengths", "document " + Str(d) + " has negative length " + Str(len));
+    total = CheckedAdd("lengths", total, len);
+    Index img = 0;
+    if (documents_.images) {
+      img = documents_.images_data ? documents_.images_data[d] : documents_.images(d);
+      if (img < 0) {
+        ThrowInvalid("images", "document " + Str(d) + " has a negative image count " + Str(img));
+      }
+      total_images = CheckedAdd("images", total_images, img);
+    }
+    content +=
+        Mix64(static_cast<std::uint64_t>(d) * 0x9e3779b97f4a7c15ULL ^
+              Mix64(static_cast<std::uint64_t>(len) ^ (static_cast<std::uint64_t>(img) << 40)));
+  }
+  add(content);
+  stream_ = h;
+
+  // The construction pass.
+  const bool continuous = o.mode == TrainMode::kContinuous;
+  PackStream stream(&documents_, o, continuous);
+  if (stream.Skip(o.position) != o.position || (continuous && stream.epoch() != o.epoch)) {
+    PackStream count(&documents_, o, false);
+    const Index p = count.Skip(std::numeric_limits<Index>::max());
+    ThrowInvalid("position", Str(o.position) + " is outside [0, " + Str(p) +
+                                 "] (the packs of epoch " + Str(o.epoch) + "'s stream)");
+  }
+  TrainSummary& s = summary_;
+  Deal deal;
+  checkpoint_stride_ = 1;
+  checkpoints_.clear();
+  double imbalance_sum = 0;
+  Index step = 0;
+  while (true) {
+    if (continuous && (stream.epoch() != o.epoch || !stream.HasPackInEpoch())) break;
+    if (step % checkpoint_stride_ == 0) {
+      if (static_cast<Index>(checkpoints_.size()) == kCheckpoints) {
+        std::vector<std::shared_ptr<const Checkpoint>> kept;
+        for (std::size_t i = 0; i < checkpoints_.size(); i += 2) kept.push_back(checkpoints_[i]);
+        checkpoints_ = std::move(kept);
+        checkpoint_stride_ *= 2;
+      }
+      if (step % checkpoint_stride_ == 0) {
+        checkpoints_.push_back(std::make_shared<const Checkpoint>(stream.Save()));
+      }
+    }
+    const Index K = Gather(&stream, R, &deal);
+    if (K == 0) break;
+    if (K < R && o.mode == TrainMode::kDrop) {
+      s.dropped_packs = K;
+      for (const Pack& p : deal.packs) s.dropped_tokens += p.tokens;
+      break;
+    }
+    DealPacks(o.world_size, rows_per_rank_, o.cost, &deal);
+    for (std::size_t k = 0; k < deal.packs.size(); ++k) {
+      if (deal.epochs[k] != o.epoch) {
+        ++s.next_epoch_rows;
+        continue;
+      }
+      ++s.packs;
+      s.tokens += deal.packs[k].tokens;
+      s.pieces += static_cast<Index>(deal.packs[k].pieces.size());
+    }
+    s.filler_rows += R - K;
+    s.max_step_imbalance = std::max(s.max_step_imbalance, deal.imbalance);
+    if (K == R) s.max_full_step_imbalance = std::max(s.max_full_step_imbalance, deal.imbalance);
+    imbalance_sum += deal.imbalance;
+    ++step;
+    if (K < R) break;
+  }
+  s.num_steps = step;
+  s.mean_step_imbalance = step ? imbalance_sum / static_cast<double>(step) : 0.0;
+  s.lower_bound = (s.tokens + o.seq_len - 1) / o.seq_len;
+  // The epoch's totals: finish the stream of epoch o.epoch when the plan
+  // stopped before its end (drop), or read them where the plan crossed over.
+  if (!continuous) {
+    (void)stream.Skip(std::numeric_limits<Index>::max());
+    s.stream_packs = stream.popped();
+    s.dropped = stream.dropped();
+    s.split_documents = stream.split_items();
+    s.end = {o.epoch + 1, 0, stream_};
+  } else {
+    // Where the continuous stream stands: the next pack to deal.
+    std::uint64_t e = stream.epoch();
+    Index p = stream.popped();
+    if (step > 0 && !stream.HasPackInEpoch()) {
+      ++e;
+      p = 0;
+    }
+    if (step == 0) {
+      e = o.epoch + 1;
+      p = 0;
+    }
+    s.end = {e, p, stream_};
+    PackStream whole(&documents_, o, false);
+    s.stream_packs = whole.Skip(std::numeric_limits<Index>::max());
+    s.dropped = whole.dropped();
+    s.split_documents = whole.split_items();
+  }
+}
+
+TrainState TrainPlan::StateAt(Index step) const {
+  if (step < 0 || step > num_steps()) {
+    ThrowOutOfRange("step", Str(step) + " is outside [0, " + Str(num_steps()) + "]");
+  }
+  if (step == num_steps()) return summary_.end;
+  return {options_.epoch, options_.position + step * options_.world_size * rows_per_rank_, stream_};
+}
+
+// ---------------------------------------------------------------------------
+// Reader
+
+struct TrainPlan::Reader::Impl {
+  const TrainPlan* plan;
+  Index rank;
+  PackStream stream;
+  Index step = 0;
+  Deal deal;
+
+  Impl(const TrainPlan* p, Index r)
+      : plan(p),
+        rank(r),
+        stream(&p->documents_, p->options_, p->options_.mode == TrainMode::kContinuous) {}
+
+  void SeekTo(Index first) {
+    const Index c = std::min<Index>(first / plan->checkpoint_stride_,
+                                    static_cast<Index>(plan->checkpoints_.size()) - 1);
+    if (c >= 0) {
+      stream.Restore(*plan->checkpoints_[static_cast<std::size_t>(c)]);
+      step = c * plan->checkpoint_stride_;
+    }
+    const Index R = plan->options_.world_size * plan->rows_per_rank_;
+    if (first > step) {
+      (void)stream.Skip(CheckedMul("step", first - step, R));
+      step = first;
+    }
+  }
+
+  bool Advance() {
+    const TrainOptions& o = plan->options_;
+    const bool continuous = o.mode == TrainMode::kContinuous;
+    if (!continuous && step >= plan->num_steps()) return false;
+    const Index R = o.world_size * plan->rows_per_rank_;
+    const Index K = Gather(&stream, R, &deal);
+    if (K == 0) return false;
+    DealPacks(o.world_size, plan->rows_per_rank_, o.cost, &deal);
+    return true;
+  }
+};
+
+TrainPlan::Reader::Reader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TrainPlan::Reader::~Reader() = default;
+
+Index TrainPlan::Reader::step() const { return impl_->step; }
+
+bool TrainPlan::Reader::Next(TrainStep* out) {
+  if (!impl_->Advance()) return false;
+  FillStep(impl_->deal, impl_->rank, impl_->plan->rows_per_rank_, impl_->step++, out);
+  return true;
+}
+
+bool TrainPlan::Reader::NextAll(std::vector<TrainStep>* all) {
+  if (!impl_->Advance()) return false;
+  const Index W = impl_->plan->options_.world_size;
+  all->resize(static_cast<std::size_t>(W));
+  for (Index r = 0; r < W; ++r) {
+    FillStep(impl_->deal, r, impl_->plan->rows_per_rank_, impl_->step,
+             &(*all)[static_cast<std::size_t>(r)]);
+  }
+  ++impl_->step;
+  return true;
+}
+
+std::unique_ptr<TrainPlan::Reader> TrainPlan::Read(Index rank, Index first) const {
+  if (rank < -1 || rank >= options_.world_size) {
+    ThrowOutOfRange("rank", Str(rank) + " is outside [0, " + Str(options_.world_size) + ")");
+  }
+  const bool continuous = options_.mode == TrainMode::kContinuous;
+  if (first < 0 || (!continuous && first > num_steps())) {
+    ThrowOutOfRange("step", Str(first) + " is outside [0, " + Str(num_steps()) + "]");
+  }
+  auto impl = std::make_unique<Reader::Impl>(this, rank);
+  impl->SeekTo(first);
+  return std::unique_ptr<Reader>(new Reader(std::move(impl)));
+}
+
+TrainStep TrainPlan::Step(Index rank, Index step) const {
+  if (rank < 0 || rank >= options_.world_size) {
+    ThrowOutOfRange("rank", Str(rank) + " is outside [0, " + Str(options_.world_size) + ")");
+  }
+  const bool continuous = options_.mode == TrainMode::kContinuous;
+  if (step < 0 || (!continuous && step >= num_steps()) ||
+      (continuous && summary_.stream_packs == 0)) {
+    ThrowOutOfRange("step", Str(step) + " is outside [0, " + Str(num_steps()) + ")");
+  }
+  auto reader = Read(rank, std::min(step, continuous ? step : num_steps()));
+  TrainStep out;
+  if (!reader->Next(&out)) {
+    ThrowOutOfRange("step", Str(step) + " is outside [0, " + Str(num_steps()) + ")");
+  }
+  return out;
+}
+
+std::uint64_t TrainPlan::Fingerprint() const {
+  std::uint64_t h = 0x5452414950314e31ULL;
+  auto add = [&h](std::uint64_t v) { h = Mix64(h ^ Mix64(v + 0x9e3779b97f4a7c15ULL)); };
+  add(stream_);
+  add(static_cast<std::uint64_t>(options_.world_size));
+  add(static_cast<std::uint64_t>(options_.batch_size));
+  add(static_cast<std::uint64_t>(options_.micro_batches));
+  add(static_cast<std::uint64_t>(options_.mode));
+  add(static_cast<std::uint64_t>(options_.cost));
+  add(options_.epoch);
+  add(static_cast<std::uint64_t>(options_.position));
+  return h;
+}
+
+std::string TrainPlan::Describe() const {
+  const TrainOptions& o = options_;
+  std::string s = "TrainPlan(num_documents=" + Str(documents_.count) +
+                  ", seq_len=" + Str(o.seq_len) + ", batch_size=" + Str(o.batch_size) +
+                  ", world_size=" + Str(o.world_size) +
+                  ", mode=" + std::string(TrainModeName(o.mode)) +
+                  ", algorithm=" + std::string(PackAlgorithmName(o.algorithm));
+  if (o.micro_batches != 1) s += ", micro_batches=" + Str(o.micro_batches);
+  if (o.buffer) s += ", buffer=" + Str(*o.buffer);
+  if (o.max_images) s += ", max_images=" + Str(*o.max_images);
+  if (o.max_sequences) s += ", max_sequences=" + Str(*o.max_sequences);
+  s += ", oversize=" + std::string(OversizeName(o.oversize)) +
+       ", cost=" + std::string(CostModelName(o.cost));
+  s += o.shuffle ? ", shuffle=True, seed=" + Str(o.seed) : std::string(", shuffle=False");
+  s += ", epoch=" + Str(o.epoch);
+  if (o.position) s += ", position=" + Str(o.position);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(stream_));
+  return s + ", stream=" + buf + ", version=" + kTrainPlanVersion + ")";
+}
+
+// ---------------------------------------------------------------------------
+// State codec
+
+std::string TrainStateToJson(const TrainState& state) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "{\"version\": %d, \"kind\": \"train_plan\", \"epoch\": %llu, "
+                "\"position\": %lld, \"stream\": \"%016llx\"}",
+                kTrainStateVersion, static_cast<unsigned long long>(state.epoch),
+                static_cast<long long>(state.position),
+                static_cast<unsigned long long>(state.stream));
+  return buf;
+}
+
+TrainState TrainStateFromJson(std::string_view json) {
+  auto bad = [](const std::string& what) { ThrowInvalid("state", what); };
+  std::size_t i = 0;
+  auto skip = [&] {
+    while (i < json.size() &&
+           (json[i] == ' ' || json[i] == '\n' || json[i] == '\t' || json[i] == '\r')) {
+      ++i;
+    }
+  };
+  auto expect = [&](char c) {
+    skip();
+    if (i >= json.size() || json[i] != c) {
+      bad(std::string("expected '") + c + "' at offset " + std::to_string(i) +
+          " of a train_plan state (a JSON object)");
+    }
+    ++i;
+  };
+  auto string = [&] {
+    expect('"');
+    const std::size_t start = i;
+    while (i < json.size() && json[i] != '"') ++i;
+    if (i >= json.size()) bad("unterminated string");
+    return std::string(json.substr(start, i++ - start));
+  };
+  auto number = [&](const std::string& key) {
+    skip();
+    std::size_t start = i;
+    if (i < json.size() && json[i] == '-') ++i;
+    while (i < json.size() && json[i] >= '0' && json[i] <= '9') ++i;
+    const std::string digits(json.substr(start, i - start));
+    if (digits.empty() || digits == "-" || digits.size() > 20)
+      bad("key '" + key + "' is not an integer");
+    if (digits[0] == '-') bad("key '" + key + "' is negative: " + digits);
+    errno = 0;
+    const unsigned long long v = std::strtoull(digits.c_str(), nullptr, 10);
+    if (errno == ERANGE) bad("key '" + key + "' is out of range: " + digits);
+    return static_cast<std::uint64_t>(v);
+  };
+  TrainState s;
+  int seen = 0;
+  expect('{');
+  skip();
+  if (i < json.size() && json[i] == '}') bad("is empty");
+  while (true) {
+    const std::string key = string();
+    expect(':');
+    if (key == "version") {
+      const std::uint64_t v = number(key);
+      if (v != kTrainStateVersion) {
+        bad("version " + std::to_string(v) + " is not supported (this build reads version " +
+            std::to_string(kTrainStateVersion) + ")");
+      }
+      seen |= 1;
+    } else if (key == "kind") {
+      const std::string kind = string();
+      if (kind != "train_plan") bad("kind '" + kind + "' is not a train_plan state");
+      seen |= 2;
+    } else if (key == "epoch") {
+      s.epoch = number(key);
+      seen |= 4;
+    } else if (key == "position") {
+      const std::uint64_t p = number(key);
+      if (p > static_cast<std::uint64_t>(std::numeric_limits<Index>::max())) {
+        bad("position " + std::to_string(p) + " is out of range");
+      }
+      s.position = static_cast<Index>(p);
+      seen |= 8;
+    } else if (key == "stream") {
+      const std::string hex = string();
+      char* end = nullptr;
+      s.stream = std::strtoull(hex.c_str(), &end, 16);
+      if (hex.empty() || hex.size() > 16 || *end != '\0') bad("stream '" + hex + "' is not hex");
+      seen |= 16;
+    } else {
+      bad("unknown key '" + key + "'");
+    }
+    skip();
+    if (i < json.size() && json[i] == ',') {
+      ++i;
+      continue;
+    }
+    expect('}');
+    break;
+  }
+  skip();
+  if (i != json.size()) bad("trailing characters after the object");
+  if (seen != 31) bad("missing keys (version, kind, epoch, position and stream are required)");
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Audit
+
+TrainAudit TrainPlan::Audit() const {
+  const TrainOptions& o = options_;
+  TrainAudit a;
+  a.steps = num_steps();
+  a.world_size = o.world_size;
+  a.rows_per_rank = rows_per_rank_;
+  a.documents = documents_.count;
+  a.equal_steps = true;
+  a.filler_last_only = true;
+  auto fail = [&a](const std::string& what) {
+    if (a.error.empty()) a.error = what;
+  };
+  // The whole stream of the epoch, on its own.
+  std::vector<std::vector<PackItem>> packs;
+  std::vector<Index> dropped_docs;
+  {
+    PackStream whole(&documents_, o, false);
+    whole.set_dropped_sink(&dropped_docs);
+    Pack pack;
+    std::uint64_t e;
+    Index g;
+    while (whole.Next(&pack, &e, &g)) packs.push_back(std::move(pack.pieces));
+  }
+  const Index P = static_cast<Index>(packs.size());
+  a.dropped = static_cast<Index>(dropped_docs.size());
+  // Every piece of every document exactly once in the stream, dropped
+  // documents in none.
+  {
+    std::vector<std::vector<std::pair<Index, Index>>> by_doc(
+        static_cast<std::size_t>(documents_.count));
+    for (const auto& pack : packs) {
+      for (const PackItem& p : pack) {
+        if (p.item < 0 || p.item >= documents_.count) {
+          fail("a piece names document " + Str(p.item));
+          continue;
+        }
+        by_doc[static_cast<std::size_t>(p.item)].push_back({p.start, p.length});
+      }
+    }
+    std::vector<char> dropped(static_cast<std::size_t>(documents_.count), 0);
+    for (Index d : dropped_docs) dropped[static_cast<std::size_t>(d)] = 1;
+    for (Index d = 0; d < documents_.count; ++d) {
+      auto& list = by_doc[static_cast<std::size_t>(d)];
+      if (dropped[static_cast<std::size_t>(d)]) {
+        if (!list.empty()) fail("dropped document " + Str(d) + " was packed");
+        continue;
+      }
+      std::sort(list.begin(), list.end());
+      const Index len = documents_.length(d);
+      Index at = 0;
+      bool ok = !list.empty();
+      for (auto [start, length] : list) {
+        if (start != at || length < 0 || (length == 0 && len != 0)) ok = false;
+        at = start + length;
+      }
+      if (!ok || at != len) fail("document " + Str(d) + " is not covered exactly once");
+    }
+  }
+  // The plan's rows: stream packs [position, position + dealt) in order, each
+  // once, with the stream's pieces.
+  // Every rank's rows from the deal itself: ranks past the ones that got a
+  // pack hold filler only (counted, not listed: W may be huge).
+  auto reader = Read(-1, 0);
+  Reader::Impl& in = *reader->impl_;
+  std::vector<char> seen(static_cast<std::size_t>(P), 0);
+  Index dealt = 0;
+  for (; in.step < a.steps && in.Advance(); ++in.step) {
+    const Index s = in.step;
+    const Deal& deal = in.deal;
+    const Index used = static_cast<Index>(deal.by.size());
+    Index listed = 0;
+    for (Index r = 0; r < used; ++r) {
+      const auto& mine = deal.by[static_cast<std::size_t>(r)];
+      listed += static_cast<Index>(mine.size());
+      if (static_cast<Index>(mine.size()) > rows_per_rank_) {
+        a.equal_steps = false;
+        fail("rank " + Str(r) + " got " + Str(static_cast<Index>(mine.size())) + " packs in step " +
+             Str(s));
+      }
+      for (Index k : mine) {
+        const std::size_t uk = static_cast<std::size_t>(k);
+        if (deal.owner[uk] != r) fail("pack owner mismatch in step " + Str(s));
+        const Index g = deal.indices[uk];
+        if (deal.epochs[uk] != o.epoch) continue;  // continuous: a later epoch
+        if (g < o.position || g >= P || seen[static_cast<std::size_t>(g)]) {
+          fail("pack " + Str(g) + " dealt twice or outside [position, packs)");
+          continue;
+        }
+        seen[static_cast<std::size_t>(g)] = 1;
+        ++dealt;
+        if (!SamePieces(deal.packs[uk].pieces, packs[static_cast<std::size_t>(g)])) {
+          fail("pack " + Str(g) + " changed");
+        }
+        for (const PackItem& p : deal.packs[uk].pieces) a.tokens += p.length;
+      }
+    }
+    if (listed != static_cast<Index>(deal.packs.size()))
+      fail("a pack of step " + Str(s) + " has no rank");
+    const Index filler = o.world_size * rows_per_rank_ - listed;
+    a.filler_rows += filler;
+    if (filler > 0 && (o.mode != TrainMode::kPad || s != a.steps - 1)) {
+      a.filler_last_only = false;
+      fail("filler rows in step " + Str(s));
+    }
+  }
+  if (in.step != a.steps) fail("the plan ended after " + Str(in.step) + " steps");
+  for (Index g = o.position; g < o.position + dealt && g < P; ++g) {
+    if (!seen[static_cast<std::size_t>(g)]) fail("pack " + Str(g) + " was skipped");
+  }
+  const Index tail = P - o.position - dealt;
+  if (o.mode == TrainMode::kDrop) {
+    a.dropped_packs = tail;
+    for (Index g = P - tail; g < P; ++g) {
+      for (const PackItem& p : packs[static_cast<std::size_t>(g)]) a.dropped_tokens += p.length;
+    }
+    if (tail >= o.world_size * rows_per_rank_) fail("drop mode dropped a whole step");
+  } else if (tail != 0) {
+    fail(Str(tail) + " packs of the epoch were not dealt");
+  }
+  a.lower_bound = (a.tokens + o.seq_len - 1) / o.seq_len;
+  const Index rows_dealt = a.steps * o.world_size * rows_per_rank_;
+  a.padding_over_bound =
+      a.lower_bound ? static_cast<double>(rows_dealt - a.lower_bound) / a.lower_bound : 0.0;
+  a.max_step_imbalance = summary_.max_step_imbalance;
+  a.max_full_step_imbalance = summary_.max_full_step_imbalance;
+  a.exactly_once = a.error.empty();
+  return a;
+}
+
+}  // namespace shardkit

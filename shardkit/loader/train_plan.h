@@ -1,0 +1,269 @@
+// TrainPlan: training with equal steps. One global pack plan, dealt to ranks.
+//
+// A data-parallel training loop runs a collective every step, so every rank
+// must run the same number of steps, yet every document must be trained on
+// exactly once per epoch. Packing per rank cannot promise both (ranks end up
+// with different pack counts). The plan packs globally and then deals:
+//
+//   order   the epoch's documents in one global order: the keyed Permutation
+//           of (seed, epoch) (shardkit/sharding/permutation.h), or 0..N-1.
+//   pack    one StreamingPacker (shardkit/packing/packing.h) of capacity
+//           seq_len over that order (any algorithm, buffer and budget:
+//           tokens, images, sequences; oversize split or drop-and-count).
+//           Its packs, in the order they close, are the epoch's pack stream:
+//           pack g = 0, 1, 2, ... It depends on the documents and the packing
+//           options only, never on the world size or the batch shape.
+//   deal    global step s takes the R = world_size * rows_per_rank packs
+//           [position + s R, position + (s + 1) R) of the stream
+//           (rows_per_rank = batch_size * micro_batches) and deals them so
+//           that every rank gets exactly rows_per_rank rows: packs by
+//           decreasing cost (ties: lower stream index), each to the cheapest
+//           rank with a free row (ties: lower rank); a rank's rows are then in
+//           stream order, filler rows last. Cost: tokens, or the sum of the
+//           squared piece lengths (attention work with a block-diagonal mask).
+//
+// Modes, at the end of the epoch's stream (P packs):
+//   pad         num_steps = ceil((P - position) / R); the last step is
+//               completed with filler rows (no piece; the loader masks them).
+//               Only the last step can hold filler.
+//   drop        num_steps = floor((P - position) / R); the packs of the final
+//               partial step are dropped and counted (dropped_packs,
+//               dropped_tokens), never silently.
+//   continuous  no epoch boundary: the pack stream of epoch e + 1 follows the
+//               one of epoch e (each epoch's packer is finished at its end),
+//               so no step holds filler. num_steps counts the steps that start
+//               inside this epoch's stream; the last of them may end with the
+//               first packs of the following epoch(s). Step s exists for
+//               every s >= 0 (the stream never ends) unless the corpus yields
+//               no pack at all.
+//
+// State: the position of a run is (epoch, position), position = the number of
+// packs of that epoch's stream already dealt. It is the same on every rank
+// and does not depend on the world size or batch shape, so a plan built from
+// it with another world size, batch size or worker count continues the epoch
+// with every remaining piece exactly once (elastic resume by arithmetic).
+// Reaching pack `position` replays the packer from the start of the epoch:
+// O(documents before it) at planning speed (docs/benchmarks.md).
+//
+// Cost: construction runs the whole epoch through the packer and the deal
+// once (it needs P to know num_steps) in O(N log buffer) time and
+// O(buffer + world_size * rows_per_rank) memory plus at most kCheckpoints
+// packer checkpoints; Step(rank, s) replays from the nearest checkpoint at or
+// before s (O(N / kCheckpoints) packed documents). A Reader streams the steps
+// of one rank in order at planning speed.
+//
+// Thread-safety: a TrainPlan is immutable after construction (share freely);
+// a Reader is used by one thread at a time. The lengths a plan reads
+// (TrainDocuments) must outlive it and its readers.
+#ifndef SHARDKIT_LOADER_TRAIN_PLAN_H_
+#define SHARDKIT_LOADER_TRAIN_PLAN_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/base/errors.h"
+#include "shardkit/packing/packing.h"
+
+namespace shardkit {
+
+enum class TrainMode { kPad, kContinuous, kDrop };
+// "pad", "continuous", "drop"; Parse throws invalid_argument naming `mode`.
+[[nodiscard]] TrainMode ParseTrainMode(std::string_view name);
+[[nodiscard]] std::string_view TrainModeName(TrainMode mode);
+
+// The documents a plan reads: document d has length(d) tokens and images(d)
+// images (images empty: none). REQUIRES: both defined on [0, count).
+struct TrainDocuments {
+  Index count = 0;
+  std::function<Index(Index)> length;
+  std::function<Index(Index)> images;
+  // Optional: the same values as arrays (FromSpans sets them). The plan then
+  // reads them directly and prefetches ahead of the shuffled order (a large
+  // corpus's lengths do not fit the caches).
+  const Index* length_data = nullptr;
+  const Index* images_data = nullptr;
+
+  // A view of caller-owned arrays (images may be empty); they must outlive
+  // every plan made from this. Throws invalid_argument naming `images` when
+  // its size differs from lengths'.
+  static TrainDocuments FromSpans(std::span<const Index> lengths,
+                                  std::span<const Index> images = {});
+};
+
+struct TrainOptions {
+  Index seq_len = 0;        // tokens per row (pack capacity); REQUIRES >= 1
+  Index batch_size = 0;     // rows per micro-batch; REQUIRES >= 1
+  Index world_size = 1;     // data-parallel ranks; REQUIRES >= 1
+  Index micro_batches = 1;  // micro-batches (gradient accumulation) per step
+  TrainMode mode = TrainMode::kPad;
+  bool shuffle = true;
+  std::uint64_t seed = 0;
+  std::uint64_t epoch = 0;
+  Index position = 0;  // packs of the epoch's stream already dealt (resume)
+  PackAlgorithm algorithm = PackAlgorithm::kBestFitDecreasing;
+  std::optional<Index> buffer;           // packer buffer (items); default 1024
+  std::optional<Index> max_images;       // images per row
+  std::optional<Index> max_sequences;    // pieces per row
+  Oversize oversize = Oversize::kSplit;  // split | drop (error is refused)
+  CostModel cost = CostModel::kTokens;
+};
+
+// Where a run stands: the same on every rank, independent of world size and
+// batch shape. `stream` fingerprints the pack stream's inputs (documents and
+// packing options); a plan refuses a state made for another stream.
+struct TrainState {
+  std::uint64_t epoch = 0;
+  Index position = 0;
+  std::uint64_t stream = 0;
+  friend bool operator==(const TrainState&, const TrainState&) = default;
+};
+
+// The state as one small JSON object, the same on every rank:
+//   {"version": 1, "kind": "train_plan", "epoch": E, "position": P,
+//    "stream": "<16 hex digits>"}
+// FromJson accepts the keys in any order with any whitespace and throws
+// invalid_argument naming `state` for anything else (a missing or unknown key,
+// another version or kind, a negative position).
+inline constexpr int kTrainStateVersion = 1;
+[[nodiscard]] std::string TrainStateToJson(const TrainState& state);
+[[nodiscard]] TrainState TrainStateFromJson(std::string_view json);
+
+// One rank's rows of one step.
+struct TrainStep {
+  Index step = 0;
+  // rows_per_rank rows; a row's pieces: item = document, start, length,
+  // images. A filler row is empty (pad mode, last step only).
+  std::vector<std::vector<PackItem>> rows;
+  std::vector<std::uint64_t> row_epochs;  // epoch of each row's pack
+  std::vector<Index> row_packs;           // stream index of each row's pack; -1 filler
+  Index tokens = 0;                       // real tokens of this rank in this step
+  Index filler_rows = 0;
+  double cost = 0;       // this rank's cost
+  double imbalance = 0;  // the step's heaviest rank cost / mean - 1 (0 if empty)
+};
+
+// What a plan is and what it delivers, from the construction pass.
+struct TrainSummary {
+  Index num_steps = 0;
+  Index packs = 0;            // packs of this epoch's stream dealt by the plan
+  Index stream_packs = 0;     // packs of the whole epoch's stream (P)
+  Index tokens = 0;           // tokens in the packs dealt by the plan
+  Index pieces = 0;           // pieces in the packs dealt by the plan
+  Index split_documents = 0;  // documents cut into pieces (whole epoch)
+  Index dropped = 0;          // documents dropped as oversize (whole epoch)
+  Index dropped_packs = 0;    // drop mode: packs of the final partial step
+  Index dropped_tokens = 0;
+  Index filler_rows = 0;      // pad mode: rows of the last step without a pack
+  Index next_epoch_rows = 0;  // continuous: rows of the last step from later epochs
+  // ceil(tokens / seq_len): no plan of these tokens uses fewer rows.
+  Index lower_bound = 0;
+  double max_step_imbalance = 0;       // over all steps
+  double max_full_step_imbalance = 0;  // over steps without filler
+  double mean_step_imbalance = 0;
+  TrainState end;  // the state after the last step
+};
+
+// The checks of an audit: the plan replayed from the start of the epoch's
+// stream, every piece of every rank of every step accounted.
+struct TrainAudit {
+  bool exactly_once = false;  // every piece of every non-dropped document once
+  bool equal_steps = false;   // every rank every step exactly rows_per_rank rows
+  bool filler_last_only = false;
+  Index steps = 0, world_size = 0, rows_per_rank = 0;
+  Index documents = 0, dropped = 0;  // dropped: documents (oversize drop)
+  Index dropped_packs = 0, dropped_tokens = 0;
+  Index filler_rows = 0, tokens = 0, lower_bound = 0;
+  // (rows dealt - lower_bound) / lower_bound: padding over the lower bound
+  // (filler rows included); 0 without tokens.
+  double padding_over_bound = 0;
+  double max_full_step_imbalance = 0, max_step_imbalance = 0;
+  std::string error;  // the first violation, in words; empty when all hold
+};
+
+class TrainPlan {
+ public:
+  static constexpr Index kCheckpoints = 64;
+
+  // Validates and runs the construction pass. Throws invalid_argument naming
+  // seq_len, batch_size, world_size, micro_batches, buffer, max_images,
+  // max_sequences, oversize (error is refused), position (outside [0, P]),
+  // lengths / images (a negative value, or totals that overflow an Index),
+  // or batch_size when a step's slots overflow an Index.
+  TrainPlan(TrainDocuments documents, TrainOptions options);
+  // Continues from a state: options.epoch and options.position are taken
+  // from it. Throws invalid_argument naming `state` when it was made for
+  // another stream (documents or packing options).
+  TrainPlan(TrainDocuments documents, TrainOptions options, const TrainState& state);
+
+  [[nodiscard]] const TrainOptions& options() const { return options_; }
+  [[nodiscard]] Index num_documents() const { return documents_.count; }
+  [[nodiscard]] Index num_steps() const { return summary_.num_steps; }
+  [[nodiscard]] Index rows_per_rank() const { return rows_per_rank_; }
+  [[nodiscard]] const TrainSummary& summary() const { return summary_; }
+
+  // The state before step s (s = num_steps: the state after the plan).
+  // Throws out_of_range naming `step` outside [0, num_steps].
+  [[nodiscard]] TrainState StateAt(Index step) const;
+  // The stream fingerprint of this plan's documents and packing options.
+  [[nodiscard]] std::uint64_t stream() const { return stream_; }
+
+  // Rank's rows of step s. Throws out_of_range naming `rank` or `step`
+  // (outside [0, num_steps); continuous: any s >= 0 when the stream is not
+  // empty).
+  [[nodiscard]] TrainStep Step(Index rank, Index step) const;
+
+  // Streams the steps of one rank (rank < 0: every rank's step in
+  // `all`), from step `first`.
+  class Reader;
+  [[nodiscard]] std::unique_ptr<Reader> Read(Index rank, Index first = 0) const;
+
+  // A hash of the whole plan (stream, world size, batch shape, mode, cost,
+  // epoch, position, library version): ranks compare it once at start.
+  [[nodiscard]] std::uint64_t Fingerprint() const;
+  // The parameters in words, for error messages.
+  [[nodiscard]] std::string Describe() const;
+
+  // Replays the plan and checks it against the documents (O(pieces) memory:
+  // a check, not a hot path). Continuous plans are checked over this epoch.
+  [[nodiscard]] TrainAudit Audit() const;
+
+  struct Checkpoint;  // internal
+
+ private:
+  friend class Reader;
+  void Build();
+
+  TrainDocuments documents_;
+  TrainOptions options_;
+  Index rows_per_rank_ = 1;
+  std::uint64_t stream_ = 0;
+  TrainSummary summary_;
+  Index checkpoint_stride_ = 1;                                 // steps between checkpoints
+  std::vector<std::shared_ptr<const Checkpoint>> checkpoints_;  // step k * stride
+};
+
+class TrainPlan::Reader {
+ public:
+  ~Reader();
+  // The next step of the rank; false after the last step (continuous: never,
+  // unless the stream is empty). all: every rank's step (rank = -1 reader).
+  bool Next(TrainStep* step);
+  bool NextAll(std::vector<TrainStep>* all);
+  [[nodiscard]] Index step() const;  // the step Next returns next
+
+ private:
+  friend class TrainPlan;
+  struct Impl;
+  explicit Reader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardkit
+
+#endif  // SHARDKIT_LOADER_TRAIN_PLAN_H_

@@ -1,0 +1,88 @@
+// The global equal-steps pack plan on one core: construction (the whole
+// epoch through the packer and the deal, what every rank runs at the start of
+// an epoch) in documents/s, and a rank's steps streamed by a Reader. Lengths:
+// lognormal (median ~400 tokens, sigma 1.2), seq_len 4096 and 8192, W = 8,
+// batch 8, the default buffer (1024). The padding over the lower bound
+// ceil(tokens / seq_len) is reported as a counter (rows dealt, filler
+// included).
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "shardkit/loader/train_plan.h"
+
+namespace shardkit {
+namespace {
+
+const std::vector<Index>& Lengths() {
+  static const std::vector<Index> lengths = [] {
+    std::mt19937_64 rng(0);
+    std::lognormal_distribution<double> length(6.0, 1.2);
+    std::vector<Index> v(4'000'000);
+    for (auto& l : v) l = 1 + static_cast<Index>(length(rng));
+    return v;
+  }();
+  return lengths;
+}
+
+TrainOptions Options(Index seq_len, PackAlgorithm algorithm) {
+  TrainOptions o;
+  o.seq_len = seq_len;
+  o.batch_size = 8;
+  o.world_size = 8;
+  o.algorithm = algorithm;
+  return o;
+}
+
+void Report(benchmark::State& state, const TrainPlan& plan, Index docs) {
+  const TrainSummary& s = plan.summary();
+  const double rows = static_cast<double>(s.num_steps) * 64;
+  state.counters["docs/s"] = benchmark::Counter(static_cast<double>(docs) * state.iterations(),
+                                                benchmark::Counter::kIsRate);
+  state.counters["pad_over_bound_%"] = 100.0 * (rows - s.lower_bound) / s.lower_bound;
+  state.counters["stream_over_bound_%"] =
+      100.0 * (static_cast<double>(s.packs) - s.lower_bound) / s.lower_bound;
+  state.counters["max_full_step_imbalance"] = s.max_full_step_imbalance;
+}
+
+void BM_TrainPlanBuild(benchmark::State& state) {
+  const auto& lengths = Lengths();
+  const TrainOptions o = Options(state.range(0), static_cast<PackAlgorithm>(state.range(1)));
+  std::unique_ptr<TrainPlan> plan;
+  for (auto _ : state) {
+    plan = std::make_unique<TrainPlan>(TrainDocuments::FromSpans(lengths), o);
+    benchmark::DoNotOptimize(plan->num_steps());
+  }
+  Report(state, *plan, static_cast<Index>(lengths.size()));
+}
+BENCHMARK(BM_TrainPlanBuild)
+    ->ArgsProduct({{4096, 8192},
+                   {static_cast<int>(PackAlgorithm::kBestFitDecreasing),
+                    static_cast<int>(PackAlgorithm::kNextFit)}})
+    ->ArgNames({"seq_len", "algorithm"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// One rank reading its steps of the whole epoch (it plans every rank's).
+void BM_TrainPlanReadRank(benchmark::State& state) {
+  const auto& lengths = Lengths();
+  const TrainOptions o = Options(state.range(0), PackAlgorithm::kBestFitDecreasing);
+  TrainPlan plan(TrainDocuments::FromSpans(lengths), o);
+  for (auto _ : state) {
+    auto reader = plan.Read(3);
+    TrainStep step;
+    Index n = 0;
+    while (reader->Next(&step)) n += step.tokens;
+    benchmark::DoNotOptimize(n);
+  }
+  Report(state, plan, static_cast<Index>(lengths.size()));
+}
+BENCHMARK(BM_TrainPlanReadRank)
+    ->Arg(4096)
+    ->ArgName("seq_len")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace shardkit

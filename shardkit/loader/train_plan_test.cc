@@ -1,0 +1,552 @@
+#include "shardkit/loader/train_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "shardkit/sharding/permutation.h"
+
+namespace shardkit {
+
+// Test-only equality of pieces (gtest compares rows with ==).
+bool operator==(const PackItem& x, const PackItem& y) {
+  return x.item == y.item && x.length == y.length && x.images == y.images && x.start == y.start;
+}
+
+namespace {
+
+// The oracle of the pack stream: the documents in the global order through a
+// StreamingPacker of the packing area, written out here from the definition.
+struct Stream {
+  std::vector<std::vector<PackItem>> packs;
+  std::vector<Index> dropped;
+};
+
+Stream Oracle(const std::vector<Index>& lengths, const std::vector<Index>& images,
+              const TrainOptions& o, std::uint64_t epoch) {
+  PackOptions p;
+  p.capacity = o.seq_len;
+  p.algorithm = o.algorithm;
+  p.buffer = o.buffer;
+  p.max_images = o.max_images;
+  p.max_sequences = o.max_sequences;
+  p.oversize = o.oversize;
+  StreamingPacker packer(p);
+  const Index n = static_cast<Index>(lengths.size());
+  Permutation order(n, o.seed, epoch);
+  Stream s;
+  Pack pack;
+  for (Index k = 0; k < n; ++k) {
+    const Index d = o.shuffle ? order.Forward(k) : k;
+    packer.Push(d, lengths[d], images.empty() ? 0 : images[d]);
+    while (packer.Pop(&pack)) s.packs.push_back(pack.pieces);
+  }
+  packer.Finish();
+  while (packer.Pop(&pack)) s.packs.push_back(pack.pieces);
+  s.dropped = packer.dropped_items();
+  return s;
+}
+
+// Every piece of every non-dropped document exactly once in `pieces`.
+::testing::AssertionResult Tiles(const std::vector<Index>& lengths,
+                                 const std::vector<Index>& dropped,
+                                 const std::vector<PackItem>& pieces) {
+  std::vector<std::vector<std::pair<Index, Index>>> by(lengths.size());
+  for (const PackItem& p : pieces) {
+    if (p.item < 0 || p.item >= static_cast<Index>(lengths.size())) {
+      return ::testing::AssertionFailure() << "piece of document " << p.item;
+    }
+    by[p.item].push_back({p.start, p.length});
+  }
+  std::vector<char> is_dropped(lengths.size(), 0);
+  for (Index d : dropped) is_dropped[d] = 1;
+  for (std::size_t d = 0; d < lengths.size(); ++d) {
+    auto& list = by[d];
+    if (is_dropped[d]) {
+      if (!list.empty()) return ::testing::AssertionFailure() << "dropped " << d << " delivered";
+      continue;
+    }
+    if (list.empty()) return ::testing::AssertionFailure() << "document " << d << " missing";
+    std::sort(list.begin(), list.end());
+    Index at = 0;
+    for (auto [start, length] : list) {
+      if (start != at) return ::testing::AssertionFailure() << "document " << d << " gap/overlap";
+      if (length == 0 && lengths[d] != 0) {
+        return ::testing::AssertionFailure() << "document " << d << " empty piece";
+      }
+      at += length;
+    }
+    if (at != lengths[d]) return ::testing::AssertionFailure() << "document " << d << " short";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+struct Config {
+  std::vector<Index> lengths, images;
+  TrainOptions options;
+};
+
+Config RandomConfig(std::mt19937_64& rng) {
+  Config c;
+  const Index n = static_cast<Index>(rng() % 400);
+  const Index seq_len = std::vector<Index>{1, 5, 16, 64, 200}[rng() % 5];
+  std::lognormal_distribution<double> lognormal(std::log(seq_len / 3.0 + 1), 1.0);
+  const bool with_images = rng() % 4 == 0;
+  for (Index d = 0; d < n; ++d) {
+    Index len = static_cast<Index>(lognormal(rng));
+    if (rng() % 12 == 0) len = 0;
+    if (rng() % 20 == 0)
+      len = seq_len * static_cast<Index>(1 + rng() % 4) + static_cast<Index>(rng() % 3);
+    c.lengths.push_back(len);
+    if (with_images) c.images.push_back(static_cast<Index>(rng() % 3));
+  }
+  TrainOptions& o = c.options;
+  o.seq_len = seq_len;
+  o.batch_size = static_cast<Index>(1 + rng() % 3);
+  o.world_size = std::vector<Index>{1, 2, 3, 4, 7, 16}[rng() % 6];
+  o.micro_batches = static_cast<Index>(1 + rng() % 2);
+  o.mode = static_cast<TrainMode>(rng() % 3);
+  o.shuffle = rng() % 4 != 0;
+  o.seed = rng() % 1000;
+  o.epoch = rng() % 3;
+  o.algorithm = static_cast<PackAlgorithm>(rng() % 4);
+  if (rng() % 3) o.buffer = std::vector<Index>{1, 2, 7, 64}[rng() % 4];
+  if (with_images && rng() % 2) o.max_images = static_cast<Index>(1 + rng() % 4);
+  if (rng() % 5 == 0) o.max_sequences = static_cast<Index>(1 + rng() % 4);
+  o.oversize = rng() % 3 == 0 ? Oversize::kDrop : Oversize::kSplit;
+  o.cost = rng() % 2 ? CostModel::kTokens : CostModel::kSquaredLengths;
+  return c;
+}
+
+TrainPlan Make(const Config& c) {
+  return TrainPlan(TrainDocuments::FromSpans(c.lengths, c.images), c.options);
+}
+
+std::string Describe(const Config& c) { return Make(c).Describe(); }
+
+// Everything delivered by a plan's steps, per rank and step, from Step().
+std::vector<std::vector<TrainStep>> AllSteps(const TrainPlan& plan, Index steps) {
+  std::vector<std::vector<TrainStep>> out(steps);
+  for (Index s = 0; s < steps; ++s) {
+    for (Index r = 0; r < plan.options().world_size; ++r) out[s].push_back(plan.Step(r, s));
+  }
+  return out;
+}
+
+TEST(TrainPlan, EqualStepsEveryPieceExactlyOnceOverRandomConfigurations) {
+  std::mt19937_64 rng(12);
+  for (int trial = 0; trial < 300; ++trial) {
+    Config c = RandomConfig(rng);
+    SCOPED_TRACE(Describe(c));
+    TrainPlan plan = Make(c);
+    const TrainOptions& o = c.options;
+    const Stream stream = Oracle(c.lengths, c.images, o, o.epoch);
+    const Index P = static_cast<Index>(stream.packs.size());
+    const Index rows = o.batch_size * o.micro_batches;
+    const Index R = o.world_size * rows;
+    const Index expected_steps = o.mode == TrainMode::kDrop ? P / R : (P + R - 1) / R;
+    ASSERT_EQ(plan.num_steps(), expected_steps);
+    auto steps = AllSteps(plan, plan.num_steps());
+    std::vector<PackItem> delivered;
+    std::vector<Index> seen_packs;
+    Index filler = 0;
+    for (Index s = 0; s < plan.num_steps(); ++s) {
+      for (Index r = 0; r < o.world_size; ++r) {
+        const TrainStep& t = steps[s][r];
+        ASSERT_EQ(static_cast<Index>(t.rows.size()), rows) << "step " << s << " rank " << r;
+        Index tokens = 0;
+        for (std::size_t k = 0; k < t.rows.size(); ++k) {
+          if (t.row_packs[k] < 0) {
+            ++filler;
+            EXPECT_TRUE(t.rows[k].empty());
+            EXPECT_EQ(o.mode, TrainMode::kPad);
+            EXPECT_EQ(s, plan.num_steps() - 1) << "filler before the last step";
+            continue;
+          }
+          Index row_tokens = 0;
+          for (const PackItem& p : t.rows[k]) row_tokens += p.length;
+          EXPECT_LE(row_tokens, o.seq_len);
+          tokens += row_tokens;
+          if (t.row_epochs[k] != o.epoch) {
+            EXPECT_EQ(o.mode, TrainMode::kContinuous);
+            EXPECT_EQ(s, plan.num_steps() - 1);
+            continue;
+          }
+          ASSERT_LT(t.row_packs[k], P);
+          EXPECT_EQ(t.rows[k], stream.packs[t.row_packs[k]]);
+          seen_packs.push_back(t.row_packs[k]);
+          delivered.insert(delivered.end(), t.rows[k].begin(), t.rows[k].end());
+        }
+        EXPECT_EQ(t.tokens, tokens);
+      }
+    }
+    std::sort(seen_packs.begin(), seen_packs.end());
+    const Index dealt = static_cast<Index>(seen_packs.size());
+    for (Index g = 0; g < dealt; ++g) ASSERT_EQ(seen_packs[g], g);
+    if (o.mode == TrainMode::kDrop) {
+      ASSERT_EQ(P - dealt, P % R);
+      EXPECT_EQ(plan.summary().dropped_packs, P % R);
+      for (Index g = dealt; g < P; ++g) {
+        delivered.insert(delivered.end(), stream.packs[g].begin(), stream.packs[g].end());
+      }
+    } else {
+      ASSERT_EQ(dealt, P);
+    }
+    EXPECT_EQ(filler, o.mode == TrainMode::kPad ? plan.num_steps() * R - P : 0);
+    EXPECT_EQ(plan.summary().filler_rows, filler);
+    EXPECT_EQ(plan.summary().dropped, static_cast<Index>(stream.dropped.size()));
+    EXPECT_TRUE(Tiles(c.lengths, stream.dropped, delivered));
+    const TrainAudit audit = plan.Audit();
+    EXPECT_TRUE(audit.exactly_once) << audit.error;
+    EXPECT_TRUE(audit.equal_steps);
+    EXPECT_TRUE(audit.filler_last_only);
+    EXPECT_EQ(audit.filler_rows, filler);
+  }
+}
+
+TEST(TrainPlan, ReaderStepAndRebuiltPlanAgree) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 100; ++trial) {
+    Config c = RandomConfig(rng);
+    SCOPED_TRACE(Describe(c));
+    TrainPlan a = Make(c), b = Make(c);
+    EXPECT_EQ(a.Fingerprint(), b.Fingerprint());
+    const Index steps = a.num_steps() + (c.options.mode == TrainMode::kContinuous ? 3 : 0);
+    if (a.summary().stream_packs == 0) continue;
+    for (Index r = 0; r < c.options.world_size; ++r) {
+      auto reader = b.Read(r);
+      TrainStep t;
+      for (Index s = 0; s < steps; ++s) {
+        ASSERT_TRUE(reader->Next(&t));
+        const TrainStep u = a.Step(r, s);
+        EXPECT_EQ(t.rows, u.rows);
+        EXPECT_EQ(t.row_packs, u.row_packs);
+        EXPECT_EQ(t.row_epochs, u.row_epochs);
+      }
+      if (c.options.mode != TrainMode::kContinuous) {
+        EXPECT_FALSE(reader->Next(&t));
+      }
+    }
+  }
+}
+
+TEST(TrainPlan, ResumeAtRandomStepsEqualsTheUninterruptedRun) {
+  std::mt19937_64 rng(21);
+  for (int trial = 0; trial < 150; ++trial) {
+    Config c = RandomConfig(rng);
+    TrainPlan plan = Make(c);
+    if (plan.num_steps() == 0) continue;
+    SCOPED_TRACE(plan.Describe());
+    const Index k = static_cast<Index>(rng() % plan.num_steps());
+    const TrainState state = plan.StateAt(k);
+    TrainPlan resumed(TrainDocuments::FromSpans(c.lengths, c.images), c.options, state);
+    ASSERT_EQ(resumed.num_steps(), plan.num_steps() - k);
+    for (Index s = 0; s < resumed.num_steps(); ++s) {
+      for (Index r = 0; r < c.options.world_size; ++r) {
+        EXPECT_EQ(resumed.Step(r, s).rows, plan.Step(r, k + s).rows);
+      }
+    }
+    EXPECT_EQ(resumed.summary().end, plan.summary().end);
+  }
+}
+
+TEST(TrainPlan, ElasticResumeDeliversTheRestOfTheEpochExactlyOnce) {
+  std::mt19937_64 rng(33);
+  for (int trial = 0; trial < 150; ++trial) {
+    Config c = RandomConfig(rng);
+    c.options.mode = rng() % 2 ? TrainMode::kPad : TrainMode::kContinuous;
+    TrainPlan first = Make(c);
+    if (first.num_steps() == 0) continue;
+    SCOPED_TRACE(first.Describe());
+    const Index k = static_cast<Index>(rng() % first.num_steps());
+    std::vector<PackItem> delivered;
+    auto take = [&](const TrainPlan& plan, Index from, Index to) {
+      for (Index s = from; s < to; ++s) {
+        for (Index r = 0; r < plan.options().world_size; ++r) {
+          const TrainStep t = plan.Step(r, s);
+          for (std::size_t j = 0; j < t.rows.size(); ++j) {
+            if (t.row_epochs[j] != c.options.epoch) continue;
+            delivered.insert(delivered.end(), t.rows[j].begin(), t.rows[j].end());
+          }
+        }
+      }
+    };
+    take(first, 0, k);
+    Config d = c;
+    d.options.world_size = static_cast<Index>(1 + rng() % 9);
+    d.options.batch_size = static_cast<Index>(1 + rng() % 4);
+    d.options.micro_batches = 1;
+    TrainPlan second(TrainDocuments::FromSpans(d.lengths, d.images), d.options, first.StateAt(k));
+    take(second, 0, second.num_steps());
+    const Stream stream = Oracle(c.lengths, c.images, c.options, c.options.epoch);
+    EXPECT_TRUE(Tiles(c.lengths, stream.dropped, delivered));
+  }
+}
+
+TEST(TrainPlan, ContinuousStepsCrossIntoTheNextEpochWithoutFiller) {
+  std::vector<Index> lengths;
+  std::mt19937_64 rng(5);
+  for (int d = 0; d < 103; ++d) lengths.push_back(static_cast<Index>(1 + rng() % 60));
+  TrainOptions o;
+  o.seq_len = 64;
+  o.batch_size = 3;
+  o.world_size = 4;
+  o.mode = TrainMode::kContinuous;
+  o.epoch = 2;
+  TrainPlan plan(TrainDocuments::FromSpans(lengths), o);
+  ASSERT_GT(plan.num_steps(), 1);
+  EXPECT_EQ(plan.summary().filler_rows, 0);
+  // The plan of the end state continues the stream: its step j is step
+  // num_steps + j of this plan.
+  const TrainState end = plan.summary().end;
+  EXPECT_EQ(end.epoch, 3u);
+  EXPECT_EQ(end.position, plan.summary().next_epoch_rows);
+  TrainPlan next(TrainDocuments::FromSpans(lengths), o, end);
+  for (Index j = 0; j < 5; ++j) {
+    for (Index r = 0; r < 4; ++r) {
+      const TrainStep t = plan.Step(r, plan.num_steps() + j);
+      EXPECT_EQ(t.rows, next.Step(r, j).rows);
+      EXPECT_EQ(t.filler_rows, 0);
+    }
+  }
+  // Over two epochs every document twice: once per epoch.
+  std::map<std::uint64_t, std::vector<PackItem>> by_epoch;
+  for (Index s = 0; s < plan.num_steps() + next.num_steps(); ++s) {
+    for (Index r = 0; r < 4; ++r) {
+      const TrainStep t = plan.Step(r, s);
+      for (std::size_t k = 0; k < t.rows.size(); ++k) {
+        by_epoch[t.row_epochs[k]].insert(by_epoch[t.row_epochs[k]].end(), t.rows[k].begin(),
+                                         t.rows[k].end());
+      }
+    }
+  }
+  EXPECT_TRUE(Tiles(lengths, {}, by_epoch[2]));
+  EXPECT_TRUE(Tiles(lengths, {}, by_epoch[3]));
+}
+
+TEST(TrainPlan, StepsAreBalancedOnLognormalLengths) {
+  std::mt19937_64 rng(1);
+  std::lognormal_distribution<double> length(6.0, 1.2);
+  std::vector<Index> lengths;
+  for (int d = 0; d < 20000; ++d) lengths.push_back(1 + static_cast<Index>(length(rng)));
+  for (CostModel cost : {CostModel::kTokens, CostModel::kSquaredLengths}) {
+    TrainOptions o;
+    o.seq_len = 2048;
+    o.batch_size = 4;
+    o.world_size = 8;
+    o.cost = cost;
+    TrainPlan plan(TrainDocuments::FromSpans(lengths), o);
+    // Rows are nearly full, so the token cost is nearly even by itself; the
+    // deal must not make it worse than one short row on one rank.
+    if (cost == CostModel::kTokens) {
+      EXPECT_LT(plan.summary().max_full_step_imbalance, 0.01);
+    }
+    // Squared cost: the deal must beat dealing rows in stream order.
+    double round_robin_max = 0, dealt_max = 0;
+    double worst = 0;
+    for (Index s = 0; s + 1 < plan.num_steps(); ++s) {
+      std::vector<double> rr(8, 0.0);
+      std::vector<TrainStep> all;
+      for (Index r = 0; r < 8; ++r) all.push_back(plan.Step(r, s));
+      std::vector<std::pair<Index, double>> packs;
+      for (const TrainStep& t : all) {
+        for (std::size_t k = 0; k < t.rows.size(); ++k) {
+          double c = 0;
+          for (const PackItem& p : t.rows[k]) {
+            c += cost == CostModel::kTokens ? p.length : double(p.length) * p.length;
+          }
+          packs.push_back({t.row_packs[k], c});
+        }
+      }
+      std::sort(packs.begin(), packs.end());
+      double total = 0;
+      for (std::size_t j = 0; j < packs.size(); ++j) {
+        rr[j / 4] += packs[j].second;
+        total += packs[j].second;
+      }
+      round_robin_max += *std::max_element(rr.begin(), rr.end()) / (total / 8) - 1;
+      worst = std::max(worst, all[0].imbalance);
+      dealt_max += all[0].imbalance;
+      double heaviest = 0;
+      for (const TrainStep& t : all) heaviest = std::max(heaviest, t.cost);
+      EXPECT_NEAR(all[0].imbalance, heaviest / (total / 8) - 1, 1e-9);
+    }
+    EXPECT_LE(dealt_max, round_robin_max);
+    EXPECT_LE(worst, plan.summary().max_step_imbalance + 1e-12);
+  }
+}
+
+TEST(TrainPlan, EdgesEmptyFewerPacksThanRanksOneRankHugeWorld) {
+  TrainOptions o;
+  o.seq_len = 8;
+  o.batch_size = 2;
+  {
+    TrainPlan plan(TrainDocuments::FromSpans({}), o);
+    EXPECT_EQ(plan.num_steps(), 0);
+    EXPECT_TRUE(plan.Audit().exactly_once);
+    EXPECT_THROW((void)plan.Step(0, 0), std::out_of_range);
+    o.mode = TrainMode::kContinuous;
+    TrainPlan cont(TrainDocuments::FromSpans({}), o);
+    EXPECT_EQ(cont.num_steps(), 0);
+    EXPECT_THROW((void)cont.Step(0, 0), std::out_of_range);
+    o.mode = TrainMode::kPad;
+  }
+  std::vector<Index> three = {3, 8, 20};  // 20 splits into 8, 8, 4
+  o.world_size = 1;
+  {
+    TrainPlan plan(TrainDocuments::FromSpans(three), o);
+    const TrainAudit a = plan.Audit();
+    EXPECT_TRUE(a.exactly_once) << a.error;
+    EXPECT_EQ(plan.summary().split_documents, 1);
+  }
+  o.world_size = Index{1} << 40;
+  o.batch_size = 1;
+  {
+    TrainPlan plan(TrainDocuments::FromSpans(three), o);
+    EXPECT_EQ(plan.num_steps(), 1);
+    const Index packs = plan.summary().packs;
+    EXPECT_EQ(plan.summary().filler_rows, o.world_size - packs);
+    EXPECT_EQ(plan.Step(o.world_size - 1, 0).filler_rows, 1);
+    EXPECT_TRUE(plan.Step(o.world_size - 1, 0).rows[0].empty());
+    EXPECT_EQ(plan.Step(0, 0).filler_rows, 0);
+    const TrainAudit a = plan.Audit();
+    EXPECT_TRUE(a.exactly_once) << a.error;
+    o.mode = TrainMode::kDrop;
+    TrainPlan dropped(TrainDocuments::FromSpans(three), o);
+    EXPECT_EQ(dropped.num_steps(), 0);
+    EXPECT_EQ(dropped.summary().dropped_packs, packs);
+    EXPECT_EQ(dropped.summary().dropped_tokens, 31);
+  }
+}
+
+TEST(TrainPlan, BadInputNamesTheParameter) {
+  std::vector<Index> lengths = {5, 6, 7};
+  auto docs = TrainDocuments::FromSpans(lengths);
+  auto expect = [&](TrainOptions o, const std::string& prefix, std::vector<Index> l = {5, 6, 7}) {
+    try {
+      TrainPlan plan(TrainDocuments::FromSpans(l), o);
+      ADD_FAILURE() << "no error for " << prefix;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(prefix + ": ", 0), 0u) << e.what();
+    }
+  };
+  TrainOptions ok;
+  ok.seq_len = 8;
+  ok.batch_size = 2;
+  ok.world_size = 2;
+  TrainOptions o = ok;
+  o.seq_len = 0;
+  expect(o, "seq_len");
+  o = ok;
+  o.batch_size = 0;
+  expect(o, "batch_size");
+  o = ok;
+  o.world_size = 0;
+  expect(o, "world_size");
+  o = ok;
+  o.micro_batches = 0;
+  expect(o, "micro_batches");
+  o = ok;
+  o.buffer = 0;
+  expect(o, "buffer");
+  o = ok;
+  o.oversize = Oversize::kError;
+  expect(o, "oversize");
+  o = ok;
+  o.max_images = 2;
+  expect(o, "max_images");
+  o = ok;
+  o.position = 99;
+  expect(o, "position");
+  o = ok;
+  o.position = -1;
+  expect(o, "position");
+  expect(ok, "lengths", {5, -1});
+  const Index big = std::numeric_limits<Index>::max() / 2 + 1;
+  expect(ok, "lengths", {big, big});
+  o = ok;
+  o.world_size = Index{1} << 40;
+  o.batch_size = Index{1} << 20;
+  o.seq_len = Index{1} << 10;
+  expect(o, "batch_size");
+  EXPECT_THROW((void)ParseTrainMode("even"), std::invalid_argument);
+  TrainPlan plan(docs, ok);
+  EXPECT_THROW((void)plan.Step(2, 0), std::out_of_range);
+  EXPECT_THROW((void)plan.Step(0, plan.num_steps()), std::out_of_range);
+  EXPECT_THROW((void)plan.StateAt(plan.num_steps() + 1), std::out_of_range);
+  // A state of another stream (another seq_len) is refused; another world
+  // size is fine.
+  TrainState state = plan.StateAt(0);
+  TrainOptions other = ok;
+  other.seq_len = 9;
+  EXPECT_THROW(TrainPlan(docs, other, state), std::invalid_argument);
+  other = ok;
+  other.world_size = 3;
+  EXPECT_NO_THROW(TrainPlan(docs, other, state));
+  std::vector<Index> changed = {5, 6, 8};
+  EXPECT_THROW(TrainPlan(TrainDocuments::FromSpans(changed), ok, state), std::invalid_argument);
+}
+
+TEST(TrainPlan, StateJsonRoundTripsAndRejectsOtherObjects) {
+  const TrainState s{7, 123456789012345, 0xfedcba9876543210ULL};
+  EXPECT_EQ(TrainStateFromJson(TrainStateToJson(s)), s);
+  EXPECT_EQ(TrainStateFromJson(" { \"stream\" :\"00000000000000ff\", \"position\":3,\n"
+                               "\"epoch\": 2, \"kind\": \"train_plan\", \"version\": 1 } "),
+            (TrainState{2, 3, 255}));
+  for (const char* bad :
+       {"", "{}", "[]",
+        "{\"version\": 2, \"kind\": \"train_plan\", \"epoch\": 0, "
+        "\"position\": 0, \"stream\": \"0\"}",
+        "{\"version\": 1, \"kind\": \"loader\", \"epoch\": 0, \"position\": 0, \"stream\": \"0\"}",
+        "{\"version\": 1, \"kind\": \"train_plan\", \"epoch\": 0, \"position\": -1, "
+        "\"stream\": \"0\"}",
+        "{\"version\": 1, \"kind\": \"train_plan\", \"epoch\": 0, \"position\": 0}",
+        "{\"version\": 1, \"kind\": \"train_plan\", \"epoch\": 0, \"position\": 0, "
+        "\"stream\": \"xyz\"}",
+        "{\"version\": 1, \"kind\": \"train_plan\", \"epoch\": 0, \"position\": 0, "
+        "\"stream\": \"0\", \"extra\": 1}",
+        "{\"version\": 1, \"kind\": \"train_plan\", \"epoch\": 0, \"position\": 0, "
+        "\"stream\": \"0\"} x"}) {
+    try {
+      (void)TrainStateFromJson(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("state: ", 0), 0u) << e.what();
+    }
+  }
+}
+
+TEST(TrainPlan, FingerprintCoversTheParameters) {
+  std::vector<Index> lengths = {5, 6, 7, 30, 2};
+  TrainOptions o;
+  o.seq_len = 8;
+  o.batch_size = 2;
+  o.world_size = 2;
+  auto fp = [&](TrainOptions x) {
+    return TrainPlan(TrainDocuments::FromSpans(lengths), x).Fingerprint();
+  };
+  const std::uint64_t base = fp(o);
+  TrainOptions x = o;
+  x.seed = 1;
+  EXPECT_NE(fp(x), base);
+  x = o;
+  x.world_size = 3;
+  EXPECT_NE(fp(x), base);
+  x = o;
+  x.mode = TrainMode::kDrop;
+  EXPECT_NE(fp(x), base);
+  x = o;
+  x.epoch = 1;
+  EXPECT_NE(fp(x), base);
+  EXPECT_EQ(fp(o), base);
+}
+
+}  // namespace
+}  // namespace shardkit
