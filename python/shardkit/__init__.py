@@ -42,7 +42,7 @@ from shardkit.layout import (
     NamedSharding,
     PartitionSpec,
 )
-from shardkit.loader import TokenLoader
+from shardkit.loader import TokenLoader, TrainAudit, TrainPlan
 from shardkit.packing import (
     PackedCollator,
     Packing,
@@ -92,6 +92,8 @@ __all__ = [
     "TokenLoader",
     "Mixture",
     "DataRoles",
+    "TrainPlan",
+    "TrainAudit",
     "LoadingPlan",
     "LocalToGlobal",
     "Mesh",

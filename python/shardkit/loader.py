@@ -22,8 +22,9 @@ batch buffers (no copy). The GIL is released while C++ works.
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Any, Dict, Iterator, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -31,7 +32,7 @@ from shardkit import _core
 from shardkit.eval import rank_and_world
 from shardkit.layout import data_rank_and_world
 
-__all__ = ["TokenLoader"]
+__all__ = ["TokenLoader", "TrainPlan", "TrainAudit"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -242,3 +243,206 @@ class TokenLoader:
             f"batch_size={o['batch_size']}, rank={o['rank']}/{o['world_size']}, "
             f"worker={o['worker']}/{o['num_workers']}, epoch={self.epoch})"
         )
+
+
+def _int64_array(values: Any, name: str) -> np.ndarray:
+    """values as a contiguous 1-D int64 array (no copy when it already is one)."""
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D array, got shape {array.shape}")
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if array.dtype.kind not in "iu":
+        raise ValueError(f"{name}: expected integers, got dtype {array.dtype}")
+    if array.dtype.kind == "u" and array.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name}: value {int(array.max())} does not fit int64")
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+Row = List[Tuple[int, int, int]]
+
+
+class TrainAudit(dict):
+    """The checks of :meth:`TrainPlan.audit`, as a dict and as attributes
+    (``exactly_once``, ``equal_steps``, ``filler_last_only``, ``steps``,
+    ``filler_rows``, ``dropped``, ``dropped_packs``, ``tokens``,
+    ``lower_bound``, ``padding_over_bound``, ``max_full_step_imbalance``,
+    ``error``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _state_json(state: Any) -> str:
+    if isinstance(state, str):
+        return state
+    if not isinstance(state, dict):
+        raise ValueError(f"state: expected a dict from state_dict(), got {type(state).__name__}")
+    return json.dumps(state)
+
+
+class TrainPlan:
+    """Equal steps for training, every document once per epoch.
+
+    One global pack plan dealt to ranks: the epoch's documents in one global order
+    (per ``(seed, epoch)``) go through one streaming packer into rows of
+    ``seq_len`` tokens, and every global step deals ``world_size * batch_size``
+    rows so that each rank gets exactly ``batch_size`` of them, balanced by cost.
+    Every rank computes the same plan from the lengths alone.
+
+    >>> import shardkit
+    >>> lengths = [300, 1200, 50, 700, 20, 900, 410, 64, 5000, 128]
+    >>> plan = shardkit.TrainPlan(lengths, seq_len=1024, batch_size=2, world_size=2)
+    >>> plan.num_steps                                  # the same on every rank
+    3
+    >>> [len(plan.step(r, s)) for r in range(2) for s in range(plan.num_steps)]
+    [2, 2, 2, 2, 2, 2]
+    >>> rows = [row for s in range(3) for r in range(2) for row in plan.step(r, s)]
+    >>> sum(length for row in rows for (document, start, length) in row) == sum(lengths)
+    True
+    >>> audit = plan.audit()
+    >>> audit.exactly_once, audit.steps, audit.filler_rows   # filler: last step only
+    (True, 3, 3)
+    >>> state = plan.state_dict(1)                       # before step 1, on every rank
+    >>> rest = shardkit.TrainPlan(lengths, seq_len=1024, batch_size=1, world_size=3, state=state)
+    >>> rest.num_steps                                   # elastic: the rest of the epoch
+    2
+
+    ``mode``: ``"pad"`` (the last step is completed with filler rows, the only
+    ones), ``"continuous"`` (no epoch boundary: the next epoch's rows follow,
+    no filler) or ``"drop"`` (the final partial step is dropped and counted).
+    ``cost``: ``"tokens"`` or ``"squared"`` (sum of squared piece lengths) for
+    the per-step balance. ``micro_batches``: rows per rank per step are
+    ``batch_size * micro_batches``. ``algorithm`` / ``buffer`` /
+    ``max_images`` / ``max_sequences`` / ``oversize`` (``split`` or ``drop``)
+    choose the streaming packer. ``state`` (a :meth:`state_dict`) continues a
+    run, with any world size and batch shape; ``position`` starts after that
+    many packs of the epoch's stream.
+    """
+
+    def __init__(
+        self,
+        lengths,
+        seq_len: int,
+        batch_size: int,
+        world_size: int,
+        *,
+        mode: str = "pad",
+        shuffle: bool = True,
+        seed: int = 0,
+        epoch: int = 0,
+        algorithm: str = "bfd",
+        buffer: Optional[int] = None,
+        cost: str = "tokens",
+        images=None,
+        max_images: Optional[int] = None,
+        oversize: str = "split",
+        micro_batches: int = 1,
+        max_sequences: Optional[int] = None,
+        position: int = 0,
+        state: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        if seed < 0:
+            raise ValueError(f"seed: must be non-negative, got {seed}")
+        if epoch < 0:
+            raise ValueError(f"epoch: must be non-negative, got {epoch}")
+        self._lengths = _int64_array(lengths, "lengths")
+        self._images = None if images is None else _int64_array(images, "images")
+        self._plan = _core._TrainPlan(
+            self._lengths,
+            self._images,
+            seq_len=int(seq_len),
+            batch_size=int(batch_size),
+            world_size=int(world_size),
+            micro_batches=int(micro_batches),
+            mode=mode,
+            shuffle=bool(shuffle),
+            seed=int(seed),
+            epoch=int(epoch),
+            position=int(position),
+            algorithm=algorithm,
+            buffer=buffer,
+            cost=cost,
+            max_images=max_images,
+            max_sequences=max_sequences,
+            oversize=oversize,
+            state=None if state is None else _state_json(state),
+        )
+
+    # -- the plan -------------------------------------------------------------
+    @property
+    def num_steps(self) -> int:
+        """Steps of this epoch, the same on every rank."""
+        return self._plan.num_steps
+
+    @property
+    def world_size(self) -> int:
+        return self._plan.world_size
+
+    @property
+    def rows_per_rank(self) -> int:
+        """Rows per rank per step: batch_size * micro_batches."""
+        return self._plan.rows_per_rank
+
+    @property
+    def epoch(self) -> int:
+        return self._plan.epoch
+
+    @property
+    def fingerprint(self) -> int:
+        """A hash of the whole plan; ranks compare it once at start
+        (``shardkit.torch.check_plan(plan)``)."""
+        return self._plan.fingerprint
+
+    def describe(self) -> str:
+        return self._plan.describe()
+
+    @property
+    def summary(self) -> Dict[str, Any]:
+        """Totals of the construction pass: packs, tokens, lower_bound,
+        filler_rows, dropped, dropped_packs, dropped_tokens, per-step
+        imbalance (max_step_imbalance, max_full_step_imbalance,
+        mean_step_imbalance)."""
+        return self._plan.summary()
+
+    def step(self, rank: int, step: int) -> List[Row]:
+        """Rank's rows of ``step``: ``rows_per_rank`` lists of
+        ``(document, start, length)`` pieces; a filler row is ``[]``.
+        Random access replays the packer from the nearest checkpoint; use
+        :meth:`steps` to read a rank's steps in order."""
+        return self._plan.step(rank, step)["rows"]
+
+    def step_info(self, rank: int, step: int) -> Dict[str, Any]:
+        """:meth:`step` with ``tokens`` (real tokens of the rank),
+        ``filler_rows``, ``row_packs`` (stream index, -1 filler),
+        ``row_epochs``, ``cost`` and the step's ``imbalance``."""
+        return self._plan.step(rank, step)
+
+    def steps(self, rank: int, start: int = 0, *, info: bool = False) -> Iterator[Any]:
+        """Rank's steps from ``start`` in order, streamed at planning speed
+        (continuous mode: without end)."""
+        reader = _core._TrainReader(self._plan, rank, start)
+        while True:
+            t = reader.next()
+            if t is None:
+                return
+            yield t if info else t["rows"]
+
+    # -- state ------------------------------------------------------------------
+    def state_dict(self, step: Optional[int] = None) -> Dict[str, Any]:
+        """Where a run stands before ``step`` (default: after the last step),
+        the same on every rank: ``{"version", "kind", "epoch", "position",
+        "stream"}``. Pass it as ``state=`` to continue, with any world size
+        or batch shape."""
+        return json.loads(self._plan.state_at(self.num_steps if step is None else int(step)))
+
+    def audit(self) -> TrainAudit:
+        """Replays the plan and checks it against the lengths: exactly once,
+        equal steps, filler in the last step only."""
+        return TrainAudit(self._plan.audit())
+
+    def __repr__(self) -> str:
+        return self.describe().replace("TrainPlan(", f"TrainPlan(num_steps={self.num_steps}, ", 1)

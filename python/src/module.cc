@@ -10,5 +10,6 @@ NB_MODULE(_core, m) {
   shardkit::python::init_packing(m);
   shardkit::python::init_eval_plan(m);
   shardkit::python::init_loader(m);
+  shardkit::python::init_train(m);
   shardkit::python::init_layout(m);
 }
