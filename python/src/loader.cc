@@ -105,6 +105,16 @@ nb::dict BatchToDict(const std::shared_ptr<const Batch>& b) {
   d["lengths"] = View(b, b->lengths, 0, 0);
   d["rows"] = View(b, b->rows, 0, 0);
   d["max_seqlen"] = b->max_seqlen;
+  d["row_tokens"] = View(b, b->row_tokens, 0, 0);
+  d["step"] = b->index;
+  if (!b->block_mask.empty()) {
+    auto* keep = new std::shared_ptr<const Batch>(b);
+    nb::capsule owner(
+        keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<const Batch>*>(p); });
+    std::size_t shape[3] = {rows, cols, cols};
+    d["block_mask"] = nb::cast(nb::ndarray<nb::numpy, std::uint8_t>(
+        const_cast<std::uint8_t*>(b->block_mask.data()), 3, shape, owner));
+  }
   return d;
 }
 
@@ -192,7 +202,9 @@ void init_loader(nb::module_& m) {
              std::optional<Index> buffer, std::int64_t pad_token_id, std::int64_t ignore_index,
              const std::string& padding_side, Index num_threads, Index prefetch, bool shard_files,
              std::optional<bool> whale_unbalanced_io_slicing,
-             std::optional<bool> whale_drop_last_files, nb::object state) {
+             std::optional<bool> whale_drop_last_files, bool equal_steps,
+             const std::string& mode, const std::string& cost, bool block_mask, bool causal,
+             nb::object state) {
             LoaderOptions o;
             o.seq_len = seq_len;
             o.batch_size = batch_size;
@@ -223,6 +235,11 @@ void init_loader(nb::module_& m) {
               o.whale_unbalanced_io_slicing = *whale_unbalanced_io_slicing;
               o.whale_drop_last_files = *whale_drop_last_files;
             }
+            o.equal_steps = equal_steps;
+            o.mode = ParseTrainMode(mode);
+            o.cost = ParseCostModel(cost);
+            o.block_mask = block_mask;
+            o.causal = causal;
             std::optional<LoaderState> resume;
             if (!state.is_none()) resume = DictToState(state);
             nb::gil_scoped_release release;
@@ -234,7 +251,8 @@ void init_loader(nb::module_& m) {
           "pad_token_id"_a = 0, "ignore_index"_a = -100, "padding_side"_a = "right",
           "num_threads"_a = 1, "prefetch"_a = 2, "shard_files"_a = false,
           "whale_unbalanced_io_slicing"_a = nb::none(), "whale_drop_last_files"_a = nb::none(),
-          "state"_a = nb::none())
+          "equal_steps"_a = false, "mode"_a = "pad", "cost"_a = "tokens", "block_mask"_a = false,
+          "causal"_a = true, "state"_a = nb::none())
       .def(
           "next",
           [](TokenLoader& loader) -> nb::object {
@@ -256,6 +274,41 @@ void init_loader(nb::module_& m) {
       .def(
           "state_json", [](const TokenLoader& l) { return LoaderStateToJson(l.State()); },
           "The state as the core's JSON text (state() is json.loads of it).")
+      .def_prop_ro("num_steps",
+                   [](const TokenLoader& l) -> std::optional<Index> {
+                     if (!l.train_plan()) return std::nullopt;
+                     return l.train_plan()->num_steps();
+                   })
+      .def(
+          "train_state_at",
+          [](const TokenLoader& l, Index n) {
+            if (!l.train_plan()) ThrowInvalid("equal_steps", "the loader packs per rank");
+            LoaderState s;
+            s.train = l.train_plan()->StateAt(n);
+            return StateToDict(s);
+          },
+          "steps"_a)
+      .def("train_summary",
+           [](const TokenLoader& l) -> nb::object {
+             const TrainPlan* p = l.train_plan();
+             if (!p) return nb::none();
+             const TrainSummary& s = p->summary();
+             nb::dict d;
+             d["num_steps"] = s.num_steps;
+             d["packs"] = s.packs;
+             d["tokens"] = s.tokens;
+             d["lower_bound"] = s.lower_bound;
+             d["filler_rows"] = s.filler_rows;
+             d["dropped"] = s.dropped;
+             d["dropped_packs"] = s.dropped_packs;
+             d["dropped_tokens"] = s.dropped_tokens;
+             d["max_step_imbalance"] = s.max_step_imbalance;
+             d["max_full_step_imbalance"] = s.max_full_step_imbalance;
+             d["mean_step_imbalance"] = s.mean_step_imbalance;
+             d["fingerprint"] = p->Fingerprint();
+             d["describe"] = p->Describe();
+             return d;
+           })
       .def_prop_ro("list_size", &TokenLoader::ListSize)
       .def_prop_ro("dropped", &TokenLoader::dropped)
       .def_prop_ro(

@@ -158,10 +158,41 @@ class Planner {
         packer_(MakePacker(o, std::move(packer))),
         read_(read),
         batches_(batches) {
+    if (o.equal_steps) {
+      StartTrainPlan(o);
+      return;
+    }
     if (read_ < 0 || read_ > list_.size()) {
       ThrowInvalid("state", "read = " + Str(read_) + " is outside [0, " + Str(list_.size()) +
                                 "] (this consumer's list)");
     }
+  }
+
+  // Equal steps: the global plan from base_.train (or the epoch's start);
+  // this worker reads the rank's steps worker, worker + K, ...
+  void StartTrainPlan(const LoaderOptions& o) {
+    TrainOptions t;
+    t.seq_len = o.seq_len;
+    t.batch_size = o.batch_size;
+    t.world_size = o.world_size;
+    t.mode = o.mode;
+    t.shuffle = o.shuffle;
+    t.seed = o.seed;
+    t.epoch = base_.epoch;
+    t.algorithm = o.algorithm;
+    t.buffer = o.buffer;
+    t.oversize = o.oversize;
+    t.cost = o.cost;
+    TrainDocuments docs;
+    docs.count = source_.num_documents();
+    const TokenSource* src = &source_;
+    docs.length = [src](Index d) { return src->DocumentLength(d); };
+    train_ = base_.train ? std::make_unique<TrainPlan>(std::move(docs), t, *base_.train)
+                         : std::make_unique<TrainPlan>(std::move(docs), t);
+    base_.epoch = train_->options().epoch;
+    stride_ = o.num_workers;
+    next_step_ = std::min(o.worker, train_->num_steps());
+    reader_ = train_->Read(o.rank, next_step_);
   }
 
   static PackOptions Options(const LoaderOptions& o) {
@@ -179,6 +210,7 @@ class Planner {
 
   // Plans the next batch; false at the end of the epoch.
   bool Next(Plan* plan) {
+    if (train_) return NextStep(plan);
     while (packer_.pending() < batch_size_) {
       if (read_ < list_.size()) {
         Index head_index;
@@ -212,14 +244,36 @@ class Planner {
     return true;
   }
 
+  bool NextStep(Plan* plan) {
+    if (next_step_ >= train_->num_steps()) return false;
+    TrainStep step;
+    if (!reader_->Next(&step)) return false;
+    plan->rows = std::move(step.rows);
+    plan->epoch = base_.epoch;
+    plan->index = step.step;
+    next_step_ = std::min(next_step_ + stride_, train_->num_steps());
+    TrainStep skipped;
+    while (reader_->step() < next_step_ && reader_->Next(&skipped)) {
+    }
+    ++batches_;
+    return true;
+  }
+
   struct Snapshot {
     Index read = 0, batches = 0;
     PackerState packer;
+    std::optional<TrainState> train;
   };
-  [[nodiscard]] Snapshot Take() const { return {read_, batches_, packer_.State()}; }
+  [[nodiscard]] Snapshot Take() const {
+    if (train_) return {0, batches_, {}, train_->StateAt(next_step_)};
+    return {read_, batches_, packer_.State(), std::nullopt};
+  }
   [[nodiscard]] const LoaderState& base() const { return base_; }
-  [[nodiscard]] Index list_size() const { return list_.size(); }
-  [[nodiscard]] Index dropped() const { return packer_.State().dropped; }
+  [[nodiscard]] Index list_size() const { return train_ ? train_->num_steps() : list_.size(); }
+  [[nodiscard]] Index dropped() const {
+    return train_ ? train_->summary().dropped : packer_.State().dropped;
+  }
+  [[nodiscard]] const TrainPlan* train() const { return train_.get(); }
 
  private:
   const TokenSource& source_;
@@ -229,6 +283,9 @@ class Planner {
   StreamingPacker packer_;
   Index read_, batches_;
   bool finished_ = false;
+  std::unique_ptr<TrainPlan> train_;  // equal steps
+  std::unique_ptr<TrainPlan::Reader> reader_;
+  Index stride_ = 1, next_step_ = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -258,6 +315,9 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
                                    " tokens per batch is more than " + Str(kMaxBatchTokens) +
                                    " (2^28, 7.5 GB of buffers); lower batch_size or seq_len");
   }
+  if (o.block_mask) {
+    (void)CheckedMul("block_mask", batch_tokens, o.seq_len);
+  }
   ValidatePackOptions(Planner::Options(o));
   consumers_ = CheckedMul("num_workers", o.world_size, o.num_workers);
   consumer_ = o.rank + o.worker * o.world_size;
@@ -265,6 +325,12 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
   collate_.padding_side = o.padding_side;
   collate_.pad_token_id = o.pad_token_id;
   collate_.ignore_index = o.ignore_index;
+  collate_.causal = o.causal;
+  if (o.equal_steps && o.shard_files) {
+    ThrowInvalid("shard_files",
+                 "file sharding gives ranks different amounts of data; it cannot be combined "
+                 "with equal_steps (the global plan deals documents, not files)");
+  }
   if (o.shard_files) {
     // Validates the Whale switches against the part count now.
     file_policy_ = WhaleSlicing(source_->num_parts(), consumers_, o.whale_unbalanced_io_slicing,
@@ -283,7 +349,17 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
   base.shard_files = o.shard_files;
   Index read = 0, batches = 0;
   std::optional<PackerState> packer;
-  if (resume) {
+  if (resume && (o.equal_steps != resume->train.has_value())) {
+    ThrowInvalid("state", o.equal_steps ? "was saved by a per-rank loader (equal_steps off); "
+                                          "this loader follows the equal-steps plan"
+                                        : "is an equal-steps (train_plan) state; this loader "
+                                          "packs per rank (equal_steps off)");
+  }
+  if (resume && resume->train) {
+    // The plan checks the state's stream fingerprint (documents and packing).
+    base.train = resume->train;
+    base.epoch = resume->train->epoch;
+  } else if (resume) {
     const LoaderState& s = *resume;
     CheckFingerprint(s, base, "was saved for another data set or configuration");
     ValidateLoaderState(s);
@@ -333,10 +409,15 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
   planner_ = std::make_unique<Planner>(*source_, o, consumers_, consumer_, std::move(base), read,
                                        batches, std::move(packer));
   auto snapshot = planner_->Take();
-  state_ = Publish(snapshot.read, snapshot.batches, std::move(snapshot.packer));
+  state_ = Publish(snapshot.read, snapshot.batches, std::move(snapshot.packer), snapshot.train);
   // The first buffers on the caller's thread: a size the machine cannot hold
   // is an error here, not an abort in a background thread.
   pool_.push_back(AllocateBatch());
+}
+
+const TrainPlan* LoaderImpl::train_plan() const {
+  std::lock_guard lock(mu_);
+  return planner_->train();
 }
 
 LoaderImpl::~LoaderImpl() {
@@ -350,13 +431,16 @@ LoaderImpl::~LoaderImpl() {
 }
 
 std::shared_ptr<const LoaderState> LoaderImpl::Publish(Index read, Index batches,
-                                                       PackerState packer) const {
+                                                       PackerState packer,
+                                                       std::optional<TrainState> train) const {
   auto state = std::make_shared<LoaderState>(planner_->base());
   state->consumers = consumers_;
   state->consumer = consumer_;
   state->read = read;
   state->batches = batches;
   state->packer = std::move(packer);
+  state->train = std::move(train);
+  if (state->train) state->epoch = state->train->epoch;
   return state;
 }
 
@@ -367,6 +451,7 @@ Index LoaderImpl::ListSize() const {
 
 Index LoaderImpl::dropped() const {
   std::lock_guard lock(mu_);
+  if (planner_->train()) return planner_->dropped();
   return state_->packer.dropped;
 }
 
@@ -393,6 +478,8 @@ std::shared_ptr<Batch> LoaderImpl::AllocateBatch() const {
     b->labels.resize(n);
     b->position_ids.resize(n);
     b->document_ids.resize(n);
+    b->row_tokens.resize(static_cast<std::size_t>(options_.batch_size));
+    if (options_.block_mask) b->block_mask.resize(n * static_cast<std::size_t>(options_.seq_len));
     return b;
   } catch (const std::bad_alloc&) {
     ThrowInvalid("batch_size", "cannot allocate the buffers of a batch of batch_size x seq_len = " +
@@ -421,6 +508,7 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
     out.labels = batch->labels.data() + offset;
     out.position_ids = batch->position_ids.data() + offset;
     out.document_ids = batch->document_ids.data() + offset;
+    if (options_.block_mask) out.block_mask = batch->block_mask.data() + offset * L;
     CollateRow(pieces, collate_, out, [this](const PackItem& p, std::int64_t* dst) {
       source_->Copy(p.item, p.start, p.length, dst);
     });
@@ -432,6 +520,7 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
     }
     const Index used = RowTokens(pieces);
     batch->tokens += used;
+    batch->row_tokens[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(used);
   }
   batch->max_seqlen = BatchCuSeqlens(rows, collate_, &batch->cu_seqlens);
 }
@@ -473,7 +562,7 @@ void LoaderImpl::ProducerLoop() {
       auto snap = planner_->Take();
       batch = AcquireBatch();
       lock.unlock();
-      state = Publish(snap.read, snap.batches, std::move(snap.packer));
+      state = Publish(snap.read, snap.batches, std::move(snap.packer), snap.train);
       Collate(plan, batch.get());
     } catch (...) {
       failed = std::current_exception();
@@ -499,7 +588,7 @@ std::shared_ptr<const Batch> LoaderImpl::Next() {
     auto snap = planner_->Take();
     std::shared_ptr<Batch> batch = AcquireBatch();
     Collate(plan, batch.get());
-    state_ = Publish(snap.read, snap.batches, std::move(snap.packer));
+    state_ = Publish(snap.read, snap.batches, std::move(snap.packer), snap.train);
     return batch;
   }
   if (!started_) StartThreads();
@@ -558,6 +647,7 @@ Index TokenLoader::ListSize() const {
 }
 const LoaderOptions& TokenLoader::options() const { return impl_->options(); }
 Index TokenLoader::consumers() const { return impl_->consumers(); }
+const TrainPlan* TokenLoader::train_plan() const { return impl_->train_plan(); }
 Index TokenLoader::consumer() const { return impl_->consumer(); }
 Index TokenLoader::dropped() const {
   FollowFork();
@@ -570,6 +660,17 @@ const std::optional<WhaleChoice>& TokenLoader::file_policy() const { return impl
 LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
   if (states.empty()) ThrowInvalid("state", "no states to merge");
   const LoaderState& first = states[0];
+  if (first.train) {
+    // Equal steps: every rank's state is the same global position.
+    for (const LoaderState& st : states) {
+      if (!st.train || !(*st.train == *first.train)) {
+        ThrowInvalid("state",
+                     "equal-steps states differ (ranks stopped at different steps or hold "
+                     "different plans); pass the state of one rank");
+      }
+    }
+    return first;
+  }
   if (first.consumers == 0) {
     if (states.size() == 1) {
       ValidateLoaderState(first);

@@ -52,6 +52,7 @@
 #include "shardkit/base/index.h"
 #include "shardkit/loader/loader_state.h"
 #include "shardkit/loader/token_source.h"
+#include "shardkit/loader/train_plan.h"
 #include "shardkit/packing/packing.h"
 #include "shardkit/packing/packing_metadata.h"
 #include "shardkit/sharding/whale.h"
@@ -89,6 +90,20 @@ struct LoaderOptions {
   bool shard_files = false;
   bool whale_unbalanced_io_slicing = false;
   bool whale_drop_last_files = false;
+  // Equal steps (train_plan.h): the batches follow the global TrainPlan of
+  // (seq_len, batch_size, world_size, mode, cost, the packer options), so
+  // every rank yields the same number of batches per epoch and every piece
+  // is in exactly one batch of one rank; worker k of K yields the rank's
+  // steps k, k + K, ... (Batch::index is the step). Not with shard_files.
+  // Off by default here (the per-rank planner is the building block); the
+  // Python TokenLoader, the torch datasets and the CLI turn it on.
+  bool equal_steps = false;
+  TrainMode mode = TrainMode::kPad;
+  CostModel cost = CostModel::kTokens;
+  // Also fill Batch::block_mask (packing_metadata.h's dense block-diagonal
+  // mask, [batch_size, seq_len, seq_len] bytes), causal within each piece.
+  bool block_mask = false;
+  bool causal = true;
 };
 
 // Combines the states of all consumers of one run (one state per consumer
@@ -113,6 +128,12 @@ struct Batch {
   std::vector<std::int64_t> documents, starts, lengths;
   std::vector<std::int32_t> rows;
   Index tokens = 0;  // real (non-padding) tokens
+  // Real tokens of each row [batch_size]: 0 for a filler row, whose labels
+  // are all ignore_index (normalise a loss by real tokens, not rows).
+  std::vector<std::int32_t> row_tokens;
+  // With LoaderOptions::block_mask: [batch_size, seq_len, seq_len], 1 iff
+  // tokens t and u are real tokens of the same piece (and u <= t if causal).
+  std::vector<std::uint8_t> block_mask;
 };
 
 class TokenLoader {
@@ -148,11 +169,15 @@ class TokenLoader {
   [[nodiscard]] const LoaderOptions& options() const;
   [[nodiscard]] Index consumers() const;
   [[nodiscard]] Index consumer() const;
-  // Documents dropped so far (oversize drop), in this consumer's stream.
+  // Documents dropped so far (oversize drop), in this consumer's stream
+  // (equal steps: in the epoch's stream).
   [[nodiscard]] Index dropped() const;
   // With shard_files: the Whale rule applied to the parts (which one, why,
   // and its warning); nullopt without file sharding.
   [[nodiscard]] const std::optional<WhaleChoice>& file_policy() const;
+  // Equal steps: the plan (null otherwise). Its StateAt(n) is the state of a
+  // rank after n batches, whichever worker produced them.
+  [[nodiscard]] const TrainPlan* train_plan() const;
 
  private:
   // After fork(): the child has none of the parent's threads, and their mutex

@@ -244,7 +244,10 @@ std::uint64_t PlanFingerprint(const LoaderState& s) {
   return h.Finish();
 }
 
-std::string LoaderStateToJson(const LoaderState& state) { return Seal(LoaderBody(state)); }
+std::string LoaderStateToJson(const LoaderState& state) {
+  if (state.train) return TrainStateToJson(*state.train);
+  return Seal(LoaderBody(state));
+}
 
 void ValidateLoaderState(const LoaderState& s) {
   const Index D = s.num_documents;
@@ -389,6 +392,13 @@ void ValidateLoaderState(const LoaderState& s) {
 LoaderState LoaderStateFromJson(std::string_view text) {
   const Json d = ParseJson(text, "state");
   ExpectType(d, "state", Json::Type::kObject);
+  if (const Json* kind = d.Find("kind");
+      kind && kind->type() == Json::Type::kString && kind->string_value() == "train_plan") {
+    LoaderState s;
+    s.train = TrainStateFromJson(text);
+    s.epoch = s.train->epoch;
+    return s;
+  }
   const Index version = ReadIndex(d, "state", "version");
   if (version != 1 && version != 2) {
     ThrowAtPath("state.version",

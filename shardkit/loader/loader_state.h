@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "shardkit/base/index.h"
+#include "shardkit/loader/train_plan.h"
 #include "shardkit/packing/packing.h"
 
 namespace shardkit {
@@ -90,6 +91,11 @@ struct LoaderState {
   bool shuffle = true;
   std::uint64_t seed = 0;
   bool shard_files = false;
+  // Equal steps (LoaderOptions::equal_steps): the global plan's state
+  // (train_plan.h) before the next step, the same on every rank; the fields
+  // above are then unused. Its JSON is TrainStateToJson's
+  // ({"kind": "train_plan", ...}, versioned on its own).
+  std::optional<TrainState> train;
 };
 
 // The data a state belongs to: document count, token count and a hash of

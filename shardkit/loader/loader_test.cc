@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -675,6 +676,98 @@ TEST(LoaderTest, InvalidOptionsNameTheParameter) {
               o.batch_size = Index{1} << 40;
             }).rfind("batch_size: ", 0),
             0u);
+}
+
+// Equal steps (train_plan.h): every rank the same number of batches, every
+// piece once over all ranks and workers, filler rows (row_tokens 0) only in
+// the last batch, the same state on every rank, and that state resumed on
+// another world size, batch size and worker count delivers the rest once.
+TEST(TokenLoader, EqualStepsSameBatchCountOnEveryRankEveryPieceOnceElasticResume) {
+  std::mt19937_64 rng(41);
+  for (int trial = 0; trial < 12; ++trial) {
+    Data data = MakeData(rng, static_cast<Index>(rng() % 200), 150);
+    const Index docs = static_cast<Index>(data.offsets.size()) - 1;
+    LoaderOptions o;
+    o.seq_len = 64;
+    o.batch_size = static_cast<Index>(1 + rng() % 3);
+    o.world_size = static_cast<Index>(1 + rng() % 4);
+    o.num_workers = static_cast<Index>(1 + rng() % 2);
+    o.seed = static_cast<std::uint64_t>(trial);
+    o.equal_steps = true;
+    o.mode = trial % 2 ? TrainMode::kPad : TrainMode::kContinuous;
+    o.num_threads = static_cast<Index>(rng() % 3);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    std::vector<PieceKey> pieces;
+    std::vector<Index> steps_per_rank;
+    Index stop = -1;
+    std::optional<LoaderState> state;
+    for (Index r = 0; r < o.world_size; ++r) {
+      Index steps = 0;
+      for (Index w = 0; w < o.num_workers; ++w) {
+        LoaderOptions x = o;
+        x.rank = r;
+        x.worker = w;
+        TokenLoader loader(data.source, x);
+        const Index num_steps = loader.train_plan()->num_steps();
+        if (stop < 0) stop = num_steps / 2;
+        for (auto& b : Drain(loader)) {
+          ASSERT_EQ(b->index % o.num_workers, w);
+          const bool filler = std::count(b->row_tokens.begin(), b->row_tokens.end(), 0) > 0;
+          if (filler && o.mode == TrainMode::kContinuous) ADD_FAILURE() << "filler, continuous";
+          if (filler) EXPECT_EQ(b->index, num_steps - 1);
+          ++steps;
+          if (b->index >= stop) continue;  // delivered after the checkpoint
+          for (const PieceKey& p : CheckBatch(*b, data, x)) pieces.push_back(p);
+        }
+        const TrainState at = loader.train_plan()->StateAt(stop);
+        if (state) EXPECT_EQ(*state->train, at) << "ranks disagree on the state";
+        state = LoaderState{};
+        state->train = at;
+      }
+      steps_per_rank.push_back(steps);
+    }
+    for (Index s : steps_per_rank) EXPECT_EQ(s, steps_per_rank[0]);
+    // The rest of the epoch on another configuration.
+    LoaderOptions y = o;
+    y.world_size = o.world_size + 1;
+    y.batch_size = o.batch_size + 1;
+    y.num_workers = 1;
+    for (Index r = 0; r < y.world_size; ++r) {
+      y.rank = r;
+      TokenLoader loader(data.source, y, state);
+      for (auto& b : Drain(loader)) {
+        const auto& rows = loader.train_plan()->Step(r, b->index).row_epochs;
+        std::vector<PieceKey> got = CheckBatch(*b, data, y);
+        // continuous: rows of the next epoch are not this epoch's pieces
+        std::size_t k = 0;
+        for (Index row = 0; row < y.batch_size; ++row) {
+          for (; k < b->documents.size() && b->rows[k] == row; ++k) {
+            if (rows[static_cast<std::size_t>(row)] == state->train->epoch)
+              pieces.push_back(got[k]);
+          }
+        }
+      }
+    }
+    ExpectExactlyOnce(pieces, data, docs, "equal steps");
+  }
+}
+
+TEST(TokenLoader, EqualStepsRefusesPerRankStatesAndFileSharding) {
+  std::mt19937_64 rng(2);
+  Data data = MakeData(rng, 30, 40);
+  LoaderOptions o;
+  o.seq_len = 32;
+  o.batch_size = 2;
+  o.equal_steps = true;
+  LoaderOptions per_rank = o;
+  per_rank.equal_steps = false;
+  TokenLoader a(data.source, per_rank);
+  EXPECT_THROW(TokenLoader(data.source, o, a.State()), std::invalid_argument);
+  TokenLoader b(data.source, o);
+  EXPECT_THROW(TokenLoader(data.source, per_rank, b.State()), std::invalid_argument);
+  LoaderOptions files = o;
+  files.shard_files = true;
+  EXPECT_THROW(TokenLoader(data.source, files), std::invalid_argument);
 }
 
 }  // namespace

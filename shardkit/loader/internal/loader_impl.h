@@ -56,6 +56,7 @@ class LoaderImpl {
   Index consumer() const { return consumer_; }
   const std::optional<WhaleChoice>& file_policy() const { return file_policy_; }
   Index dropped() const;
+  const TrainPlan* train_plan() const;
 
  private:
   void StartThreads();
@@ -66,7 +67,8 @@ class LoaderImpl {
   // invalid_argument naming batch_size and the bytes asked for.
   std::shared_ptr<Batch> AllocateBatch() const;
   // The full state after a batch, from the planner's snapshot.
-  std::shared_ptr<const LoaderState> Publish(Index read, Index batches, PackerState packer) const;
+  std::shared_ptr<const LoaderState> Publish(Index read, Index batches, PackerState packer,
+                                             std::optional<TrainState> train) const;
 
   std::shared_ptr<const TokenSource> source_;
   LoaderOptions options_;
