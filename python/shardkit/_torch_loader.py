@@ -1,13 +1,27 @@
 """PyTorch adapter of TokenLoader (re-exported by shardkit.torch).
 
-``TokenDataset`` is an IterableDataset: DataLoader worker ``k`` of ``K`` on rank
-``r`` of ``W`` is loader consumer ``r + k * W``, so the workers of all ranks
-split one global order without overlap. Batches are dicts of torch tensors made
+``TokenDataset`` is an IterableDataset; batches are dicts of torch tensors made
 with ``torch.from_numpy`` (no copy in the process that built them).
-``TokenDataLoader`` is a DataLoader (``batch_size=None``) that remembers the
-state of every worker after the batches *it has handed out*, so
-``state_dict()`` / ``load_state_dict()`` resume exactly, and the states of all
-ranks (gathered) resume elastically on another world size or worker count.
+
+Equal steps (the default): every rank follows the epoch's global TrainPlan, so
+every rank yields the same number of batches; DataLoader worker ``k`` of ``K``
+produces the rank's steps k, k + K, ..., so the DataLoader yields them in
+order. ``TokenDataLoader.state_dict()`` is then one small dict, the same on
+every rank, that resumes on any world size, batch size or worker count. When
+torch.distributed is initialized, the first iteration compares the plan's
+fingerprint across ranks (one all_gather): a rank built with another
+configuration raises PlanMismatchError on every rank instead of hanging.
+
+Per rank (``equal_steps=False``): worker ``k`` on rank ``r`` is loader consumer
+``r + k * W``; ``state_dict()`` lists the state of every worker after the
+batches handed out, and the states of all ranks (gathered) resume elastically.
+
+Epochs, one rule (docs/loader.md): the epoch is part of the state. When a pass
+over the DataLoader runs out, the dataset stands at the start of the next
+epoch; ``set_epoch(e)`` moves to the start of epoch ``e`` unless the dataset
+already stands in epoch ``e`` (resumed, or the previous epoch ran out).
+``persistent_workers=True`` is refused: persistent workers keep their own copy
+of the dataset and would replay the same epoch.
 
 >>> import numpy as np
 >>> from shardkit.torch import TokenDataset, TokenDataLoader
@@ -17,16 +31,19 @@ ranks (gathered) resume elastically on another world size or worker count.
 >>> batch = next(iter(loader))
 >>> batch["input_ids"].shape, batch["input_ids"].dtype
 (torch.Size([1, 16]), torch.int64)
->>> len(loader.state_dict())                 # one state per worker of this rank
-1
+>>> state = loader.state_dict()              # the same on every rank
+>>> state["kind"], state["epoch"], state["position"]
+('train_plan', 0, 1)
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
+import torch.distributed as dist
 import torch.utils.data as tud
 
+from shardkit._torch_eval import check_plan
 from shardkit._torch_packing import to_torch
 from shardkit.eval import rank_and_world
 from shardkit.loader import TokenLoader
@@ -57,17 +74,31 @@ class TokenDataset(tud.IterableDataset):
         self.tokens, self.offsets = tokens, offsets
         self.epoch = epoch
         self.options = options
+        self.equal_steps = bool(options.get("equal_steps", True)) and not options.get(
+            "shard_files", False
+        )
         self._resume: Union[None, State, List[State]] = None
         self.loader(0, 1)  # validate now, not inside a worker
 
     def set_epoch(self, epoch: int) -> None:
+        """Moves to the start of ``epoch``, unless the dataset already stands
+        in ``epoch`` (a loaded state, or the previous epoch ran out): then the
+        position is kept."""
+        if epoch < 0:
+            raise ValueError(f"epoch: must be non-negative, got {epoch}")
+        if epoch == self.epoch:
+            return
         self.epoch = epoch
         self._resume = None
 
     def load_state_dict(self, state: Union[State, Sequence[State]]) -> None:
-        """This rank's worker states (from TokenDataLoader.state_dict), the states
-        of every consumer of a run, or a merged state."""
+        """Equal steps: a state from TokenDataLoader.state_dict() (any rank's:
+        they are equal). Per rank: this rank's worker states, the states of
+        every consumer of a run, or a merged state. The epoch comes with it."""
         self._resume = list(state) if isinstance(state, (list, tuple)) else state
+        first = self._resume[0] if isinstance(self._resume, list) and self._resume else self._resume
+        if isinstance(first, dict) and "epoch" in first:
+            self.epoch = int(first["epoch"])
 
     def roles(self, num_workers: int) -> List[int]:
         """The consumer each DataLoader worker plays: worker k plays rank + k * W,
@@ -87,6 +118,20 @@ class TokenDataset(tud.IterableDataset):
 
     def loader(self, worker: int, num_workers: int) -> TokenLoader:
         """The TokenLoader of DataLoader worker ``worker``, positioned where it resumes."""
+        if self.equal_steps:
+            loader = TokenLoader(
+                self.tokens,
+                self.offsets,
+                rank=self.rank,
+                world_size=self.world_size,
+                epoch=self.epoch,
+                worker=worker,
+                num_workers=num_workers,
+                **self.options,
+            )
+            if self._resume is not None:
+                loader.load_state_dict(self._resume)
+            return loader
         consumer = self.roles(num_workers)[worker]
         role = (consumer - self.rank) // self.world_size
         loader = TokenLoader(
@@ -125,7 +170,10 @@ class TokenDataset(tud.IterableDataset):
         loader = self.loader(worker, workers)
         for batch in loader:
             out = to_torch(batch)
-            out["state"] = loader.state_dict()
+            if self.equal_steps:
+                out["state"] = loader.state_at(int(batch["step"]) + 1)
+            else:
+                out["state"] = loader.state_dict()
             yield out
 
 
@@ -135,26 +183,65 @@ class TokenDataLoader(tud.DataLoader):
     the last batch handed out; ``load_state_dict`` resumes from it (or from the
     merged states of all ranks)."""
 
-    def __init__(self, dataset: TokenDataset, num_workers: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        dataset: TokenDataset,
+        num_workers: int = 0,
+        *,
+        check_plan: bool = True,
+        group: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs.get("persistent_workers"):
+            raise ValueError(
+                "persistent_workers: not supported: persistent workers keep their own copy "
+                "of the dataset, so set_epoch and load_state_dict would not reach them and "
+                "every epoch would repeat the first"
+            )
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self._states: Dict[int, State] = {}
+        self._state: Optional[State] = None  # equal steps: after the last batch served
         self._served = 0
         self._roles = dataset.roles(max(1, num_workers))
+        self._check_plan = check_plan
+        self._group = group
+        self._checked = False
 
     def __iter__(self):
+        ds: TokenDataset = self.dataset  # type: ignore[assignment]
+        if ds.equal_steps:
+            yield from self._iter_equal_steps(ds)
+            return
         self._served = 0
-        self._roles = self.dataset.roles(max(1, self.num_workers))  # type: ignore[attr-defined]
+        self._roles = ds.roles(max(1, self.num_workers))
         for batch in super().__iter__():
             state = batch.pop("state")
             self._states[state["consumer"]] = state
             self._served += 1
             yield batch
 
-    def state_dict(self) -> List[State]:
+    def _iter_equal_steps(self, ds: TokenDataset):
+        start = ds.loader(0, 1)
+        if self._check_plan and not self._checked and dist.is_available() and dist.is_initialized():
+            # Once, before the first step: every rank must hold the same plan.
+            check_plan(start, self._group)
+            self._checked = True
+        self._state = None
+        for batch in super().__iter__():
+            self._state = batch.pop("state")
+            yield batch
+        # The pass ran out: the dataset stands at the start of the next epoch.
+        ds.load_state_dict(start.state_at(start.num_steps))
+        self._state = None
+
+    def state_dict(self) -> Union[State, List[State]]:
         """One state per worker of this rank, the worker to be served next first
         (so a resumed DataLoader, which starts with worker 0, continues the same
-        sequence of batches while every worker still has batches)."""
+        sequence of batches while every worker still has batches). Equal steps:
+        one dict, the same on every rank."""
         ds: TokenDataset = self.dataset  # type: ignore[assignment]
+        if ds.equal_steps:
+            return self._state if self._state is not None else ds.loader(0, 1).state_dict()
         workers = max(1, self.num_workers)
         out = []
         for i in range(workers):
@@ -166,5 +253,6 @@ class TokenDataLoader(tud.DataLoader):
 
     def load_state_dict(self, state: Union[State, Sequence[State]]) -> None:
         self._states = {}
+        self._state = None
         self._served = 0
         self.dataset.load_state_dict(state)  # type: ignore[attr-defined]

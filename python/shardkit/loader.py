@@ -78,12 +78,23 @@ class TokenLoader:
     directory of ``<stem>.tokens.npy`` + ``<stem>.offsets.npy`` pairs (then
     ``offsets=None``); its documents are numbered file by file in stem order.
 
-    Consumers: ``world_size * num_workers``; consumer ``rank + worker *
-    world_size`` reads entries c, c + C, ... of one global order (shuffled per
-    ``(seed, epoch)``). Documents longer than ``seq_len`` are split into pieces
+    Equal steps (``equal_steps=True``, the default: this is the training
+    loader): batches follow the global :class:`TrainPlan` of the epoch, so
+    every rank yields the same number of batches (``num_steps``) and every
+    piece of every document is in exactly one batch of one rank. ``mode``:
+    ``"pad"`` (the last step may hold filler rows, all masked), ``"continuous"``
+    (no epoch boundary, no filler) or ``"drop"`` (the final partial step is
+    dropped and counted); ``cost`` (``"tokens"`` / ``"squared"``) balances each
+    step across ranks. Worker ``k`` of ``num_workers`` yields the rank's steps
+    k, k + K, ...
+
+    ``equal_steps=False``: each consumer packs its own share (consumer ``rank +
+    worker * world_size`` reads entries c, c + C, ... of the global order);
+    ranks then get different batch counts (an evaluation or single-process
+    loader). Documents longer than ``seq_len`` are split into pieces
     (``oversize="split"``) or dropped (``"drop"``). ``algorithm`` and ``buffer``
     choose the streaming packer (next_fit, ffd, bfd, balanced).
-    ``shard_files=True`` assigns whole files to consumers by Whale's policies
+    ``shard_files=True`` (per-rank only) assigns whole files to consumers by Whale's policies
     instead (``whale_unbalanced_io_slicing``, ``whale_drop_last_files``; when
     left ``None`` they follow ``WHALE_UNBALANCED_IO_SLICING`` /
     ``WHALE_DROP_LAST_FILES`` as :func:`shardkit.whale_plan` does;
@@ -92,15 +103,28 @@ class TokenLoader:
     Iterating yields one epoch of dicts of numpy arrays: ``input_ids``,
     ``labels``, ``position_ids``, ``document_ids`` ([batch_size, seq_len]),
     ``cu_seqlens`` (flattened batch, padding runs included), ``documents`` /
-    ``starts`` / ``lengths`` / ``rows`` (every piece of the batch), and
-    ``max_seqlen``. The last batch is padded, never dropped. Then the loader
-    moves to epoch + 1: the next ``for`` loop is the next epoch.
+    ``starts`` / ``lengths`` / ``rows`` (every piece of the batch),
+    ``row_tokens`` (real tokens per row: 0 for a filler row), ``step``,
+    ``max_seqlen`` and, with ``block_mask=True``, the dense block-diagonal
+    ``block_mask`` [batch_size, seq_len, seq_len] (causal unless
+    ``causal=False``). The last batch is padded, never dropped.
 
-    ``state_dict()`` is a small JSON-serialisable dict;
-    ``load_state_dict(state)`` continues exactly where it was taken (same
-    world size), or, given the states of *all* consumers of a run (a list) or
-    their merge (``TokenLoader.merge_states``), continues the epoch on any
-    world size and worker count without losing or repeating a document.
+    Epochs and resume, one rule: the epoch is part of the state. When an epoch
+    runs out the loader stands at the start of the next one (``state_dict()``
+    says so, the same on every rank with equal steps), so the next ``for``
+    loop is the next epoch. ``set_epoch(e)`` moves to the start of epoch ``e``
+    unless the loader already stands in epoch ``e`` (just resumed, or the
+    previous epoch ran out), then it keeps its position. So both
+    ``load_state_dict(s); set_epoch(s["epoch"])`` and a loop that calls
+    ``set_epoch`` every epoch continue exactly.
+
+    ``state_dict()`` is a small JSON-serialisable dict. With equal steps it is
+    ``{"version", "kind": "train_plan", "epoch", "position", "stream"}``, the
+    same on every rank, and loads on any world size, batch size or worker
+    count. Per-rank: ``load_state_dict(state)`` continues exactly where it was
+    taken (same world size), or, given the states of *all* consumers of a run
+    (a list) or their merge (``TokenLoader.merge_states``), continues the
+    epoch on any world size and worker count.
 
     The arrays view buffers that are reused once every array of a batch has
     been released; copy them if you keep them beyond the step. ``num_threads``
@@ -137,6 +161,11 @@ class TokenLoader:
         roles: Any = None,
         mesh: Any = None,
         data_axes: Any = None,
+        equal_steps: bool = True,
+        mode: str = "pad",
+        cost: str = "tokens",
+        block_mask: bool = False,
+        causal: bool = True,
     ) -> None:
         # roles (a shardkit.DataRoles) or mesh= and data_axes=: shard by the data-parallel
         # rank and size, so tensor/pipeline replicas read identical batches.
@@ -172,6 +201,11 @@ class TokenLoader:
             shard_files=shard_files,
             whale_unbalanced_io_slicing=whale_unbalanced_io_slicing,
             whale_drop_last_files=whale_drop_last_files,
+            equal_steps=equal_steps and not shard_files,
+            mode=mode,
+            cost=cost,
+            block_mask=block_mask,
+            causal=causal,
         )
         self._loader = _core._TokenLoader(self._source, epoch=epoch, **self._options)
 
@@ -204,20 +238,72 @@ class TokenLoader:
         """Documents dropped so far this epoch (oversize="drop")."""
         return self._loader.dropped
 
+    @property
+    def equal_steps(self) -> bool:
+        return self._options["equal_steps"]
+
+    @property
+    def num_steps(self) -> Optional[int]:
+        """Equal steps: batches of this pass (the epoch's steps, or the rest of
+        them after a resume), the same on every rank; None per rank."""
+        return self._loader.num_steps
+
+    @property
+    def plan_summary(self) -> Optional[Dict[str, Any]]:
+        """Equal steps: the plan's totals (packs, tokens, lower_bound,
+        filler_rows, dropped, per-step imbalance, fingerprint, describe)."""
+        return self._loader.train_summary()
+
     # -- iteration --------------------------------------------------------------
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         while True:
             batch = self._loader.next()
             if batch is None:
-                self.set_epoch(self.epoch + 1)
+                self._next_epoch()
                 return
             yield batch
 
+    def _next_epoch(self) -> None:
+        if self.equal_steps:
+            # The plan's end state: (epoch + 1, 0), or where continuous mode
+            # stands in the next epoch's stream.
+            end = self._loader.train_state_at(self._loader.num_steps)
+            self._loader = _core._TokenLoader(self._source, state=end, **self._options)
+        else:
+            self._loader = _core._TokenLoader(self._source, epoch=self.epoch + 1, **self._options)
+
     def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from its beginning."""
+        """Moves to the start of ``epoch``, unless the loader already stands in
+        ``epoch`` (resumed, or the previous epoch ran out): then it keeps its
+        position (see the class docstring)."""
+        if epoch < 0:
+            raise ValueError(f"epoch: must be non-negative, got {epoch}")
+        if epoch == self.epoch:
+            return
         self._loader = _core._TokenLoader(self._source, epoch=epoch, **self._options)
 
+    @property
+    def fingerprint(self) -> int:
+        """Equal steps: the plan's fingerprint; ranks compare it once at start
+        (``shardkit.torch.check_plan(loader)``) so that a rank built with
+        another configuration fails instead of hanging."""
+        return self._summary_field("fingerprint")
+
+    def describe(self) -> str:
+        return self._summary_field("describe")
+
+    def _summary_field(self, key: str) -> Any:
+        summary = self._loader.train_summary()
+        if summary is None:
+            raise ValueError("equal_steps: this loader packs per rank; it has no global plan")
+        return summary[key]
+
     # -- state ------------------------------------------------------------------
+    def state_at(self, steps: int) -> Dict[str, Any]:
+        """Equal steps: the state of this rank after ``steps`` batches of this
+        pass (whichever dataloader worker produced them), the same on every rank."""
+        return self._loader.train_state_at(int(steps))
+
     def state_dict(self) -> Dict[str, Any]:
         """The state after the last batch delivered: JSON-serialisable."""
         return self._loader.state()

@@ -128,6 +128,7 @@ def test_every_document_once_across_ranks_and_workers_with_reference_batches():
                     seed=trial,
                     algorithm=algorithm,
                     buffer=rng.randrange(1, 30),
+                    equal_steps=False,  # per-rank packing (each loader its own buffer)
                     num_threads=rng.randrange(0, 3),
                 )
                 for batch in loader:
@@ -184,7 +185,9 @@ def test_elastic_resume_four_ranks_to_three_delivers_the_rest_exactly_once():
     rng = random.Random(3)
     for trial in range(10):
         tokens, offsets = make_data(rng, rng.randrange(0, 300), 150)
-        kw = dict(seq_len=64, batch_size=2, seed=trial, buffer=rng.randrange(1, 40))
+        kw = dict(
+            seq_len=64, batch_size=2, seed=trial, buffer=rng.randrange(1, 40), equal_steps=False
+        )
         delivered, states = [], []
         for rank in range(4):
             loader = TokenLoader(tokens, offsets, rank=rank, world_size=4, **kw)
@@ -292,9 +295,10 @@ def test_bad_options_and_states_name_the_parameter():
     ]:
         with pytest.raises(ValueError, match=pattern):
             TokenLoader(tokens, offsets, **kw)
-    loader = TokenLoader(tokens, offsets, seq_len=8, batch_size=2, rank=0, world_size=2)
+    per_rank = dict(seq_len=8, batch_size=2, world_size=2, equal_steps=False)
+    loader = TokenLoader(tokens, offsets, rank=0, **per_rank)
     state = loader.state_dict()
-    other = TokenLoader(tokens, offsets, seq_len=8, batch_size=2, rank=1, world_size=2)
+    other = TokenLoader(tokens, offsets, rank=1, **per_rank)
     with pytest.raises(ValueError, match="state: was saved by consumer 0 of 2"):
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="state: missing key 'done'"):
@@ -338,7 +342,9 @@ def test_torch_dataloader_workers_cover_the_epoch_once_and_resume_exactly():
     tokens, offsets = make_data(random.Random(9), 120, 100)
     pieces = []
     for rank in range(2):
-        ds = TokenDataset(tokens, offsets, seq_len=64, batch_size=2, rank=rank, world_size=2)
+        ds = TokenDataset(
+            tokens, offsets, seq_len=64, batch_size=2, rank=rank, world_size=2, equal_steps=False
+        )
         for batch in TokenDataLoader(ds, num_workers=2):
             assert isinstance(batch["input_ids"], torch.Tensor)
             assert batch["input_ids"].shape == (2, 64)
@@ -349,14 +355,18 @@ def test_torch_dataloader_workers_cover_the_epoch_once_and_resume_exactly():
             )
     assert_exactly_once(pieces, offsets)
 
-    ds = TokenDataset(tokens, offsets, seq_len=64, batch_size=2, rank=0, world_size=1)
+    ds = TokenDataset(
+        tokens, offsets, seq_len=64, batch_size=2, rank=0, world_size=1, equal_steps=False
+    )
     full = [b["documents"].tolist() for b in TokenDataLoader(ds, num_workers=2)]
     dl = TokenDataLoader(ds, num_workers=2)
     it = iter(dl)
     head = [next(it)["documents"].tolist() for _ in range(3)]
     state = json.loads(json.dumps(dl.state_dict()))
     del it
-    ds2 = TokenDataset(tokens, offsets, seq_len=64, batch_size=2, rank=0, world_size=1)
+    ds2 = TokenDataset(
+        tokens, offsets, seq_len=64, batch_size=2, rank=0, world_size=1, equal_steps=False
+    )
     dl2 = TokenDataLoader(ds2, num_workers=2)
     dl2.load_state_dict(state)
     assert head + [b["documents"].tolist() for b in dl2] == full
@@ -455,7 +465,15 @@ def test_cli_loader_stats_reports_every_token_once(cli, tmp_path):
     # The same figures as the Python loader, rank by rank.
     for rank in out["ranks"]:
         batches = list(
-            TokenLoader(tokens, offsets, seq_len=256, batch_size=4, rank=rank["rank"], world_size=3)
+            TokenLoader(
+                tokens,
+                offsets,
+                seq_len=256,
+                batch_size=4,
+                rank=rank["rank"],
+                world_size=3,
+                equal_steps=False,  # loader-stats without --equal-steps packs per rank
+            )
         )
         assert rank["batches"] == len(batches)
         assert rank["tokens"] == sum(int((b["document_ids"] >= 0).sum()) for b in batches)
