@@ -682,7 +682,7 @@ TEST(LoaderTest, InvalidOptionsNameTheParameter) {
 // piece once over all ranks and workers, filler rows (row_tokens 0) only in
 // the last batch, the same state on every rank, and that state resumed on
 // another world size, batch size and worker count delivers the rest once.
-TEST(TokenLoader, EqualStepsSameBatchCountOnEveryRankEveryPieceOnceElasticResume) {
+TEST(LoaderTest, EqualStepsSameBatchCountOnEveryRankEveryPieceOnceElasticResume) {
   std::mt19937_64 rng(41);
   for (int trial = 0; trial < 12; ++trial) {
     Data data = MakeData(rng, static_cast<Index>(rng() % 200), 150);
@@ -752,7 +752,7 @@ TEST(TokenLoader, EqualStepsSameBatchCountOnEveryRankEveryPieceOnceElasticResume
   }
 }
 
-TEST(TokenLoader, EqualStepsRefusesPerRankStatesAndFileSharding) {
+TEST(LoaderTest, EqualStepsRefusesPerRankStatesAndFileSharding) {
   std::mt19937_64 rng(2);
   Data data = MakeData(rng, 30, 40);
   LoaderOptions o;

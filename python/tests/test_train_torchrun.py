@@ -1,0 +1,147 @@
+"""Equal steps under torchrun --nproc_per_node 4 (gloo, loopback): an
+all_reduce every step over two epochs of a lognormal corpus in pad,
+continuous and drop modes with 0 and 2 DataLoader workers; SIGKILL mid-epoch
+and resume on 3 processes and on 4 with another batch size; a rank with
+another seed fails on every rank within seconds. Every launch has a hard
+timeout. The worker is train_torchrun_worker.py."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+import shardkit  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SEQ_LEN = 256
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train_torchrun")
+    rng = np.random.default_rng(4)
+    lengths = np.maximum(1, rng.lognormal(np.log(90), 1.1, 700)).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    tokens = (np.arange(offsets[-1]) % 50000).astype(np.int32)
+    np.save(root / "tokens.npy", tokens)
+    np.save(root / "offsets.npy", offsets)
+    return root, lengths
+
+
+def launch(root, nproc, *args):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent), OMP_NUM_THREADS="1")
+    port = str(31500 + random.Random().randrange(0, 2000))
+    return subprocess.Popen(
+        [
+            str(torchrun),
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            f"--master-port={port}",
+            str(HERE / "train_torchrun_worker.py"),
+            str(root),
+            *map(str, args),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def finish(proc, timeout):
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=10)
+        raise AssertionError("hang: killed after %d s\n%s" % (timeout, out.decode()[-3000:]))
+    assert proc.returncode == 0, out.decode()[-3000:]
+
+
+def tiles(lengths, pieces):
+    by = {}
+    for d, start, length in pieces:
+        by.setdefault(d, []).append((start, length))
+    assert sorted(by) == list(range(len(lengths)))
+    for d, n in enumerate(lengths):
+        at = 0
+        for start, length in sorted(by[d]):
+            assert start == at, f"document {d}: gap or overlap"
+            at += length
+        assert at == n, f"document {d}"
+
+
+def test_two_epochs_all_modes_and_worker_counts_equal_steps_exactly_once(corpus):
+    root, lengths = corpus
+    finish(launch(root, 4, "epochs"), timeout=400)
+    by_rank = [json.loads((root / f"epochs-{r}.json").read_text()) for r in range(4)]
+    for key in by_rank[0]:
+        mode = key.split("/")[0]
+        state = None
+        for epoch in range(2):
+            runs = [by_rank[r][key][epoch] for r in range(4)]
+            assert len({len(run) for run in runs}) == 1, f"{key}: unequal steps {epoch}"
+            # The same rows as the plan, rank by rank, step by step.
+            plan = shardkit.TrainPlan(
+                lengths, SEQ_LEN, 2, 4, mode=mode, seed=7, epoch=epoch, state=state
+            )
+            assert len(runs[0]) == plan.num_steps, key
+            for r in range(4):
+                for s, step in enumerate(runs[r]):
+                    want = [tuple(p) for row in plan.step(r, s) for p in row]
+                    assert [tuple(p) for p in step["pieces"]] == want, (key, epoch, r, s)
+            state = plan.state_dict()
+            delivered = [tuple(p) for run in runs for step in run for p in step["pieces"]]
+            if mode == "pad":
+                tiles(lengths, delivered)
+            elif mode == "drop":
+                covered = sum(p[2] for p in delivered)
+                assert covered + plan.summary["dropped_tokens"] == int(lengths.sum())
+    # continuous: the rows matched the plan above; the plan holds every piece once
+    plan = shardkit.TrainPlan(lengths, SEQ_LEN, 2, 4, mode="continuous", seed=7)
+    assert plan.audit().exactly_once
+
+
+def test_sigkill_mid_epoch_then_resume_on_3_processes_and_on_4_with_another_batch(corpus):
+    root, lengths = corpus
+    first = launch(root, 4, "first")
+    marker = root / "checkpoint.json"
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    try:
+        assert marker.exists(), first.communicate(timeout=5)[0].decode()[-3000:]
+        time.sleep(0.3)
+        assert first.poll() is None, "the first run must still be running when killed"
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=10)
+    checkpoint = json.loads(marker.read_text())
+    assert checkpoint["state"]["kind"] == "train_plan"
+    for nproc, batch in [(3, 2), (4, 3)]:
+        for f in root.glob("resumed-*.json"):
+            f.unlink()
+        finish(launch(root, nproc, "resume", batch), timeout=200)
+        delivered = [tuple(p) for p in checkpoint["delivered"]]
+        for r in range(nproc):
+            delivered += [tuple(p) for p in json.loads((root / f"resumed-{r}.json").read_text())]
+        tiles(lengths, delivered)
+
+
+def test_a_rank_with_another_seed_fails_on_every_rank_within_seconds(corpus):
+    root, _ = corpus
+    finish(launch(root, 4, "mismatch"), timeout=200)
+    for r in range(4):
+        elapsed, message = (root / f"mismatch-{r}.txt").read_text().split(" ", 1)
+        assert message.startswith("PlanMismatchError: plan fingerprint mismatch"), message
+        assert float(elapsed) < 20, elapsed  # from the first iteration to the error

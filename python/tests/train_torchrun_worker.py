@@ -1,0 +1,139 @@
+"""One rank of the equal-steps torchrun tests (test_train_torchrun.py).
+
+epochs    for each mode (pad, continuous, drop) and DataLoader worker count
+          (0, 2): two epochs of TokenDataLoader with an all_reduce every step;
+          every rank writes what it delivered, step by step, to
+          epochs-<rank>.json.
+first     pad mode, 2 workers: after CHECKPOINT_STEP steps the state (the same
+          on every rank: checked with all_gather) and every rank's delivered
+          pieces go to checkpoint.json; the ranks then train on slowly until the
+          test kills them (SIGKILL).
+resume    loads checkpoint.json on this world size and batch size (argv[3]),
+          finishes the epoch and writes resumed-<rank>.json.
+mismatch  rank world-1 is built with another seed: the first iteration must
+          raise PlanMismatchError on every rank; each rank writes
+          mismatch-<rank>.txt with the message.
+"""
+
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from shardkit.torch import TokenDataLoader, TokenDataset
+
+from shardkit import PlanMismatchError
+
+CHECKPOINT_STEP = 4
+SEQ_LEN = 256
+
+
+def pieces(batch):
+    return [
+        list(p)
+        for p in zip(
+            batch["documents"].tolist(), batch["starts"].tolist(), batch["lengths"].tolist()
+        )
+    ]
+
+
+def dataset(root, batch_size, **kw):
+    return TokenDataset(
+        root / "tokens.npy",
+        root / "offsets.npy",
+        seq_len=SEQ_LEN,
+        batch_size=batch_size,
+        seed=kw.pop("seed", 7),
+        num_threads=0,
+        **kw,
+    )
+
+
+def main():
+    root, mode = Path(sys.argv[1]), sys.argv[2]
+    parent = os.getppid()  # the torchrun agent; when it is killed, stop too
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if mode == "epochs":
+        out = {}
+        for train_mode in ("pad", "continuous", "drop"):
+            for workers in (0, 2):
+                ds = dataset(root, 2, mode=train_mode)
+                loader = TokenDataLoader(ds, num_workers=workers)
+                runs = []
+                for epoch in range(2):
+                    ds.set_epoch(epoch)  # the usual loop; a no-op here, by the epoch rule
+                    steps = []
+                    for batch in loader:
+                        real = batch["row_tokens"].sum().reshape(1).to(torch.float64)
+                        dist.all_reduce(real)  # a collective every step
+                        steps.append(
+                            {"pieces": pieces(batch), "real": int(batch["row_tokens"].sum())}
+                        )
+                    runs.append(steps)
+                out[f"{train_mode}/{workers}"] = runs
+        (root / f"epochs-{rank}.json").write_text(json.dumps(out))
+    elif mode == "first":
+        ds = dataset(root, 2)
+        loader = TokenDataLoader(ds, num_workers=2)
+        delivered = []
+        for step, batch in enumerate(loader, start=1):
+            delivered += pieces(batch)
+            dist.all_reduce(torch.ones(1))
+            if step == CHECKPOINT_STEP:
+                gathered = [None] * world
+                dist.all_gather_object(gathered, (loader.state_dict(), delivered))
+                if rank == 0:
+                    states = [g[0] for g in gathered]
+                    assert all(s == states[0] for s in states), states
+                    tmp = root / "checkpoint.tmp"
+                    tmp.write_text(
+                        json.dumps(
+                            {"state": states[0], "delivered": sum((g[1] for g in gathered), [])}
+                        )
+                    )
+                    tmp.rename(root / "checkpoint.json")
+            if step >= CHECKPOINT_STEP:
+                time.sleep(0.05)  # training on past the checkpoint until killed
+            if os.getppid() != parent:
+                os._exit(1)
+        for _ in range(300):  # the epoch ended before the kill: wait for it, at most 30 s
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(0.1)
+    elif mode == "resume":
+        batch_size = int(sys.argv[3])
+        checkpoint = json.loads((root / "checkpoint.json").read_text())
+        ds = dataset(root, batch_size)
+        loader = TokenDataLoader(ds, num_workers=2)
+        loader.load_state_dict(checkpoint["state"])
+        ds.set_epoch(checkpoint["state"]["epoch"])  # the usual loop: keeps the resume
+        delivered, steps = [], 0
+        for batch in loader:
+            delivered += pieces(batch)
+            dist.all_reduce(torch.ones(1))
+            steps += 1
+        counts = [None] * world
+        dist.all_gather_object(counts, steps)
+        assert len(set(counts)) == 1, counts
+        (root / f"resumed-{rank}.json").write_text(json.dumps(delivered))
+    elif mode == "mismatch":
+        ds = dataset(root, 2, seed=1 if rank == world - 1 else 7)
+        loader = TokenDataLoader(ds, num_workers=0)
+        start = time.time()
+        try:
+            for _ in loader:
+                dist.all_reduce(torch.ones(1))
+            message = "no error"
+        except PlanMismatchError as e:
+            message = "PlanMismatchError: " + str(e)
+        (root / f"mismatch-{rank}.txt").write_text(f"{time.time() - start:.3f} {message}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
