@@ -96,8 +96,10 @@ int RunLoaderStats(const Argv& argv) {
   Args args("loader-stats",
             "Runs the token loader (read -> pack -> collate, background threads) over a\n"
             "tokenised data set for every rank, or one, and reports tokens/s, padding\n"
-            "and the balance of batches and tokens across ranks. A progress bar goes\n"
-            "to stderr (--quiet turns it off).");
+            "and the balance of batches and tokens across ranks. By default the batches\n"
+            "follow the equal-steps plan (every rank the same number of steps; the\n"
+            "per-step balance is reported); --per-rank packs each rank on its own.\n"
+            "A progress bar goes to stderr (--quiet turns it off).");
   const LoaderOptions d;  // the defaults are the core's
   args.Flag("tokens", "FILE", "token array: .npy (uint16/int32/uint32) or raw")
       .Flag("offsets", "FILE", "document offsets (num_documents + 1 entries): .npy or raw int64")
@@ -133,6 +135,10 @@ int RunLoaderStats(const Argv& argv) {
       .Flag("whale-policy", "NAME",
             "with --shard-files: env (default: WHALE_UNBALANCED_IO_SLICING /\n"
             "WHALE_DROP_LAST_FILES) | default | unbalanced | drop_last")
+      .Flag("per-rank", "", "pack each rank on its own (ranks get different batch counts)")
+      .Flag("mode", "NAME",
+            "equal steps at the end of the epoch: pad (default) | continuous | drop")
+      .Flag("cost", "NAME", "per-step balance by tokens (default) | squared")
       .Flag("quiet", "", "no progress bar")
       .Flag("json", "", "print one JSON object");
   if (!args.Parse(argv)) return 0;
@@ -171,6 +177,9 @@ int RunLoaderStats(const Argv& argv) {
                                                   : ParseWhalePolicy("--whale-policy", policy_name);
   o.whale_unbalanced_io_slicing = policy.unbalanced_io_slicing;
   o.whale_drop_last_files = policy.drop_last_files;
+  o.equal_steps = !args.Has("per-rank") && !o.shard_files;
+  o.mode = ParseTrainMode(args.Str("mode", "pad"));
+  o.cost = ParseCostModel(args.Str("cost", "tokens"));
   const Index max_batches = args.Int("max-batches", -1);
   if (args.Has("max-batches") && max_batches < 0) {
     throw UsageError("--max-batches: must be at least 0, got " + std::to_string(max_batches));
@@ -186,13 +195,17 @@ int RunLoaderStats(const Argv& argv) {
     }
     for (Index r = 0; r < o.world_size; ++r) ranks.push_back(r);
   }
-  // Validate every option before the first batch.
   std::optional<WhaleChoice> file_policy;
+  // Validate every option before the first batch; the equal-steps plan is the
+  // same on every rank.
+  std::optional<TrainSummary> plan;
   for (Index r : ranks) {
     LoaderOptions c = o;
     c.rank = r;
     TokenLoader probe(source, c);
     file_policy = probe.file_policy();
+    if (probe.train_plan() && !plan) plan = probe.train_plan()->summary();
+    if (plan) break;
   }
   std::vector<Index> consumers;  // consumer = rank + worker * world
   for (Index r : ranks) {
@@ -256,6 +269,10 @@ int RunLoaderStats(const Argv& argv) {
   scope.shard_files = o.shard_files;
   const LoadSummary sum = SummarizeLoad(stats, scope);
   const double rate = seconds > 0 ? all_tokens / seconds : 0.0;
+  // Equal steps: drop mode drops the final partial step, continuous mode
+  // ends with rows of the next epoch.
+  const bool complete =
+      sum.complete && (!plan || (plan->dropped_tokens == 0 && o.mode != TrainMode::kContinuous));
 
   if (json) {
     Json j;
@@ -277,6 +294,17 @@ int RunLoaderStats(const Argv& argv) {
       j.Key("warning").String(file_policy->warning);
       j.End();
     }
+    j.Key("equal_steps").Bool(plan.has_value());
+    if (plan) {
+      j.Key("mode").String(TrainModeName(o.mode));
+      j.Key("steps").Int(plan->num_steps);
+      j.Key("filler_rows").Int(plan->filler_rows);
+      j.Key("dropped_packs").Int(plan->dropped_packs);
+      j.Key("dropped_tokens").Int(plan->dropped_tokens);
+      j.Key("max_step_imbalance").Double(plan->max_step_imbalance);
+      j.Key("max_full_step_imbalance").Double(plan->max_full_step_imbalance);
+      j.Key("mean_step_imbalance").Double(plan->mean_step_imbalance);
+    }
     j.Key("ranks").BeginList();
     for (const RankLoadStats& s : stats) {
       j.Begin().Key("rank").Int(s.rank).Key("batches").Int(s.batches).Key("tokens").Int(s.tokens);
@@ -294,7 +322,7 @@ int RunLoaderStats(const Argv& argv) {
     j.Key("seconds").Double(seconds);
     j.Key("tokens_per_second").Double(rate);
     j.Key("resumed").Bool(!resume.empty());
-    j.Key("complete").Bool(sum.complete);
+    j.Key("complete").Bool(complete);
     j.End();
     std::cout << j.str() << "\n";
     return 0;
@@ -323,7 +351,19 @@ int RunLoaderStats(const Argv& argv) {
               sum.max_batches);
   if (sum.dropped) std::printf("; dropped %" PRId64 " document(s)", sum.dropped);
   if (!resume.empty()) std::printf("; resumed from %s", args.Str("resume")->c_str());
-  if (sum.complete) std::printf("; every token delivered once");
+  if (plan) {
+    std::printf("\nequal steps (%s): %" PRId64 " steps on every rank, %" PRId64
+                " filler row(s) in the last step; per-step imbalance (heaviest rank / mean - 1) "
+                "mean %.3f%% and max %.3f%% over full steps, %.3f%% with the last",
+                std::string(TrainModeName(o.mode)).c_str(), plan->num_steps, plan->filler_rows,
+                100 * plan->mean_step_imbalance, 100 * plan->max_full_step_imbalance,
+                100 * plan->max_step_imbalance);
+    if (plan->dropped_packs) {
+      std::printf("; dropped the final partial step: %" PRId64 " rows, %" PRId64 " tokens",
+                  plan->dropped_packs, plan->dropped_tokens);
+    }
+  }
+  if (complete) std::printf("; every token delivered once");
   std::printf("\n");
   return 0;
 }

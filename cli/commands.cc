@@ -63,6 +63,7 @@ std::string ToFlag(const std::string& message) {
       {"seq_len", "--seq-len"},
       {"num_threads", "--threads"},
       {"prefetch", "--prefetch"},
+      {"mode", "--mode"},
       {"token_dtype", "--token-dtype"},
       {"directory", "--dir"},
       {"tokens", "--tokens"},

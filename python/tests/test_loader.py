@@ -455,6 +455,7 @@ def test_cli_loader_stats_reports_every_token_once(cli, tmp_path):
         4,
         "--world",
         3,
+        "--per-rank",
         "--json",
     )
     assert r.returncode == 0, r.stderr

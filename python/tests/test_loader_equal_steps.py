@@ -374,3 +374,27 @@ def test_torch_batches_carry_row_tokens_and_the_block_mask():
     for b in dl:
         assert b["block_mask"].dtype == torch.bool and b["block_mask"].shape == (2, 64, 64)
         assert (b["row_tokens"] == (b["document_ids"] >= 0).sum(1)).all()
+
+
+def test_cli_loader_stats_reports_equal_steps_and_the_step_balance(cli, tmp_path):
+    tokens, offsets, lengths = corpus(1500, seed=30)
+    np.save(tmp_path / "t.npy", tokens)
+    np.save(tmp_path / "o.npy", offsets)
+    base = ["loader-stats", "--tokens", tmp_path / "t.npy", "--offsets", tmp_path / "o.npy"]
+    base += ["--seq-len", 1024, "--batch", 4, "--world", 4, "--quiet"]
+    r = cli(*base, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    plan = shardkit.TrainPlan(lengths, 1024, 4, 4)
+    assert out["equal_steps"] is True and out["steps"] == plan.num_steps
+    assert [rank["batches"] for rank in out["ranks"]] == [plan.num_steps] * 4
+    assert out["complete"] is True and out["real_tokens"] == int(lengths.sum())
+    assert out["filler_rows"] == plan.summary["filler_rows"]
+    assert out["max_full_step_imbalance"] == pytest.approx(plan.summary["max_full_step_imbalance"])
+    text = cli(*base)
+    assert f"{plan.num_steps} steps on every rank" in text.stdout
+    drop = json.loads(cli(*base, "--json", "--mode", "drop", "--workers", 2).stdout)
+    assert drop["complete"] is False and drop["dropped_tokens"] > 0
+    assert len({rank["batches"] for rank in drop["ranks"]}) == 1
+    bad = cli(*base, "--mode", "even")
+    assert bad.returncode == 2 and bad.stderr.startswith("shardkit loader-stats: --mode: ")

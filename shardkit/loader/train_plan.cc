@@ -434,7 +434,7 @@ void TrainPlan::Build() {
   checkpoint_stride_ = 1;
   checkpoints_.clear();
   double imbalance_sum = 0;
-  Index step = 0;
+  Index step = 0, full_steps = 0;
   while (true) {
     if (continuous && (stream.epoch() != o.epoch || !stream.HasPackInEpoch())) break;
     if (step % checkpoint_stride_ == 0) {
@@ -467,13 +467,16 @@ void TrainPlan::Build() {
     }
     s.filler_rows += R - K;
     s.max_step_imbalance = std::max(s.max_step_imbalance, deal.imbalance);
-    if (K == R) s.max_full_step_imbalance = std::max(s.max_full_step_imbalance, deal.imbalance);
-    imbalance_sum += deal.imbalance;
+    if (K == R) {
+      s.max_full_step_imbalance = std::max(s.max_full_step_imbalance, deal.imbalance);
+      imbalance_sum += deal.imbalance;
+      ++full_steps;
+    }
     ++step;
     if (K < R) break;
   }
   s.num_steps = step;
-  s.mean_step_imbalance = step ? imbalance_sum / static_cast<double>(step) : 0.0;
+  s.mean_step_imbalance = full_steps ? imbalance_sum / static_cast<double>(full_steps) : 0.0;
   s.lower_bound = (s.tokens + o.seq_len - 1) / o.seq_len;
   // The epoch's totals: finish the stream of epoch o.epoch when the plan
   // stopped before its end (drop), or read them where the plan crossed over.

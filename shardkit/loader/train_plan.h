@@ -165,8 +165,8 @@ struct TrainSummary {
   Index lower_bound = 0;
   double max_step_imbalance = 0;       // over all steps
   double max_full_step_imbalance = 0;  // over steps without filler
-  double mean_step_imbalance = 0;
-  TrainState end;  // the state after the last step
+  double mean_step_imbalance = 0;      // over steps without filler
+  TrainState end;                      // the state after the last step
 };
 
 // The checks of an audit: the plan replayed from the start of the epoch's
