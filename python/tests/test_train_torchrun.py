@@ -31,7 +31,7 @@ def corpus(tmp_path_factory):
     rng = np.random.default_rng(4)
     lengths = np.maximum(1, rng.lognormal(np.log(90), 1.1, 700)).astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    tokens = (np.arange(offsets[-1]) % 50000).astype(np.int32)
+    tokens = (np.arange(offsets[-1]) % 1000).astype(np.int32)  # the docs loop's vocab
     np.save(root / "tokens.npy", tokens)
     np.save(root / "offsets.npy", offsets)
     return root, lengths
@@ -145,3 +145,39 @@ def test_a_rank_with_another_seed_fails_on_every_rank_within_seconds(corpus):
         elapsed, message = (root / f"mismatch-{r}.txt").read_text().split(" ", 1)
         assert message.startswith("PlanMismatchError: plan fingerprint mismatch"), message
         assert float(elapsed) < 20, elapsed  # from the first iteration to the error
+
+
+def test_docs_ddp_loop_runs_under_torchrun(corpus, tmp_path):
+    """The DDP loop of docs/loader.md, copied out of the page and run on 2 gloo
+    processes: two epochs, then again from its checkpoint."""
+    root, _ = corpus
+    text = (HERE.parents[1] / "docs" / "loader.md").read_text()
+    block = text.split("<!-- ddp-loop -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "ddp_loop.py"
+    script.write_text(block)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(HERE.parent),
+        OMP_NUM_THREADS="1",
+        TOKENS=str(root / "tokens.npy"),
+        OFFSETS=str(root / "offsets.npy"),
+    )
+    for _ in range(2):  # fresh, then resumed from checkpoint.pt
+        port = str(33500 + random.Random().randrange(0, 2000))
+        proc = subprocess.Popen(
+            [
+                str(torchrun),
+                "--standalone",
+                "--nproc-per-node=2",
+                f"--master-port={port}",
+                str(script),
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        finish(proc, timeout=300)
+        assert (tmp_path / "checkpoint.pt").exists()
