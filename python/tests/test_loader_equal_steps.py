@@ -398,3 +398,15 @@ def test_cli_loader_stats_reports_equal_steps_and_the_step_balance(cli, tmp_path
     assert len({rank["batches"] for rank in drop["ranks"]}) == 1
     bad = cli(*base, "--mode", "even")
     assert bad.returncode == 2 and bad.stderr.startswith("shardkit loader-stats: --mode: ")
+
+
+def test_demo_shows_equal_steps_beside_per_rank_packing(cli, tmp_path):
+    r = cli("demo", "--json", "--out", tmp_path / "demo.html")
+    assert r.returncode == 0, r.stderr
+    eq = json.loads(r.stdout)["loader"]["equal_steps"]
+    assert eq["batches"] == [eq["steps"]] * len(eq["batches"])
+    assert len(set(eq["per_rank_batches"])) > 1
+    assert eq["exactly_once"] is True and eq["padding"] <= eq["per_rank_padding"]
+    assert (
+        "Batches per rank: per-rank packing vs equal steps" in (tmp_path / "demo.html").read_text()
+    )
