@@ -16,6 +16,7 @@ import torch.utils.data as tud
 
 from shardkit import packing
 from shardkit.eval import rank_and_world
+from shardkit.loader import TrainPlan
 from shardkit.packing import StreamingPacker
 from shardkit.sharding import ShardPlan
 
@@ -83,8 +84,18 @@ class ConstantLengthDataset(tud.IterableDataset):
     form batches of ``batch_size`` rows. Batch b is built by dataloader worker
     ``b % num_workers`` (the packing itself, lengths only, is cheap and runs in
     every worker), so ``DataLoader(ds, batch_size=None, num_workers=K)`` yields
-    the same batches in the same order for every K. The last batch may have
-    fewer rows.
+    the same batches in the same order for every K.
+
+    Equal steps (``equal_steps=True``, the default: a training dataset): the
+    samples of *all* ranks go through one global :class:`shardkit.TrainPlan`
+    (the lengths of every sample are read once, at construction, unless
+    ``lengths`` / ``image_counts`` are given), so every rank yields the same
+    number of batches of ``batch_size`` rows and every sample is in exactly one
+    batch of one rank; only the last batch can hold filler rows (``row_tokens``
+    0, all labels ignored). ``mode``: ``"pad"`` or ``"drop"`` (the final
+    partial step dropped and counted); ``cost`` balances each step across
+    ranks. ``equal_steps=False``: each rank packs its own ShardPlan share
+    (ranks get different batch counts; the last batch may have fewer rows).
 
     A sample is a dict with ``input_ids`` (and optional ``labels``, used instead
     of input_ids for the loss, and ``images``, any sized sequence; the batch's
@@ -95,8 +106,8 @@ class ConstantLengthDataset(tud.IterableDataset):
 
     >>> data = [{"input_ids": list(range(n))} for n in (5, 3, 7, 2, 6, 1)]
     >>> ds = ConstantLengthDataset(data, seq_len=8, batch_size=2, rank=0, world_size=1)
-    >>> [b["input_ids"].shape for b in ds]
-    [torch.Size([2, 8]), torch.Size([1, 8])]
+    >>> [(tuple(b["input_ids"].shape), b["row_tokens"].tolist()) for b in ds]
+    [((2, 8), [8, 8]), ((2, 8), [8, 0])]
     >>> ds.efficiency() > 0.9
     True
     """
@@ -125,8 +136,17 @@ class ConstantLengthDataset(tud.IterableDataset):
         pad_token_id: int = 0,
         ignore_index: int = -100,
         block_mask: bool = False,
+        equal_steps: bool = True,
+        mode: str = "pad",
+        cost: str = "tokens",
     ) -> None:
         super().__init__()
+        if equal_steps and mode == "continuous":
+            raise ValueError(
+                "mode: 'continuous' is not supported by ConstantLengthDataset (it has no "
+                "state to carry into the next epoch); use pad or drop, or shardkit.torch."
+                "TokenDataset"
+            )
         if int(batch_size) < 1:
             raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
         if int(queue_size) < 1:
@@ -170,13 +190,57 @@ class ConstantLengthDataset(tud.IterableDataset):
             raise ValueError(
                 f"image_counts: has {len(self._images)} entries, the dataset {len(dataset)}"
             )
+        self.equal_steps, self.mode, self.cost = bool(equal_steps), mode, cost
+        if self.equal_steps:
+            # Every rank plans every sample: the lengths (and image counts) of
+            # the whole dataset, read once here and shipped to the workers.
+            n = len(dataset)
+            if self._lengths is None:
+                self._lengths = np.asarray([self._length(i) for i in range(n)], np.int64)
+            if self._images is None and (
+                max_images_per_pack is not None or max_images_per_example is not None
+            ):
+                self._images = np.asarray([self._images_of(i) for i in range(n)], np.int64)
         # Validate everything now, not inside a worker.
         StreamingPacker(self.seq_len, **self.packer_options)
         self._plan()
+        if self.equal_steps:
+            self.train_plan()
         self._efficiency = None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def train_plan(self) -> TrainPlan:
+        """Equal steps: the epoch's global plan over every sample of every rank.
+        A sample over ``max_images_per_example`` images is dropped (counted in
+        ``summary["dropped"]``), as nanoVLM skips it."""
+        images, max_images = self._images, self.packer_options["max_images"]
+        cap = self.max_images_per_example
+        if images is not None and cap is not None:
+            too_many = int(images.sum()) + 1  # more than any pack budget below
+            images = np.where(images > cap, too_many, images)
+            if max_images is None:
+                max_images = too_many - 1
+        elif images is not None and max_images is None:
+            images = None
+        return TrainPlan(
+            self._lengths,
+            self.seq_len,
+            self.batch_size,
+            self.world_size,
+            mode=self.mode,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+            algorithm=self.packer_options["algorithm"],
+            buffer=self.packer_options["buffer"],
+            cost=self.cost,
+            images=images,
+            max_images=max_images,
+            oversize=self.packer_options["oversize"],
+            max_sequences=self.packer_options["max_sequences"],
+        )
 
     def _plan(self) -> ShardPlan:
         return ShardPlan(
@@ -217,7 +281,11 @@ class ConstantLengthDataset(tud.IterableDataset):
         self._efficiency = packer.efficiency
 
     def efficiency(self) -> float:
-        """Real tokens / (packs x seq_len) of the rank's epoch."""
+        """Real tokens / (packs x seq_len) of the rank's epoch (equal steps: of
+        the global plan's packs)."""
+        if self.equal_steps:
+            s = self.train_plan().summary
+            return s["tokens"] / (s["packs"] * self.seq_len) if s["packs"] else 1.0
         if self._efficiency is None:
             for _ in self.packs():
                 pass
@@ -260,12 +328,22 @@ class ConstantLengthDataset(tud.IterableDataset):
                 "labels"
             ]
         out["documents"] = np.asarray([item for pack in packs for item, *_ in pack], dtype=np.int64)
+        out["row_tokens"] = np.asarray(
+            [sum(length for _, _, length, _ in pack) for pack in packs], dtype=np.int32
+        )
         batch = to_torch(out)
         if image_list:
             batch["images"] = image_list
         return batch
 
     def _batches_of_worker(self, worker: int, workers: int) -> Iterator[list]:
+        if self.equal_steps:
+            plan = self.train_plan()
+            steps = plan.steps(self.rank, worker)
+            for s, rows in enumerate(steps):
+                if s % workers == 0:  # steps worker, worker + K, ...
+                    yield [[(d, start, length, 0) for d, start, length in row] for row in rows]
+            return
         group = []
         b = 0
         for pack in self.packs():

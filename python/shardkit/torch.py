@@ -141,9 +141,18 @@ class ShardedIterableDataset(tud.IterableDataset):
     (split, remainder, shuffle, seed, offset, limit, weights) go to ShardPlan;
     call ``set_epoch`` between epochs when shuffling.
 
+    With the default ``remainder="uneven"`` ranks get different item counts (7
+    items on 2 ranks: 4 and 3), which hangs a loop with a collective per item.
+    ``equal_counts=True`` gives every rank ``ceil(N / W)`` entries, as EvalPlan
+    does: the padded entries hold a valid item and are marked, each entry is
+    yielded as ``(item, real)`` with ``real`` False on padding (mask it out of
+    the loss or the metric). Every item is real on exactly one rank.
+
     >>> ds = ShardedIterableDataset(list("abcdefg"), rank=1, world_size=2)
     >>> list(ds)
     ['b', 'd', 'f']
+    >>> list(ShardedIterableDataset(list("abcdefg"), rank=1, world_size=2, equal_counts=True))
+    [('b', True), ('d', True), ('f', True), ('a', False)]
     """
 
     def __init__(
@@ -154,9 +163,18 @@ class ShardedIterableDataset(tud.IterableDataset):
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         epoch: int = 0,
+        equal_counts: bool = False,
         **plan_options,
     ) -> None:
         super().__init__()
+        if equal_counts:
+            remainder = plan_options.setdefault("remainder", "pad")
+            if remainder != "pad":
+                raise ValueError(
+                    f"remainder: equal_counts pads the short ranks (remainder 'pad'), got "
+                    f"{remainder!r}"
+                )
+        self.equal_counts = equal_counts
         if num_items is None:
             if callable(source) and not hasattr(source, "__len__"):
                 raise ValueError("num_items: required when source is a callable")
@@ -179,5 +197,10 @@ class ShardedIterableDataset(tud.IterableDataset):
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         shard = self.plan().shard(self.rank, worker=worker, num_workers=workers)
         get = self.source if callable(self.source) else self.source.__getitem__
+        if self.equal_counts:
+            mask = shard.mask()
+            for k, index in enumerate(shard):
+                yield get(index), bool(mask[k])
+            return
         for index in shard:
             yield get(index)

@@ -410,3 +410,54 @@ def test_demo_shows_equal_steps_beside_per_rank_packing(cli, tmp_path):
     assert (
         "Batches per rank: per-rank packing vs equal steps" in (tmp_path / "demo.html").read_text()
     )
+
+
+def test_constant_length_dataset_equal_steps_on_every_rank_every_sample_once():
+    from shardkit.torch import ConstantLengthDataset
+
+    rng = np.random.default_rng(40)
+    data = [{"input_ids": list(range(int(n)))} for n in rng.integers(1, 120, 200)]
+    counts, seen = [], []
+    for rank in range(3):
+        ds = ConstantLengthDataset(data, seq_len=128, batch_size=2, rank=rank, world_size=3)
+        batches = list(ds)
+        counts.append(len(batches))
+        for i, b in enumerate(batches):
+            assert b["input_ids"].shape == (2, 128)
+            if (b["row_tokens"] == 0).any():
+                assert i == len(batches) - 1  # filler only in the last step
+            seen += b["documents"].tolist()
+    assert len(set(counts)) == 1
+    assert sorted(seen) == list(range(200))
+    per_rank = [
+        len(
+            list(
+                ConstantLengthDataset(
+                    data, seq_len=128, batch_size=2, rank=r, world_size=3, equal_steps=False
+                )
+            )
+        )
+        for r in range(3)
+    ]
+    assert sum(per_rank) >= 3 * counts[0] - 3  # the same data, packed per rank
+    with pytest.raises(ValueError, match="^mode: "):
+        ConstantLengthDataset(data, seq_len=128, mode="continuous")
+
+
+def test_sharded_iterable_dataset_equal_counts_masks_the_padding():
+    from shardkit.torch import ShardedIterableDataset
+
+    for n, world in [(3, 4), (10, 4), (0, 2), (7, 1)]:
+        got = [
+            list(
+                ShardedIterableDataset(list(range(n)), rank=r, world_size=world, equal_counts=True)
+            )
+            for r in range(world)
+        ]
+        assert len({len(g) for g in got}) == 1  # the same count on every rank
+        real = sorted(i for g in got for i, ok in g if ok)
+        assert real == list(range(n))
+    with pytest.raises(ValueError, match="^remainder: "):
+        ShardedIterableDataset(
+            list(range(5)), rank=0, world_size=2, equal_counts=True, remainder="drop"
+        )
