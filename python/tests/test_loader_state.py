@@ -27,7 +27,16 @@ def sample_data(docs=200, bump=None):
     return tokens, offsets
 
 
-OPTS = dict(seq_len=32, batch_size=2, shuffle=True, seed=2**64 - 5, buffer=8, num_threads=0)
+# The per-rank loader's state format (equal steps' state is the train plan's).
+OPTS = dict(
+    seq_len=32,
+    batch_size=2,
+    shuffle=True,
+    seed=2**64 - 5,
+    buffer=8,
+    num_threads=0,
+    equal_steps=False,
+)
 
 
 def pieces(loader):
