@@ -205,6 +205,7 @@ def test_cli_loader_stats_saves_and_resumes_the_remaining_batches(cli, tmp_path)
     np.save(tmp_path / "o.npy", offsets)
     base = ["loader-stats", "--tokens", tmp_path / "t.npy", "--offsets", tmp_path / "o.npy"]
     base += ["--seq-len", 32, "--batch", 2, "--buffer", 8, "--seed", 2**64 - 5, "--quiet", "--json"]
+    base += ["--per-rank"]  # per-rank states (equal steps: one state, tested elsewhere)
     common = base + ["--world", 2, "--workers", 2]
     whole = cli(*common)
     assert whole.returncode == 0, whole.stderr

@@ -18,7 +18,6 @@ namespace {
 
 constexpr char kTrainPlanVersion[] = "shardkit-train-1";
 
-std::string Str(Index v) { return std::to_string(v); }
 std::string Str(std::uint64_t v) { return std::to_string(v); }
 
 PackOptions StreamPackOptions(const TrainOptions& o) {
