@@ -202,9 +202,8 @@ void init_loader(nb::module_& m) {
              std::optional<Index> buffer, std::int64_t pad_token_id, std::int64_t ignore_index,
              const std::string& padding_side, Index num_threads, Index prefetch, bool shard_files,
              std::optional<bool> whale_unbalanced_io_slicing,
-             std::optional<bool> whale_drop_last_files, bool equal_steps,
-             const std::string& mode, const std::string& cost, bool block_mask, bool causal,
-             nb::object state) {
+             std::optional<bool> whale_drop_last_files, bool equal_steps, const std::string& mode,
+             const std::string& cost, bool block_mask, bool causal, nb::object state) {
             LoaderOptions o;
             o.seq_len = seq_len;
             o.batch_size = batch_size;
@@ -242,8 +241,16 @@ void init_loader(nb::module_& m) {
             o.causal = causal;
             std::optional<LoaderState> resume;
             if (!state.is_none()) resume = DictToState(state);
-            nb::gil_scoped_release release;
-            new (self) TokenLoader(source.source, std::move(o), std::move(resume));
+            // Planning an equal-steps epoch takes a while without the GIL: a
+            // daemon thread still here at interpreter exit parks (see next()).
+            PyThreadState* saved = PyEval_SaveThread();
+            try {
+              new (self) TokenLoader(source.source, std::move(o), std::move(resume));
+            } catch (...) {
+              RestoreThreadOrPark(saved);
+              throw;
+            }
+            RestoreThreadOrPark(saved);
           },
           "source"_a, nb::kw_only(), "seq_len"_a, "batch_size"_a, "rank"_a = 0, "world_size"_a = 1,
           "worker"_a = 0, "num_workers"_a = 1, "shuffle"_a = true, "seed"_a = 0, "epoch"_a = 0,
