@@ -46,9 +46,17 @@ def main() -> None:
             gather_unshard(plan, preds)
         except shardkit.PlanMismatchError as e:
             print(f"rank {rank} PlanMismatchError: {e}", flush=True)
-            sys.exit(3)
-        print(f"rank {rank} gathered without error", flush=True)
-        sys.exit(0)
+            code = 3
+        else:
+            print(f"rank {rank} gathered without error", flush=True)
+            code = 0
+        # Every rank raised together; leave together, so that no rank's gloo
+        # threads see rank 0 (which holds the store) go away mid-shutdown
+        # (torch aborted one process with "terminate called without an active
+        # exception" when rank 0 exited first).
+        dist.barrier()
+        dist.destroy_process_group()
+        sys.exit(code)
     if a.mode == "kill":
         dist.barrier()
     try:
