@@ -16,9 +16,11 @@
 #ifndef SHARDKIT_PYTHON_BINDINGS_H_
 #define SHARDKIT_PYTHON_BINDINGS_H_
 
+#include <cxxabi.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -35,6 +37,48 @@
 namespace shardkit::python {
 
 namespace nb = nanobind;
+
+// ---- releasing the GIL ------------------------------------------------------
+// Every blocking call releases the GIL through ReleaseGil, never
+// nb::gil_scoped_release: a daemon thread that takes the GIL back while the
+// interpreter exits is ended by CPython with pthread_exit, whose forced
+// unwinding through gil_scoped_release's noexcept destructor (or a catch (...))
+// aborts the process ("terminate called without an active exception"; a
+// daemon thread looping over a TokenLoader at exit, 1 of 16 runs on Python
+// 3.12). Such a thread parks instead, outside the GIL, until the process is gone.
+
+inline bool InterpreterFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+[[noreturn]] inline void Park() {
+  for (;;) ::pause();
+}
+
+// Takes the GIL back after a blocking call, or parks (see above).
+inline void RestoreThreadOrPark(PyThreadState* saved) {
+  if (InterpreterFinalizing()) Park();
+  try {
+    PyEval_RestoreThread(saved);
+  } catch (abi::__forced_unwind&) {
+    Park();  // never leaves the handler, so the unwind never completes
+  }
+}
+
+class ReleaseGil {
+ public:
+  ReleaseGil() : saved_(PyEval_SaveThread()) {}
+  ~ReleaseGil() { RestoreThreadOrPark(saved_); }
+  ReleaseGil(const ReleaseGil&) = delete;
+  ReleaseGil& operator=(const ReleaseGil&) = delete;
+
+ private:
+  PyThreadState* saved_;
+};
 
 // ---- stub names of arguments converted here ---------------------------------
 

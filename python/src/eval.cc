@@ -32,7 +32,7 @@ std::pair<Indices, Mask> BatchArrays(const EvalPlan& p, Index rank, Index step, 
       per_device ? NewNd<std::int64_t>({devices, width}, &idx) : NewNd<std::int64_t>({width}, &idx);
   Mask masks = per_device ? NewNd<bool>({devices, width}, &mask) : NewNd<bool>({width}, &mask);
   {
-    nb::gil_scoped_release release;
+    ReleaseGil release;
     p.Batch(rank, step, idx, mask);
   }
   return {indices, masks};
@@ -57,7 +57,7 @@ nb::object Unshard(const EvalPlan& p, nb::handle outputs_by_rank) {
   p.CheckOutputRows(counts);
   std::vector<Index> source;
   {
-    nb::gil_scoped_release release;
+    ReleaseGil release;
     source = p.SourceRows();
   }
   auto rows = ToArray<std::int64_t>(source);
@@ -194,7 +194,7 @@ void init_eval_plan(nb::module_& m) {
           [](const EvalPlan& p) {
             std::vector<Index> rows;
             {
-              nb::gil_scoped_release release;
+              ReleaseGil release;
               rows = p.SourceRows();
             }
             Index* data;

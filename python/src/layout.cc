@@ -133,7 +133,7 @@ Mesh MeshFromPython(nb::handle axes, nb::handle owners) {
   }
   std::vector<Index> owner_list;
   if (!owners.is_none()) owner_list = ToIndices(owners, "owners");
-  nb::gil_scoped_release release;
+  ReleaseGil release;
   return Mesh(std::move(out), std::move(owner_list));
 }
 
@@ -293,7 +293,7 @@ void init_layout(nb::module_& m) {
           "rank_order",
           [](Axes axes) {
             Mesh parsed = MeshFromPython(axes, nb::none());
-            nb::gil_scoped_release release;
+            ReleaseGil release;
             return RankOrderMesh(parsed.axes());
           },
           "axes"_a,
@@ -417,7 +417,7 @@ void init_layout(nb::module_& m) {
             const Index n = layout.ndim(), devices = s.mesh().size();
             std::vector<Slice> slices(devices * n);
             {
-              nb::gil_scoped_release release;
+              ReleaseGil release;
               layout.DevicesIndicesMap(slices.data());
             }
             return Slices(slices, devices, n);
@@ -618,7 +618,7 @@ void init_layout(nb::module_& m) {
             auto a = NewArray<std::int64_t>(n, &items);
             auto b = NewArray<bool>(n, &padding);
             {
-              nb::gil_scoped_release release;
+              ReleaseGil release;
               p.Items(order, step, process, items, padding);
             }
             return std::make_pair(a, b);
@@ -653,7 +653,7 @@ void init_layout(nb::module_& m) {
             auto [converted, this_rank] = RolesMesh(mesh, rank);
             std::vector<std::string> data = NamesFromPython(data_axes, "data_axes");
             std::vector<std::string> broadcast = NamesFromPython(broadcast_axes, "broadcast_axes");
-            nb::gil_scoped_release release;
+            ReleaseGil release;
             new (self) DataRoles(converted, std::move(data), this_rank, std::move(broadcast));
           },
           "mesh"_a, "data_axes"_a, "rank"_a = nb::none(), nb::kw_only(),

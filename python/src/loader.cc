@@ -3,12 +3,10 @@
 // (shardkit/loader/loader_state.h).
 #include "shardkit/loader/loader.h"
 
-#include <cxxabi.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
-#include <unistd.h>
 
 #include <stdexcept>
 #include <string>
@@ -22,32 +20,6 @@ namespace shardkit::python {
 using namespace nb::literals;
 
 namespace {
-
-bool InterpreterFinalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
-
-[[noreturn]] void Park() {
-  for (;;) ::pause();
-}
-
-// Takes the GIL back after a blocking call. A daemon thread that comes back
-// while the interpreter exits must not: CPython ends it with pthread_exit,
-// whose forced unwinding through a noexcept destructor (gil_scoped_release)
-// or a catch (...) aborted the process (6 of 16 runs). Such a thread parks
-// instead (outside the GIL) until the process is gone.
-void RestoreThreadOrPark(PyThreadState* saved) {
-  if (InterpreterFinalizing()) Park();
-  try {
-    PyEval_RestoreThread(saved);
-  } catch (abi::__forced_unwind&) {
-    Park();  // never leaves the handler, so the unwind never completes
-  }
-}
 
 // A source plus the Python objects (numpy arrays) whose memory it views.
 struct PySource {
@@ -70,7 +42,7 @@ LoaderState DictToState(nb::handle h) {
   } catch (const nb::python_error& e) {
     ThrowInvalid("state", std::string("is not JSON-serialisable (") + e.what() + ")");
   }
-  nb::gil_scoped_release release;
+  ReleaseGil release;
   return LoaderStateFromJson(text);
 }
 
@@ -144,7 +116,7 @@ void init_loader(nb::module_& m) {
           [](const std::string& tokens, const std::string& offsets,
              const std::string& token_dtype) {
             SourceOptions o{ParseTokenDType(token_dtype)};
-            nb::gil_scoped_release release;
+            ReleaseGil release;
             return PySource{TokenSource::Open(tokens, offsets, o), {}, {}};
           },
           "tokens"_a, "offsets"_a, "token_dtype"_a = "int32")
@@ -152,7 +124,7 @@ void init_loader(nb::module_& m) {
           "open_directory",
           [](const std::string& directory, const std::string& token_dtype) {
             SourceOptions o{ParseTokenDType(token_dtype)};
-            nb::gil_scoped_release release;
+            ReleaseGil release;
             return PySource{TokenSource::OpenDirectory(directory, o), {}, {}};
           },
           "directory"_a, "token_dtype"_a = "int32")
@@ -169,7 +141,7 @@ void init_loader(nb::module_& m) {
             auto o = nb::cast<nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig>>(offsets);
             PySource s;
             {
-              nb::gil_scoped_release release;
+              ReleaseGil release;
               s.source = TokenSource::FromMemory(t.data(), type, static_cast<Index>(t.shape(0)),
                                                  o.data(), static_cast<Index>(o.shape(0)));
             }
@@ -243,14 +215,8 @@ void init_loader(nb::module_& m) {
             if (!state.is_none()) resume = DictToState(state);
             // Planning an equal-steps epoch takes a while without the GIL: a
             // daemon thread still here at interpreter exit parks (see next()).
-            PyThreadState* saved = PyEval_SaveThread();
-            try {
-              new (self) TokenLoader(source.source, std::move(o), std::move(resume));
-            } catch (...) {
-              RestoreThreadOrPark(saved);
-              throw;
-            }
-            RestoreThreadOrPark(saved);
+            ReleaseGil release;
+            new (self) TokenLoader(source.source, std::move(o), std::move(resume));
           },
           "source"_a, nb::kw_only(), "seq_len"_a, "batch_size"_a, "rank"_a = 0, "world_size"_a = 1,
           "worker"_a = 0, "num_workers"_a = 1, "shuffle"_a = true, "seed"_a = 0, "epoch"_a = 0,
@@ -264,14 +230,10 @@ void init_loader(nb::module_& m) {
           "next",
           [](TokenLoader& loader) -> nb::object {
             std::shared_ptr<const Batch> batch;
-            PyThreadState* saved = PyEval_SaveThread();
-            try {
+            {
+              ReleaseGil release;
               batch = loader.Next();
-            } catch (...) {
-              RestoreThreadOrPark(saved);
-              throw;
             }
-            RestoreThreadOrPark(saved);
             if (!batch) return nb::none();
             return BatchToDict(batch);
           },
@@ -331,7 +293,7 @@ void init_loader(nb::module_& m) {
         for (nb::handle h : states) all.push_back(DictToState(h));
         LoaderState merged;
         {
-          nb::gil_scoped_release release;
+          ReleaseGil release;
           merged = MergeLoaderStates(all);
         }
         return StateToDict(merged);

@@ -206,7 +206,7 @@ void init_mixture(nb::module_& m) {
             auto a = NewArray<std::int64_t>(static_cast<std::size_t>(end - start), &sources);
             auto b = NewArray<std::int64_t>(static_cast<std::size_t>(end - start), &items);
             {
-              nb::gil_scoped_release release;
+              ReleaseGil release;
               mix.Fill(start, end, sources, items);
             }
             return std::make_pair(a, b);
@@ -216,7 +216,7 @@ void init_mixture(nb::module_& m) {
       .def(
           "consumed",
           [](const Mixture& mix, Index position) {
-            nb::gil_scoped_release release;
+            ReleaseGil release;
             return mix.Consumed(position);
           },
           "position"_a, "Items taken from each source before ``position``.")

@@ -126,7 +126,7 @@ void init_packing(nb::module_& m) {
                                     ToStr(compat, "compat"));
         std::span<const Index> img;
         if (images) img = Span(*images);
-        nb::gil_scoped_release release;
+        ReleaseGil release;
         return PackItems(Span(lengths), o, img);
       },
       "lengths"_a, "capacity"_a.none(), "algorithm"_a.none(), "images"_a.none(),
@@ -167,7 +167,7 @@ void init_packing(nb::module_& m) {
                 (images && images->shape(0) != lengths.shape(0))) {
               throw std::invalid_argument("lengths: items, lengths and images differ in size");
             }
-            nb::gil_scoped_release release;
+            ReleaseGil release;
             for (size_t i = 0; i < lengths.shape(0); ++i) {
               s.Push(items.data()[i], lengths.data()[i], images ? images->data()[i] : 0);
             }
@@ -258,7 +258,7 @@ void init_packing(nb::module_& m) {
   m.def(
       "_balance_ranks",
       [](std::vector<double> costs, Index world_size, Index packs_per_rank, bool drop_last) {
-        nb::gil_scoped_release release;
+        ReleaseGil release;
         return BalanceRanks(costs, world_size, packs_per_rank, drop_last);
       },
       "costs"_a, "world_size"_a, "packs_per_rank"_a, "drop_last"_a);
@@ -317,7 +317,7 @@ void init_packing(nb::module_& m) {
         std::vector<std::int32_t> cu;
         Index max_seqlen;
         {
-          nb::gil_scoped_release release;
+          ReleaseGil release;
           std::vector<std::span<const PackItem>> spans(pieces.begin(), pieces.end());
           for (size_t r = 0; r < R; ++r) {
             RowOutput row{ids + r * L, labels + r * L, pos + r * L,

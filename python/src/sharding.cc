@@ -94,7 +94,7 @@ void init_shard_plan(nb::module_& m) {
               result = nb::cast(NewArray<std::int64_t>(count, &data));
             }
             {
-              nb::gil_scoped_release release;
+              ReleaseGil release;
               s.Fill(start, end, data);
             }
             return nb::typed<nb::object, NumpyArray<std::int64_t>>(result);
@@ -190,7 +190,7 @@ void init_shard_plan(nb::module_& m) {
             o.epoch = ToUint64(epoch, "epoch");
             o.equal_counts = ToBool(equal_counts, "equal_counts");
             if (!weights.is_none()) o.weights = ToDoubles(weights, "weights");
-            nb::gil_scoped_release release;
+            ReleaseGil release;
             new (self) ShardPlan(n, w, std::move(o));
           },
           // .none(): None reaches ToIndex/ToStr/ToBool, whose TypeError names the parameter.
@@ -225,7 +225,7 @@ void init_shard_plan(nb::module_& m) {
           [](const ShardPlan& p, Index enumerate_limit) {
             AuditReport report;
             {
-              nb::gil_scoped_release release;
+              ReleaseGil release;
               report = p.Audit(enumerate_limit);
             }
             return report;

@@ -132,7 +132,7 @@ void init_train(nb::module_& m) {
                 {reinterpret_cast<const Index*>(lengths.data()), lengths.shape(0)}, img);
             std::optional<TrainState> state;
             if (state_json) state = TrainStateFromJson(*state_json);
-            nb::gil_scoped_release release;
+            ReleaseGil release;
             self->plan = state ? std::make_unique<TrainPlan>(std::move(docs), o, *state)
                                : std::make_unique<TrainPlan>(std::move(docs), o);
           },
@@ -157,7 +157,7 @@ void init_train(nb::module_& m) {
           [](const PyTrainPlan& p, Index rank, Index step) {
             TrainStep t;
             {
-              nb::gil_scoped_release release;
+              ReleaseGil release;
               t = p.plan->Step(rank, step);
             }
             return StepInfo(t);
@@ -166,7 +166,7 @@ void init_train(nb::module_& m) {
       .def("audit", [](const PyTrainPlan& p) {
         TrainAudit a;
         {
-          nb::gil_scoped_release release;
+          ReleaseGil release;
           a = p.plan->Audit();
         }
         return AuditDict(a);
@@ -190,7 +190,7 @@ void init_train(nb::module_& m) {
         TrainStep t;
         bool more;
         {
-          nb::gil_scoped_release release;
+          ReleaseGil release;
           more = r.reader->Next(&t);
         }
         if (!more) return nb::none();

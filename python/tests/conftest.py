@@ -7,6 +7,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# The suite's JAX tests are CPU tests (host devices forced with XLA_FLAGS, one
+# or several processes on loopback). On a machine with a GPU, JAX would take the
+# GPU in every test process instead (two processes on one GPU fail in NCCL with
+# "Duplicate GPU detected"): pin the CPU platform for this process and the
+# processes it starts, unless the caller chose a platform.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 
 def cli_path() -> str:
     """The shardkit binary under test: $SHARDKIT_CLI (make test sets it to the
