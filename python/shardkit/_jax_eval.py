@@ -146,13 +146,16 @@ def fail_fast(*, grace: float = 2.0):
     return _ev.fail_fast(JaxEngine(), grace=grace)
 
 
-def global_masked_sum(values, mask):
+def global_masked_sum(values, mask, *, roles: Optional[Any] = None):
     """(sum of ``values`` over the real slots of every process, number of those
     slots): each process sums its own real slots on the host and one
     ``process_allgather`` adds the partial sums (not a ``psum`` inside a
-    computation). ``values`` and ``mask`` are this process's step; the same
-    function in ``shardkit.torch`` takes the same arguments and returns the
-    same pair."""
+    computation). ``values`` and ``mask`` are this process's step; with ``roles``
+    (e.g. ``plan.roles``) only the reporter of each replica group adds its slots,
+    so replicas count once. The same function in ``shardkit.torch`` takes the same
+    arguments and returns the same pair."""
+    _ev.masked_sum(values, mask)  # validates the mask against the values
+    mask = _ev.counted_mask(mask, roles)
     local = np.append(
         np.asarray(_ev.masked_sum(values, mask), np.float64).reshape(-1), _ev.masked_count(mask)
     )

@@ -114,17 +114,23 @@ def fail_fast(group: Optional[Any] = None, *, grace: float = 2.0):
     return _ev.fail_fast(TorchEngine(group), grace=grace)
 
 
-def global_masked_sum(values: torch.Tensor, mask, group: Optional[Any] = None):
+def global_masked_sum(
+    values: torch.Tensor, mask, group: Optional[Any] = None, *, roles: Optional[Any] = None
+):
     """(sum of ``values`` over the real slots of every rank, number of those
     slots), with one ``all_reduce``. ``values`` and ``mask`` are this rank's
-    step; padded slots (mask False) never count. The same function in
-    ``shardkit.jax`` takes the same arguments and returns the same pair."""
+    step; padded slots (mask False) never count. With ``roles`` (a DataRoles, e.g.
+    ``plan.roles``) only the reporter of each replica group adds its slots: its
+    replicas hold the same values, and counting them too would multiply the sum by
+    the group size. The same function in ``shardkit.jax`` takes the same arguments
+    and returns the same pair."""
     m = torch.as_tensor(np.asarray(mask, dtype=bool)).to(values.device)
     if values.dim() == 0 or m.dim() != 1 or m.shape[0] != values.shape[0]:
         raise ValueError(
             f"mask: has shape {tuple(m.shape)} but values has shape {tuple(values.shape)}; "
             "one flag per slot (values.shape[0])"
         )
+    m = torch.as_tensor(_ev.counted_mask(m.cpu().numpy(), roles)).to(values.device)
     shape = (-1,) + (1,) * (values.dim() - 1)
     total = torch.where(m.reshape(shape), values, torch.zeros_like(values)).sum(0)
     packed = torch.cat([total.reshape(-1).to(torch.float64), m.sum().reshape(1).to(torch.float64)])

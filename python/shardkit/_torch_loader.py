@@ -46,6 +46,7 @@ import torch.utils.data as tud
 from shardkit._torch_eval import check_plan
 from shardkit._torch_packing import to_torch
 from shardkit.eval import rank_and_world
+from shardkit.layout import data_rank_and_world, resolve_roles
 from shardkit.loader import TokenLoader
 
 __all__ = ["TokenDataset", "TokenDataLoader"]
@@ -67,13 +68,20 @@ class TokenDataset(tud.IterableDataset):
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         epoch: int = 0,
+        roles: Any = None,
+        mesh: Any = None,
+        data_axes: Any = None,
         **options: Any,
     ) -> None:
         super().__init__()
+        # roles (a shardkit.DataRoles) or mesh= and data_axes=: shard by the
+        # data-parallel rank and size; replicas read identical batches.
+        self.data_roles = resolve_roles(roles, mesh, data_axes)
+        rank, world_size = data_rank_and_world(rank, world_size, self.data_roles)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.tokens, self.offsets = tokens, offsets
         self.epoch = epoch
-        self.options = options
+        self.options = options if self.data_roles is None else dict(options, roles=self.data_roles)
         self.equal_steps = bool(options.get("equal_steps", True)) and not options.get(
             "shard_files", False
         )

@@ -16,6 +16,7 @@ import torch.utils.data as tud
 
 from shardkit import packing
 from shardkit.eval import rank_and_world
+from shardkit.layout import data_rank_and_world, resolve_roles
 from shardkit.loader import TrainPlan
 from shardkit.packing import StreamingPacker
 from shardkit.sharding import ShardPlan
@@ -139,6 +140,9 @@ class ConstantLengthDataset(tud.IterableDataset):
         equal_steps: bool = True,
         mode: str = "pad",
         cost: str = "tokens",
+        roles: Any = None,
+        mesh: Any = None,
+        data_axes: Any = None,
     ) -> None:
         super().__init__()
         if equal_steps and mode == "continuous":
@@ -156,6 +160,10 @@ class ConstantLengthDataset(tud.IterableDataset):
         self.batch_size = int(batch_size)
         self.queue_size = int(queue_size)
         self.max_images_per_example = max_images_per_example
+        # roles (a shardkit.DataRoles) or mesh= and data_axes=: shard by the
+        # data-parallel rank and size; replicas yield identical batches.
+        self.roles = resolve_roles(roles, mesh, data_axes)
+        rank, world_size = data_rank_and_world(rank, world_size, self.roles)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.shuffle, self.seed, self.epoch = shuffle, seed, epoch
         self.packer_options = dict(

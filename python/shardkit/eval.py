@@ -67,7 +67,7 @@ from typing import Any, Mapping, NamedTuple, Optional, Protocol
 import numpy as np
 
 from shardkit import _core
-from shardkit._core import EvalPlan, pad_for_devices, steps_for_count
+from shardkit._core import EvalPlan, pad_for_devices, replica_sources, steps_for_count
 
 __all__ = [
     "ProcessInfo",
@@ -79,21 +79,76 @@ __all__ = [
     "Engine",
     "check_plan",
     "agree_steps",
+    "counted_mask",
     "gather_unshard",
     "fail_fast",
     "masked_sum",
     "masked_mean",
     "masked_count",
     "pad_for_devices",
+    "replica_sources",
     "steps_for_count",
 ]
 
 
-class ProcessInfo(NamedTuple):
+class _ProcessTuple(NamedTuple):
     rank: int
     world_size: int
     local_rank: int
     source: str  # "torch.distributed", "jax", "torchrun", "openmpi", "pmi", "slurm", "default"
+
+
+class ProcessInfo(_ProcessTuple):
+    """(rank, world_size, local_rank, source), plus ``mesh``: the parallelism mesh the
+    running engine holds, or None: torch's current DeviceMesh (``with mesh:``), or
+    JAX's mesh (``jax.set_mesh`` / ``with mesh:``). ``roles(data_axes)`` builds this
+    rank's DataRoles from it."""
+
+    mesh: Any = None  # an attribute, not a tuple field: the 4-tuple stays as it was
+
+    def roles(self, data_axes: Any, **options: Any) -> Any:
+        """``shardkit.DataRoles(self.mesh, data_axes, self, **options)``; ValueError
+        naming mesh when the engine holds none."""
+        if self.mesh is None:
+            raise ValueError(
+                "mesh: the engine holds no mesh (torch: enter `with mesh:` for a "
+                "DeviceMesh; JAX: jax.set_mesh); pass the mesh to shardkit.DataRoles"
+            )
+        return _core.DataRoles(self.mesh, data_axes, self.rank, **options)
+
+
+def _torch_mesh() -> Any:
+    """torch's current DeviceMesh (the innermost ``with mesh:``), or None."""
+    dm = sys.modules.get("torch.distributed.device_mesh")
+    resources = getattr(dm, "_mesh_resources", None)
+    stack = getattr(resources, "mesh_stack", None)
+    return stack[-1] if stack else None
+
+
+def _jax_mesh() -> Any:
+    """JAX's current concrete mesh (``jax.set_mesh`` or ``with mesh:``), or None."""
+    if "jax" not in sys.modules:
+        return None
+    import jax
+
+    candidates = []
+    get_mesh = getattr(jax.sharding, "get_mesh", None)
+    if get_mesh is not None:
+        candidates.append(get_mesh)
+    try:
+        from jax._src.mesh import thread_resources
+
+        candidates.append(lambda: thread_resources.env.physical_mesh)
+    except ImportError:  # a JAX without the private module
+        pass
+    for get in candidates:
+        try:
+            mesh = get()
+        except Exception:
+            continue
+        if mesh is not None and not getattr(mesh, "empty", False):
+            return mesh
+    return None
 
 
 def _torch_info() -> Optional[tuple[int, int]]:
@@ -121,7 +176,9 @@ def _jax_info() -> Optional[tuple[int, int]]:
 
 
 def discover(environ: Optional[Mapping[str, str]] = None) -> ProcessInfo:
-    """This process's rank, world size and local rank (see the module docstring).
+    """This process's rank, world size and local rank (see the module docstring),
+    and ``.mesh``: the engine's mesh when it holds one (torch: the DeviceMesh of
+    ``with mesh:``; JAX: ``jax.set_mesh`` or ``with mesh:``), else None.
 
     ``environ`` replaces ``os.environ`` and disables the engine checks (for
     tests). Raises ``ValueError`` naming the variable when a launcher's value is
@@ -139,9 +196,15 @@ def discover(environ: Optional[Mapping[str, str]] = None) -> ProcessInfo:
                 rank, world, local, _ = _core._discover_env(env)
             except ValueError:
                 rank, world, local = -1, -1, 0
-            return ProcessInfo(found[0], found[1], local if (rank, world) == found else 0, name)
+            info = ProcessInfo(found[0], found[1], local if (rank, world) == found else 0, name)
+            info.mesh = _torch_mesh() if name == "torch.distributed" else _jax_mesh()
+            return info
     rank, world, local, source = _core._discover_env(env)
-    return ProcessInfo(rank, world, local, source)
+    info = ProcessInfo(rank, world, local, source)
+    if environ is None:
+        mesh = _torch_mesh()
+        info.mesh = mesh if mesh is not None else _jax_mesh()
+    return info
 
 
 def rank_and_world(
@@ -246,9 +309,20 @@ def _fingerprint_int64(plan: EvalPlan) -> int:
     return int(np.array([plan.fingerprint], dtype=np.uint64).view(np.int64)[0])
 
 
-def _exchange(engine: Engine, plan: Optional[EvalPlan], local_count: int) -> np.ndarray:
+def _exchange(engine: Engine, plan: Optional[Any], local_count: int) -> np.ndarray:
+    """One all-gather of (fingerprint, local count, world size, dp_rank) from every
+    rank; checks that the ranks hold one plan and that its ranks fit the engine's:
+    without roles the plan's world is the engine's, with roles (``plan.roles``) every
+    data-parallel rank is held by some rank (``replica_sources``)."""
     fp = _fingerprint_int64(plan) if plan is not None else 0
-    rows = engine.allgather_int64(np.array([fp, local_count, engine.world_size], np.int64))
+    roles = getattr(plan, "roles", None)
+    if roles is not None and roles.rank != engine.rank:
+        raise ValueError(
+            f"roles: built for rank {roles.rank} but this is rank {engine.rank} of the "
+            "engine; use the group the mesh numbers its ranks in"
+        )
+    dp_rank = roles.dp_rank if roles is not None else -1
+    rows = engine.allgather_int64(np.array([fp, local_count, engine.world_size, dp_rank], np.int64))
     if plan is not None:
         prints = rows[:, 0].astype(np.int64).view(np.uint64).tolist()
         message = _core.compare_fingerprints(prints)
@@ -256,7 +330,16 @@ def _exchange(engine: Engine, plan: Optional[EvalPlan], local_count: int) -> np.
             raise PlanMismatchError(
                 f"{message} (this is rank {engine.rank} with {plan.describe()})"
             )
-        if plan.world_size != engine.world_size:
+        with_roles = rows[:, 3] >= 0
+        if with_roles.any() and not with_roles.all():
+            raise ValueError(
+                f"roles: ranks {np.flatnonzero(with_roles).tolist()} built the plan with "
+                f"roles but ranks {np.flatnonzero(~with_roles).tolist()} without "
+                f"(this is rank {engine.rank})"
+            )
+        if roles is not None:
+            replica_sources(rows[:, 3].tolist(), plan.world_size)
+        elif plan.world_size != engine.world_size:
             raise ValueError(
                 f"world_size: the plan has world_size {plan.world_size} but the "
                 f"engine has {engine.world_size} ranks"
@@ -290,7 +373,12 @@ def gather_unshard(plan: EvalPlan, local_outputs: Any, engine: Engine):
     count, so that ranks holding different plans (PlanMismatchError) or a
     rank with the wrong number of rows (ValueError naming the ranks) fail
     together on every rank instead of hanging in the gather or returning
-    different results."""
+    different results.
+
+    A plan built with roles (``EvalPlan(n, batch_size=B, roles=roles)``): every rank
+    of the engine passes its outputs, and each data-parallel rank's outputs are
+    taken from one rank, the least of its replica group (``roles.reporter``); the
+    other replicas hold the same outputs and are not counted again."""
     rows = _exchange(engine, plan, len(local_outputs))
     expected = plan.num_steps * plan.batch_size
     wrong = {r: int(n) for r, n in enumerate(rows[:, 1].tolist()) if n != expected}
@@ -300,7 +388,20 @@ def gather_unshard(plan: EvalPlan, local_outputs: Any, engine: Engine):
             + ", ".join(f"rank {r} has {n}" for r, n in sorted(wrong.items()))
             + f" (this is rank {engine.rank})"
         )
-    return plan.unshard(engine.allgather_rows(local_outputs))
+    gathered = engine.allgather_rows(local_outputs)
+    if getattr(plan, "roles", None) is not None:
+        gathered = [gathered[g] for g in replica_sources(rows[:, 3].tolist(), plan.world_size)]
+    return plan.unshard(gathered)
+
+
+def counted_mask(mask: Any, roles: Optional[Any]) -> np.ndarray:
+    """The mask a rank contributes to a global sum: ``mask``, or all False on a
+    rank that is not its replica group's reporter (``roles.reports`` False), so
+    that replicas holding the same outputs count once."""
+    m = _as_bool(mask)
+    if roles is not None and not roles.reports:
+        return np.zeros_like(m)
+    return m
 
 
 _HEARTBEAT_S = 0.5  # how often a rank inside fail_fast tells the others it is alive

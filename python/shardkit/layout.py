@@ -92,7 +92,26 @@ __all__ = [
     "ReplicaDivergenceError",
     "batch_fingerprint",
     "data_rank_and_world",
+    "resolve_roles",
 ]
+
+
+def resolve_roles(
+    roles: Optional[_core.DataRoles] = None,
+    mesh: Any = None,
+    data_axes: Union[str, Sequence[str], None] = None,
+) -> Optional[_core.DataRoles]:
+    """``roles``, or ``DataRoles(mesh, data_axes)``, or None. Raises ValueError when
+    only one of mesh / data_axes is given, or both roles and mesh."""
+    if (mesh is None) != (data_axes is None):
+        raise ValueError("data_axes: mesh= and data_axes= go together")
+    if mesh is not None:
+        if roles is not None:
+            raise ValueError("roles: pass roles= or mesh= and data_axes=, not both")
+        return DataRoles(mesh, data_axes)
+    if roles is not None and not isinstance(roles, DataRoles):
+        raise ValueError(f"roles: expected a shardkit.DataRoles, got {roles!r}")
+    return roles
 
 
 def data_rank_and_world(
@@ -105,12 +124,7 @@ def data_rank_and_world(
     """(rank, world_size) a plan or loader shards by: ``roles.dp_rank`` / ``.dp_size``
     when roles (or mesh and data_axes) are given, else the arguments unchanged. Raises
     ValueError when both are given and disagree, or only one of mesh / data_axes."""
-    if (mesh is None) != (data_axes is None):
-        raise ValueError("data_axes: mesh= and data_axes= go together")
-    if mesh is not None:
-        if roles is not None:
-            raise ValueError("roles: pass roles= or mesh= and data_axes=, not both")
-        roles = DataRoles(mesh, data_axes)
+    roles = resolve_roles(roles, mesh, data_axes)
     if roles is None:
         return rank, world_size
     if rank is not None and rank != roles.dp_rank:
@@ -142,9 +156,10 @@ def _torch_allgather(values: np.ndarray) -> np.ndarray:
 
 
 def _jax_allgather(values: np.ndarray) -> np.ndarray:
-    from jax.experimental import multihost_utils
+    # Bit-exact int64 also without jax_enable_x64 (a fingerprint is 64 bits).
+    from shardkit._jax_eval import JaxEngine
 
-    return np.asarray(multihost_utils.process_allgather(values))
+    return JaxEngine().allgather_int64(values)
 
 
 class ReplicaCheck:

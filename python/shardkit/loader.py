@@ -30,7 +30,7 @@ import numpy as np
 
 from shardkit import _core
 from shardkit.eval import rank_and_world
-from shardkit.layout import data_rank_and_world
+from shardkit.layout import data_rank_and_world, resolve_roles
 
 __all__ = ["TokenLoader", "TrainPlan", "TrainAudit"]
 
@@ -169,7 +169,8 @@ class TokenLoader:
     ) -> None:
         # roles (a shardkit.DataRoles) or mesh= and data_axes=: shard by the data-parallel
         # rank and size, so tensor/pipeline replicas read identical batches.
-        rank, world_size = data_rank_and_world(rank, world_size, roles, mesh, data_axes)
+        self.roles = resolve_roles(roles, mesh, data_axes)  # None, or the DataRoles
+        rank, world_size = data_rank_and_world(rank, world_size, self.roles)
         rank, world_size = rank_and_world(rank, world_size)
         if whale_unbalanced_io_slicing is None or whale_drop_last_files is None:
             # Read once (the core's reader, as whale_plan): every epoch and
@@ -414,7 +415,7 @@ class TrainPlan:
         lengths,
         seq_len: int,
         batch_size: int,
-        world_size: int,
+        world_size: Optional[int] = None,
         *,
         mode: str = "pad",
         shuffle: bool = True,
@@ -430,7 +431,16 @@ class TrainPlan:
         max_sequences: Optional[int] = None,
         position: int = 0,
         state: Optional[Dict[str, Any]] = None,
+        roles: Any = None,
+        mesh: Any = None,
+        data_axes: Any = None,
     ) -> None:
+        # roles (a shardkit.DataRoles) or mesh= and data_axes=: the plan's ranks are
+        # the data-parallel ranks (world_size = roles.dp_size; step(roles.dp_rank, s)).
+        self.roles = resolve_roles(roles, mesh, data_axes)
+        world_size = data_rank_and_world(None, world_size, self.roles)[1]
+        if world_size is None:
+            raise ValueError("world_size: required unless roles= is given")
         if seed < 0:
             raise ValueError(f"seed: must be non-negative, got {seed}")
         if epoch < 0:

@@ -31,7 +31,7 @@ from shardkit._torch_eval import (
 from shardkit._torch_loader import TokenDataLoader, TokenDataset
 from shardkit._torch_packing import ConstantLengthDataset, PackedCollator, to_torch
 from shardkit.eval import rank_and_world
-from shardkit.layout import data_rank_and_world
+from shardkit.layout import data_rank_and_world, resolve_roles
 from shardkit.sharding import Shard, ShardPlan
 
 T = TypeVar("T")
@@ -164,6 +164,9 @@ class ShardedIterableDataset(tud.IterableDataset):
         world_size: Optional[int] = None,
         epoch: int = 0,
         equal_counts: bool = False,
+        roles=None,
+        mesh=None,
+        data_axes=None,
         **plan_options,
     ) -> None:
         super().__init__()
@@ -181,6 +184,10 @@ class ShardedIterableDataset(tud.IterableDataset):
             num_items = len(source)  # type: ignore[arg-type]
         self.source = source
         self.num_items = num_items
+        # roles (a shardkit.DataRoles) or mesh= and data_axes=: shard by the
+        # data-parallel rank and size; replicas read the same items.
+        self.roles = resolve_roles(roles, mesh, data_axes)
+        rank, world_size = data_rank_and_world(rank, world_size, self.roles)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.epoch = epoch
         self.plan_options = plan_options

@@ -12,6 +12,7 @@
 #include "python/src/bindings.h"
 #include "shardkit/eval/dist.h"
 #include "shardkit/eval/eval_plan.h"
+#include "shardkit/layout/data_roles.h"
 
 namespace shardkit::python {
 
@@ -90,6 +91,27 @@ nb::object Unshard(const EvalPlan& p, nb::handle outputs_by_rank) {
   return out;
 }
 
+// roles= (a DataRoles) or mesh= and data_axes= (DataRoles(mesh, data_axes)),
+// or nothing.
+std::optional<DataRoles> RolesArgument(nb::handle roles, nb::handle mesh, nb::handle data_axes) {
+  if (mesh.is_none() != data_axes.is_none()) {
+    throw std::invalid_argument("data_axes: mesh= and data_axes= go together");
+  }
+  if (!mesh.is_none()) {
+    if (!roles.is_none()) {
+      throw std::invalid_argument("roles: pass roles= or mesh= and data_axes=, not both");
+    }
+    return nb::cast<DataRoles>(
+        nb::module_::import_("shardkit._core").attr("DataRoles")(mesh, data_axes));
+  }
+  if (roles.is_none()) return std::nullopt;
+  if (!nb::isinstance<DataRoles>(roles)) {
+    throw std::invalid_argument("roles: expected a shardkit.DataRoles, got " +
+                                nb::cast<std::string>(nb::repr(roles)));
+  }
+  return nb::cast<DataRoles>(roles);
+}
+
 }  // namespace
 
 void init_eval_plan(nb::module_& m) {
@@ -116,14 +138,22 @@ void init_eval_plan(nb::module_& m) {
       "(1, 2, [0, 1, 1])\n"
       ">>> indices, mask = plan.batch(2, 0, per_device=True)\n"
       ">>> indices.tolist(), mask.tolist()\n"
-      "([[2, 5], [8, 2]], [[True, True], [True, False]])\n")
+      "([[2, 5], [8, 2]], [[True, True], [True, False]])\n\n"
+      "Under tensor/pipeline parallelism the plan's ranks are the data-parallel ranks:\n"
+      "roles= (a shardkit.DataRoles), or mesh= and data_axes=, stand for world_size; the\n"
+      "replicas of one group run the same steps, batch(plan.roles.dp_rank, step).\n\n"
+      ">>> roles = shardkit.DataRoles({'dp': 2, 'tp': 2}, 'dp', rank=3)\n"
+      ">>> plan = shardkit.EvalPlan(10, batch_size=4, roles=roles)\n"
+      ">>> plan.world_size, plan.roles.dp_rank, plan.batch(plan.roles.dp_rank, 0)[0].tolist()\n"
+      "(2, 1, [1, 3, 5, 7])\n")
       .def(
           "__init__",
-          [](EvalPlan* self, Int num_items, Int world_size, Int batch_size, Int devices,
-             OptionalInt min_device_batch, Str split, Bool shuffle, Int seed, Int epoch) {
+          [](EvalPlan* self, Int num_items, OptionalInt world_size, Int batch_size, Int devices,
+             OptionalInt min_device_batch, Str split, Bool shuffle, Int seed, Int epoch,
+             nb::handle roles, nb::handle mesh, nb::handle data_axes) {
             EvalOptions o;
             const Index n = ToIndex(num_items, "num_items");
-            const Index w = ToIndex(world_size, "world_size");
+            const std::optional<Index> w = ToOptionalIndex(world_size, "world_size");
             const Index b = ToIndex(batch_size, "batch_size");
             o.devices = ToIndex(devices, "devices");
             o.min_device_batch = ToOptionalIndex(min_device_batch, "min_device_batch").value_or(0);
@@ -131,12 +161,36 @@ void init_eval_plan(nb::module_& m) {
             o.shuffle = ToBool(shuffle, "shuffle");
             o.seed = ToUint64(seed, "seed");
             o.epoch = ToUint64(epoch, "epoch");
-            new (self) EvalPlan(n, w, b, o);
+            const std::optional<DataRoles> r = RolesArgument(roles, mesh, data_axes);
+            if (!r) {
+              if (!w) throw std::invalid_argument("world_size: required unless roles= is given");
+              new (self) EvalPlan(n, *w, b, o);
+              return;
+            }
+            if (w && *w != r->dp_size()) {
+              throw std::invalid_argument("world_size: " + std::to_string(*w) +
+                                          " differs from the roles' dp_size " +
+                                          std::to_string(r->dp_size()));
+            }
+            new (self) EvalPlan(n, *r, b, o);
           },
-          "num_items"_a.none(), "world_size"_a.none(), "batch_size"_a.none(), nb::kw_only(),
-          "devices"_a.none() = 1, "min_device_batch"_a.none() = nb::none(),
-          "split"_a.none() = "round_robin", "shuffle"_a.none() = false, "seed"_a.none() = 0,
-          "epoch"_a.none() = 0)
+          "num_items"_a.none(), "world_size"_a.none() = nb::none(),
+          "batch_size"_a.none() = nb::none(), nb::kw_only(), "devices"_a.none() = 1,
+          "min_device_batch"_a.none() = nb::none(), "split"_a.none() = "round_robin",
+          "shuffle"_a.none() = false, "seed"_a.none() = 0, "epoch"_a.none() = 0,
+          "roles"_a.none() = nb::none(), "mesh"_a.none() = nb::none(),
+          "data_axes"_a.none() = nb::none(),
+          nb::sig("def __init__(self, num_items: int, world_size: int | None = None, "
+                  "batch_size: int | None = None, *, devices: int = 1, "
+                  "min_device_batch: int | None = None, split: str = 'round_robin', "
+                  "shuffle: bool = False, seed: int = 0, epoch: int = 0, "
+                  "roles: DataRoles | None = None, mesh: typing.Any = None, "
+                  "data_axes: str | collections.abc.Sequence[str] | None = None) -> None"))
+      .def_prop_ro(
+          "roles", [](const EvalPlan& p) { return p.roles(); },
+          "The DataRoles the plan was built from (None without roles=): the plan's ranks are\n"
+          "their data-parallel ranks; gather_unshard and global_masked_sum count each replica\n"
+          "group once (its reporter, the least rank).")
       .def_prop_ro("num_items", &EvalPlan::num_items)
       .def_prop_ro("world_size", &EvalPlan::world_size)
       .def_prop_ro("batch_size", &EvalPlan::batch_size,
@@ -217,6 +271,17 @@ void init_eval_plan(nb::module_& m) {
       },
       "n"_a, "devices"_a, nb::kw_only(), "min_device_batch"_a = nb::none(),
       "Flax pad_shard_unpad's rule: (per-device batch, padding) for a host batch of n rows.");
+  m.def(
+      "replica_sources",
+      [](const std::vector<Index>& dp_rank_by_rank, Index dp_size) {
+        return ReplicaSources(dp_rank_by_rank, dp_size);
+      },
+      "dp_rank_by_rank"_a, "dp_size"_a,
+      "For each data-parallel rank, the rank whose gathered outputs stand for it: the least\n"
+      "rank of its replica group (the others hold the same outputs and are skipped).\n\n"
+      ">>> import shardkit\n"
+      ">>> shardkit.eval.replica_sources([1, 1, 0, 0], 2)  # ranks 0, 1 hold dp_rank 1\n"
+      "[2, 0]\n");
   m.def("compare_fingerprints", &CompareFingerprints, "by_rank"_a,
         "'' when every rank's fingerprint equals rank 0's, else a message naming the others.");
   m.def(

@@ -671,6 +671,10 @@ void init_layout(nb::module_& m) {
       .def_prop_ro("saver", &DataRoles::saver,
                    "The rank of the replica group that saves the loader state.")
       .def_prop_ro("saves", &DataRoles::saves)
+      .def_prop_ro("reporter", &DataRoles::reporter,
+                   "The rank of the replica group whose outputs count in gathers and global\n"
+                   "sums (the least rank of the group): replicas count once.")
+      .def_prop_ro("reports", &DataRoles::reports)
       .def_prop_ro("data_axes", &DataRoles::data_axes)
       .def_prop_ro("broadcast_axes", &DataRoles::broadcast_axes)
       .def(

@@ -191,9 +191,9 @@ def test_agree_steps_takes_the_largest_filtered_share():
 
     plan = EvalPlan(100, 3, 4)
     fp = int(np.array([plan.fingerprint], np.uint64).view(np.int64)[0])
-    rows = [np.array([fp, c, 3]) for c in (10, 33, 0)]
+    rows = [np.array([fp, c, 3, -1]) for c in (10, 33, 0)]
     assert agree_steps(10, 4, FakeEngine(0, rows), plan) == 9  # ceil(33 / 4)
-    rows[2] = np.array([fp ^ 1, 0, 3])
+    rows[2] = np.array([fp ^ 1, 0, 3, -1])
     with pytest.raises(PlanMismatchError, match="ranks 2"):
         check_plan(plan, FakeEngine(0, rows))
     with pytest.raises(ValueError, match="^local_count: "):

@@ -55,6 +55,11 @@ EvalPlan::EvalPlan(Index num_items, Index world_size, Index batch_size, EvalOpti
   }
 }
 
+EvalPlan::EvalPlan(Index num_items, const DataRoles& roles, Index batch_size, EvalOptions options)
+    : EvalPlan(num_items, roles.dp_size(), batch_size, options) {
+  roles_ = roles;
+}
+
 void EvalPlan::CheckRank(Index rank) const {
   CheckIndex("rank", rank, 0, world_size(), " (world_size=" + Str(world_size()) + ")");
 }
@@ -149,6 +154,31 @@ std::string EvalPlan::Describe() const {
          ", epoch=" + std::to_string(options_.epoch);
   }
   return s + ", version=" + kEvalPlanVersion + ")";
+}
+
+std::vector<Index> ReplicaSources(std::span<const Index> dp_rank_by_rank, Index dp_size) {
+  CheckAtLeast("dp_size", dp_size, 1);
+  const Index ranks = static_cast<Index>(dp_rank_by_rank.size());
+  if (dp_size > ranks) {
+    ThrowInvalid("dp_ranks", Str(ranks) + " ranks cannot hold " + Str(dp_size) +
+                                 " data-parallel ranks (every dp_rank needs a rank)");
+  }
+  std::vector<Index> sources(static_cast<size_t>(dp_size), -1);
+  for (Index g = 0; g < ranks; ++g) {
+    const Index d = dp_rank_by_rank[static_cast<size_t>(g)];
+    if (d < 0 || d >= dp_size) {
+      ThrowInvalid("dp_ranks", "rank " + Str(g) + " has dp_rank " + Str(d) + ", outside [0, " +
+                                   Str(dp_size) + ")");
+    }
+    if (sources[static_cast<size_t>(d)] < 0) sources[static_cast<size_t>(d)] = g;
+  }
+  for (Index d = 0; d < dp_size; ++d) {
+    if (sources[static_cast<size_t>(d)] < 0) {
+      ThrowInvalid("dp_ranks", "no rank has dp_rank " + Str(d) + " of " + Str(dp_size) +
+                                   " (did every rank build its roles from the same mesh?)");
+    }
+  }
+  return sources;
 }
 
 Index StepsForCount(Index max_count, Index batch_size) {

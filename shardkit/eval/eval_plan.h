@@ -23,6 +23,14 @@
 // one row per item in item order: SourceRows()[i] is the row holding window
 // item i. Padded rows are dropped.
 //
+// Data roles (layout/data_roles.h): under tensor, pipeline, context or expert
+// parallelism the plan's ranks are the data-parallel ranks. EvalPlan(N, roles,
+// B) is EvalPlan(N, roles.dp_size(), B) that remembers the roles: the ranks of
+// one replica group run the same steps (Batch(roles.dp_rank(), s)) and hold
+// the same outputs. When every rank's outputs are gathered, only the least rank
+// of each replica group counts (ReplicaSources below; in sums, only the ranks
+// with roles.reports()), so no item is counted twice.
+//
 // The fingerprint hashes the parameters and the library version; ranks
 // compare it with one collective before the first step (see dist.h and the
 // engine helpers) so that ranks with different plans fail instead of hanging.
@@ -32,10 +40,13 @@
 #define SHARDKIT_EVAL_EVAL_PLAN_H_
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "shardkit/base/errors.h"
+#include "shardkit/layout/data_roles.h"
 #include "shardkit/sharding/shard_plan.h"
 
 namespace shardkit {
@@ -60,6 +71,10 @@ class EvalPlan {
   // batch_size, min_device_batch < 0, split balanced, or a step count whose
   // slots (num_steps * world_size * batch_size) overflow an Index.
   EvalPlan(Index num_items, Index world_size, Index batch_size, EvalOptions options = {});
+  // The plan over roles.dp_size() data-parallel ranks, remembering `roles`
+  // (they do not enter the fingerprint: replicas and data-parallel ranks hold
+  // equal plans). Throws as above.
+  EvalPlan(Index num_items, const DataRoles& roles, Index batch_size, EvalOptions options = {});
 
   [[nodiscard]] Index num_items() const { return plan_.num_items(); }
   [[nodiscard]] Index world_size() const { return plan_.world_size(); }
@@ -69,6 +84,8 @@ class EvalPlan {
   [[nodiscard]] Index device_batch() const { return batch_ / options_.devices; }
   [[nodiscard]] const EvalOptions& options() const { return options_; }
   [[nodiscard]] Index num_steps() const { return steps_; }
+  // The roles the plan was built from, if any.
+  [[nodiscard]] const std::optional<DataRoles>& roles() const { return roles_; }
 
   // Real (unpadded) slots of rank over all steps. Throws out_of_range.
   [[nodiscard]] Index Real(Index rank) const;
@@ -123,7 +140,19 @@ class EvalPlan {
   EvalOptions options_;
   Index batch_ = 0;
   Index steps_ = 0;
+  std::optional<DataRoles> roles_;
 };
+
+// Which rank's outputs stand for each data-parallel rank when every rank of a
+// job gathers its outputs: entry g of dp_rank_by_rank is the dp_rank of rank g
+// (gathered from every rank). Returns, for each d in [0, dp_size), the least
+// rank g with dp_rank d: the replica group's reporter (DataRoles::reporter()).
+// The other members of the group hold the same outputs and are skipped, so no
+// item counts twice. Throws invalid_argument naming `dp_ranks` when a value
+// lies outside [0, dp_size) or some data-parallel rank has no rank (the ranks
+// built their roles from different meshes).
+[[nodiscard]] std::vector<Index> ReplicaSources(std::span<const Index> dp_rank_by_rank,
+                                                Index dp_size);
 
 // Steps for dynamic counts: when a filter decides at load time how many items
 // each rank keeps, the ranks agree on ceil(max(counts) / batch_size) after

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -268,6 +270,98 @@ TEST(EvalPlanTest, CompareFingerprintsNamesTheOddRanks) {
   const std::string m = CompareFingerprints({5, 5, 6, 5});
   EXPECT_NE(m.find("plan fingerprint mismatch: 1 of 4 ranks"), std::string::npos) << m;
   EXPECT_NE(m.find("ranks 2 ("), std::string::npos) << m;
+}
+
+// Every rank of a random mesh (1-4 axes, random data axes, any rank order)
+// builds EvalPlan(N, roles, B): replicas run identical steps, and unsharding
+// every rank's outputs through ReplicaSources yields each item exactly once,
+// taken from the reporter (least rank) of its replica group.
+TEST(EvalPlanTest, RolesGiveReplicasIdenticalStepsAndUnshardCountsEachItemOnce) {
+  std::mt19937_64 rng(29);
+  const char* names[] = {"dp", "tp", "pp", "cp"};
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<MeshAxis> axes;
+    const int num_axes = 1 + static_cast<int>(rng() % 4);
+    Index size = 1;
+    for (int a = 0; a < num_axes; ++a) {
+      axes.push_back({names[a], 1 + static_cast<Index>(rng() % 3)});
+      size *= axes.back().size;
+    }
+    std::vector<std::string> data;
+    for (int a = 0; a < num_axes; ++a) {
+      if (rng() % 2) data.push_back(names[a]);
+    }
+    std::shuffle(data.begin(), data.end(), rng);
+    std::vector<Index> owners(size);
+    std::iota(owners.begin(), owners.end(), Index{0});
+    std::shuffle(owners.begin(), owners.end(), rng);
+    const Mesh mesh(axes, owners);
+    const Index n = static_cast<Index>(rng() % 40), b = 1 + static_cast<Index>(rng() % 4);
+    SCOPED_TRACE(testing::Message()
+                 << "trial " << trial << " mesh " << mesh.ToString() << " N=" << n << " B=" << b);
+    std::vector<EvalPlan> plans;
+    std::vector<Index> dp_rank_by_rank;
+    for (Index g = 0; g < size; ++g) {
+      plans.emplace_back(n, DataRoles(mesh, data, g), b);
+      dp_rank_by_rank.push_back(plans.back().roles()->dp_rank());
+    }
+    const Index dp_size = plans[0].world_size();
+    ASSERT_EQ(dp_size, plans[0].roles()->dp_size());
+    const std::vector<Index> sources = ReplicaSources(dp_rank_by_rank, dp_size);
+    ASSERT_EQ(static_cast<Index>(sources.size()), dp_size);
+    // Outputs: rank g writes item * 1000 + g, so the row says who produced it.
+    std::vector<std::vector<Index>> outputs(size);
+    const Index steps = plans[0].num_steps();
+    for (Index g = 0; g < size; ++g) {
+      const EvalPlan& p = plans[g];
+      ASSERT_EQ(p.Fingerprint(), plans[0].Fingerprint());
+      const DataRoles& r = *p.roles();
+      EXPECT_EQ(r.reports(), sources[r.dp_rank()] == g);
+      EXPECT_EQ(r.reporter(), sources[r.dp_rank()]);
+      std::vector<Index> idx(b), mine, theirs(b);
+      std::unique_ptr<bool[]> mask(new bool[b]), other(new bool[b]);
+      for (Index s = 0; s < steps; ++s) {
+        p.Batch(r.dp_rank(), s, idx.data(), mask.get());
+        for (Index peer : r.replica_group()) {  // the same step on every replica
+          plans[peer].Batch(plans[peer].roles()->dp_rank(), s, theirs.data(), other.get());
+          ASSERT_EQ(theirs, idx);
+        }
+        for (Index i : idx) outputs[g].push_back(i * 1000 + g);
+      }
+    }
+    std::vector<std::vector<Index>> by_dp_rank;
+    for (Index d = 0; d < dp_size; ++d) by_dp_rank.push_back(outputs[sources[d]]);
+    const std::vector<Index> items = plans[0].Unshard(by_dp_rank);
+    ASSERT_EQ(static_cast<Index>(items.size()), n);
+    for (Index i = 0; i < n; ++i) {
+      EXPECT_EQ(items[i] / 1000, i);
+      const Index producer = items[i] % 1000;
+      EXPECT_TRUE(plans[producer].roles()->reports()) << "item " << i << " from rank " << producer;
+    }
+  }
+}
+
+TEST(EvalPlanTest, ReplicaSourcesRejectsInconsistentRolesNamingDpRanks) {
+  const std::vector<Index> fine = {0, 0, 1, 1};
+  EXPECT_EQ(ReplicaSources(fine, 2), (std::vector<Index>{0, 2}));
+  const std::vector<Index> swapped = {1, 0, 0, 1};
+  EXPECT_EQ(ReplicaSources(swapped, 2), (std::vector<Index>{1, 0}));
+  auto message = [](const std::vector<Index>& v, Index dp_size) {
+    try {
+      static_cast<void>(ReplicaSources(v, dp_size));
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message({0, 0, 0, 0}, 2),
+            "dp_ranks: no rank has dp_rank 1 of 2 (did every rank build its roles from the "
+            "same mesh?)");
+  EXPECT_EQ(message({0, 3}, 2), "dp_ranks: rank 1 has dp_rank 3, outside [0, 2)");
+  EXPECT_EQ(message({0, -1}, 2), "dp_ranks: rank 1 has dp_rank -1, outside [0, 2)");
+  EXPECT_EQ(message({0}, 2),
+            "dp_ranks: 1 ranks cannot hold 2 data-parallel ranks (every dp_rank needs a rank)");
+  EXPECT_EQ(message({}, 0).rfind("dp_size", 0), 0u);
 }
 
 TEST(EvalPlanTest, StepsForCountIsTheCeilingOfTheLargestShare) {

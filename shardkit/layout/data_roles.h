@@ -27,6 +27,10 @@
 // of its first device with the broadcast coordinates set to 0.
 // saver() is the least loading rank of the replica group: exactly one rank per
 // group saves the loader state.
+// reporter() is the least rank of the replica group: the one rank per group
+// whose outputs count when outputs are gathered or summed over all ranks (an
+// evaluation's unshard and global metric sums), so that the replicas, which
+// hold the same outputs, count once (see ReplicaSources in eval/eval_plan.h).
 //
 // Cost: construction is O(mesh size) time and memory (it validates the whole
 // mesh, so every rank fails the same way on a bad layout).
@@ -66,6 +70,8 @@ class DataRoles {
   [[nodiscard]] Index source() const { return source_; }
   [[nodiscard]] Index saver() const { return saver_; }
   [[nodiscard]] bool saves() const { return saver_ == rank_; }
+  [[nodiscard]] Index reporter() const { return replica_group_.front(); }
+  [[nodiscard]] bool reports() const { return reporter() == rank_; }
   [[nodiscard]] const std::vector<std::string>& data_axes() const { return data_axes_; }
   [[nodiscard]] const std::vector<std::string>& broadcast_axes() const { return broadcast_axes_; }
 
