@@ -46,6 +46,7 @@ from shardkit.sharding import Shard, ShardPlan
 
 __all__ = [
     # layout
+    "TokenBatches",
     "global_batches",
     "host_items",
     "host_rows",
@@ -355,6 +356,117 @@ def global_batches(
             "items": arrays[-1],
             "step": step,
         }
+
+
+_ROW_KEYS = ("input_ids", "labels", "position_ids", "document_ids", "attention_mask", "block_mask")
+
+
+class TokenBatches:
+    """The equal-steps TokenLoader as global ``jax.Array`` batches for a NamedSharding.
+
+    ``TokenBatches(sharding, tokens, offsets, *, seq_len, batch_size, **loader_options)``:
+    ``batch_size`` is the global batch (rows per step over all processes); the sharding's
+    spec entry 0 splits it into ``T`` row blocks of ``batch_size / T`` rows (its data
+    axes). Block k of every step is TokenLoader rank k of T (equal steps: one global
+    TrainPlan, every rank the same number of steps, every document once per epoch), so
+    the global batch equals the concatenation of ranks 0..T-1's batches. Each process
+    runs loaders only for the blocks its devices hold (``LoadingPlan``), in local-row
+    order; processes holding the same blocks (replicas over the model axes) load the same
+    rows. ``loader_options`` go to every TokenLoader (``seed``, ``shuffle``, ``epoch``,
+    ``mode``, ...; not ``rank`` / ``world_size``).
+
+    Iterating yields per step a dict: ``batch`` (``input_ids``, ``labels``,
+    ``position_ids``, ``document_ids`` [B, seq_len] and ``attention_mask`` /
+    ``block_mask`` when the loader makes them, as global arrays), ``row_tokens`` (global
+    int32 [B]: real tokens per row), ``mask`` (global bool [B], False on filler rows),
+    ``documents`` (this process's documents of the step, host numpy), ``step``.
+    ``state_dict()`` / ``load_state_dict()``: the plan's state, the same on every process.
+    """
+
+    def __init__(
+        self,
+        sharding: Any,
+        tokens: Any,
+        offsets: Any = None,
+        *,
+        seq_len: int,
+        batch_size: int,
+        **loader_options: Any,
+    ) -> None:
+        from shardkit.loader import TokenLoader
+
+        for name in ("rank", "world_size", "roles", "mesh", "data_axes", "equal_steps"):
+            if name in loader_options:
+                raise ValueError(
+                    f"{name}: TokenBatches takes the data-parallel layout from the sharding "
+                    "(and always runs equal steps)"
+                )
+        import jax
+
+        self.sharding = sharding
+        self.batch_size = int(batch_size)
+        layout = to_shardkit(sharding)
+        plan = LoadingPlan(layout, self.batch_size)  # validates batch_size against the spec
+        block = layout.shard_shape((self.batch_size,))[0]
+        self.num_blocks = self.batch_size // block
+        process = jax.process_index()
+        #: the loader ranks (row blocks) this process reads, in local-row order
+        self.blocks = [k for a, b in plan.rows(process) for k in range(a // block, b // block)]
+        if not self.blocks:
+            raise ValueError(
+                f"sharding: process {process} holds no device of the sharding's mesh, so it "
+                "has no rows to load"
+            )
+        self._loaders = [
+            TokenLoader(
+                tokens,
+                offsets,
+                seq_len=seq_len,
+                batch_size=block,
+                rank=k,
+                world_size=self.num_blocks,
+                **loader_options,
+            )
+            for k in self.blocks
+        ]
+
+    @property
+    def num_steps(self) -> int:
+        """Steps of the epoch, the same on every process."""
+        return self._loaders[0].num_steps
+
+    def state_dict(self) -> dict:
+        """Where the run stands after the last step yielded (the plan's state: the same
+        on every process and for every block)."""
+        return self._loaders[0].state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        for loader in self._loaders:
+            loader.load_state_dict(state)
+
+    def __iter__(self):
+        import jax
+
+        process = jax.process_index()
+        row = _batch_sharding(self.sharding, 1)
+        for parts in zip(*self._loaders):
+            keys = [k for k in _ROW_KEYS if k in parts[0]]
+            leaves = [np.concatenate([p[k] for p in parts]) for k in keys]
+            row_tokens = np.concatenate([p["row_tokens"] for p in parts]).astype(np.int32)
+            arrays = _assemble(
+                [_batch_sharding(self.sharding, np.ndim(x)) for x in leaves] + [row, row],
+                leaves + [row_tokens, row_tokens > 0],
+                [(self.batch_size, *np.shape(x)[1:]) for x in leaves]
+                + [(self.batch_size,), (self.batch_size,)],
+                process,
+            )
+            yield {
+                "batch": dict(zip(keys, arrays[: len(keys)])),
+                "row_tokens": arrays[-2],
+                "mask": arrays[-1],
+                "documents": np.concatenate([p["documents"] for p in parts]),
+                "step": int(parts[0]["step"]),
+            }
 
 
 def _tree_flatten(tree: Any):

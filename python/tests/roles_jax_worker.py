@@ -27,6 +27,74 @@ def features(items):
     }
 
 
+def token_batches_equal_a_full_load(sharding, me):
+    """The equal-steps TokenLoader as global arrays: each process runs the loaders of
+    its row blocks only, and the global batches equal one host loading every block."""
+    rng = np.random.default_rng(8)
+    lengths = rng.integers(1, 50, 203)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    tokens = np.arange(offsets[-1], dtype=np.int32)
+    tb = skjax.TokenBatches(sharding, tokens, offsets, seq_len=32, batch_size=8, seed=6)
+    assert tb.blocks == [me, me + 2] and tb.num_blocks == 4, tb.blocks  # its rows only
+    full = [
+        shardkit.TokenLoader(
+            tokens, offsets, seq_len=32, batch_size=2, rank=k, world_size=4, seed=6
+        )
+        for k in range(4)
+    ]
+    count = jax.jit(lambda t, m: jnp.sum(jnp.where(m, t, 0)))
+    steps, total, seen = 0, 0, []
+    for out, parts in zip(tb, zip(*full), strict=True):
+        for key in ("input_ids", "labels", "position_ids", "document_ids"):
+            got = np.asarray(multihost_utils.process_allgather(out["batch"][key], tiled=True))
+            assert np.array_equal(got, np.concatenate([p[key] for p in parts])), key
+        rows = np.asarray(multihost_utils.process_allgather(out["row_tokens"], tiled=True))
+        assert np.array_equal(rows, np.concatenate([p["row_tokens"] for p in parts]))
+        mask = np.asarray(multihost_utils.process_allgather(out["mask"], tiled=True))
+        assert np.array_equal(mask, rows > 0)
+        assert out["batch"]["input_ids"].sharding.spec == sharding.spec
+        assert (
+            out["documents"].tolist()
+            == np.concatenate([parts[k]["documents"] for k in (me, me + 2)]).tolist()
+        )  # this host's documents
+        total += int(count(out["row_tokens"], out["mask"]))  # a global reduction under jit
+        seen += np.concatenate([p["documents"] for p in parts]).tolist()
+        steps += 1
+    assert steps == tb.num_steps and total == int(lengths.sum()), (steps, total)
+    assert sorted(set(seen)) == list(range(203))
+
+
+def replicas_and_roles_in_evaluation(mesh, me):
+    """Both processes hold every model column: with data axis "model" they are one
+    replica group. The JAX ReplicaCheck passes on identical batches and fails on both
+    processes when one diverges; an EvalPlan with these roles counts each item once in
+    gather_unshard and global_masked_sum (naively: twice)."""
+    from shardkit.layout import ReplicaCheck, ReplicaDivergenceError
+
+    roles = shardkit.DataRoles(mesh, "model")
+    assert roles.replica_group == [0, 1] and roles.reporter == 0
+    check = ReplicaCheck(roles, "jax", every=2)
+    plan = shardkit.EvalPlan(21, batch_size=4, roles=roles)
+    assert plan.world_size == 1
+    outputs, total, count, naive = [], 0.0, 0, 0
+    for s in range(plan.num_steps):
+        ids, mask = plan.batch(roles.dp_rank, s)
+        assert check.check(s, ids) is (s % 2 == 0)
+        outputs.append(ids * 10)
+        step_sum, step_count = skjax.global_masked_sum(ids.astype(np.float64), mask, roles=roles)
+        total, count = total + float(step_sum), count + step_count
+        naive += skjax.global_masked_sum(ids.astype(np.float64), mask)[1]
+    assert (total, count, naive) == (float(sum(range(21))), 21, 42), (total, count, naive)
+    assert skjax.gather_unshard(plan, np.concatenate(outputs)).tolist() == [
+        10 * i for i in range(21)
+    ]
+    try:
+        check.check(8, [1, 2, 3] if me == 0 else [1, 2, 4])
+        raise SystemExit("the divergence was not detected")
+    except ReplicaDivergenceError as e:
+        assert str(e).startswith("step 8: ranks [0, 1] (dp_rank 0)"), e
+
+
 def main(process_id, num_processes, port):
     jax.config.update("jax_platforms", "cpu")
     jax.distributed.initialize(
@@ -106,6 +174,8 @@ def main(process_id, num_processes, port):
     got_ids, got_rows = skjax.to_items(outputs, items, masks)
     assert got_ids.tolist() == list(range(21))
     assert np.array_equal(got_rows, features(np.arange(21))["x"] * 2)
+    token_batches_equal_a_full_load(sharding, me)
+    replicas_and_roles_in_evaluation(mesh, me)
     print("ok", flush=True)
     jax.distributed.shutdown()
 
