@@ -9,6 +9,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/json.h"
+#include "cli/roles.h"
 #include "shardkit/eval/eval_plan.h"
 
 namespace shardkit::cli {
@@ -31,7 +32,7 @@ int RunEvalPlan(const Argv& argv) {
             "ceil(ceil(N / W) / B) steps of B slots; every item is in exactly one\n"
             "unmasked slot, the padded slots are masked (and hold a valid index).");
   args.Flag("items", "N", "number of items to evaluate (required)")
-      .Flag("world", "W", "number of ranks (required)")
+      .Flag("world", "W", "number of ranks (required unless --mesh)")
       .Flag("batch", "B", "slots per step on each rank (required)")
       .Flag("devices", "D", "local devices per rank; must divide the batch (default 1)")
       .Flag("min-device-batch", "M", "at least M slots per device (Flax pad_shard_unpad)")
@@ -42,7 +43,9 @@ int RunEvalPlan(const Argv& argv) {
       .Flag("rank", "R", "with --batches: show only this rank")
       .Flag("batches", "", "list every step's indices and mask")
       .Flag("json", "", "print one JSON object");
+  AddRolesFlags(args);
   if (!args.Parse(argv)) return 0;
+  const std::optional<std::vector<DataRoles>> roles = RolesFromArgs(args);
   EvalOptions o;
   o.devices = args.Int("devices", 1);
   o.min_device_batch = args.Int("min-device-batch", 0);
@@ -50,7 +53,7 @@ int RunEvalPlan(const Argv& argv) {
   o.shuffle = args.Has("shuffle");
   o.seed = args.Uint("seed", 0);
   o.epoch = args.Uint("epoch", 0);
-  EvalPlan plan(args.RequireInt("items"), args.RequireInt("world"), args.RequireInt("batch"), o);
+  EvalPlan plan(args.RequireInt("items"), WorldFromArgs(args, roles), args.RequireInt("batch"), o);
   const std::vector<Index> ranks =
       ListedRanks(args, plan.world_size(), [&](Index r) { (void)plan.Real(r); });
   const bool batches = args.Has("batches");
@@ -79,6 +82,7 @@ int RunEvalPlan(const Argv& argv) {
     j.Key("padding").Int(plan.TotalPadding());
     j.Key("padding_fraction").Double(plan.PaddingFraction());
     j.Key("fingerprint").String(Hex(plan.Fingerprint()));
+    if (roles) RolesJson(j, *roles);
     j.Key("ranks").BeginList();
     for (Index r : ranks) {
       j.Begin()
@@ -127,6 +131,12 @@ int RunEvalPlan(const Argv& argv) {
     }
   }
   if (batches) std::printf("(* = padded slot, masked out)\n");
+  if (roles) {
+    PrintRoles(*roles);
+    std::printf(
+        "(the plan's ranks above are dp_ranks: the ranks of a replica group run the same\n"
+        " steps; in gathers and global sums only its reporter's outputs count)\n");
+  }
   return 0;
 }
 

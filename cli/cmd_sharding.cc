@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/json.h"
+#include "cli/roles.h"
 #include "shardkit/sharding/shard_plan.h"
 
 namespace shardkit::cli {
@@ -19,7 +20,7 @@ constexpr Index kMaxListedIndices = 100000000;
 Args PlanArgs(const std::string& command, const std::string& summary) {
   Args args(command, summary);
   args.Flag("items", "N", "number of items (or files) in the data set (required)")
-      .Flag("world", "W", "number of ranks (required)")
+      .Flag("world", "W", "number of ranks (required unless --mesh)")
       .Flag("rank", "R", "show only this rank")
       .Flag("split", "NAME", "round_robin (default) | contiguous | balanced")
       .Flag("weights", "FILE", "per-item weights, one per line or .npy ('-' = stdin)")
@@ -33,10 +34,11 @@ Args PlanArgs(const std::string& command, const std::string& summary) {
       .Flag("workers", "K", "dataloader workers per rank (interleaved)")
       .Flag("worker", "k", "show only this worker (with --workers)")
       .Flag("json", "", "print one JSON object");
+  AddRolesFlags(args);
   return args;
 }
 
-ShardPlan PlanFromArgs(const Args& args) {
+ShardPlan PlanFromArgs(const Args& args, const std::optional<std::vector<DataRoles>>& roles) {
   ShardOptions options;
   options.split = ParseSplit(args.Str("split", "round_robin"));
   options.remainder = ParseRemainder(args.Str("remainder", "uneven"));
@@ -47,7 +49,7 @@ ShardPlan PlanFromArgs(const Args& args) {
   options.epoch = args.Uint("epoch", 0);
   options.equal_counts = args.Has("equal-counts");
   if (auto path = args.Str("weights")) options.weights = ReadNumbers("--weights", *path);
-  return ShardPlan(args.RequireInt("items"), args.RequireInt("world"), std::move(options));
+  return ShardPlan(args.RequireInt("items"), WorldFromArgs(args, roles), std::move(options));
 }
 
 std::vector<Index> Items(const Shard& shard) {
@@ -110,7 +112,8 @@ int RunShard(const Argv& argv) {
                        "in the human output).");
   args.Flag("indices", "", "list every index (JSON) or every index of each rank (text)");
   if (!args.Parse(argv)) return 0;
-  ShardPlan plan = PlanFromArgs(args);
+  const std::optional<std::vector<DataRoles>> roles = RolesFromArgs(args);
+  ShardPlan plan = PlanFromArgs(args, roles);
   const std::vector<Index> ranks =
       ListedRanks(args, plan.world_size(), [&](Index r) { (void)plan.Count(r); });
   const Index workers = args.Int("workers", 1);
@@ -175,6 +178,7 @@ int RunShard(const Argv& argv) {
     j.Key("exactly_once").Bool(report.exactly_once);
     j.Key("max_imbalance").Int(report.max_imbalance);
     LoadFields(j, report, /*per_rank=*/false);
+    if (roles) RolesJson(j, *roles);
     j.End();
     std::cout << j.str() << "\n";
     return 0;
@@ -206,6 +210,11 @@ int RunShard(const Argv& argv) {
                 report.lower_bound, 100 * report.load_imbalance);
   }
   std::printf("\n");
+  if (roles) {
+    PrintRoles(*roles);
+    std::printf(
+        "(the plan's ranks above are dp_ranks; a replica group reads its dp_rank's items)\n");
+  }
   return 0;
 }
 
@@ -217,7 +226,7 @@ int RunAudit(const Argv& argv) {
                        "2^27 entries are listed entry by entry; larger ones are checked by\n"
                        "arithmetic plus a sample of entries round-tripped through the inverse.");
   if (!args.Parse(argv)) return 0;
-  ShardPlan plan = PlanFromArgs(args);
+  ShardPlan plan = PlanFromArgs(args, RolesFromArgs(args));
   // The audit covers the whole plan; --rank / --workers / --worker are only
   // validated, so that the same flags as `shard` are accepted.
   (void)plan.GetShard(args.Int("rank", 0), args.Int("worker", 0), args.Int("workers", 1));

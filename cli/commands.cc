@@ -69,6 +69,8 @@ std::string ToFlag(const std::string& message) {
       {"tokens", "--tokens"},
       {"offsets", "--offsets"},
       {"axes", "--mesh"},
+      {"data_axes", "--data-axes"},
+      {"broadcast_axes", "--broadcast-axes"},
       {"owners", "--owners"},
       {"spec", "--spec"},
       {"shape", "--shape"},

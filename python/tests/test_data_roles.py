@@ -206,6 +206,11 @@ try:
     raise SystemExit("no error")
 except ValueError as e:
     assert str(e).startswith("mesh: the DeviceMesh has no mesh_dim_names"), e
+assert shardkit.discover().mesh is None
+with mesh:  # discover() reports torch's current DeviceMesh
+    info = shardkit.discover()
+    assert info.mesh is mesh and info == (0, 1, 0, "torch.distributed"), info
+    assert info.roles("dp").replica_group == [0]
 dist.destroy_process_group()
 import jax
 from jax.sharding import Mesh
@@ -213,6 +218,15 @@ jm = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
 r = shardkit.DataRoles(jm, "data")
 assert (r.rank, r.dp_rank, r.dp_size, r.replica_group) == (0, 0, 1, [0]), r
 assert r.data_coordinates == [0, 1, 2, 3]
+assert shardkit.discover().mesh is None
+try:
+    shardkit.discover().roles("data")
+    raise SystemExit("no error")
+except ValueError as e:
+    assert str(e).startswith("mesh: the engine holds no mesh"), e
+with jax.set_mesh(jm):  # ... and JAX's mesh
+    info = shardkit.discover()
+    assert info.mesh == jm and info.roles("data").data_coordinates == [0, 1, 2, 3], info.mesh
 print("ok")
 """
     import socket
@@ -262,6 +276,15 @@ def _torchrun(tmp_path, mode):
     return json.loads((tmp_path / f"{mode}.json").read_text())
 
 
+def _worker_offsets():
+    sys.path.insert(0, str(HERE))
+    try:
+        import roles_torchrun_worker
+    finally:
+        sys.path.remove(str(HERE))
+    return roles_torchrun_worker.data()[1]
+
+
 def _exactly_once(lists, n):
     flat = sorted(x for lst in lists for batch in lst for x in batch)
     assert flat == list(range(n)), "not every document exactly once"
@@ -292,6 +315,27 @@ def test_torchrun_device_mesh_tensor_parallel_pairs_get_identical_batches(tmp_pa
     samplers = [g["sampler"] for g in groups]
     assert len(samplers[0]) == len(samplers[1]) == 151
     assert set(samplers[0]) | set(samplers[1]) == set(range(301))
+    # Roles with equal steps: TP pairs identical every step, the DP groups cover once.
+    for a, b in pairs:
+        for key in ("torch_loader", "train_steps"):
+            assert ranks[a][key] == ranks[b][key] and ranks[a][key], key
+    loaders = [g["torch_loader"] for g in groups]
+    assert len(loaders[0]) == len(loaders[1])  # equal steps
+    _exactly_once(loaders, 301)
+    steps = [g["train_steps"] for g in groups]
+    assert len(steps[0]) == len(steps[1])
+    lengths = np.diff(_worker_offsets())
+    covered = np.zeros(301, np.int64)
+    for g in steps:
+        for step in g:
+            for row in step:
+                for doc, _, length in row:
+                    covered[doc] += length
+    assert covered.tolist() == lengths.tolist(), "every token of every document once"
+    # The evaluation: all 4 ranks gathered/summed, each item counted once.
+    for r in ranks:
+        assert r["unshard"] == [10.0 * i for i in range(301)]
+        assert r["masked_sum"] == [float(sum(range(301))), 301, 602]  # naive: twice
 
 
 def test_torchrun_pipeline_only_stage_zero_reads(tmp_path):
@@ -390,3 +434,223 @@ def test_a_discover_result_stands_for_the_rank():
     )
     roles = DataRoles({"dp": 2, "tp": 2}, "dp", info)
     assert (roles.rank, roles.dp_rank, roles.replica_group) == (2, 1, [2, 3])
+
+
+class _ThreadEngines:
+    """The collectives of W ranks as W threads of one process (a barrier per
+    collective): engine(g) is rank g's view."""
+
+    def __init__(self, world):
+        import threading
+
+        self.world, self.table = world, [None] * world
+        self.barrier = threading.Barrier(world, timeout=60)
+
+    def engine(self, rank):
+        outer = self
+
+        class Engine:
+            world_size = outer.world
+
+            def _gather(self, value):
+                outer.table[rank] = value
+                outer.barrier.wait()
+                out = list(outer.table)
+                outer.barrier.wait()
+                return out
+
+            def allgather_int64(self, values):
+                return np.stack(self._gather(np.asarray(values, np.int64)))
+
+            def allgather_rows(self, local):
+                return self._gather(local)
+
+        e = Engine()
+        e.rank = rank
+        return e
+
+    def run(self, fn):
+        """fn(rank) on every rank at once; returns the results (or raises the first error)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(self.world) as pool:
+            return [f.result(timeout=120) for f in [pool.submit(fn, g) for g in range(self.world)]]
+
+
+def test_eval_plan_with_roles_unshards_each_item_once_over_random_meshes():
+    """Every rank of a random mesh builds EvalPlan(n, batch_size=B, roles=...), runs its
+    steps and passes outputs that say who produced them; gather_unshard returns each item
+    once, from the reporter (least rank) of its replica group, on every rank."""
+    from shardkit.eval import counted_mask, gather_unshard
+
+    rng = random.Random(23)
+    for trial in range(40):
+        names = rng.sample(["dp", "tp", "pp", "cp"], rng.randint(1, 3))
+        axes = {n: rng.randint(1, 3) for n in names}
+        data = rng.sample(names, rng.randint(0, len(names)))
+        world = int(np.prod(list(axes.values())))
+        n, b = rng.randint(0, 30), rng.randint(1, 4)
+        roles = [DataRoles(axes, data, g) for g in range(world)]
+        plans = [shardkit.EvalPlan(n, batch_size=b, roles=r) for r in roles]
+        assert plans[0].world_size == roles[0].dp_size
+        steps = plans[0].num_steps
+        outputs = []
+        for g, plan in enumerate(plans):
+            assert plan.roles.rank == g and plan.fingerprint == plans[0].fingerprint
+            batches = [plan.batch(plan.roles.dp_rank, s) for s in range(steps)]
+            for peer in plan.roles.replica_group:  # replicas run identical steps
+                other = plans[peer]
+                assert all(
+                    np.array_equal(other.batch(other.roles.dp_rank, s)[0], batches[s][0])
+                    for s in range(steps)
+                )
+            ids = np.concatenate([i for i, _ in batches]) if steps else np.zeros(0, np.int64)
+            outputs.append(ids * 1000 + g)
+        engines = _ThreadEngines(world)
+        results = engines.run(lambda g: gather_unshard(plans[g], outputs[g], engines.engine(g)))
+        for got in results:
+            assert (got // 1000).tolist() == list(range(n)), (trial, axes, data)
+            assert all(roles[int(x % 1000)].reports for x in got), "only reporters count"
+        # Global sums: the reporters' real slots are every item exactly once.
+        counted = sum(
+            int(counted_mask(plans[g].batch(roles[g].dp_rank, s)[1], roles[g]).sum())
+            for g in range(world)
+            for s in range(steps)
+        )
+        assert counted == n
+        assert sum(r.reports for r in roles) == roles[0].dp_size
+
+
+def test_eval_plan_roles_arguments_and_errors():
+    roles = DataRoles({"dp": 2, "tp": 2}, "dp", rank=3)
+    plan = shardkit.EvalPlan(10, batch_size=4, roles=roles)
+    same = shardkit.EvalPlan(10, 2, 4, mesh={"dp": 2, "tp": 2}, data_axes="dp")
+    assert plan.fingerprint == same.fingerprint == shardkit.EvalPlan(10, 2, 4).fingerprint
+    assert shardkit.EvalPlan(10, 2, 4).roles is None
+    assert (plan.roles.dp_rank, plan.roles.reporter, plan.roles.reports) == (1, 2, False)
+    with pytest.raises(ValueError, match="^world_size: 3 differs from the roles' dp_size 2$"):
+        shardkit.EvalPlan(10, 3, 4, roles=roles)
+    with pytest.raises(ValueError, match="^world_size: required unless roles= is given$"):
+        shardkit.EvalPlan(10, batch_size=4)
+    with pytest.raises(ValueError, match="^data_axes: mesh= and data_axes= go together$"):
+        shardkit.EvalPlan(10, batch_size=4, mesh={"dp": 2})
+    with pytest.raises(ValueError, match="^roles: pass roles= or mesh= and data_axes=, not both"):
+        shardkit.EvalPlan(10, batch_size=4, roles=roles, mesh={"dp": 2}, data_axes="dp")
+    with pytest.raises(ValueError, match="^roles: expected a shardkit.DataRoles, got 3$"):
+        shardkit.EvalPlan(10, batch_size=4, roles=3)
+    from shardkit.eval import gather_unshard, replica_sources
+
+    assert replica_sources([1, 1, 0, 0], 2) == [2, 0]
+    with pytest.raises(ValueError, match=r"^dp_ranks: no rank has dp_rank 1 of 2"):
+        replica_sources([0, 0], 2)
+    # Ranks that built their roles from different meshes fail together, naming dp_ranks;
+    # a rank with roles beside ranks without fails naming roles.
+    wrong = [
+        shardkit.EvalPlan(10, batch_size=4, roles=DataRoles({"dp": 2}, "dp", 0)),
+        shardkit.EvalPlan(10, batch_size=4, roles=DataRoles({"dp": 2, "tp": 2}, "dp", 1)),
+    ]  # rank 1 thinks it is a tensor-parallel replica of rank 0: nobody holds dp_rank 1
+    engines = _ThreadEngines(2)
+    rows = np.zeros(plan.num_steps * 4)
+
+    def run(plans):
+        def one(g):
+            try:
+                gather_unshard(plans[g], rows, engines.engine(g))
+            except ValueError as e:
+                return str(e)
+            return "no error"
+
+        return engines.run(one)
+
+    for message in run(wrong):
+        assert message.startswith("dp_ranks: no rank has dp_rank 1 of 2"), message
+    mixed = [
+        shardkit.EvalPlan(10, batch_size=4, roles=DataRoles({"dp": 2}, "dp", 0)),
+        shardkit.EvalPlan(10, 2, 4),
+    ]
+    for message in run(mixed):
+        assert message.startswith("roles: ranks [0] built the plan with roles but ranks [1]")
+
+
+def test_torch_datasets_take_roles_replicas_identical_groups_cover_once():
+    """TokenDataset, ConstantLengthDataset and ShardedIterableDataset with roles (dp=2 x
+    tp=2, torchrun order) instead of rank/world: the two ranks of a tensor-parallel pair
+    yield identical batches, the two data-parallel groups cover the data once."""
+    from shardkit.torch import ConstantLengthDataset, ShardedIterableDataset, TokenDataset
+
+    roles = [DataRoles({"dp": 2, "tp": 2}, "dp", g) for g in range(4)]
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(1, 30, 57)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    tokens = np.arange(offsets[-1], dtype=np.int32)
+    samples = [{"input_ids": list(range(int(n)))} for n in lengths]
+
+    def run(make, key):
+        out = []
+        for r in roles:
+            out.append([np.asarray(b[key]).tolist() for b in make(r)])
+        assert out[0] == out[1] and out[2] == out[3] and out[0] != out[2]
+        assert len(out[0]) == len(out[2])  # equal steps
+        return out[0], out[2]
+
+    a, b = run(
+        lambda r: TokenDataset(tokens, offsets, seq_len=32, batch_size=2, roles=r, seed=1),
+        "documents",
+    )
+    assert sorted(x for batch in a + b for x in batch) == list(range(57))
+    a, b = run(
+        lambda r: ConstantLengthDataset(samples, seq_len=32, batch_size=2, roles=r), "row_tokens"
+    )
+    assert sum(map(sum, a + b)) == int(lengths.sum())
+    got = [list(ShardedIterableDataset(list(range(57)), roles=r)) for r in roles]
+    assert got[0] == got[1] and got[2] == got[3] and sorted(got[0] + got[2]) == list(range(57))
+    via_mesh = TokenDataset(
+        tokens, offsets, seq_len=32, batch_size=2, mesh={"dp": 2, "tp": 2}, data_axes="dp"
+    )
+    assert via_mesh.data_roles is not None
+    with pytest.raises(ValueError, match="^rank: 0 differs from the roles' dp_rank 1$"):
+        ShardedIterableDataset(list(range(5)), rank=0, roles=roles[3])
+
+
+def test_cli_mesh_and_data_axes_report_every_ranks_roles(cli):
+    """shard / audit / eval-plan --mesh --data-axes: the plan splits over the data-parallel
+    ranks and every rank's roles are listed, equal to shardkit.DataRoles."""
+    axes = {"tp": 2, "dp": 3, "pp": 2}
+    mesh = ",".join(f"{k}={v}" for k, v in axes.items())
+    for command in (["shard", "--items", 10], ["eval-plan", "--items", 10, "--batch", 2]):
+        out = cli(*command, "--mesh", mesh, "--data-axes", "dp", "--broadcast-axes", "pp", "--json")
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout)
+        assert got["world"] == got["dp_size"] == 3
+        assert len(got["ranks"]) == 3
+        for g, entry in enumerate(got["roles"]):
+            want = DataRoles(axes, "dp", g, broadcast_axes="pp")
+            assert entry == {
+                "rank": g,
+                "dp_rank": want.dp_rank,
+                "dp_size": 3,
+                "replica_group": want.replica_group,
+                "loads": want.loads,
+                "source": want.source,
+                "saver": want.saver,
+                "reporter": want.reporter,
+            }
+    text = cli("eval-plan", "--items", 10, "--batch", 2, "--mesh", "dp=2,tp=2", "--data-axes", "dp")
+    assert text.returncode == 0 and "{0,1}" in text.stdout and "{2,3}" in text.stdout
+    assert cli("audit", "--items", 10, "--mesh", mesh, "--data-axes", "dp,tp").returncode == 0
+    bad = [
+        (["--mesh", "dp=2,tp=2"], "--data-axes: required with --mesh"),
+        (["--mesh", "dp=2", "--data-axes", "xx"], "--data-axes: 'xx' is not an axis"),
+        (["--mesh", "dp=2", "--data-axes", "dp", "--world", 3], "--world: 3 differs from"),
+        (["--data-axes", "dp", "--world", 2], "--data-axes: needs --mesh"),
+        (["--mesh", "dp=2", "--data-axes", "dp", "--broadcast-axes", "dp"], "--broadcast-axes:"),
+        (["--mesh", "dp=100,tp=100", "--data-axes", "dp"], "--mesh: more than 4096 ranks"),
+        (["--mesh", "dp=2;tp", "--data-axes", "dp"], "--mesh:"),
+        ([], "--world: required"),
+    ]
+    for command in ("shard", "eval-plan"):
+        extra = ["--batch", 2] if command == "eval-plan" else []
+        for args, message in bad:
+            out = cli(command, "--items", 10, *extra, *args)
+            assert out.returncode == 2 and out.stderr.startswith(f"shardkit {command}: {message}")
+            assert len(out.stderr.strip().splitlines()) == 1, out.stderr
