@@ -58,6 +58,7 @@ def _brute(axes, owners, data_axes, rank, broadcast_axes):
         loads=rank in loaders,
         source=source,
         saver=saver,
+        reporter=min(group),
     )
 
 
@@ -94,6 +95,7 @@ def test_roles_equal_the_brute_force_over_random_meshes_and_rank_orders():
         for members in groups.values():
             assert len(members) == len(owners) // dp_size
             assert sum(m.saves for m in members) == 1
+            assert sum(m.reports for m in members) == 1
 
 
 def test_processes_with_several_devices_must_hold_whole_shards():
