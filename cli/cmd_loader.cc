@@ -17,6 +17,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/json.h"
+#include "cli/roles.h"
 #include "shardkit/loader/loader.h"
 #include "shardkit/loader/loader_state.h"
 #include "shardkit/loader/loader_stats.h"
@@ -141,7 +142,9 @@ int RunLoaderStats(const Argv& argv) {
       .Flag("cost", "NAME", "per-step balance by tokens (default) | squared")
       .Flag("quiet", "", "no progress bar")
       .Flag("json", "", "print one JSON object");
+  AddRolesFlags(args);
   if (!args.Parse(argv)) return 0;
+  const std::optional<std::vector<DataRoles>> roles = RolesFromArgs(args);
 
   SourceOptions source_options;
   if (auto t = args.Str("token-dtype")) source_options.raw_token_dtype = ParseTokenDType(*t);
@@ -158,7 +161,7 @@ int RunLoaderStats(const Argv& argv) {
   LoaderOptions o;
   o.seq_len = args.RequireInt("seq-len");
   o.batch_size = args.RequireInt("batch");
-  o.world_size = args.Int("world", d.world_size);
+  o.world_size = roles ? WorldFromArgs(args, roles) : args.Int("world", d.world_size);
   o.num_workers = args.Int("workers", d.num_workers);
   o.shuffle = !args.Has("no-shuffle");
   o.seed = args.Uint("seed", d.seed);
@@ -323,6 +326,7 @@ int RunLoaderStats(const Argv& argv) {
     j.Key("tokens_per_second").Double(rate);
     j.Key("resumed").Bool(!resume.empty());
     j.Key("complete").Bool(complete);
+    if (roles) RolesJson(j, *roles);
     j.End();
     std::cout << j.str() << "\n";
     return 0;
@@ -365,6 +369,10 @@ int RunLoaderStats(const Argv& argv) {
   }
   if (complete) std::printf("; every token delivered once");
   std::printf("\n");
+  if (roles) {
+    PrintRoles(*roles);
+    std::printf("(the ranks above are dp_ranks; a replica group reads its dp_rank's batches)\n");
+  }
   return 0;
 }
 

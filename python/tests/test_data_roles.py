@@ -656,3 +656,24 @@ def test_cli_mesh_and_data_axes_report_every_ranks_roles(cli):
             out = cli(command, "--items", 10, *extra, *args)
             assert out.returncode == 2 and out.stderr.startswith(f"shardkit {command}: {message}")
             assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_cli_loader_stats_with_a_mesh_loads_per_data_parallel_rank(cli, tmp_path):
+    """loader-stats --mesh tp=2,dp=3 --data-axes dp: three data-parallel ranks (the
+    equal-steps figures of --world 3) and the six ranks' roles."""
+    rng = np.random.default_rng(4)
+    offsets = np.concatenate([[0], np.cumsum(rng.integers(1, 90, 120))]).astype(np.int64)
+    np.save(tmp_path / "t.npy", np.arange(offsets[-1], dtype=np.int32))
+    np.save(tmp_path / "o.npy", offsets)
+    common = ["loader-stats", "--tokens", tmp_path / "t.npy", "--offsets", tmp_path / "o.npy"]
+    common += ["--seq-len", 128, "--batch", 2, "--json"]
+    with_mesh = cli(*common, "--mesh", "tp=2,dp=3", "--data-axes", "dp")
+    assert with_mesh.returncode == 0, with_mesh.stderr
+    got = json.loads(with_mesh.stdout)
+    plain = json.loads(cli(*common, "--world", 3).stdout)
+    for key in ("world", "steps", "batches", "real_tokens", "complete"):
+        assert got[key] == plain[key], key
+    assert got["world"] == got["dp_size"] == 3 and got["complete"] is True
+    assert [r["replica_group"] for r in got["roles"]] == [[0, 3], [1, 4], [2, 5]] * 2
+    bad = cli(*common, "--mesh", "tp=2,dp=3", "--data-axes", "dp", "--world", 6)
+    assert bad.returncode == 2 and bad.stderr.startswith("shardkit loader-stats: --world: 6")
