@@ -214,6 +214,22 @@ void init_mixture(nb::module_& m) {
           "start"_a = 0, "stop"_a = nb::none(),
           "(sources, items): int64 arrays for samples [start, stop).")
       .def(
+          "take",
+          [](const Mixture& mix, const I64In& positions) {
+            const std::size_t n = positions.shape(0);
+            std::int64_t *sources = nullptr, *items = nullptr;
+            auto a = NewArray<std::int64_t>(n, &sources);
+            auto b = NewArray<std::int64_t>(n, &items);
+            {
+              ReleaseGil release;
+              mix.Take(std::span<const Index>(positions.data(), n), sources, items);
+            }
+            return std::make_pair(a, b);
+          },
+          "positions"_a,
+          "(sources, items): int64 arrays, source_of at each of ``positions`` (a block's "
+          "counts are computed once for consecutive positions in it).")
+      .def(
           "consumed",
           [](const Mixture& mix, Index position) {
             ReleaseGil release;

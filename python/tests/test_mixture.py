@@ -75,6 +75,22 @@ def test_numpy_equals_source_of_and_each_source_walks_each_epoch_once():
         assert mix.consumed(n) == counts
 
 
+def test_take_equals_numpy_at_scattered_positions():
+    rng = random.Random(5)
+    for trial in range(20):
+        sizes, weights = random_config(rng, 40)
+        mix = shardkit.Mixture(sizes, weights, seed=trial)
+        n = 20 * mix.block
+        sources, items = mix.numpy(0, n)
+        positions = np.array([rng.randrange(n) for _ in range(300)], dtype=np.int64)
+        got_s, got_i = mix.take(positions)
+        assert (got_s == sources[positions]).all() and (got_i == items[positions]).all()
+    with pytest.raises(IndexError, match="position: -1 .entry 1."):
+        mix.take(np.array([0, -1], dtype=np.int64))
+    empty_s, empty_i = mix.take(np.zeros(0, dtype=np.int64))
+    assert len(empty_s) == 0 and len(empty_i) == 0
+
+
 def test_non_repeating_source_is_delivered_exactly_once_and_stops_the_mixture():
     mix = shardkit.Mixture([137, 40, 10], [5, 3, 2], repeat=[False, True, True], seed=3)
     assert mix.bounded

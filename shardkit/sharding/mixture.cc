@@ -490,20 +490,111 @@ void Mixture::HeadCounts(const BlockInfo& info, const Permutation& order, Index 
   }
 }
 
+// The rank of block position `first` among the positions of `source` (whose
+// slot is `source`'s) in the block: the number of them before `first`. The
+// cheapest of three counts: Inverse of each of the source's slots (count
+// scalar evaluations), or a vectorised scan of the positions before `first`
+// or of those after it.
+Index Mixture::RankInBlock(const BlockInfo& info, const Permutation& order, Index first,
+                           Index source) {
+  const Index lo = info.prefix[source], hi = info.prefix[source + 1];
+  const Index count = hi - lo;
+  const Index before = first, after = info.length - first - 1;
+  // One scalar Inverse costs about as much as this many vectorised Forwards.
+  constexpr Index kScalarCost = 8;
+  if (count <= 1) return 0;
+  if (count * kScalarCost <= std::min(before, after)) {
+    Index rank = 0;
+    for (Index s = lo; s < hi; ++s) rank += order.Inverse(s) < first ? 1 : 0;
+    return rank;
+  }
+  const bool head = before <= after;
+  const Index a = head ? 0 : first + 1, b = head ? first : info.length;
+  Index seen = 0;
+  Index buffer[512];
+  for (Index q = a; q < b; q += 512) {
+    const Index n = std::min<Index>(b - q, 512);
+    order.Fill(q, 1, n, buffer);
+    for (Index j = 0; j < n; ++j) {
+      seen += static_cast<Index>(static_cast<std::uint64_t>(buffer[j] - lo) <
+                                 static_cast<std::uint64_t>(count));
+    }
+  }
+  return head ? seen : count - 1 - seen;
+}
+
+MixSample Mixture::Lookup(Index p, BlockInfo* info) const {
+  const Index b = p / block_;
+  if (info->index != b) ComputeBlock(b, info);
+  const Permutation order(info->length, order_key_, static_cast<std::uint64_t>(b));
+  const Index first = p - b * block_;
+  const Index source = SourceOfSlot(*info, order.Forward(first));
+  const Index rank = RankInBlock(*info, order, first, source);
+  return {source, SourceItem(source, info->cum[source] + rank)};
+}
+
 MixSample Mixture::At(Index position) const {
   if (position < 0 || position >= size_) {
     ThrowOutOfRange("position", Str(position) + " is outside [0, " + Str(size_) + ")");
   }
-  const Index p = position + options_.skip;
   BlockInfo info;
-  const Index b = p / block_;
-  ComputeBlock(b, &info);
-  const Permutation order(info.length, order_key_, static_cast<std::uint64_t>(b));
-  const Index first = p - b * block_;
-  const Index source = SourceOfSlot(info, order.Forward(first));
-  std::vector<Index> seen(static_cast<std::size_t>(num_sources()));
-  HeadCounts(info, order, first, seen.data());
-  return {source, SourceItem(source, info.cum[source] + seen[source])};
+  return Lookup(position + options_.skip, &info);
+}
+
+void Mixture::Take(std::span<const Index> positions, Index* sources, Index* items) const {
+  for (std::size_t j = 0; j < positions.size(); ++j) {
+    if (positions[j] < 0 || positions[j] >= size_) {
+      ThrowOutOfRange("position", Str(positions[j]) + " (entry " + Str(static_cast<Index>(j)) +
+                                      ") is outside [0, " + Str(size_) + ")");
+    }
+  }
+  // A run of entries in one block pays the block's counts once. A dense run
+  // (at least 1/32 of the block's positions, blocks up to 2^20) lists the
+  // whole block once instead: every position's source and rank in O(B).
+  constexpr Index kDenseBlock = Index{1} << 20;
+  constexpr Index kDenseRatio = 32;
+  const Index k = num_sources();
+  BlockInfo info;
+  std::vector<std::int32_t> table, source_at;
+  std::vector<Index> rank_at, seen;
+  const std::size_t n = positions.size();
+  std::size_t j = 0;
+  while (j < n) {
+    const Index b = (positions[j] + options_.skip) / block_;
+    std::size_t e = j + 1;
+    while (e < n && (positions[e] + options_.skip) / block_ == b) ++e;
+    if (info.index != b) ComputeBlock(b, &info);
+    const Index run = static_cast<Index>(e - j);
+    if (info.length > kDenseBlock || run * kDenseRatio < info.length) {
+      for (; j < e; ++j) {
+        const MixSample s = Lookup(positions[j] + options_.skip, &info);
+        sources[j] = s.source;
+        items[j] = s.item;
+      }
+      continue;
+    }
+    const Permutation order(info.length, order_key_, static_cast<std::uint64_t>(b));
+    table.resize(info.length);
+    for (Index i = 0; i < k; ++i) {
+      std::fill(table.begin() + info.prefix[i], table.begin() + info.prefix[i + 1],
+                static_cast<std::int32_t>(i));
+    }
+    rank_at.resize(info.length);
+    order.Fill(0, 1, info.length, rank_at.data());  // slots, replaced by ranks
+    source_at.resize(info.length);
+    seen.assign(k, 0);
+    for (Index q = 0; q < info.length; ++q) {
+      const std::int32_t source = table[rank_at[q]];
+      source_at[q] = source;
+      rank_at[q] = seen[source]++;
+    }
+    for (; j < e; ++j) {
+      const Index q = positions[j] + options_.skip - b * block_;
+      const Index source = source_at[q];
+      sources[j] = source;
+      items[j] = SourceItem(source, info.cum[source] + rank_at[q]);
+    }
+  }
 }
 
 void Mixture::Fill(Index begin, Index end, Index* sources, Index* items) const {

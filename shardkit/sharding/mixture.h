@@ -52,10 +52,14 @@
 // source's epoch.
 //
 // Cost: O(K * segments) memory. Per-source counts at a block boundary are
-// O(K) (Cumulative); At and Consumed inside a block add a vectorised scan of
-// at most B / 2 positions (the rank of a sample among its source's samples of
-// the block); Fill of consecutive positions is O(K) per block plus O(log K)
-// per sample.
+// O(K) (Cumulative). At = the block's counts (O(K), shared by a run of
+// positions in one block through Take) + the slot's source (O(log K)) + the
+// sample's rank among its source's samples of the block: the cheapest of c
+// scalar Inverse evaluations (c = the source's count in the block) and a
+// vectorised scan of at most B / 2 positions, so O(K + min(c, B / 2)) in all.
+// Consumed inside a block scans at most B / 2 positions; Fill of consecutive
+// positions is O(K) per block plus O(1) per sample (O(log K) in blocks over
+// 2^20).
 //
 // Thread-safety: immutable after construction; share freely.
 #ifndef SHARDKIT_SHARDING_MIXTURE_H_
@@ -164,6 +168,12 @@ class Mixture {
   // Sample at local position i. Throws out_of_range naming `position` unless
   // 0 <= i < size().
   [[nodiscard]] MixSample At(Index position) const;
+  // sources[j], items[j] = At(positions[j]) for every j. A run of entries in
+  // one block computes the block's counts once; a dense run (>= 1/32 of the
+  // block, blocks up to 2^20) lists the block once, O(B), then O(1) per
+  // entry. Throws out_of_range naming `position` (and the entry) before
+  // writing anything.
+  void Take(std::span<const Index> positions, Index* sources, Index* items) const;
   // out[j] = At(begin + j) for j in [0, end - begin). Throws out_of_range
   // naming `start` / `stop` unless 0 <= begin <= end <= size().
   void Fill(Index begin, Index end, Index* sources, Index* items) const;
@@ -202,6 +212,11 @@ class Mixture {
   // `known`: the counts before block b when the caller has them.
   void ComputeBlock(Index b, BlockInfo* info, const std::vector<Index>* known = nullptr) const;
   static Index SourceOfSlot(const BlockInfo& info, Index slot);
+  static Index RankInBlock(const BlockInfo& info, const Permutation& order, Index first,
+                           Index source);
+  // The sample at plan position p; `info` holds block p / block() on return
+  // (reused when it already does).
+  MixSample Lookup(Index p, BlockInfo* info) const;
   void HeadCounts(const BlockInfo& info, const Permutation& order, Index first, Index* seen) const;
   Index FindStop() const;
 

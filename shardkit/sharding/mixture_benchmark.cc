@@ -51,7 +51,23 @@ void BM_MixtureAt(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_MixtureAt)->Arg(10)->Arg(100);
+BENCHMARK(BM_MixtureAt)->Arg(10)->Arg(100)->Arg(1000);
+
+// 4096 positions at stride 7 per call through Take: a block's counts are
+// computed once for the positions that fall in it.
+void BM_MixtureTakeStrided(benchmark::State& state) {
+  const Mixture m = Make(state.range(0));
+  std::vector<Index> positions(4096), sources(4096), items(4096);
+  Index first = 0;
+  for (auto _ : state) {
+    for (Index j = 0; j < 4096; ++j) positions[j] = first + 7 * j;
+    m.Take(positions, sources.data(), items.data());
+    benchmark::DoNotOptimize(items.data());
+    first = (first + Index{1000003} * 4096) % (Index{1} << 40);
+  }
+  state.SetItemsProcessed(state.iterations() * 4096);
+}
+BENCHMARK(BM_MixtureTakeStrided)->Arg(10)->Arg(100)->Arg(1000);
 
 }  // namespace
 }  // namespace shardkit

@@ -318,6 +318,88 @@ TEST(MixtureTest, FillAgreesWithAtAcrossChunksAndBlockSizes) {
   }
 }
 
+// At and Take (one lookup: the block's counts, the slot's source, the rank
+// among the source's samples of the block by the cheapest count) against
+// Fill of a window around random positions, over random configurations:
+// K from 1 to 300, zero and extreme weights, schedules, fixed large blocks
+// (all three rank counts), positions near the end of a 2^62-sample mixture,
+// resumed plans (skip, origin).
+TEST(MixtureTest, LookupsEqualFillAtRandomPositionsOverManyConfigurations) {
+  std::mt19937_64 rng(2024);
+  int checked = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const Index k =
+        trial % 10 == 0 ? 1 : 1 + static_cast<Index>(rng() % (trial % 3 == 0 ? 300 : 8));
+    std::vector<Index> sizes(k);
+    for (auto& n : sizes) {
+      n = trial % 7 == 0 ? (Index{1} << 62) - static_cast<Index>(rng() % 1000)
+                         : 1 + static_cast<Index>(rng() % 5000);
+    }
+    MixtureOptions o;
+    o.seed = rng();
+    auto w = RandomWeights(rng, k);
+    if (trial % 11 == 5 && k <= 8) w[0] = 1e-4;  // an extreme ratio: a large block
+    if (trial % 4 == 1) {
+      o.schedule.push_back({static_cast<Index>(rng() % 100000), RandomWeights(rng, k)});
+      o.schedule.push_back(
+          {o.schedule[0].position + 1 + static_cast<Index>(rng() % 100000), RandomWeights(rng, k)});
+      o.interpolation = trial % 8 == 1 ? Interpolation::kLinear : Interpolation::kStep;
+    }
+    const Index natural = Mixture(sizes, w, o).block();
+    if (natural > (Index{1} << 16)) continue;  // keep the test quick
+    if (trial % 5 == 2) o.block = natural * (1 + static_cast<Index>(rng() % 16));
+    if (trial % 6 == 3) {
+      o.repeat.assign(k, true);
+      o.repeat[rng() % k] = false;
+    }
+    Mixture m(sizes, w, o);
+    if (trial % 9 == 4 && m.size() > 10) {
+      // A resumed plan: unchanged (skip) or with new weights (origin, start).
+      const Index at = static_cast<Index>(rng() % (m.size() / 2));
+      m = trial % 2 == 0 ? Mixture::FromState(m.State(at))
+                         : Mixture::FromState(m.State(at), RandomWeights(rng, k));
+    }
+    if (m.size() == 0) continue;
+    ++checked;
+    std::vector<Index> scattered;  // one position per probe: Take's sparse path
+    std::vector<MixSample> expected;
+    for (int probe = 0; probe < 12; ++probe) {
+      const Index window = std::min<Index>(m.size(), 1 + static_cast<Index>(rng() % 700));
+      const Index begin =
+          probe % 3 == 0 ? m.size() - window : static_cast<Index>(rng() % (m.size() - window + 1));
+      std::vector<Index> s(window), it(window);
+      m.Fill(begin, begin + window, s.data(), it.data());
+      std::vector<Index> positions;
+      for (Index j = 0; j < window; j += 1 + static_cast<Index>(rng() % 13)) {
+        positions.push_back(begin + j);
+        ASSERT_EQ(m.At(begin + j), (MixSample{s[j], it[j]}))
+            << "trial " << trial << " position " << begin + j << " block " << m.block();
+      }
+      scattered.push_back(positions.back());
+      expected.push_back({s[positions.back() - begin], it[positions.back() - begin]});
+      std::vector<Index> ts(positions.size()), ti(positions.size());
+      m.Take(positions, ts.data(), ti.data());
+      for (std::size_t j = 0; j < positions.size(); ++j) {
+        ASSERT_EQ(ts[j], s[positions[j] - begin]) << "trial " << trial;
+        ASSERT_EQ(ti[j], it[positions[j] - begin]) << "trial " << trial;
+      }
+    }
+    std::vector<Index> ts(scattered.size()), ti(scattered.size());
+    m.Take(scattered, ts.data(), ti.data());
+    for (std::size_t j = 0; j < scattered.size(); ++j) {
+      ASSERT_EQ((MixSample{ts[j], ti[j]}), expected[j]) << "trial " << trial;
+    }
+  }
+  EXPECT_GE(checked, 80);  // most configurations have small enough blocks
+  // Take checks every position before writing; an empty list is fine.
+  const Mixture m({5, 7}, {1, 2});
+  std::vector<Index> s(2, -9), it(2, -9);
+  const std::vector<Index> bad = {0, m.size()};
+  EXPECT_THROW(m.Take(bad, s.data(), it.data()), std::out_of_range);
+  EXPECT_EQ(s[0], -9);
+  m.Take({}, s.data(), it.data());
+}
+
 TEST(MixtureTest, BadInputNamesTheParameter) {
   auto message = [](auto f) {
     try {
