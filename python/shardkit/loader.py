@@ -29,6 +29,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from shardkit import _core
+from shardkit._core import Mixture
 from shardkit.eval import rank_and_world
 from shardkit.layout import data_rank_and_world, resolve_roles
 
@@ -181,7 +182,7 @@ class TokenLoader:
                 whale_unbalanced_io_slicing = env[0]
             if whale_drop_last_files is None:
                 whale_drop_last_files = env[1]
-        self._source = _open_source(tokens, offsets, token_dtype)
+        self._source = self._open(tokens, offsets, token_dtype)
         self._options = dict(
             seq_len=seq_len,
             batch_size=batch_size,
@@ -208,7 +209,64 @@ class TokenLoader:
             block_mask=block_mask,
             causal=causal,
         )
-        self._loader = _core._TokenLoader(self._source, epoch=epoch, **self._options)
+        self._loader = _core._TokenLoader(self._source_for(epoch), epoch=epoch, **self._options)
+
+    def _open(self, tokens: Any, offsets: Any, token_dtype: str) -> Any:
+        return _open_source(tokens, offsets, token_dtype)
+
+    def _source_for(self, epoch: Any) -> Any:
+        """The source the order of ``epoch`` reads (one source for every epoch
+        here; a mixture loader gives each epoch its window of the mixture)."""
+        return self._source
+
+    @classmethod
+    def mixture(
+        cls,
+        sources: Sequence[Any],
+        weights: Any,
+        *,
+        seq_len: int,
+        batch_size: int,
+        by: str = "tokens",
+        samples: Optional[int] = None,
+        block: Optional[int] = None,
+        seed: int = 0,
+        schedule: Any = None,
+        interpolation: str = "step",
+        repeat: Any = True,
+        epoch: int = 0,
+        token_dtype: str = "int32",
+        **options: Any,
+    ) -> "TokenLoader":
+        """A loader over several token sources mixed with ``weights``: the order
+        stage is a :class:`shardkit.Mixture` (``by``, ``block``, ``seed``,
+        ``schedule``, ``interpolation``, ``repeat`` as there; ``by="tokens"``,
+        the default, makes the weights shares of the tokens the model sees).
+        ``sources``: a list of ``(tokens, offsets)`` pairs (paths or arrays) or
+        directories. Epoch ``e`` reads the mixture's samples
+        ``[e * samples, (e + 1) * samples)`` (``samples`` default: the whole
+        mixture when a source does not repeat, else the sum of the sources'
+        document counts), so every source's walk continues across epochs.
+        Everything after the order is the loader's: sharding, packing, equal
+        steps (``mode`` "pad" or "drop"), workers, roles, state. Batches add
+        ``sources`` and ``items`` (which source and which of its documents each
+        piece is; ``documents`` are positions in the epoch's window). Other
+        keyword arguments are :class:`TokenLoader`'s (not ``shuffle``,
+        ``shard_files`` or ``mode="continuous"``)."""
+        return _MixtureTokenLoader(
+            sources,
+            weights,
+            by=by,
+            samples=samples,
+            block=block,
+            seed=seed,
+            schedule=schedule,
+            interpolation=interpolation,
+            repeat=repeat,
+            epoch=epoch,
+            token_dtype=token_dtype,
+            options=dict(seq_len=seq_len, batch_size=batch_size, **options),
+        )
 
     # -- properties -------------------------------------------------------------
     @property
@@ -269,9 +327,13 @@ class TokenLoader:
             # The plan's end state: (epoch + 1, 0), or where continuous mode
             # stands in the next epoch's stream.
             end = self._loader.train_state_at(self._loader.num_steps)
-            self._loader = _core._TokenLoader(self._source, state=end, **self._options)
+            self._loader = _core._TokenLoader(
+                self._source_for(end["epoch"]), state=end, **self._options
+            )
         else:
-            self._loader = _core._TokenLoader(self._source, epoch=self.epoch + 1, **self._options)
+            self._loader = _core._TokenLoader(
+                self._source_for(self.epoch + 1), epoch=self.epoch + 1, **self._options
+            )
 
     def set_epoch(self, epoch: int) -> None:
         """Moves to the start of ``epoch``, unless the loader already stands in
@@ -281,7 +343,7 @@ class TokenLoader:
             raise ValueError(f"epoch: must be non-negative, got {epoch}")
         if epoch == self.epoch:
             return
-        self._loader = _core._TokenLoader(self._source, epoch=epoch, **self._options)
+        self._loader = _core._TokenLoader(self._source_for(epoch), epoch=epoch, **self._options)
 
     @property
     def fingerprint(self) -> int:
@@ -315,7 +377,8 @@ class TokenLoader:
         (merged here; resume on any world size / worker count)."""
         if isinstance(state, (list, tuple)):
             state = self.merge_states(state)
-        self._loader = _core._TokenLoader(self._source, state=state, **self._options)
+        epoch = state.get("epoch") if isinstance(state, dict) else None
+        self._loader = _core._TokenLoader(self._source_for(epoch), state=state, **self._options)
 
     @staticmethod
     def merge_states(states: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
@@ -329,6 +392,137 @@ class TokenLoader:
             f"TokenLoader(documents={self.num_documents}, seq_len={o['seq_len']}, "
             f"batch_size={o['batch_size']}, rank={o['rank']}/{o['world_size']}, "
             f"worker={o['worker']}/{o['num_workers']}, epoch={self.epoch})"
+        )
+
+
+class _MixtureTokenLoader(TokenLoader):
+    """A TokenLoader whose order stage is a :class:`shardkit.Mixture` over several
+    sources (built by :meth:`TokenLoader.mixture`)."""
+
+    def __init__(
+        self,
+        sources: Sequence[Any],
+        weights: Any,
+        *,
+        by: str,
+        samples: Optional[int],
+        block: Optional[int],
+        seed: int,
+        schedule: Any,
+        interpolation: str,
+        repeat: Any,
+        epoch: int,
+        token_dtype: str,
+        options: Dict[str, Any],
+    ) -> None:
+        for name in ("shuffle", "shard_files", "tokens", "offsets"):
+            if name in options:
+                raise ValueError(
+                    f"{name}: not an option of a mixture loader (the mixture is the order; "
+                    "each source is a (tokens, offsets) pair or a directory)"
+                )
+        if options.get("mode", "pad") == "continuous":
+            raise ValueError(
+                "mode: 'continuous' is not supported with a mixture (each epoch is its own "
+                "window of the mixture); use 'pad' or 'drop'"
+            )
+        if isinstance(sources, (str, os.PathLike)) or not isinstance(sources, Sequence):
+            raise ValueError("sources: expected a list of (tokens, offsets) pairs or directories")
+        if len(sources) == 0:
+            raise ValueError("sources: no sources; give at least one")
+        opened = []
+        for k, entry in enumerate(sources):
+            if isinstance(entry, (tuple, list)):
+                if len(entry) != 2:
+                    raise ValueError(
+                        f"sources: entry {k} has {len(entry)} items; expected (tokens, offsets)"
+                    )
+                opened.append(_open_source(entry[0], entry[1], token_dtype))
+            else:
+                opened.append(_open_source(entry, None, token_dtype))
+        self._sources = opened
+        # by="tokens": a source's token total is what its sample share uses.
+        totals = [np.array([s.num_tokens], dtype=np.int64) for s in opened]
+        self.mixture = Mixture(
+            [s.num_documents for s in opened],
+            weights,
+            by=by,
+            lengths=totals if by == "tokens" else None,
+            block=block,
+            seed=seed,
+            schedule=schedule,
+            interpolation=interpolation,
+            repeat=repeat,
+        )
+        if samples is None:
+            samples = len(self.mixture) if self.mixture.bounded else sum(self.mixture.sizes)
+        self._samples = int(samples)
+        self._views: Dict[int, Any] = {}
+        self._window_arrays: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
+        super().__init__(None, None, shuffle=False, seed=seed, epoch=epoch, **options)
+
+    def _open(self, tokens: Any, offsets: Any, token_dtype: str) -> Any:
+        return None  # the sources are opened above; each epoch gets its view
+
+    def _source_for(self, epoch: Any) -> Any:
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise ValueError(f"state: epoch must be a non-negative integer, got {epoch!r}")
+        if epoch not in self._views:
+            if len(self._views) > 2:  # keep the current epoch's and a neighbour's
+                self._views.clear()
+                self._window_arrays.clear()
+            self._views[epoch] = _core._TokenSource.mixture_window(
+                self._sources, self.mixture, self._samples, epoch
+            )
+        return self._views[epoch]
+
+    def _next_epoch(self) -> None:
+        # pad / drop: the end state is the start of the next epoch, whose
+        # window is another data set (its own view and fingerprint).
+        if self.equal_steps:
+            nxt = self._loader.train_state_at(self._loader.num_steps)["epoch"]
+        else:
+            nxt = self.epoch + 1
+        self._loader = _core._TokenLoader(self._source_for(nxt), epoch=nxt, **self._options)
+
+    def window(self, epoch: Optional[int] = None) -> Tuple[int, int]:
+        """(first, count): the mixture samples epoch ``epoch`` (default: the
+        current one) reads, [first, first + count)."""
+        return _core._mixture_window(
+            self.mixture, self._samples, self.epoch if epoch is None else epoch
+        )
+
+    def window_samples(self, epoch: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+        """(sources, items) of every document of the epoch's window: document
+        ``d`` of a batch is item ``items[d]`` of source ``sources[d]``."""
+        e = self.epoch if epoch is None else epoch
+        if e not in self._window_arrays:
+            first, count = self.window(e)
+            self._window_arrays[e] = self.mixture.numpy(first, first + count)
+        return self._window_arrays[e]
+
+    @property
+    def num_documents(self) -> int:
+        return self._source_for(self.epoch).num_documents
+
+    @property
+    def samples_per_epoch(self) -> int:
+        return self._samples
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        sources, items = self.window_samples()
+        for batch in super().__iter__():
+            documents = batch["documents"]
+            batch["sources"] = sources[documents]
+            batch["items"] = items[documents]
+            yield batch
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenLoader.mixture(sources={self.mixture.num_sources}, "
+            f"samples={self._samples}, seq_len={self._options['seq_len']}, "
+            f"batch_size={self._options['batch_size']}, "
+            f"rank={self.rank}/{self.world_size}, epoch={self.epoch})"
         )
 
 

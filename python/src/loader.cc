@@ -4,6 +4,7 @@
 #include "shardkit/loader/loader.h"
 
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -13,6 +14,7 @@
 
 #include "python/src/bindings.h"
 #include "shardkit/loader/loader_state.h"
+#include "shardkit/loader/mixture_loader.h"
 #include "shardkit/loader/token_source.h"
 
 namespace shardkit::python {
@@ -150,6 +152,23 @@ void init_loader(nb::module_& m) {
             return s;
           },
           "tokens"_a, "offsets"_a)
+      .def_static(
+          "mixture_window",
+          [](nb::list sources, const Mixture& mixture, Index samples, std::uint64_t epoch) {
+            std::vector<std::shared_ptr<const TokenSource>> views;
+            for (nb::handle h : sources) views.push_back(nb::cast<const PySource&>(h).source);
+            PySource s;
+            {
+              ReleaseGil release;
+              s.source = MixtureSource(std::move(views), mixture,
+                                       MixtureEpochWindow(mixture, samples, epoch));
+            }
+            s.keep_tokens = sources;  // the sources, and the arrays they view
+            return s;
+          },
+          "sources"_a, "mixture"_a, "samples"_a, "epoch"_a,
+          "Epoch `epoch` (`samples` per epoch) of the mixture of `sources` as one source "
+          "(shardkit/loader/mixture_loader.h).")
       .def_prop_ro("num_documents", [](const PySource& s) { return s.source->num_documents(); })
       .def_prop_ro("num_tokens", [](const PySource& s) { return s.source->num_tokens(); })
       .def_prop_ro("num_parts", [](const PySource& s) { return s.source->num_parts(); })
@@ -286,6 +305,13 @@ void init_loader(nb::module_& m) {
       .def_prop_ro("consumers", &TokenLoader::consumers)
       .def_prop_ro("consumer", &TokenLoader::consumer);
 
+  m.def(
+      "_mixture_window",
+      [](const Mixture& mixture, Index samples, std::uint64_t epoch) {
+        const MixtureWindow w = MixtureEpochWindow(mixture, samples, epoch);
+        return std::make_pair(w.first, w.count);
+      },
+      "mixture"_a, "samples"_a, "epoch"_a, "(first, count): the samples epoch `epoch` reads.");
   m.def(
       "_merge_loader_states",
       [](nb::list states) {

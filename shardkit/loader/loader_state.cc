@@ -227,6 +227,8 @@ DataFingerprint FingerprintData(const TokenSource& source) {
   for (Index d = 0; d < f.documents; ++d) {
     h.Add(static_cast<std::uint64_t>(source.DocumentLength(d)));
   }
+  // A gathered view (an order stage) adds what chose its documents.
+  if (source.identity() != 0) h.Add(source.identity());
   f.hash = h.Finish();
   return f;
 }

@@ -309,6 +309,52 @@ std::shared_ptr<const TokenSource> TokenSource::FromMemory(const void* tokens, T
   return source;
 }
 
+std::shared_ptr<const TokenSource> TokenSource::Gather(
+    std::vector<std::shared_ptr<const TokenSource>> sources, std::vector<std::int64_t> documents,
+    std::uint64_t identity) {
+  if (sources.empty()) ThrowInvalid("sources", "no sources; give at least one");
+  auto g = std::make_shared<Gathered>();
+  g->begin.push_back(0);
+  for (std::size_t k = 0; k < sources.size(); ++k) {
+    if (sources[k] == nullptr) {
+      ThrowInvalid("sources", "source " + Str(static_cast<Index>(k)) + " is None");
+    }
+    g->begin.push_back(CheckedAdd("sources", g->begin.back(), sources[k]->num_documents()));
+  }
+  g->sources = std::move(sources);
+  g->documents = std::move(documents);
+  auto source = std::shared_ptr<TokenSource>(new TokenSource());
+  source->gathered_ = g;
+  source->identity_ = identity;
+  Index tokens = 0;
+  const Index n = static_cast<Index>(g->documents.size());
+  for (Index i = 0; i < n; ++i) {
+    const Index d = g->documents[i];
+    if (d < 0 || d >= g->begin.back()) {
+      ThrowInvalid("documents", "entry " + Str(i) + " is " + Str(d) + "; the sources hold " +
+                                    Str(g->begin.back()) + " documents");
+    }
+    tokens = CheckedAdd("documents", tokens, source->DocumentLength(i));
+  }
+  Part part;
+  part.name = "<gathered>";
+  part.num_documents = n;
+  part.num_tokens = tokens;
+  source->parts_.push_back(std::move(part));
+  source->part_begin_ = {0, n};
+  source->num_documents_ = n;
+  source->num_tokens_ = tokens;
+  return source;
+}
+
+std::pair<const TokenSource*, Index> TokenSource::Locate(Index d) const {
+  const Index id = gathered_->documents[static_cast<std::size_t>(d)];
+  const auto& begin = gathered_->begin;
+  const std::size_t k = static_cast<std::size_t>(std::upper_bound(begin.begin(), begin.end(), id) -
+                                                 begin.begin() - 1);
+  return {gathered_->sources[k].get(), id - begin[k]};
+}
+
 Index TokenSource::PartBegin(Index part) const { return part_begin_[part]; }
 
 const TokenSource::Part& TokenSource::PartOf(Index d) const {
@@ -318,6 +364,10 @@ const TokenSource::Part& TokenSource::PartOf(Index d) const {
 }
 
 Index TokenSource::DocumentLength(Index d) const {
+  if (gathered_ != nullptr) {
+    const auto [source, local] = Locate(d);
+    return source->DocumentLength(local);
+  }
   const Part& p = PartOf(d);
   const Index local = d - p.first_document;
   return p.Offset(local + 1) - p.Offset(local);
@@ -365,12 +415,22 @@ void CopyTokens(const char* tokens, TokenDType type, Index first, Index count, O
 
 void TokenSource::Copy(Index d, Index begin, Index count, std::int32_t* out) const {
   if (count <= 0) return;
+  if (gathered_ != nullptr) {
+    const auto [source, local] = Locate(d);
+    source->Copy(local, begin, count, out);
+    return;
+  }
   const Part& p = PartOf(d);
   CopyTokens(p.tokens, p.type, p.Offset(d - p.first_document) + begin, count, out);
 }
 
 void TokenSource::Copy(Index d, Index begin, Index count, std::int64_t* out) const {
   if (count <= 0) return;
+  if (gathered_ != nullptr) {
+    const auto [source, local] = Locate(d);
+    source->Copy(local, begin, count, out);
+    return;
+  }
   const Part& p = PartOf(d);
   CopyTokens(p.tokens, p.type, p.Offset(d - p.first_document) + begin, count, out);
 }

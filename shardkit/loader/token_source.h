@@ -29,6 +29,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shardkit/base/errors.h"
@@ -85,12 +86,28 @@ class TokenSource {
                                                        const std::int64_t* offsets,
                                                        Index num_offsets);
 
+  // A view that gathers documents of other sources (an order stage such as
+  // a mixture, shardkit/loader/mixture_loader.h): document i of the view is
+  // document documents[i] of the concatenation of `sources` (source 0's
+  // documents first, then source 1's, ...). A document may appear more than
+  // once. The view is one part; `identity` (e.g. a hash of what chose the
+  // documents) is mixed into its data fingerprint, so a loader state of one
+  // view is refused by another with the same lengths. Throws
+  // invalid_argument naming `sources` (none, or a null one) or `documents`
+  // (an id outside the concatenation, naming the entry) or the token total
+  // overflowing. O(documents) memory (8 bytes each).
+  static std::shared_ptr<const TokenSource> Gather(
+      std::vector<std::shared_ptr<const TokenSource>> sources, std::vector<std::int64_t> documents,
+      std::uint64_t identity);
+
   [[nodiscard]] Index num_documents() const { return num_documents_; }
   [[nodiscard]] Index num_tokens() const { return num_tokens_; }
   [[nodiscard]] Index num_parts() const { return static_cast<Index>(parts_.size()); }
   // Documents [PartBegin(p), PartBegin(p + 1)) are part p's.
   [[nodiscard]] Index PartBegin(Index part) const;
   [[nodiscard]] const std::string& PartName(Index part) const { return parts_[part].name; }
+  // Gather's identity (0 for a source of files or memory).
+  [[nodiscard]] std::uint64_t identity() const { return identity_; }
 
   // Length in tokens of document d. REQUIRES: 0 <= d < num_documents().
   [[nodiscard]] Index DocumentLength(Index d) const;
@@ -120,6 +137,18 @@ class TokenSource {
                        SourceOptions options);
   [[nodiscard]] const Part& PartOf(Index d) const;
 
+  // Gather's view: the sources, their first global document ids (K + 1) and
+  // the gathered ids.
+  struct Gathered {
+    std::vector<std::shared_ptr<const TokenSource>> sources;
+    std::vector<Index> begin;
+    std::vector<std::int64_t> documents;
+  };
+  // The source and its document for document d of a gathered view.
+  [[nodiscard]] std::pair<const TokenSource*, Index> Locate(Index d) const;
+
+  std::shared_ptr<const Gathered> gathered_;
+  std::uint64_t identity_ = 0;
   std::vector<Part> parts_;
   std::vector<Index> part_begin_;  // parts_.size() + 1 entries
   Index num_documents_ = 0;

@@ -1,0 +1,290 @@
+"""TokenLoader.mixture: a TokenLoader whose order stage is a shardkit.Mixture
+over several token sources. The oracle is written here: each source's own
+arrays, the mixture's per-block counts recomputed from the delivered pieces,
+and the sources' walks (every item once per epoch of its source)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardkit
+
+HERE = Path(__file__).resolve().parent
+
+
+def make_source(rng, source, docs, lo=5, hi=60):
+    lengths = rng.integers(lo, hi + 1, docs)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    # token k of document d of source s names it: s * 1e6 + d * 1000 + k
+    doc = np.repeat(np.arange(docs), lengths)
+    k = np.arange(offsets[-1]) - offsets[doc]
+    tokens = (source * 1_000_000 + doc * 1000 + k).astype(np.int32)
+    return tokens, offsets
+
+
+def corpus(seed, sizes):
+    rng = np.random.default_rng(seed)
+    return [make_source(rng, s, n) for s, n in enumerate(sizes)]
+
+
+def run(loader):
+    """Every piece of one epoch: (document, start, length, source, item), the
+    tokens checked against the source's own arrays."""
+    out = []
+    loader.batches = 0
+    for batch in loader:
+        loader.batches += 1
+        ids = batch["input_ids"]
+        t, row_prev = 0, -1
+        for d, st, ln, row, s, it in zip(
+            batch["documents"].tolist(),
+            batch["starts"].tolist(),
+            batch["lengths"].tolist(),
+            batch["rows"].tolist(),
+            batch["sources"].tolist(),
+            batch["items"].tolist(),
+        ):
+            if row != row_prev:
+                t, row_prev = 0, row
+            want = s * 1_000_000 + it * 1000 + np.arange(st, st + ln)
+            assert (ids[row, t : t + ln] == want).all()
+            t += ln
+            out.append((d, st, ln, s, it))
+    return out
+
+
+def whole(pieces, lengths_of):
+    """Pieces -> {document: tokens}; every document tiled exactly once."""
+    by = defaultdict(list)
+    for d, st, ln, s, it in pieces:
+        by[d].append((st, ln, s, it))
+    for d, ps in by.items():
+        ps.sort()
+        at = 0
+        for st, ln, s, it in ps:
+            assert st == at, f"document {d}: gap or overlap"
+            at += ln
+        assert at == lengths_of(ps[0][2], ps[0][3]), f"document {d} incomplete"
+    return by
+
+
+@pytest.mark.parametrize("equal_steps", [True, False])
+def test_ranks_deliver_the_mixture_window_exactly_once_with_exact_block_counts(equal_steps):
+    sources = corpus(1, [60, 400, 9])
+    sizes = [len(o) - 1 for _, o in sources]
+
+    def length(s, it):
+        return int(sources[s][1][it + 1] - sources[s][1][it])
+
+    world, samples = 3, 700
+    for epoch in (0, 1):
+        pieces, steps = [], []
+        for rank in range(world):
+            loader = shardkit.TokenLoader.mixture(
+                sources,
+                [2, 5, 1],
+                by="samples",
+                block=64,
+                seed=11,
+                samples=samples,
+                seq_len=64,
+                batch_size=2,
+                rank=rank,
+                world_size=world,
+                epoch=epoch,
+                equal_steps=equal_steps,
+                num_threads=rank % 2,
+            )
+            assert loader.num_documents == samples
+            pieces += run(loader)
+            steps.append(loader.batches)
+        if equal_steps:
+            assert len(set(steps)) == 1, steps
+        by = whole(pieces, length)
+        assert sorted(by) == list(range(samples))  # every sample of the window once
+        mix = shardkit.Mixture(sizes, [2, 5, 1], block=64, seed=11)
+        first = epoch * samples
+        src = np.array([by[d][0][2] for d in range(samples)])
+        itm = np.array([by[d][0][3] for d in range(samples)])
+        want_s, want_i = mix.numpy(first, first + samples)
+        assert (src == want_s).all() and (itm == want_i).all()
+        # exact counts in every whole block: the largest remainder of 2:5:1
+        for b in range(first // 64 + 1, (first + samples) // 64):
+            block = src[b * 64 - first : (b + 1) * 64 - first]
+            assert np.bincount(block, minlength=3).tolist() == mix.block_counts(b)
+        # every source walks its items once per epoch of that source
+        walked = mix.consumed(first)
+        for s in range(3):
+            got = itm[src == s]
+            c0 = walked[s]
+            for e0 in range(-(c0 % sizes[s]), len(got), sizes[s]):
+                chunk = got[max(e0, 0) : e0 + sizes[s]]
+                assert len(set(chunk.tolist())) == len(chunk), (s, e0)
+
+
+def test_token_weights_are_what_the_model_sees():
+    sources = corpus(2, [3000, 300, 3000])
+    # source 1 has few documents, so it repeats; tokens follow 1:2:1
+    sources[1] = make_source(np.random.default_rng(5), 1, 300, 200, 400)
+    loader = shardkit.TokenLoader.mixture(
+        sources, [1, 2, 1], by="tokens", seed=3, samples=4000, seq_len=128, batch_size=4
+    )
+    tokens = Counter()
+    for batch in loader:
+        for s, ln in zip(batch["sources"].tolist(), batch["lengths"].tolist()):
+            tokens[s] += ln
+    total = sum(tokens.values())
+    shares = [tokens[s] / total for s in range(3)]
+    # counts are exact per block; tokens vary with the lengths drawn (about 1%)
+    assert abs(shares[0] - 0.25) < 0.02 and abs(shares[1] - 0.5) < 0.02, shares
+
+
+def test_resume_equals_uninterrupted_and_another_mixture_is_refused():
+    sources = corpus(3, [50, 200])
+    kw = dict(seed=5, samples=500, seq_len=48, batch_size=2, world_size=2, rank=1)
+    full = [b["input_ids"].copy() for b in shardkit.TokenLoader.mixture(sources, [1, 3], **kw)]
+    first = shardkit.TokenLoader.mixture(sources, [1, 3], **kw)
+    it = iter(first)
+    head = [next(it)["input_ids"].copy() for _ in range(4)]
+    state = json.loads(json.dumps(first.state_dict()))
+    rest = shardkit.TokenLoader.mixture(sources, [1, 3], **kw)
+    rest.load_state_dict(state)
+    tail = [b["input_ids"].copy() for b in rest]
+    assert len(head) + len(tail) == len(full)
+    for a, b in zip(head + tail, full):
+        assert (a == b).all()
+    # per rank: states of every consumer, merged, continue on another world size
+    per = dict(kw, equal_steps=False, world_size=2)
+    loaders = [shardkit.TokenLoader.mixture(sources, [1, 3], **dict(per, rank=r)) for r in range(2)]
+    seen = []
+    for ld in loaders:
+        it = iter(ld)
+        for _ in range(3):
+            b = next(it)
+            seen += list(zip(b["documents"].tolist(), b["starts"].tolist(), b["lengths"].tolist()))
+    states = [ld.state_dict() for ld in loaders]
+    for r in range(3):
+        ld = shardkit.TokenLoader.mixture(sources, [1, 3], **dict(per, rank=r, world_size=3))
+        ld.load_state_dict(states)
+        for b in ld:
+            seen += list(zip(b["documents"].tolist(), b["starts"].tolist(), b["lengths"].tolist()))
+    docs = defaultdict(int)
+    for d, st, ln in seen:
+        docs[d] += ln
+    assert sorted(docs) == list(range(500))
+    # another seed or other weights: another data set, refused by name
+    for other in (dict(kw, seed=6), kw):
+        weights = [1, 3] if other is not kw else [3, 1]
+        ld = shardkit.TokenLoader.mixture(sources, weights, **other)
+        with pytest.raises(ValueError, match="state"):
+            ld.load_state_dict(state)
+
+
+def test_epochs_continue_every_source_and_a_bounded_mixture_ends():
+    sources = corpus(4, [20, 30])
+    loader = shardkit.TokenLoader.mixture(
+        sources,
+        [1, 1],
+        by="samples",
+        repeat=[False, True],
+        block=2,
+        seq_len=32,
+        batch_size=2,
+        seed=1,
+    )
+    assert loader.mixture.bounded
+    assert loader.samples_per_epoch == len(loader.mixture)
+    pieces = run(loader)
+    items0 = sorted({(s, it) for _, _, _, s, it in pieces if s == 0})
+    assert items0 == [(0, i) for i in range(20)]  # the non-repeating source once, whole
+    assert loader.window(1) == (len(loader.mixture), 0)  # nothing after its end
+    assert list(loader) == []
+
+
+def test_bad_input_names_the_parameter():
+    sources = corpus(5, [10, 10])
+    kw = dict(seq_len=16, batch_size=2)
+    cases = [
+        (dict(sources=[], weights=[]), "sources"),
+        (dict(sources=sources, weights=[1]), "weights"),
+        (dict(sources=sources, weights=[1, 1], shuffle=True), "shuffle"),
+        (dict(sources=sources, weights=[1, 1], mode="continuous"), "mode"),
+        (dict(sources=sources, weights=[1, 1], samples=0), "samples"),
+        (dict(sources=[(sources[0][0],)], weights=[1]), "sources"),
+        (dict(sources=sources, weights=[1, 1], by="bytes"), "by"),
+    ]
+    for args, name in cases:
+        with pytest.raises(ValueError, match=name):
+            loader = shardkit.TokenLoader.mixture(**args, **kw)
+            next(iter(loader))
+
+
+def test_docs_loader_mixture_example_runs(tmp_path):
+    text = (HERE.parent.parent / "docs" / "loader.md").read_text()
+    start = text.index("<!-- mixture example -->")
+    block = text[text.index("```python\n", start) + len("```python\n") :]
+    block = block[: block.index("```")]
+    subprocess.run(
+        [sys.executable, "-c", block],
+        cwd=tmp_path,
+        check=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(HERE.parent)),
+    )
+
+
+def test_torchrun_four_ranks_equal_steps_over_three_sources(tmp_path):
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    sizes = [300, 500, 80]
+    for s, n in enumerate(sizes):
+        tokens, offsets = make_source(rng, s, n, 50, 150)
+        np.save(tmp_path / f"tokens{s}.npy", tokens)
+        np.save(tmp_path / f"offsets{s}.npy", offsets)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    # --standalone: the rendezvous takes a free loopback port (localhost:0)
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc-per-node=4",
+            str(HERE / "mixture_torchrun_worker.py"),
+            str(tmp_path),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=10)
+        raise AssertionError("hang: killed after 240 s\n" + out.decode()[-3000:])
+    assert proc.returncode == 0, out.decode()[-3000:]
+    runs = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(4)]
+    assert len({r["steps"] for r in runs}) == 1 and runs[0]["steps"] > 0  # equal steps
+    pieces = [tuple(p) for r in runs for p in r["pieces"]]
+    offsets = [np.load(tmp_path / f"offsets{s}.npy") for s in range(3)]
+    by = whole(pieces, lambda s, it: int(offsets[s][it + 1] - offsets[s][it]))
+    samples = runs[0]["samples"]
+    assert sorted(by) == list(range(samples))
+    # the non-repeating source 0: every document exactly once
+    zero = sorted(ps[0][3] for ps in by.values() if ps[0][2] == 0)
+    assert zero == list(range(sizes[0]))
+    tokens = Counter()
+    for d, st, ln, s, it in pieces:
+        tokens[s] += ln
+    total = sum(tokens.values())
+    weights = [0.2, 0.5, 0.3]
+    for s in range(3):  # exact counts per block; lengths in [50, 150] vary the tokens
+        assert abs(tokens[s] / total - weights[s]) < 0.03, (s, tokens)
