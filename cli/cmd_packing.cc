@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -16,6 +18,18 @@ namespace {
 
 constexpr Index kMaxListedEntries = 100000000;
 
+// "a | b (default) | c" from the core's name table, so the help lists exactly
+// what the parser accepts.
+std::string Choices(const std::vector<std::string_view>& names, std::string_view fallback) {
+  std::string out;
+  for (std::string_view name : names) {
+    if (!out.empty()) out += " | ";
+    out += name;
+    if (name == fallback) out += " (default)";
+  }
+  return out;
+}
+
 }  // namespace
 
 int RunPack(const Argv& argv) {
@@ -25,15 +39,20 @@ int RunPack(const Argv& argv) {
             "reports how close the result is to the lower bound ceil(tokens / capacity).");
   args.Flag("lengths", "FILE", "item lengths in tokens, one per line or .npy ('-' = stdin)")
       .Flag("capacity", "C", "tokens per pack (required)")
-      .Flag("algorithm", "NAME", "next_fit | ffd | bfd (default) | balanced")
+      .Flag("algorithm", "NAME", Choices(PackAlgorithmNames(), "bfd"))
       .Flag("images", "FILE", "images per item, one per line or .npy")
       .Flag("max-images", "M", "images per pack (needs --images)")
       .Flag("max-sequences", "S", "items per pack")
       .Flag("buffer", "B", "pack in input order through a buffer of B items (streaming)")
-      .Flag("oversize", "NAME", "drop (default) | error | split: items that never fit")
+      .Flag("oversize", "NAME", Choices(OversizeNames(), "drop") + ": items that never fit")
+      .Flag("compat", "NAME",
+            Choices(PackCompatNames(), "none") +
+                ": trl = the rows of TRL's pack_dataset (with bfd; --buffer 1000 for its map "
+                "batch)")
       .Flag("world", "W", "also deal the packs to W ranks (equal packs per step)")
       .Flag("packs-per-rank", "K", "packs per rank per step with --world (default 1)")
-      .Flag("cost", "NAME", "rank cost model with --world: tokens (default) | squared")
+      .Flag("cost", "NAME",
+            Choices(CostModelNames(), "tokens") + ": rank cost model (with --world)")
       .Flag("packs", "", "list the item ids of every pack")
       .Flag("json", "", "print one JSON object");
   if (!args.Parse(argv)) return 0;
@@ -42,6 +61,7 @@ int RunPack(const Argv& argv) {
   o.capacity = args.RequireInt("capacity");
   o.algorithm = ParsePackAlgorithm(args.Str("algorithm", "bfd"));
   o.oversize = ParseOversize(args.Str("oversize", "drop"));
+  o.compat = ParsePackCompat(args.Str("compat", "none"));
   o.max_images = args.Int("max-images");
   o.max_sequences = args.Int("max-sequences");
   o.buffer = args.Int("buffer");
@@ -85,6 +105,7 @@ int RunPack(const Argv& argv) {
     j.Key("lower_bound").Int(p.lower_bound);
     j.Key("efficiency").Double(p.efficiency());
     j.Key("algorithm").String(PackAlgorithmName(o.algorithm));
+    j.Key("compat").String(PackCompatName(o.compat));
     j.Key("capacity").Int(o.capacity);
     j.Key("tokens").Int(p.tokens);
     j.Key("split_items").Int(p.split_items);
@@ -115,10 +136,13 @@ int RunPack(const Argv& argv) {
     std::cout << j.str() << "\n";
     return 0;
   }
-  std::printf("%" PRId64 " items, %" PRId64 " tokens -> %" PRId64 " packs of %" PRId64 " (%s%s)\n",
-              p.num_items, p.tokens, p.num_packs(), o.capacity,
-              std::string(PackAlgorithmName(o.algorithm)).c_str(),
-              o.buffer ? (", buffer " + std::to_string(*o.buffer)).c_str() : "");
+  std::printf(
+      "%" PRId64 " items, %" PRId64 " tokens -> %" PRId64 " packs of %" PRId64 " (%s%s%s)\n",
+      p.num_items, p.tokens, p.num_packs(), o.capacity,
+      std::string(PackAlgorithmName(o.algorithm)).c_str(),
+      o.compat == PackCompat::kNone ? ""
+                                    : (", compat " + std::string(PackCompatName(o.compat))).c_str(),
+      o.buffer ? (", buffer " + std::to_string(*o.buffer)).c_str() : "");
   std::printf("lower bound %" PRId64 " packs (+%.4f%%), efficiency %.4f%% (padding %.4f%%)\n",
               p.lower_bound, 100 * over, 100 * p.efficiency(), 100 * (1 - p.efficiency()));
   if (p.dropped() || p.split_items) {

@@ -53,6 +53,7 @@ std::string ToFlag(const std::string& message) {
       {"max_images", "--max-images"},
       {"buffer", "--buffer"},
       {"oversize", "--oversize"},
+      {"compat", "--compat"},
       {"max_sequences", "--max-sequences"},
       {"cost", "--cost"},
       {"packs_per_rank", "--packs-per-rank"},

@@ -172,3 +172,94 @@ def test_demo_writes_a_report(cli, tmp_path):
     assert all(split["exactly_once"] for split in doc["sharding"]["splits"])
     html = report.read_text()
     assert html.startswith("<!doctype html>") and "<svg" in html
+
+
+def _listed(help_text, flag):
+    """The names `shardkit pack --help` lists for --flag ("a | b (default) | c")."""
+    line = next(x for x in help_text.splitlines() if x.strip().startswith("--" + flag + " "))
+    choices = line.split("NAME", 1)[1].split(":")[0]
+    return [c.replace("(default)", "").strip() for c in choices.split("|")]
+
+
+def _expected(stderr):
+    """The names an unknown-value error lists: '(expected a, b or c)'."""
+    inside = stderr.split("(expected ", 1)[1].split(")")[0]
+    return [x.strip() for x in inside.replace(" or ", ", ").split(",")]
+
+
+@pytest.mark.parametrize(
+    "flag, names, default",
+    [
+        ("algorithm", ["next_fit", "ffd", "bfd", "balanced", "histogram"], "bfd"),
+        ("oversize", ["drop", "error", "split"], "drop"),
+        ("compat", ["none", "trl"], "none"),
+        ("cost", ["tokens", "squared"], "tokens"),
+    ],
+)
+def test_pack_help_lists_exactly_the_names_the_parser_takes(cli, flag, names, default):
+    help_text = cli("pack", "--help").stdout
+    assert _listed(help_text, flag) == names
+    assert f"{default} (default)" in help_text
+    bad = cli(
+        "pack", "--lengths", "-", "--capacity", 8, "--world", 2, f"--{flag}", "x", input="5\n"
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith(f"shardkit pack: --{flag}: unknown "), (
+        bad.stderr
+    )
+    assert _expected(bad.stderr) == names
+    for name in names:
+        args = ["--algorithm", "bfd"] if flag == "compat" else []
+        r = cli(
+            "pack",
+            "--lengths",
+            "-",
+            "--capacity",
+            8,
+            "--world",
+            2,
+            *args,
+            f"--{flag}",
+            name,
+            "--json",
+            input="5\n3\n2\n",
+        )
+        assert r.returncode == 0, (name, r.stderr)
+
+
+def test_pack_compat_trl_gives_trls_rows(cli):
+    # Two packs with room 4 after the 6s: TRL's bfd puts the 3 into the first
+    # (oldest) one, shardkit's default into the last filled one.
+    r = cli(
+        "pack",
+        "--lengths",
+        "-",
+        "--capacity",
+        10,
+        "--compat",
+        "trl",
+        "--packs",
+        "--json",
+        input="6\n6\n3\n0\n",
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["packs"] == [[0, 2], [1]] and doc["compat"] == "trl"
+    assert doc["dropped_items"] == [3]  # TRL filters empty items out
+    r = cli("pack", "--lengths", "-", "--capacity", 10, "--packs", "--json", input="6\n6\n3\n0\n")
+    assert json.loads(r.stdout)["packs"] == [[0], [1, 2, 3]]
+    assert json.loads(r.stdout)["compat"] == "none"
+    human = cli("pack", "--lengths", "-", "--capacity", 10, "--compat", "trl", input="6\n6\n3\n")
+    assert "bfd, compat trl" in human.stdout
+    bad = cli(
+        "pack",
+        "--lengths",
+        "-",
+        "--capacity",
+        10,
+        "--compat",
+        "trl",
+        "--algorithm",
+        "ffd",
+        input="6\n",
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("shardkit pack: --compat: trl reproduces")

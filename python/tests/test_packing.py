@@ -168,7 +168,7 @@ def test_compat_trl_reproduces_rows_made_by_the_real_trl():
         assert rows == case["trl_rows"], case
     with pytest.raises(ValueError, match="^compat: trl reproduces TRL's bfd"):
         shardkit.pack([1, 2], 10, algorithm="ffd", compat="trl")
-    with pytest.raises(ValueError, match="^compat: unknown value 'hf'"):
+    with pytest.raises(ValueError, match="^compat: unknown compat 'hf'"):
         shardkit.pack([1, 2], 10, compat="hf")
 
 

@@ -34,6 +34,15 @@ constexpr EnumNames<CostModel, 2> kCostModels{
     "cost",
     "cost model",
     {{{CostModel::kTokens, "tokens"}, {CostModel::kSquaredLengths, "squared"}}}};
+constexpr EnumNames<PackCompat, 2> kCompat{
+    "compat", "compat", {{{PackCompat::kNone, "none"}, {PackCompat::kTrl, "trl"}}}};
+
+template <typename Table>
+std::vector<std::string_view> NamesOf(const Table& table) {
+  std::vector<std::string_view> names;
+  for (const auto& entry : table.entries) names.push_back(entry.name);
+  return names;
+}
 
 // A pending pack of one piece longer than the capacity is a run of full
 // packs of one split item (StreamingPacker::Push), popped a pack at a time.
@@ -49,15 +58,12 @@ std::string_view OversizeName(Oversize oversize) { return kOversize.Name(oversiz
 CostModel ParseCostModel(std::string_view name) { return kCostModels.Parse(name); }
 std::string_view CostModelName(CostModel model) { return kCostModels.Name(model); }
 
-PackCompat ParsePackCompat(std::string_view name) {
-  if (name == "none") return PackCompat::kNone;
-  if (name == "trl") return PackCompat::kTrl;
-  ThrowInvalid("compat", "unknown value '" + std::string(name) + "' (expected none or trl)");
-}
-
-std::string_view PackCompatName(PackCompat compat) {
-  return compat == PackCompat::kTrl ? "trl" : "none";
-}
+PackCompat ParsePackCompat(std::string_view name) { return kCompat.Parse(name); }
+std::string_view PackCompatName(PackCompat compat) { return kCompat.Name(compat); }
+std::vector<std::string_view> PackAlgorithmNames() { return NamesOf(kAlgorithms); }
+std::vector<std::string_view> OversizeNames() { return NamesOf(kOversize); }
+std::vector<std::string_view> PackCompatNames() { return NamesOf(kCompat); }
+std::vector<std::string_view> CostModelNames() { return NamesOf(kCostModels); }
 
 void ValidatePackOptions(const PackOptions& o) {
   CheckAtLeast("capacity", o.capacity, 1);

@@ -83,6 +83,11 @@ enum class PackCompat { kNone, kTrl };
 // "none", "trl"; Parse throws invalid_argument naming `compat`.
 [[nodiscard]] PackCompat ParsePackCompat(std::string_view name);
 [[nodiscard]] std::string_view PackCompatName(PackCompat compat);
+// Every name Parse accepts, in the order of the name table (the CLI's help
+// lists these, so it cannot drift from what Parse takes).
+[[nodiscard]] std::vector<std::string_view> PackAlgorithmNames();
+[[nodiscard]] std::vector<std::string_view> OversizeNames();
+[[nodiscard]] std::vector<std::string_view> PackCompatNames();
 
 struct PackOptions {
   Index capacity = 0;  // tokens per pack; REQUIRES >= 1
@@ -257,6 +262,7 @@ class StreamingPacker {
 enum class CostModel { kTokens, kSquaredLengths };
 [[nodiscard]] CostModel ParseCostModel(std::string_view name);  // "tokens", "squared"
 [[nodiscard]] std::string_view CostModelName(CostModel model);
+[[nodiscard]] std::vector<std::string_view> CostModelNames();  // as above
 
 // Cost of every pack: its tokens, or the sum of its entries' squared lengths
 // (the attention cost of a block-diagonal mask).
