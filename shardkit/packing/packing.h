@@ -30,10 +30,14 @@
 //             a pack, the completion that fills it (exactly, or with the
 //             least waste) is chosen from the counts and applied to as many
 //             packs as the counts allow; each length's items are then
-//             assigned in input order. For count budgets (max_sequences)
-//             and few distinct lengths; tokens and max_sequences only
-//             (max_images is an error), capacity <= 2^16. Wikipedia-512 at
-//             3 sequences per pack: 0.32% over the lower bound, bfd 11.75%.
+//             assigned in input order. Under a count budget the LP over
+//             pack patterns (column generation in the core, a work limit
+//             per item) is solved too and its rounding taken when it needs
+//             fewer packs. For count budgets (max_sequences) and few
+//             distinct lengths; tokens and max_sequences only (max_images
+//             is an error), capacity <= 2^16. Wikipedia-512 at 3 sequences
+//             per pack: 0.116% over the lower bound (the LP optimum rounded
+//             up), bfd 11.75%.
 // Oversize (an item that can never fit: length > capacity or images >
 // max_images): drop (counted in `dropped`, listed in `dropped_items`), error
 // (invalid_argument naming the item), split (text only: cut into pieces of

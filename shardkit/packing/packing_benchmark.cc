@@ -103,7 +103,16 @@ void BM_Wikipedia(benchmark::State& state, PackAlgorithm algorithm) {
   state.counters["over_lower_bound_pct"] =
       100 * (static_cast<double>(p.num_packs()) / static_cast<double>(p.lower_bound) - 1);
   state.counters["load_cv"] = LoadVariation(p);
+  state.counters["efficiency_pct"] = 100 * p.efficiency();
 }
+BENCHMARK_CAPTURE(BM_Wikipedia, next_fit, PackAlgorithm::kNextFit)
+    ->Arg(3)
+    ->Arg(12)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Wikipedia, ffd, PackAlgorithm::kFirstFitDecreasing)
+    ->Arg(3)
+    ->Arg(12)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Wikipedia, bfd, PackAlgorithm::kBestFitDecreasing)
     ->Arg(3)
     ->Arg(12)

@@ -3,8 +3,12 @@
 #include "shardkit/packing/internal/histogram.h"
 
 #include <algorithm>
+#include <cmath>
+#include <span>
 #include <utility>
 #include <vector>
+
+#include "shardkit/packing/internal/pattern_lp.h"
 
 namespace shardkit::internal {
 
@@ -78,15 +82,35 @@ bool HistogramApplicable(const PackOptions& o, bool has_images) {
   return !has_images && !o.max_images && o.capacity <= kHistogramMaxCapacity;
 }
 
-Placement HistogramPlace(std::span<const Index> len, const PackOptions& o) {
-  const Index capacity = o.capacity;
-  const Index n = static_cast<Index>(len.size());
-  const Index k = o.max_sequences.value_or(-1);  // -1: no count budget
-  std::vector<Index> count(static_cast<size_t>(capacity) + 1, 0);
-  for (Index l : len) ++count[static_cast<size_t>(l)];
+namespace {
 
-  // Strategies in the order chosen: lengths (decreasing) and multiplicity.
+// Work limit of the pattern LP (pattern_lp.h): kLpWorkPerUnit arithmetic
+// steps per unit, at least kLpMinWork, at most kLpWorkLimit (about a second
+// of one core: the Wikipedia-512 histogram at 3 sequences per pack needs
+// 2.8e9, 16.3M units).
+constexpr Index kLpWorkPerUnit = 256;
+constexpr Index kLpMinWork = Index{1} << 18;
+constexpr Index kLpWorkLimit = Index{1} << 32;
+
+// Packs chosen per strategy: the lengths of strategy s (decreasing) are
+// flat[begin[s], begin[s + 1]), applied to times[s] packs.
+struct Strategies {
   std::vector<Index> flat, begin = {0}, times;
+  Index packs = 0;
+
+  void Add(std::span<const Index> lengths, Index m) {
+    flat.insert(flat.end(), lengths.begin(), lengths.end());
+    begin.push_back(static_cast<Index>(flat.size()));
+    times.push_back(m);
+    packs += m;
+  }
+};
+
+// The greedy strategy choice (histogram.h) over `count` (consumed: all zero
+// on return), k < 0 without a count budget, n the number of units.
+void GreedyStrategies(std::vector<Index>* count_ptr, Index capacity, Index k, Index n,
+                      Strategies* out) {
+  std::vector<Index>& count = *count_ptr;
   std::vector<Index> pick;
   std::vector<std::pair<Index, Index>> need;  // (length, units per pack)
   Chooser chooser(&count);
@@ -133,11 +157,85 @@ Placement HistogramPlace(std::span<const Index> len, const PackOptions& o) {
         m = m < 0 ? fit : std::min(m, fit);
       }
       for (auto [l, c] : need) count[static_cast<size_t>(l)] -= m * c;
-      flat.insert(flat.end(), pick.begin(), pick.end());
-      begin.push_back(static_cast<Index>(flat.size()));
-      times.push_back(m);
+      out->Add(pick, m);
     }
   }
+}
+
+// Strategies from the pattern LP (pattern_lp.h): each basis pattern used
+// floor(x) times (fewer where round-off would take more items of a length
+// than there are), lexicographically longest patterns first; the units left
+// over are packed by the greedy choice. False when the LP does not apply.
+bool LpStrategies(const std::vector<Index>& count, Index capacity, Index k, Index n,
+                  Strategies* out) {
+  std::vector<Index> lengths, counts;
+  for (Index l = 0; l <= capacity; ++l) {
+    if (count[static_cast<size_t>(l)] > 0) {
+      lengths.push_back(l);
+      counts.push_back(count[static_cast<size_t>(l)]);
+    }
+  }
+  const Index limit =
+      n > kLpWorkLimit / kLpWorkPerUnit ? kLpWorkLimit : std::max(kLpMinWork, kLpWorkPerUnit * n);
+  const auto lp = SolvePatternLp(lengths, counts, capacity, std::min(k, n), limit);
+  if (!lp) return false;
+  std::vector<size_t> order(lp->patterns.size());
+  for (size_t j = 0; j < order.size(); ++j) order[j] = j;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return lp->patterns[a] > lp->patterns[b]; });
+  std::vector<Index> left = count;
+  for (size_t j : order) {
+    const std::vector<Index>& pattern = lp->patterns[j];
+    if (pattern.empty()) continue;
+    const double x = std::floor(lp->x[j] + 1e-6);
+    Index m = x >= static_cast<double>(n) ? n : static_cast<Index>(x);
+    for (size_t a = 0; a < pattern.size();) {
+      size_t b = a;
+      while (b < pattern.size() && pattern[b] == pattern[a]) ++b;
+      m = std::min(m, left[static_cast<size_t>(pattern[a])] / static_cast<Index>(b - a));
+      a = b;
+    }
+    if (m <= 0) continue;
+    for (Index l : pattern) left[static_cast<size_t>(l)] -= m;
+    out->Add(pattern, m);
+  }
+  GreedyStrategies(&left, capacity, k, n, out);
+  return true;
+}
+
+// The strategies for the histogram `count` (count[l]: units of length l,
+// l <= capacity): the greedy choice, and under a count budget the LP's
+// rounding when it needs fewer packs.
+Strategies Choose(const std::vector<Index>& count, const PackOptions& o) {
+  Index n = 0;
+  for (Index c : count) n += c;
+  const Index k = o.max_sequences.value_or(-1);  // -1: no count budget
+  Strategies greedy;
+  {
+    std::vector<Index> left = count;
+    GreedyStrategies(&left, o.capacity, k, n, &greedy);
+  }
+  Strategies lp;
+  if (k >= 2 && LpStrategies(count, o.capacity, k, n, &lp) && lp.packs < greedy.packs) return lp;
+  return greedy;
+}
+
+}  // namespace
+
+Index HistogramPacks(std::span<const Index> count, const PackOptions& o) {
+  return Choose(std::vector<Index>(count.begin(), count.end()), o).packs;
+}
+
+Placement HistogramPlace(std::span<const Index> len, const PackOptions& o) {
+  const Index capacity = o.capacity;
+  const Index n = static_cast<Index>(len.size());
+  std::vector<Index> count(static_cast<size_t>(capacity) + 1, 0);
+  for (Index l : len) ++count[static_cast<size_t>(l)];
+  const Strategies chosen = Choose(count, o);
+  const std::vector<Index>& flat = chosen.flat;
+  const std::vector<Index>& begin = chosen.begin;
+  const std::vector<Index>& times = chosen.times;
+
   // Units of each length in input order; strategy by strategy, pack by pack.
   std::vector<Index> next(static_cast<size_t>(capacity) + 2, 0);
   for (Index l : len) ++next[static_cast<size_t>(l) + 1];

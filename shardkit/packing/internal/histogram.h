@@ -7,7 +7,10 @@
 // distinct lengths, not on the number of items. Then units are assigned to
 // the packs, each length's units in input order.
 //
-// Strategy choice, longest remaining length L first (L opens the pack, room
+// Two strategy choices; the one that needs fewer packs is taken (ties: the
+// greedy one).
+//
+// Greedy, longest remaining length L first (L opens the pack, room
 // r = capacity - L, s = slots left under max_sequences):
 //   s <= 2: the completion by one item of length r' or two items summing to
 //           r' (both <= L), r' = r - waste for the smallest waste that has
@@ -16,9 +19,19 @@
 //           abundant (so no length runs out early), then the longer items.
 //   s >= 3 (or no count budget): the longest available length that fits is
 //           added while more than two slots remain, then the rule above.
-// Measured on the Wikipedia-512 histogram of Krell et al. (2021) at 3
-// sequences per pack: within 0.35% of the lower bound, where bfd is 11.75%
-// above it (docs/packing.md).
+//
+// LP (under a count budget, max_sequences >= 2): the pattern LP of
+// pattern_lp.h over the histogram (column generation, a work limit of 256
+// arithmetic steps per unit, at least 2^18 and at most 2^32; skipped when that
+// cannot cover a few pivots per distinct length, e.g. at 12 sequences per
+// pack on 512 lengths); each basis pattern is used floor(x) times, and the
+// units left over are packed by the greedy choice.
+//
+// Measured on the Wikipedia-512 histogram of Krell et al. (2021): at 3
+// sequences per pack the LP rounding gives 8,143,829 packs, the LP optimum
+// rounded up (so no packing has fewer), +0.116% over the lower bound of
+// ceil(tokens / 512), where the greedy choice is at +0.32% and bfd at +11.75%;
+// at 12 the greedy choice, +0.170% (docs/packing.md).
 #ifndef SHARDKIT_PACKING_INTERNAL_HISTOGRAM_H_
 #define SHARDKIT_PACKING_INTERNAL_HISTOGRAM_H_
 
@@ -42,6 +55,11 @@ inline constexpr Index kHistogramMaxCapacity = Index{1} << 16;
 // chosen; within a pack, units in decreasing length.
 // REQUIRES HistogramApplicable(options, false), 0 <= len[u] <= capacity.
 [[nodiscard]] Placement HistogramPlace(std::span<const Index> len, const PackOptions& options);
+
+// The number of packs HistogramPlace makes for units whose histogram is
+// `count` (count[l] units of length l, l <= capacity), without the units
+// (benchmarks and tests on histograms too large to expand).
+[[nodiscard]] Index HistogramPacks(std::span<const Index> count, const PackOptions& options);
 
 }  // namespace shardkit::internal
 

@@ -1,0 +1,361 @@
+// Column generation for the pattern LP (see pattern_lp.h).
+#include "shardkit/packing/internal/pattern_lp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace shardkit::internal {
+
+namespace {
+
+// A pattern improves the basis when its duals sum to more than 1 + this.
+constexpr double kPriceTolerance = 1e-9;
+// Entries of the entering column below this are not pivots.
+constexpr double kPivotTolerance = 1e-9;
+// Refactorise the basis inverse after this many pivots (bounds the error the
+// product-form updates accumulate).
+constexpr Index kRefactorEvery = 512;
+
+// A pattern as (length index, copies), length indices ascending.
+using Column = std::vector<std::pair<Index, Index>>;
+
+Column ToColumn(std::vector<Index> picks) {
+  std::sort(picks.begin(), picks.end());
+  Column c;
+  for (Index i : picks) {
+    if (!c.empty() && c.back().first == i) {
+      ++c.back().second;
+    } else {
+      c.push_back({i, 1});
+    }
+  }
+  return c;
+}
+
+// Finds the pattern of the largest dual sum: at most k items (k <= 3: pairs
+// of lengths plus the best third by a prefix maximum over capacity; k >= 4: a
+// DP over item count and capacity). Lengths with duals <= 0 never help (a
+// pattern without them is as good), so only positive ones are tried.
+class Pricer {
+ public:
+  Pricer(std::span<const Index> len, Index capacity, Index k)
+      : len_(len), capacity_(capacity), k_(k) {}
+
+  // Arithmetic steps of one Best call with every dual positive.
+  [[nodiscard]] double Cost() const {
+    const double d = static_cast<double>(len_.size());
+    const double c = static_cast<double>(capacity_);
+    if (k_ <= 3) return c + d + d * d / 2;
+    return c + static_cast<double>(k_) * (c + 1) * d;
+  }
+
+  // The best pattern's dual sum (0 for the empty pattern) into *best.
+  double Best(const std::vector<double>& y, Column* best, Index* work) {
+    pos_.clear();
+    for (size_t i = 0; i < y.size(); ++i) {
+      if (y[i] > 0) pos_.push_back(static_cast<Index>(i));
+    }
+    std::vector<Index> picks;
+    double value = 0;
+    const Index p = static_cast<Index>(pos_.size());
+    if (k_ <= 3) {
+      // top_[r]: the length index of the largest dual among lengths <= r.
+      top_val_.assign(static_cast<size_t>(capacity_) + 1, 0.0);
+      top_idx_.assign(static_cast<size_t>(capacity_) + 1, -1);
+      Index next = 0;
+      double v = 0;
+      Index vi = -1;
+      for (Index r = 0; r <= capacity_; ++r) {
+        while (next < p && len_[pos_[next]] == r) {
+          if (y[pos_[next]] > v) {
+            v = y[pos_[next]];
+            vi = pos_[next];
+          }
+          ++next;
+        }
+        top_val_[r] = v;
+        top_idx_[r] = vi;
+      }
+      *work += capacity_ + p;
+      if (k_ == 1) {
+        if (vi >= 0) {
+          value = v;
+          picks = {vi};
+        }
+      } else {
+        for (Index a = 0; a < p; ++a) {
+          const Index i = pos_[a];
+          const Index rest = capacity_ - len_[i];
+          const double with = y[i] + top_val_[rest];
+          if (with > value) {
+            value = with;
+            picks = {i};
+            if (top_idx_[rest] >= 0) picks.push_back(top_idx_[rest]);
+          }
+        }
+        *work += p;
+        if (k_ == 3) {
+          for (Index a = 0; a < p; ++a) {
+            const Index i = pos_[a];
+            for (Index b = a; b < p; ++b) {
+              const Index j = pos_[b];
+              const Index rest = capacity_ - len_[i] - len_[j];
+              if (rest < 0) break;  // lengths ascend
+              const double with = y[i] + y[j] + top_val_[rest];
+              if (with > value) {
+                value = with;
+                picks = {i, j};
+                if (top_idx_[rest] >= 0) picks.push_back(top_idx_[rest]);
+              }
+            }
+            *work += p - a;
+          }
+        }
+      }
+    } else {
+      // f[j][r]: the largest dual sum of at most j items of total length
+      // <= r; choice: the item added at (j, r), -1 for none.
+      const size_t w = static_cast<size_t>(capacity_) + 1;
+      f_.assign(w * static_cast<size_t>(k_ + 1), 0.0);
+      choice_.assign(w * static_cast<size_t>(k_ + 1), -1);
+      Index levels = 0;
+      for (Index j = 1; j <= k_; ++j) {
+        const double* prev = &f_[w * static_cast<size_t>(j - 1)];
+        double* cur = &f_[w * static_cast<size_t>(j)];
+        Index* ch = &choice_[w * static_cast<size_t>(j)];
+        bool gained = false;
+        for (Index r = 0; r <= capacity_; ++r) {
+          double b = prev[r];
+          Index c = -1;
+          for (Index a = 0; a < p && len_[pos_[a]] <= r; ++a) {
+            const Index i = pos_[a];
+            const double with = prev[r - len_[i]] + y[i];
+            if (with > b) {
+              b = with;
+              c = i;
+            }
+          }
+          cur[r] = b;
+          ch[r] = c;
+          gained = gained || c >= 0;
+        }
+        *work += (capacity_ + 1) * p;
+        levels = j;
+        if (!gained) break;  // more items cannot add value
+      }
+      value = f_[w * static_cast<size_t>(levels) + static_cast<size_t>(capacity_)];
+      Index r = capacity_;
+      for (Index j = levels; j >= 1; --j) {
+        const Index c = choice_[w * static_cast<size_t>(j) + static_cast<size_t>(r)];
+        if (c >= 0) {
+          picks.push_back(c);
+          r -= len_[c];
+        }
+      }
+    }
+    *best = ToColumn(std::move(picks));
+    return value;
+  }
+
+ private:
+  std::span<const Index> len_;
+  Index capacity_, k_;
+  std::vector<Index> pos_;
+  std::vector<double> top_val_;
+  std::vector<Index> top_idx_;
+  std::vector<double> f_;
+  std::vector<Index> choice_;
+};
+
+class Simplex {
+ public:
+  Simplex(std::span<const Index> len, std::span<const Index> counts, Index capacity, Index k)
+      : d_(static_cast<Index>(len.size())),
+        counts_(counts),
+        basis_(static_cast<size_t>(d_)),
+        binv_(static_cast<size_t>(d_ * d_), 0.0),
+        x_(static_cast<size_t>(d_)),
+        y_(static_cast<size_t>(d_)) {
+    // Start: every length alone, as many copies as fit (a diagonal basis).
+    for (Index j = 0; j < d_; ++j) {
+      const Index m = len[j] == 0 ? k : std::max<Index>(1, std::min(k, capacity / len[j]));
+      basis_[j] = {{j, m}};
+      binv_[At(j, j)] = 1.0 / static_cast<double>(m);
+      x_[j] = static_cast<double>(counts[j]) / static_cast<double>(m);
+      y_[j] = 1.0 / static_cast<double>(m);
+    }
+  }
+
+  // Column c (a length), row i (a basis position) of the basis inverse.
+  [[nodiscard]] size_t At(Index i, Index c) const { return static_cast<size_t>(c * d_ + i); }
+
+  // Brings q into the basis. False when no entry of B^-1 a_q is a pivot.
+  bool Pivot(const Column& q, Index* work) {
+    dir_.assign(static_cast<size_t>(d_), 0.0);
+    for (auto [c, m] : q) {
+      const double* col = &binv_[At(0, c)];
+      const double mm = static_cast<double>(m);
+      for (Index i = 0; i < d_; ++i) dir_[i] += mm * col[i];
+    }
+    *work += d_ * static_cast<Index>(q.size());
+    Index r = -1;
+    double theta = 0;
+    for (Index i = 0; i < d_; ++i) {
+      if (dir_[i] <= kPivotTolerance) continue;
+      const double t = std::max(0.0, x_[i]) / dir_[i];
+      if (r < 0 || t < theta || (t == theta && dir_[i] > dir_[r])) {
+        r = i;
+        theta = t;
+      }
+    }
+    *work += d_;
+    if (r < 0) return false;
+    for (Index i = 0; i < d_; ++i) x_[i] = std::max(0.0, x_[i] - theta * dir_[i]);
+    x_[r] = theta;
+    const double dr = dir_[r];
+    for (Index c = 0; c < d_; ++c) {
+      double* col = &binv_[At(0, c)];
+      const double t = col[r] / dr;
+      if (t == 0) continue;
+      double sum = 0;
+      for (Index i = 0; i < d_; ++i) {
+        col[i] -= dir_[i] * t;
+        sum += col[i];
+      }
+      sum += t - col[r];
+      col[r] = t;
+      y_[c] = sum;
+      *work += 2 * d_;
+    }
+    basis_[r] = q;
+    return true;
+  }
+
+  // Recomputes B^-1 (Gauss-Jordan, partial pivoting; rows with a zero in the
+  // pivot column are skipped, so a sparse basis costs less than d^3), then
+  // x = B^-1 n and y = 1^T B^-1. False when the basis is singular.
+  bool Refactor(Index* work) {
+    const size_t n = static_cast<size_t>(d_);
+    // a: B row-major (row = length, column = basis position); e: identity.
+    std::vector<double> a(n * n, 0.0), e(n * n, 0.0);
+    for (Index j = 0; j < d_; ++j) {
+      for (auto [c, m] : basis_[j]) a[static_cast<size_t>(c) * n + j] = static_cast<double>(m);
+      e[static_cast<size_t>(j) * n + j] = 1.0;
+    }
+    for (size_t j = 0; j < n; ++j) {
+      size_t p = j;
+      for (size_t i = j + 1; i < n; ++i) {
+        if (std::abs(a[i * n + j]) > std::abs(a[p * n + j])) p = i;
+      }
+      if (std::abs(a[p * n + j]) < 1e-12) return false;
+      if (p != j) {
+        std::swap_ranges(a.begin() + static_cast<std::ptrdiff_t>(p * n),
+                         a.begin() + static_cast<std::ptrdiff_t>(p * n + n),
+                         a.begin() + static_cast<std::ptrdiff_t>(j * n));
+        std::swap_ranges(e.begin() + static_cast<std::ptrdiff_t>(p * n),
+                         e.begin() + static_cast<std::ptrdiff_t>(p * n + n),
+                         e.begin() + static_cast<std::ptrdiff_t>(j * n));
+      }
+      const double inv = 1.0 / a[j * n + j];
+      for (size_t c = 0; c < n; ++c) {
+        a[j * n + c] *= inv;
+        e[j * n + c] *= inv;
+      }
+      for (size_t i = 0; i < n; ++i) {
+        const double f = a[i * n + j];
+        if (i == j || f == 0) continue;
+        for (size_t c = 0; c < n; ++c) {
+          a[i * n + c] -= f * a[j * n + c];
+          e[i * n + c] -= f * e[j * n + c];
+        }
+        *work += 2 * d_;
+      }
+      *work += 3 * d_;
+    }
+    // e = B^-1: row i = basis position, column c = length.
+    for (Index i = 0; i < d_; ++i) {
+      for (Index c = 0; c < d_; ++c) binv_[At(i, c)] = e[static_cast<size_t>(i) * n + c];
+    }
+    for (Index i = 0; i < d_; ++i) {
+      double s = 0;
+      for (Index c = 0; c < d_; ++c) s += binv_[At(i, c)] * static_cast<double>(counts_[c]);
+      x_[i] = std::max(0.0, s);
+    }
+    for (Index c = 0; c < d_; ++c) {
+      double s = 0;
+      for (Index i = 0; i < d_; ++i) s += binv_[At(i, c)];
+      y_[c] = s;
+    }
+    *work += 3 * d_ * d_;
+    return true;
+  }
+
+  const std::vector<double>& duals() const { return y_; }
+  const std::vector<double>& x() const { return x_; }
+  const std::vector<Column>& basis() const { return basis_; }
+
+ private:
+  Index d_;
+  std::span<const Index> counts_;
+  std::vector<Column> basis_;
+  std::vector<double> binv_;  // column-major: binv_[At(i, c)]
+  std::vector<double> x_, y_, dir_;
+};
+
+}  // namespace
+
+std::optional<PatternLpResult> SolvePatternLp(std::span<const Index> lengths,
+                                              std::span<const Index> counts, Index capacity,
+                                              Index max_sequences, Index work_limit) {
+  const Index d = static_cast<Index>(lengths.size());
+  if (d > kPatternLpMaxLengths) return std::nullopt;
+  PatternLpResult out;
+  if (d == 0) {
+    out.optimal = true;
+    return out;
+  }
+  Pricer pricer(lengths, capacity, max_sequences);
+  // Column generation takes a few pivots per length: skip it when the limit
+  // does not leave room for 4 per length.
+  if (pricer.Cost() * 4 * static_cast<double>(d) > static_cast<double>(work_limit)) {
+    return std::nullopt;
+  }
+  Simplex simplex(lengths, counts, capacity, max_sequences);
+  Index since_refactor = 0;
+  bool retried = false;
+  Column q;
+  while (out.work <= work_limit) {
+    const double value = pricer.Best(simplex.duals(), &q, &out.work);
+    if (value <= 1 + kPriceTolerance) {
+      out.optimal = true;
+      break;
+    }
+    if (!simplex.Pivot(q, &out.work)) {
+      // Round-off hid the pivot: start again from a fresh inverse, once.
+      if (retried || !simplex.Refactor(&out.work)) break;
+      retried = true;
+      since_refactor = 0;
+      continue;
+    }
+    retried = false;
+    ++out.pivots;
+    if (++since_refactor >= kRefactorEvery) {
+      if (!simplex.Refactor(&out.work)) return std::nullopt;
+      since_refactor = 0;
+    }
+  }
+  if (!simplex.Refactor(&out.work)) return std::nullopt;
+  out.duals = simplex.duals();
+  for (Index j = 0; j < d; ++j) {
+    std::vector<Index> p;
+    for (auto [c, m] : simplex.basis()[j]) p.insert(p.end(), static_cast<size_t>(m), lengths[c]);
+    std::sort(p.begin(), p.end(), std::greater<>());
+    out.patterns.push_back(std::move(p));
+    out.x.push_back(simplex.x()[j]);
+    out.objective += simplex.x()[j];
+  }
+  return out;
+}
+
+}  // namespace shardkit::internal
