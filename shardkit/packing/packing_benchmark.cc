@@ -60,6 +60,36 @@ BENCHMARK_CAPTURE(BM_Pack, balanced, PackAlgorithm::kBalanced)
     ->Args({1000000, 4096})
     ->Unit(benchmark::kMillisecond);
 
+// A count budget far from the token bound: lognormal lengths (median 600),
+// capacity 4096, at most 4 sequences per pack (the count sets the lower
+// bound; balanced runs its LPT search).
+void BM_CountBudget(benchmark::State& state, PackAlgorithm algorithm) {
+  const Index n = state.range(0);
+  const auto& lengths = Lognormal(n, 4096);
+  PackOptions o;
+  o.capacity = 4096;
+  o.algorithm = algorithm;
+  o.max_sequences = 4;
+  Packing p;
+  for (auto _ : state) {
+    p = PackItems(lengths, o);
+    benchmark::DoNotOptimize(p.items.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.counters["packs"] = static_cast<double>(p.num_packs());
+  state.counters["over_lower_bound_pct"] =
+      100 * (static_cast<double>(p.num_packs()) / static_cast<double>(p.lower_bound) - 1);
+}
+BENCHMARK_CAPTURE(BM_CountBudget, bfd, PackAlgorithm::kBestFitDecreasing)
+    ->Arg(3000000)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CountBudget, histogram, PackAlgorithm::kHistogram)
+    ->Arg(3000000)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CountBudget, balanced, PackAlgorithm::kBalanced)
+    ->Arg(3000000)
+    ->Unit(benchmark::kMillisecond);
+
 // The Wikipedia-512 lengths, one item per sequence of the histogram, in a
 // fixed shuffled order.
 const std::vector<Index>& Wikipedia() {

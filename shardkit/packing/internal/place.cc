@@ -298,20 +298,19 @@ Placement FirstFit(std::span<const Index> len, std::span<const Index> img, const
 // data worse). Packs are kept by load in a RoomIndex (buckets and a bitset),
 // so a unit costs O(1) amortised where only tokens bind. Returns the number
 // of packs used.
-Index LeastLoaded(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
-                  const std::vector<Index>& order, Index bins, std::vector<Index>* bin_of) {
+Index LeastLoaded(std::span<const Index> ordered_len, std::span<const Index> ordered_img,
+                  const Budgets& b, Index bins, std::vector<Index>* bin_of) {
   constexpr int kTries = 4096;
   const bool images = b.max_images >= 0;
   std::vector<Index> next(static_cast<size_t>(bins), -1);
   RoomIndex by_load(b.capacity, b.capacity <= (Index{1} << 22), /*oldest=*/true, &next);
   for (Index p = 0; p < bins; ++p) by_load.Insert(p, 0);
   std::vector<Index> tokens(bins, 0), image_count(bins, 0), count(bins, 0);
-  bin_of->assign(order.size(), -1);
+  bin_of->assign(ordered_len.size(), -1);
   std::vector<std::pair<Index, Index>> skipped;  // (pack, load)
-  for (size_t j = 0; j < order.size(); ++j) {
-    const Index u = order[j];
-    const Index need = len[u];
-    const Index k = images ? img[u] : 0;
+  for (size_t j = 0; j < ordered_len.size(); ++j) {
+    const Index need = ordered_len[j];
+    const Index k = images ? ordered_img[j] : 0;
     skipped.clear();
     Index chosen = -1;
     for (Index load = by_load.FindAtLeast(0);
@@ -429,6 +428,20 @@ double LoadVariation(const Placement& p, std::span<const Index> len) {
 Placement Balanced(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
                    const PackOptions& o) {
   std::vector<Index> order = DecreasingOrder(len);
+  // The units' lengths and images in placement order, gathered once before
+  // the first LPT pass: every pass then reads them in sequence (read through
+  // `order`, each pass missed the cache once per unit, most of its time on
+  // large inputs).
+  std::vector<Index> ordered_len, ordered_img;
+  auto gather = [&] {
+    if (!ordered_len.empty() || order.empty()) return;
+    ordered_len.resize(order.size());
+    for (size_t j = 0; j < order.size(); ++j) ordered_len[j] = len[order[j]];
+    if (!img.empty()) {
+      ordered_img.resize(order.size());
+      for (size_t j = 0; j < order.size(); ++j) ordered_img[j] = img[order[j]];
+    }
+  };
   Index tokens = 0, images = 0;
   for (Index l : len) tokens += l;
   for (Index k : img) images += k;
@@ -440,8 +453,9 @@ Placement Balanced(std::span<const Index> len, std::span<const Index> img, const
   Index best_start = -1;
   auto attempt = [&](Index start) {
     if (start < lower || tried.count(start)) return;
+    gather();
     Placement p;
-    p.num_bins = LeastLoaded(len, img, b, order, start, &p.bin);
+    p.num_bins = LeastLoaded(ordered_len, ordered_img, b, start, &p.bin);
     tried[start] = p.num_bins;
     if (best_start < 0 || p.num_bins < best.num_bins) {
       best = std::move(p);
@@ -491,8 +505,9 @@ Placement Balanced(std::span<const Index> len, std::span<const Index> img, const
     best.order = std::move(order);
     return best;
   }
+  gather();
   Placement again;
-  again.num_bins = LeastLoaded(len, img, b, order, cap, &again.bin);
+  again.num_bins = LeastLoaded(ordered_len, ordered_img, b, cap, &again.bin);
   if (again.num_bins <= cap) {
     again.order = std::move(order);
     return again;
