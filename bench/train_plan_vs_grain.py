@@ -52,9 +52,9 @@ def plan_side(lengths, seq_len, world, batch, repeat):
         docs_per_s=len(lengths) / cpu,
         wall=wall,
         cpu=cpu,
-        over_bound=rows / s["lower_bound"] - 1,
-        stream_over_bound=s["packs"] / s["lower_bound"] - 1,
-        imbalance=s["max_full_step_imbalance"],
+        over_bound=rows / s.lower_bound - 1,
+        stream_over_bound=s.packs / s.lower_bound - 1,
+        imbalance=s.max_full_step_imbalance,
     )
 
 

@@ -42,7 +42,7 @@ from shardkit.layout import (
     NamedSharding,
     PartitionSpec,
 )
-from shardkit.loader import TokenLoader, TrainAudit, TrainPlan
+from shardkit.loader import TokenLoader, TrainAudit, TrainPlan, TrainStep, TrainSummary
 from shardkit.packing import (
     PackedCollator,
     Packing,
@@ -94,6 +94,8 @@ __all__ = [
     "DataRoles",
     "TrainPlan",
     "TrainAudit",
+    "TrainStep",
+    "TrainSummary",
     "LoadingPlan",
     "LocalToGlobal",
     "Mesh",

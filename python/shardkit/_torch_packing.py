@@ -222,7 +222,7 @@ class ConstantLengthDataset(tud.IterableDataset):
     def train_plan(self) -> TrainPlan:
         """Equal steps: the epoch's global plan over every sample of every rank.
         A sample over ``max_images_per_example`` images is dropped (counted in
-        ``summary["dropped"]``), as nanoVLM skips it."""
+        ``summary.dropped``), as nanoVLM skips it."""
         images, max_images = self._images, self.packer_options["max_images"]
         cap = self.max_images_per_example
         if images is not None and cap is not None:
@@ -293,7 +293,7 @@ class ConstantLengthDataset(tud.IterableDataset):
         the global plan's packs)."""
         if self.equal_steps:
             s = self.train_plan().summary
-            return s["tokens"] / (s["packs"] * self.seq_len) if s["packs"] else 1.0
+            return s.tokens / (s.packs * self.seq_len) if s.packs else 1.0
         if self._efficiency is None:
             for _ in self.packs():
                 pass

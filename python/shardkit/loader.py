@@ -29,11 +29,11 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from shardkit import _core
-from shardkit._core import Mixture
+from shardkit._core import Mixture, TrainAudit, TrainStep, TrainSummary
 from shardkit.eval import rank_and_world
 from shardkit.layout import data_rank_and_world, resolve_roles
 
-__all__ = ["TokenLoader", "TrainPlan", "TrainAudit"]
+__all__ = ["TokenLoader", "TrainPlan", "TrainAudit", "TrainStep", "TrainSummary"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -308,9 +308,10 @@ class TokenLoader:
         return self._loader.num_steps
 
     @property
-    def plan_summary(self) -> Optional[Dict[str, Any]]:
-        """Equal steps: the plan's totals (packs, tokens, lower_bound,
-        filler_rows, dropped, per-step imbalance, fingerprint, describe)."""
+    def plan_summary(self) -> Optional[TrainSummary]:
+        """Equal steps: the plan's :class:`TrainSummary` (packs, tokens,
+        lower_bound, filler_rows, dropped, per-step imbalance), as
+        :attr:`TrainPlan.summary`; None for a loader packing per rank."""
         return self._loader.train_summary()
 
     # -- iteration --------------------------------------------------------------
@@ -350,16 +351,16 @@ class TokenLoader:
         """Equal steps: the plan's fingerprint; ranks compare it once at start
         (``shardkit.torch.check_plan(loader)``) so that a rank built with
         another configuration fails instead of hanging."""
-        return self._summary_field("fingerprint")
+        return self._plan_field(self._loader.train_fingerprint)
 
     def describe(self) -> str:
-        return self._summary_field("describe")
+        return self._plan_field(self._loader.train_describe)
 
-    def _summary_field(self, key: str) -> Any:
-        summary = self._loader.train_summary()
-        if summary is None:
+    @staticmethod
+    def _plan_field(value: Any) -> Any:
+        if value is None:
             raise ValueError("equal_steps: this loader packs per rank; it has no global plan")
-        return summary[key]
+        return value
 
     # -- state ------------------------------------------------------------------
     def state_at(self, steps: int) -> Dict[str, Any]:
@@ -543,20 +544,6 @@ def _int64_array(values: Any, name: str) -> np.ndarray:
 Row = List[Tuple[int, int, int]]
 
 
-class TrainAudit(dict):
-    """The checks of :meth:`TrainPlan.audit`, as a dict and as attributes
-    (``exactly_once``, ``equal_steps``, ``filler_last_only``, ``steps``,
-    ``filler_rows``, ``dropped``, ``dropped_packs``, ``tokens``,
-    ``lower_bound``, ``padding_over_bound``, ``max_full_step_imbalance``,
-    ``error``)."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
 def _state_json(state: Any) -> str:
     if isinstance(state, str):
         return state
@@ -691,11 +678,11 @@ class TrainPlan:
         return self._plan.describe()
 
     @property
-    def summary(self) -> Dict[str, Any]:
-        """Totals of the construction pass: packs, tokens, lower_bound,
-        filler_rows, dropped, dropped_packs, dropped_tokens, per-step
-        imbalance (max_step_imbalance, max_full_step_imbalance,
-        mean_step_imbalance)."""
+    def summary(self) -> TrainSummary:
+        """Totals of the construction pass, a read-only :class:`TrainSummary`:
+        packs, tokens, lower_bound, filler_rows, dropped, dropped_packs,
+        dropped_tokens, per-step imbalance (max_step_imbalance,
+        max_full_step_imbalance, mean_step_imbalance)."""
         return self._plan.summary()
 
     def step(self, rank: int, step: int) -> List[Row]:
@@ -703,12 +690,13 @@ class TrainPlan:
         ``(document, start, length)`` pieces; a filler row is ``[]``.
         Random access replays the packer from the nearest checkpoint; use
         :meth:`steps` to read a rank's steps in order."""
-        return self._plan.step(rank, step)["rows"]
+        return self._plan.step(rank, step).rows
 
-    def step_info(self, rank: int, step: int) -> Dict[str, Any]:
-        """:meth:`step` with ``tokens`` (real tokens of the rank),
-        ``filler_rows``, ``row_packs`` (stream index, -1 filler),
-        ``row_epochs``, ``cost`` and the step's ``imbalance``."""
+    def step_info(self, rank: int, step: int) -> TrainStep:
+        """:meth:`step` as a read-only :class:`TrainStep`: ``rows``, ``tokens``
+        (real tokens of the rank), ``filler_rows``, ``row_packs`` (stream
+        index, -1 filler), ``row_epochs``, ``cost`` and the step's
+        ``imbalance``."""
         return self._plan.step(rank, step)
 
     def steps(self, rank: int, start: int = 0, *, info: bool = False) -> Iterator[Any]:
@@ -719,7 +707,7 @@ class TrainPlan:
             t = reader.next()
             if t is None:
                 return
-            yield t if info else t["rows"]
+            yield t if info else t.rows
 
     # -- state ------------------------------------------------------------------
     def state_dict(self, step: Optional[int] = None) -> Dict[str, Any]:
@@ -732,7 +720,7 @@ class TrainPlan:
     def audit(self) -> TrainAudit:
         """Replays the plan and checks it against the lengths: exactly once,
         equal steps, filler in the last step only."""
-        return TrainAudit(self._plan.audit())
+        return self._plan.audit()
 
     def __repr__(self) -> str:
         return self.describe().replace("TrainPlan(", f"TrainPlan(num_steps={self.num_steps}, ", 1)

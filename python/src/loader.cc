@@ -276,27 +276,27 @@ void init_loader(nb::module_& m) {
             return StateToDict(s);
           },
           "steps"_a)
-      .def("train_summary",
-           [](const TokenLoader& l) -> nb::object {
-             const TrainPlan* p = l.train_plan();
-             if (!p) return nb::none();
-             const TrainSummary& s = p->summary();
-             nb::dict d;
-             d["num_steps"] = s.num_steps;
-             d["packs"] = s.packs;
-             d["tokens"] = s.tokens;
-             d["lower_bound"] = s.lower_bound;
-             d["filler_rows"] = s.filler_rows;
-             d["dropped"] = s.dropped;
-             d["dropped_packs"] = s.dropped_packs;
-             d["dropped_tokens"] = s.dropped_tokens;
-             d["max_step_imbalance"] = s.max_step_imbalance;
-             d["max_full_step_imbalance"] = s.max_full_step_imbalance;
-             d["mean_step_imbalance"] = s.mean_step_imbalance;
-             d["fingerprint"] = p->Fingerprint();
-             d["describe"] = p->Describe();
-             return d;
-           })
+      .def(
+          "train_summary",
+          [](const TokenLoader& l) -> std::optional<TrainSummary> {
+            if (!l.train_plan()) return std::nullopt;
+            return l.train_plan()->summary();
+          },
+          "Equal steps: the plan's TrainSummary; None for a loader packing per rank.")
+      .def_prop_ro(
+          "train_fingerprint",
+          [](const TokenLoader& l) -> std::optional<std::uint64_t> {
+            if (!l.train_plan()) return std::nullopt;
+            return l.train_plan()->Fingerprint();
+          },
+          "Equal steps: the plan's fingerprint; None for a loader packing per rank.")
+      .def_prop_ro(
+          "train_describe",
+          [](const TokenLoader& l) -> std::optional<std::string> {
+            if (!l.train_plan()) return std::nullopt;
+            return l.train_plan()->Describe();
+          },
+          "Equal steps: the plan's parameters in words; None for a loader packing per rank.")
       .def_prop_ro("list_size", &TokenLoader::ListSize)
       .def_prop_ro("dropped", &TokenLoader::dropped)
       .def_prop_ro(

@@ -111,7 +111,7 @@ def test_modes_equal_steps_exactly_once_masked_filler(mode):
     if mode == "drop":
         summary = los[0].plan_summary
         covered = sum(length for _, _, length in pieces)
-        assert covered + summary["dropped_tokens"] == int(lengths.sum())
+        assert covered + summary.dropped_tokens == int(lengths.sum())
     elif mode == "pad":
         tiles(lengths, pieces)
     else:  # continuous: this epoch's pieces, plus the first rows of the next
@@ -389,8 +389,8 @@ def test_cli_loader_stats_reports_equal_steps_and_the_step_balance(cli, tmp_path
     assert out["equal_steps"] is True and out["steps"] == plan.num_steps
     assert [rank["batches"] for rank in out["ranks"]] == [plan.num_steps] * 4
     assert out["complete"] is True and out["real_tokens"] == int(lengths.sum())
-    assert out["filler_rows"] == plan.summary["filler_rows"]
-    assert out["max_full_step_imbalance"] == pytest.approx(plan.summary["max_full_step_imbalance"])
+    assert out["filler_rows"] == plan.summary.filler_rows
+    assert out["max_full_step_imbalance"] == pytest.approx(plan.summary.max_full_step_imbalance)
     text = cli(*base)
     assert f"{plan.num_steps} steps on every rank" in text.stdout
     drop = json.loads(cli(*base, "--json", "--mode", "drop", "--workers", 2).stdout)

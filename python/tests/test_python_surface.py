@@ -232,7 +232,16 @@ def test_binding_docstring_examples_run():
         documented.append(name.rsplit(".", 1)[-1])
     results = runner.summarize(verbose=False)
     assert results.failed == 0
-    for cls in ("AuditReport", "RankSchedule", "WhaleChoice", "LocalToGlobal", "NamedSharding"):
+    for cls in (
+        "AuditReport",
+        "RankSchedule",
+        "WhaleChoice",
+        "LocalToGlobal",
+        "NamedSharding",
+        "TrainSummary",
+        "TrainAudit",
+        "TrainStep",
+    ):
         assert cls in documented, cls
 
 

@@ -38,7 +38,7 @@ def delivered(plan, steps=None, epoch=None):
     for s in range(plan.num_steps if steps is None else steps):
         for r in range(plan.world_size):
             info = plan.step_info(r, s)
-            for row, e in zip(info["rows"], info["row_epochs"]):
+            for row, e in zip(info.rows, info.row_epochs):
                 if epoch is None or e == epoch:
                     out.extend(row)
     return out
@@ -77,10 +77,10 @@ def test_random_configurations_equal_steps_exactly_once(mode):
                         assert mode == "pad" and s == plan.num_steps - 1
         pieces = delivered(plan, epoch=plan.epoch)
         if mode == "drop":
-            tail = plan.summary["dropped_packs"]
+            tail = plan.summary.dropped_packs
             assert tail < world * batch
             covered = sum(length for _, _, length in pieces)
-            assert covered + plan.summary["dropped_tokens"] == int(lengths.sum())
+            assert covered + plan.summary.dropped_tokens == int(lengths.sum())
         else:
             tiles(lengths, pieces)
         audit = plan.audit()
@@ -124,7 +124,7 @@ def test_resume_and_elastic_resume():
 def test_continuous_follows_into_the_next_epoch():
     lengths = lognormal(300, seed=8, median=200)
     plan = shardkit.TrainPlan(lengths, 512, 3, 4, mode="continuous", epoch=0)
-    assert plan.summary["filler_rows"] == 0
+    assert plan.summary.filler_rows == 0
     nxt = shardkit.TrainPlan(lengths, 512, 3, 4, mode="continuous", state=plan.state_dict())
     assert nxt.epoch == 1
     for r in range(4):
@@ -134,7 +134,7 @@ def test_continuous_follows_into_the_next_epoch():
     for s in range(plan.num_steps + nxt.num_steps):
         for r in range(4):
             info = plan.step_info(r, s)
-            for row, e in zip(info["rows"], info["row_epochs"]):
+            for row, e in zip(info.rows, info.row_epochs):
                 if e in pieces:
                     pieces[e].extend(row)
     tiles(lengths, pieces[0])
@@ -146,18 +146,18 @@ def test_filler_rows_and_real_tokens_per_rank():
     plan = shardkit.TrainPlan(lengths, 100, 2, 4, shuffle=False)  # 10 rows over 8 per step
     assert plan.num_steps == 2
     last = [plan.step_info(r, 1) for r in range(4)]
-    assert sum(i["filler_rows"] for i in last) == 6
-    assert sum(i["tokens"] for i in last) == 200
-    assert all(i["tokens"] == 100 * sum(1 for row in i["rows"] if row) for i in last)
+    assert sum(i.filler_rows for i in last) == 6
+    assert sum(i.tokens for i in last) == 200
+    assert all(i.tokens == 100 * sum(1 for row in i.rows if row) for i in last)
     dropped = shardkit.TrainPlan(lengths, 100, 2, 4, shuffle=False, mode="drop")
     assert dropped.num_steps == 1
-    assert dropped.summary["dropped_packs"] == 2 and dropped.summary["dropped_tokens"] == 200
+    assert dropped.summary.dropped_packs == 2 and dropped.summary.dropped_tokens == 200
 
 
 def test_oversize_drop_is_counted_and_images_budget():
     lengths = [10, 50, 7, 3, 40]
     plan = shardkit.TrainPlan(lengths, 32, 1, 2, oversize="drop")
-    assert plan.summary["dropped"] == 2
+    assert plan.summary.dropped == 2
     audit = plan.audit()
     assert audit.exactly_once and audit.dropped == 2
     images = [1, 0, 2, 1, 0]

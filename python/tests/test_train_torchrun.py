@@ -106,7 +106,7 @@ def test_two_epochs_all_modes_and_worker_counts_equal_steps_exactly_once(corpus)
                 tiles(lengths, delivered)
             elif mode == "drop":
                 covered = sum(p[2] for p in delivered)
-                assert covered + plan.summary["dropped_tokens"] == int(lengths.sum())
+                assert covered + plan.summary.dropped_tokens == int(lengths.sum())
     # continuous: the rows matched the plan above; the plan holds every piece once
     plan = shardkit.TrainPlan(lengths, SEQ_LEN, 2, 4, mode="continuous", seed=7)
     assert plan.audit().exactly_once
