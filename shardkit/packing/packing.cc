@@ -545,6 +545,7 @@ void StreamingPacker::Place(const PackItem& piece) {
 void StreamingPacker::Repack(bool finish) {
   auto& buffered = state_.buffered;
   if (buffered.empty()) return;
+  if (RepackBestFit(finish)) return;
   const Index n = static_cast<Index>(buffered.size());
   std::vector<Index> len(n), img;
   const bool has_images = options_.max_images.has_value();
@@ -583,6 +584,155 @@ void StreamingPacker::Repack(bool finish) {
     if (b != keep) Close(std::move(packs[b]));
   }
   buffered = std::move(rest);
+}
+
+// Repack for best-fit decreasing under the token (and count) budget, the
+// default of the equal-steps plan: the same packs, in the same order, as
+// Repack's general path through internal::Place (units by decreasing length,
+// ties by arrival; each to the pack with the least room that fits, the most
+// recently filled among equals; packs numbered as they open), without its
+// allocations: the sort, the room index and the per-pack lists live in
+// scratch_, and the closed packs are built in place at the end of `pending`.
+// Returns false (nothing done) outside that case.
+bool StreamingPacker::RepackBestFit(bool finish) {
+  const PackOptions& o = options_;
+  auto& buffered = state_.buffered;
+  const Index n = static_cast<Index>(buffered.size());
+  const Index capacity = o.capacity;
+  if (o.algorithm != PackAlgorithm::kBestFitDecreasing || o.max_images ||
+      capacity > (Index{1} << 22) || n >= (Index{1} << 30)) {
+    return false;
+  }
+  Scratch& s = scratch_;
+  // Units by decreasing length, ties by arrival: a stable counting sort over
+  // the lengths present (first[max_len - l] = units longer than l).
+  Index max_len = 0;
+  for (const PackItem& p : buffered) max_len = std::max(max_len, p.length);
+  s.first.assign(static_cast<std::size_t>(max_len) + 2, 0);
+  for (const PackItem& p : buffered) ++s.first[static_cast<std::size_t>(max_len - p.length) + 1];
+  for (std::size_t i = 1; i < s.first.size(); ++i) s.first[i] += s.first[i - 1];
+  s.order.resize(static_cast<std::size_t>(n));
+  for (Index u = 0; u < n; ++u) {
+    const Index l = buffered[static_cast<std::size_t>(u)].length;
+    s.order[static_cast<std::size_t>(s.first[static_cast<std::size_t>(max_len - l)]++)] =
+        static_cast<std::int32_t>(u);
+  }
+  // Best fit over packs grouped by remaining room: head[r] lists the packs
+  // with room r, most recently filled first; bits / summary mark non-empty r.
+  const std::size_t rooms = static_cast<std::size_t>(capacity) + 1;
+  const std::size_t words = rooms / 64 + 1;
+  if (s.head.size() != rooms) {
+    s.head.assign(rooms, -1);
+    s.bits.assign(words, 0);
+    s.summary.assign(words / 64 + 1, 0);
+  }
+  auto find = [&s](Index need) -> Index {  // smallest non-empty room >= need, or -1
+    std::size_t w = static_cast<std::size_t>(need) / 64;
+    if (w >= s.bits.size()) return -1;
+    std::uint64_t word = s.bits[w] & (~std::uint64_t{0} << (need % 64));
+    if (word) return static_cast<Index>(w * 64 + static_cast<std::size_t>(std::countr_zero(word)));
+    std::size_t k = (w + 1) / 64;
+    if (k >= s.summary.size()) return -1;
+    std::uint64_t sw =
+        (w + 1) % 64 == 0 ? s.summary[k] : s.summary[k] & (~std::uint64_t{0} << ((w + 1) % 64));
+    while (!sw) {
+      if (++k >= s.summary.size()) return -1;
+      sw = s.summary[k];
+    }
+    w = k * 64 + static_cast<std::size_t>(std::countr_zero(sw));
+    return static_cast<Index>(w * 64 + static_cast<std::size_t>(std::countr_zero(s.bits[w])));
+  };
+  const Index max_sequences = o.max_sequences.value_or(-1);
+  s.bin.resize(static_cast<std::size_t>(n));
+  s.room.clear();
+  s.count.clear();
+  s.next.clear();
+  for (Index j = 0; j < n; ++j) {
+    const std::int32_t u = s.order[static_cast<std::size_t>(j)];
+    const Index need = buffered[static_cast<std::size_t>(u)].length;
+    const Index r = find(need);
+    std::int32_t b;
+    if (r < 0) {
+      b = static_cast<std::int32_t>(s.room.size());
+      s.room.push_back(static_cast<std::int32_t>(capacity));
+      s.count.push_back(0);
+      s.next.push_back(-1);
+    } else {
+      const std::size_t ur = static_cast<std::size_t>(r);
+      b = s.head[ur];
+      s.head[ur] = s.next[static_cast<std::size_t>(b)];
+      if (s.head[ur] < 0) {
+        const std::size_t w = ur / 64;
+        s.bits[w] &= ~(std::uint64_t{1} << (ur % 64));
+        if (!s.bits[w]) s.summary[w / 64] &= ~(std::uint64_t{1} << (w % 64));
+      }
+    }
+    const std::size_t ub = static_cast<std::size_t>(b);
+    s.room[ub] -= static_cast<std::int32_t>(need);
+    ++s.count[ub];
+    s.bin[static_cast<std::size_t>(u)] = b;
+    if (max_sequences >= 0 && s.count[ub] >= max_sequences) continue;
+    const std::size_t rest = static_cast<std::size_t>(s.room[ub]);
+    s.next[ub] = s.head[rest];
+    s.head[rest] = b;
+    s.bits[rest / 64] |= std::uint64_t{1} << (rest % 64);
+    s.summary[rest / 64 / 64] |= std::uint64_t{1} << ((rest / 64) % 64);
+  }
+  // Empty the room index for the next repack (only the rooms in use).
+  for (std::size_t w = 0; w < s.bits.size(); ++w) {
+    for (std::uint64_t word = s.bits[w]; word; word &= word - 1) {
+      s.head[w * 64 + static_cast<std::size_t>(std::countr_zero(word))] = -1;
+    }
+    s.bits[w] = 0;
+  }
+  std::fill(s.summary.begin(), s.summary.end(), 0);
+  // The least full pack (ties: the last one) waits for better company, unless
+  // it holds more than half of the buffer.
+  const Index bins = static_cast<Index>(s.room.size());
+  Index keep = -1;
+  if (!finish) {
+    for (Index b = 0; b < bins; ++b) {
+      if (keep < 0 || s.room[static_cast<std::size_t>(b)] >= s.room[static_cast<std::size_t>(keep)])
+        keep = b;
+    }
+    if (2 * static_cast<Index>(s.count[static_cast<std::size_t>(keep)]) > buffer_limit_) keep = -1;
+  }
+  // Close the other packs in the order they opened, pieces in placement order.
+  auto& pending = state_.pending;
+  const std::size_t base = pending.size();
+  const Index closed = keep >= 0 ? bins - 1 : bins;
+  pending.resize(base + static_cast<std::size_t>(closed));
+  auto slot = [&](Index b) {
+    return base + static_cast<std::size_t>(keep >= 0 && b > keep ? b - 1 : b);
+  };
+  for (Index b = 0; b < bins; ++b) {
+    if (b != keep)
+      pending[slot(b)].pieces.reserve(
+          static_cast<std::size_t>(s.count[static_cast<std::size_t>(b)]));
+  }
+  for (Index j = 0; j < n; ++j) {
+    const std::int32_t u = s.order[static_cast<std::size_t>(j)];
+    const Index b = s.bin[static_cast<std::size_t>(u)];
+    if (b == keep) continue;
+    const PackItem& piece = buffered[static_cast<std::size_t>(u)];
+    Pack& pack = pending[slot(b)];
+    pack.pieces.push_back(piece);
+    pack.tokens += piece.length;
+    pack.images += piece.images;
+  }
+  for (std::size_t k = base; k < pending.size(); ++k) state_.tokens_closed += pending[k].tokens;
+  state_.packs_closed += closed;
+  pending_packs_ += closed;
+  // The kept pack's units stay buffered, in arrival order.
+  std::size_t kept = 0;
+  if (keep >= 0) {
+    for (Index u = 0; u < n; ++u) {
+      if (s.bin[static_cast<std::size_t>(u)] == keep)
+        buffered[kept++] = buffered[static_cast<std::size_t>(u)];
+    }
+  }
+  buffered.resize(kept);
+  return true;
 }
 
 void StreamingPacker::Close(Pack pack) {

@@ -241,7 +241,21 @@ class StreamingPacker {
  private:
   void Place(const PackItem& piece);
   void Repack(bool finish);
+  bool RepackBestFit(bool finish);
   void Close(Pack pack);
+
+  // Buffers RepackBestFit reuses from one repack to the next (their contents
+  // mean nothing between calls), so that a repack allocates only the packs
+  // it closes.
+  struct Scratch {
+    std::vector<std::int32_t> first;           // counting sort: first position of each length
+    std::vector<std::int32_t> order;           // units by decreasing length, ties lower index
+    std::vector<std::int32_t> bin;             // pack of each unit (arrival order)
+    std::vector<std::int32_t> head;            // room -> most recently filled pack with it, -1
+    std::vector<std::int32_t> next;            // pack -> next pack of the same room
+    std::vector<std::int32_t> room, count;     // per pack
+    std::vector<std::uint64_t> bits, summary;  // non-empty rooms, two levels
+  };
 
   PackOptions options_;
   Index buffer_limit_ = 0;
@@ -250,6 +264,7 @@ class StreamingPacker {
   std::vector<Index> dropped_items_;
   std::size_t pending_head_ = 0;
   Index pending_packs_ = 0;  // packs Pop will return (a run counts each of its packs)
+  Scratch scratch_;
 };
 
 // ---------------------------------------------------------------------------

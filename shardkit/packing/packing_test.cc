@@ -937,6 +937,56 @@ TEST(StreamingPacker, EqualsWholeDataModeWithTheSameBuffer) {
   }
 }
 
+// The streaming packer's best-fit repack under the token and count budgets
+// (a path of its own, without the general placement's allocations) gives the
+// packs of the general placement, internal::Place: a packer with an image
+// budget that never binds (every image count 0) takes the general path.
+TEST(StreamingPacker, BestFitRepackMatchesTheGeneralPlacement) {
+  std::mt19937_64 rng(41);
+  for (int trial = 0; trial < 400; ++trial) {
+    const Index capacity = std::vector<Index>{1, 7, 64, 500, 4096}[rng() % 5];
+    PackOptions o = Options(capacity, PackAlgorithm::kBestFitDecreasing);
+    if (rng() % 4) o.buffer = std::vector<Index>{1, 2, 3, 16, 100, 1024}[rng() % 6];
+    if (rng() % 4 == 0) o.max_sequences = 1 + static_cast<Index>(rng() % 5);
+    o.oversize = rng() % 3 == 0 ? Oversize::kDrop : Oversize::kSplit;
+    PackOptions general = o;
+    general.max_images = Index{1} << 40;
+    StreamingPacker fast(o), slow(general);
+    std::lognormal_distribution<double> lognormal(std::log(capacity / 4.0 + 1), 1.2);
+    const Index n = static_cast<Index>(rng() % 3000);
+    SCOPED_TRACE("capacity " + std::to_string(capacity) + ", n " + std::to_string(n));
+    auto same = [&](StreamingPacker& a, StreamingPacker& b) {
+      Pack x, y;
+      while (a.Pop(&x)) {
+        ASSERT_TRUE(b.Pop(&y));
+        ASSERT_EQ(x.pieces.size(), y.pieces.size());
+        for (std::size_t j = 0; j < x.pieces.size(); ++j) {
+          EXPECT_EQ(x.pieces[j].item, y.pieces[j].item);
+          EXPECT_EQ(x.pieces[j].start, y.pieces[j].start);
+          EXPECT_EQ(x.pieces[j].length, y.pieces[j].length);
+        }
+        EXPECT_EQ(x.tokens, y.tokens);
+      }
+      EXPECT_FALSE(b.Pop(&y));
+      EXPECT_EQ(a.buffered(), b.buffered());
+    };
+    for (Index i = 0; i < n; ++i) {
+      Index len = static_cast<Index>(lognormal(rng));
+      if (rng() % 15 == 0) len = 0;
+      if (rng() % 25 == 0) len = capacity * static_cast<Index>(1 + rng() % 3) + 1;
+      fast.Push(i, len);
+      slow.Push(i, len);
+      if (rng() % 8 == 0) same(fast, slow);
+    }
+    fast.Finish();
+    slow.Finish();
+    same(fast, slow);
+    EXPECT_EQ(fast.dropped_items(), slow.dropped_items());
+    EXPECT_EQ(fast.State().packs_closed, slow.State().packs_closed);
+    EXPECT_EQ(fast.State().tokens_closed, slow.State().tokens_closed);
+  }
+}
+
 TEST(StreamingPacker, RestoredStateContinuesExactly) {
   std::mt19937_64 rng(10);
   for (int trial = 0; trial < 100; ++trial) {
