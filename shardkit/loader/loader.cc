@@ -187,12 +187,22 @@ class Planner {
     docs.count = source_.num_documents();
     const TokenSource* src = &source_;
     docs.length = [src](Index d) { return src->DocumentLength(d); };
-    train_ = base_.train ? std::make_unique<TrainPlan>(std::move(docs), t, *base_.train)
-                         : std::make_unique<TrainPlan>(std::move(docs), t);
+    // One pass plans the epoch: the reader deals every step (this worker's
+    // and the others'), counts the plan's totals as it goes and hands out
+    // this rank's rows; the plan learns num_steps when it reaches the end.
+    train_ = TrainPlan::Deferred(std::move(docs), t, base_.train);
     base_.epoch = train_->options().epoch;
     stride_ = o.num_workers;
-    next_step_ = std::min(o.worker, train_->num_steps());
-    reader_ = train_->Read(o.rank, next_step_);
+    reader_ = train_->ReadOnce(o.rank, o.worker);
+    ReadAhead();
+  }
+
+  // Reads this worker's next step into ahead_: a state names the step a
+  // consumer stands before, so the planner knows it exists (or that the plan
+  // is over) before it hands out the batch before it.
+  void ReadAhead() {
+    has_ahead_ = reader_->Next(&ahead_);
+    next_step_ = has_ahead_ ? ahead_.step : train_->num_steps();
   }
 
   static PackOptions Options(const LoaderOptions& o) {
@@ -245,15 +255,17 @@ class Planner {
   }
 
   bool NextStep(Plan* plan) {
-    if (next_step_ >= train_->num_steps()) return false;
-    TrainStep step;
-    if (!reader_->Next(&step)) return false;
-    plan->rows = std::move(step.rows);
+    if (!has_ahead_) return false;
+    plan->rows = std::move(ahead_.rows);
     plan->epoch = base_.epoch;
-    plan->index = step.step;
-    next_step_ = std::min(next_step_ + stride_, train_->num_steps());
-    TrainStep skipped;
-    while (reader_->step() < next_step_ && reader_->Next(&skipped)) {
+    plan->index = ahead_.step;
+    bool more = true;
+    for (Index k = 1; k < stride_ && more; ++k) more = reader_->Skip();  // other workers' steps
+    if (more) {
+      ReadAhead();
+    } else {
+      has_ahead_ = false;
+      next_step_ = train_->num_steps();
     }
     ++batches_;
     return true;
@@ -285,6 +297,8 @@ class Planner {
   bool finished_ = false;
   std::unique_ptr<TrainPlan> train_;  // equal steps
   std::unique_ptr<TrainPlan::Reader> reader_;
+  TrainStep ahead_;  // this worker's next step, when has_ahead_
+  bool has_ahead_ = false;
   Index stride_ = 1, next_step_ = 0;
 };
 

@@ -1,12 +1,13 @@
 #include "shardkit/loader/train_plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
 #include <numeric>
-#include <queue>
 #include <string>
 #include <utility>
 
@@ -56,6 +57,12 @@ struct TrainPlan::Checkpoint {
   Index popped = 0;  // packs of the epoch's stream taken
   Index dropped = 0;
   PackerState packer;
+};
+
+struct TrainPlan::Lazy {
+  std::once_flag once;
+  std::atomic<bool> built{false};
+  std::atomic<Index> dealt{0};  // steps the ReadOnce reader has dealt
 };
 
 namespace {
@@ -132,8 +139,28 @@ class PackStream {
   [[nodiscard]] Index split_items() const { return packer_.State().split_items; }
   void set_dropped_sink(std::vector<Index>* sink) { dropped_sink_ = sink; }
 
+  // The whole stream of one epoch: its packs, dropped and split documents.
+  struct EpochTotals {
+    Index packs = 0, dropped = 0, split_items = 0;
+  };
+  // The totals of `epoch`'s stream, which must be over (this stream has left
+  // it: continuous) or be the current epoch (then it is run to its end).
+  EpochTotals Totals(std::uint64_t epoch) {
+    if (epoch_ != epoch) return left_;
+    while (HasPackInEpoch()) {
+      Pack pack;
+      (void)packer_.Pop(&pack);
+      ++popped_;
+    }
+    return {popped_, dropped_, split_items()};
+  }
+
  private:
   void StartEpoch(std::uint64_t epoch) {
+    if (epoch_ + 1 == epoch && !left_set_) {
+      left_ = {popped_, dropped_, split_items()};  // the first epoch left
+      left_set_ = true;
+    }
     epoch_ = epoch;
     order_ = Permutation(docs_->count, seed_, epoch_);
     pushed_ = 0;
@@ -202,6 +229,8 @@ class PackStream {
   std::vector<Index>* dropped_sink_ = nullptr;
   std::vector<Index> block_;  // ids of order positions [pushed_ - block_at_, ...)
   Index block_at_ = 0;
+  EpochTotals left_;  // of the first epoch this stream left (continuous)
+  bool left_set_ = false;
 };
 
 // One global step: the packs taken and the rank of each.
@@ -215,6 +244,9 @@ struct Deal {
   std::vector<double> rank_costs;      // ranks [0, used)
   double total = 0;
   double imbalance = 0;
+  // DealPacks' scratch, reused from step to step.
+  std::vector<Index> order;
+  std::vector<std::pair<double, Index>> heap;
 };
 
 // Fills deal->packs with up to R packs of the stream; returns how many.
@@ -249,25 +281,36 @@ void DealPacks(Index W, Index rows, CostModel model, Deal* deal) {
     deal->costs[static_cast<std::size_t>(k)] = c;
     deal->total += c;
   }
-  std::vector<Index> order(static_cast<std::size_t>(K));
+  // Decreasing cost, ties by lower position: a strict order, so std::sort
+  // gives what a stable sort by cost would.
+  std::vector<Index>& order = deal->order;
+  order.resize(static_cast<std::size_t>(K));
   std::iota(order.begin(), order.end(), Index{0});
-  std::stable_sort(order.begin(), order.end(), [&](Index a, Index b) {
-    return deal->costs[static_cast<std::size_t>(a)] > deal->costs[static_cast<std::size_t>(b)];
+  const std::vector<double>& costs = deal->costs;
+  std::sort(order.begin(), order.end(), [&costs](Index a, Index b) {
+    const double ca = costs[static_cast<std::size_t>(a)], cb = costs[static_cast<std::size_t>(b)];
+    return ca != cb ? ca > cb : a < b;
   });
-  using Entry = std::pair<double, Index>;  // (cost, rank): min-heap
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-  for (Index r = 0; r < used; ++r) heap.push({0.0, r});
+  // A min-heap of (cost, rank): the cheapest rank with a free row, ties lower rank.
+  auto& heap = deal->heap;
+  heap.clear();
+  for (Index r = 0; r < used; ++r) heap.push_back({0.0, r});  // already a heap
   deal->owner.assign(static_cast<std::size_t>(K), -1);
-  deal->by.assign(static_cast<std::size_t>(used), {});
+  deal->by.resize(static_cast<std::size_t>(used));
+  for (auto& list : deal->by) list.clear();
   deal->rank_costs.assign(static_cast<std::size_t>(used), 0.0);
   for (Index k : order) {
-    auto [cost, r] = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const auto [cost, r] = heap.back();
+    heap.pop_back();
     const std::size_t ur = static_cast<std::size_t>(r);
     deal->owner[static_cast<std::size_t>(k)] = r;
     deal->by[ur].push_back(k);
     deal->rank_costs[ur] = cost + deal->costs[static_cast<std::size_t>(k)];
-    if (static_cast<Index>(deal->by[ur].size()) < rows) heap.push({deal->rank_costs[ur], r});
+    if (static_cast<Index>(deal->by[ur].size()) < rows) {
+      heap.push_back({deal->rank_costs[ur], r});
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    }
   }
   for (auto& list : deal->by) std::sort(list.begin(), list.end());
   double heaviest = 0;
@@ -303,6 +346,115 @@ void FillStep(const Deal& deal, Index rank, Index rows, Index step, TrainStep* o
     out->row_packs.push_back(-1);
   }
 }
+
+// Throws invalid_argument naming `position` when the epoch's stream has
+// fewer packs than options.position (after taking them from *stream).
+void SkipToPosition(const TrainDocuments* docs, const TrainOptions& o, PackStream* stream) {
+  const bool continuous = o.mode == TrainMode::kContinuous;
+  if (stream->Skip(o.position) != o.position || (continuous && stream->epoch() != o.epoch)) {
+    PackStream count(docs, o, false);
+    const Index p = count.Skip(std::numeric_limits<Index>::max());
+    ThrowInvalid("position", Str(o.position) + " is outside [0, " + Str(p) +
+                                 "] (the packs of epoch " + Str(o.epoch) + "'s stream)");
+  }
+}
+
+// The construction pass one step at a time, with the plan's totals: the
+// construction (TrainPlan::Construct) and a deferred plan's reader deal the
+// same steps and keep the same totals.
+class Tally {
+ public:
+  Tally(const TrainOptions& o, Index rows_per_rank, std::uint64_t stream)
+      : o_(o),
+        rows_per_rank_(rows_per_rank),
+        R_(o.world_size * rows_per_rank),
+        stream_(stream),
+        continuous_(o.mode == TrainMode::kContinuous) {}
+
+  // Gathers and deals the plan's next step into *deal; false when the plan
+  // has no further step (its stream is over, or drop mode's partial step,
+  // which is counted).
+  bool Step(PackStream* stream, Deal* deal) {
+    if (done_) return false;
+    if (continuous_ && (stream->epoch() != o_.epoch || !stream->HasPackInEpoch())) {
+      done_ = true;
+      return false;
+    }
+    const Index K = Gather(stream, R_, deal);
+    if (K == 0) {
+      done_ = true;
+      return false;
+    }
+    if (K < R_ && o_.mode == TrainMode::kDrop) {
+      s_.dropped_packs = K;
+      for (const Pack& p : deal->packs) s_.dropped_tokens += p.tokens;
+      done_ = true;
+      return false;
+    }
+    DealPacks(o_.world_size, rows_per_rank_, o_.cost, deal);
+    for (std::size_t k = 0; k < deal->packs.size(); ++k) {
+      if (deal->epochs[k] != o_.epoch) {
+        ++s_.next_epoch_rows;
+        continue;
+      }
+      ++s_.packs;
+      s_.tokens += deal->packs[k].tokens;
+      s_.pieces += static_cast<Index>(deal->packs[k].pieces.size());
+    }
+    s_.filler_rows += R_ - K;
+    s_.max_step_imbalance = std::max(s_.max_step_imbalance, deal->imbalance);
+    if (K == R_) {
+      s_.max_full_step_imbalance = std::max(s_.max_full_step_imbalance, deal->imbalance);
+      imbalance_sum_ += deal->imbalance;
+      ++full_steps_;
+    } else {
+      done_ = true;  // pad: the last step
+    }
+    ++s_.num_steps;
+    return true;
+  }
+
+  [[nodiscard]] bool done() const { return done_; }
+  [[nodiscard]] Index steps() const { return s_.num_steps; }
+
+  // The summary once Step has returned false: the end state and the totals
+  // of the whole epoch's stream (run to its end when the plan stopped
+  // before, as drop mode does).
+  TrainSummary End(PackStream* stream) const {
+    TrainSummary s = s_;
+    s.mean_step_imbalance = full_steps_ ? imbalance_sum_ / static_cast<double>(full_steps_) : 0.0;
+    s.lower_bound = (s.tokens + o_.seq_len - 1) / o_.seq_len;
+    if (!continuous_) {
+      s.end = {o_.epoch + 1, 0, stream_};
+    } else if (s.num_steps == 0) {
+      s.end = {o_.epoch + 1, 0, stream_};
+    } else {
+      // Where the continuous stream stands: the next pack to deal.
+      std::uint64_t e = stream->epoch();
+      Index p = stream->popped();
+      if (!stream->HasPackInEpoch()) {
+        ++e;
+        p = 0;
+      }
+      s.end = {e, p, stream_};
+    }
+    const PackStream::EpochTotals t = stream->Totals(o_.epoch);
+    s.stream_packs = t.packs;
+    s.dropped = t.dropped;
+    s.split_documents = t.split_items;
+    return s;
+  }
+
+ private:
+  const TrainOptions& o_;
+  Index rows_per_rank_, R_;
+  std::uint64_t stream_;
+  bool continuous_;
+  bool done_ = false;
+  TrainSummary s_;
+  double imbalance_sum_ = 0;
+  Index full_steps_ = 0;
+};
 
 }  // namespace
 
@@ -346,24 +498,48 @@ TrainDocuments TrainDocuments::FromSpans(std::span<const Index> lengths,
 }
 
 TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options)
-    : documents_(std::move(documents)), options_(std::move(options)) {
-  Build();
-}
+    : TrainPlan(std::move(documents), std::move(options), nullptr, false) {}
 
 TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options, const TrainState& state)
+    : TrainPlan(std::move(documents), std::move(options), &state, false) {}
+
+std::unique_ptr<TrainPlan> TrainPlan::Deferred(TrainDocuments documents, TrainOptions options,
+                                               const std::optional<TrainState>& state) {
+  return std::unique_ptr<TrainPlan>(
+      new TrainPlan(std::move(documents), std::move(options), state ? &*state : nullptr, true));
+}
+
+TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options, const TrainState* state,
+                     bool deferred)
     : documents_(std::move(documents)), options_(std::move(options)) {
-  options_.epoch = state.epoch;
-  options_.position = state.position;
-  Build();
-  if (state.stream != stream_) {
+  if (state) {
+    options_.epoch = state->epoch;
+    options_.position = state->position;
+  }
+  Prepare();
+  if (state && state->stream != stream_) {
     ThrowInvalid("state",
                  "was saved for another data set or packing configuration (stream fingerprint "
                  "differs: documents, seq_len, shuffle, seed, algorithm, buffer, budgets and "
                  "oversize must match; world size and batch shape may change)");
   }
+  if (!deferred) {
+    Construct();
+    return;
+  }
+  // The stream at `position`, checked, is checkpoint 0: the reader starts there.
+  const bool continuous = options_.mode == TrainMode::kContinuous;
+  PackStream stream(&documents_, options_, continuous);
+  SkipToPosition(&documents_, options_, &stream);
+  checkpoints_.push_back(std::make_shared<const Checkpoint>(stream.Save()));
+  lazy_ = std::make_unique<Lazy>();
 }
 
-void TrainPlan::Build() {
+TrainPlan::~TrainPlan() = default;
+TrainPlan::TrainPlan(TrainPlan&&) noexcept = default;
+TrainPlan& TrainPlan::operator=(TrainPlan&&) noexcept = default;
+
+void TrainPlan::Prepare() {
   const TrainOptions& o = options_;
   CheckAtLeast("seq_len", o.seq_len, 1);
   CheckAtLeast("batch_size", o.batch_size, 1);
@@ -418,24 +594,23 @@ void TrainPlan::Build() {
   }
   add(content);
   stream_ = h;
+}
 
-  // The construction pass.
+// The construction pass: the whole epoch through the packer and the deal,
+// with the totals and checkpoints.
+void TrainPlan::Construct() const {
+  const TrainOptions& o = options_;
   const bool continuous = o.mode == TrainMode::kContinuous;
   PackStream stream(&documents_, o, continuous);
-  if (stream.Skip(o.position) != o.position || (continuous && stream.epoch() != o.epoch)) {
-    PackStream count(&documents_, o, false);
-    const Index p = count.Skip(std::numeric_limits<Index>::max());
-    ThrowInvalid("position", Str(o.position) + " is outside [0, " + Str(p) +
-                                 "] (the packs of epoch " + Str(o.epoch) + "'s stream)");
-  }
-  TrainSummary& s = summary_;
+  SkipToPosition(&documents_, o, &stream);
+  Tally tally(o, rows_per_rank_, stream_);
   Deal deal;
   checkpoint_stride_ = 1;
   checkpoints_.clear();
-  double imbalance_sum = 0;
-  Index step = 0, full_steps = 0;
-  while (true) {
-    if (continuous && (stream.epoch() != o.epoch || !stream.HasPackInEpoch())) break;
+  for (Index step = 0;; ++step) {
+    if (tally.done() || (continuous && (stream.epoch() != o.epoch || !stream.HasPackInEpoch()))) {
+      break;
+    }
     if (step % checkpoint_stride_ == 0) {
       if (static_cast<Index>(checkpoints_.size()) == kCheckpoints) {
         std::vector<std::shared_ptr<const Checkpoint>> kept;
@@ -447,65 +622,18 @@ void TrainPlan::Build() {
         checkpoints_.push_back(std::make_shared<const Checkpoint>(stream.Save()));
       }
     }
-    const Index K = Gather(&stream, R, &deal);
-    if (K == 0) break;
-    if (K < R && o.mode == TrainMode::kDrop) {
-      s.dropped_packs = K;
-      for (const Pack& p : deal.packs) s.dropped_tokens += p.tokens;
-      break;
-    }
-    DealPacks(o.world_size, rows_per_rank_, o.cost, &deal);
-    for (std::size_t k = 0; k < deal.packs.size(); ++k) {
-      if (deal.epochs[k] != o.epoch) {
-        ++s.next_epoch_rows;
-        continue;
-      }
-      ++s.packs;
-      s.tokens += deal.packs[k].tokens;
-      s.pieces += static_cast<Index>(deal.packs[k].pieces.size());
-    }
-    s.filler_rows += R - K;
-    s.max_step_imbalance = std::max(s.max_step_imbalance, deal.imbalance);
-    if (K == R) {
-      s.max_full_step_imbalance = std::max(s.max_full_step_imbalance, deal.imbalance);
-      imbalance_sum += deal.imbalance;
-      ++full_steps;
-    }
-    ++step;
-    if (K < R) break;
+    if (!tally.Step(&stream, &deal)) break;
   }
-  s.num_steps = step;
-  s.mean_step_imbalance = full_steps ? imbalance_sum / static_cast<double>(full_steps) : 0.0;
-  s.lower_bound = (s.tokens + o.seq_len - 1) / o.seq_len;
-  // The epoch's totals: finish the stream of epoch o.epoch when the plan
-  // stopped before its end (drop), or read them where the plan crossed over.
-  if (!continuous) {
-    (void)stream.Skip(std::numeric_limits<Index>::max());
-    s.stream_packs = stream.popped();
-    s.dropped = stream.dropped();
-    s.split_documents = stream.split_items();
-    s.end = {o.epoch + 1, 0, stream_};
-  } else {
-    // Where the continuous stream stands: the next pack to deal.
-    std::uint64_t e = stream.epoch();
-    Index p = stream.popped();
-    if (step > 0 && !stream.HasPackInEpoch()) {
-      ++e;
-      p = 0;
-    }
-    if (step == 0) {
-      e = o.epoch + 1;
-      p = 0;
-    }
-    s.end = {e, p, stream_};
-    PackStream whole(&documents_, o, false);
-    s.stream_packs = whole.Skip(std::numeric_limits<Index>::max());
-    s.dropped = whole.dropped();
-    s.split_documents = whole.split_items();
-  }
+  summary_ = tally.End(&stream);
 }
 
 TrainState TrainPlan::StateAt(Index step) const {
+  // A deferred plan knows every step its reader has dealt, before its end.
+  if (lazy_ && !lazy_->built.load(std::memory_order_acquire) && step >= 0 &&
+      step < lazy_->dealt.load(std::memory_order_acquire)) {
+    return {options_.epoch, options_.position + step * options_.world_size * rows_per_rank_,
+            stream_};
+  }
   if (step < 0 || step > num_steps()) {
     ThrowOutOfRange("step", Str(step) + " is outside [0, " + Str(num_steps()) + "]");
   }
@@ -522,6 +650,7 @@ struct TrainPlan::Reader::Impl {
   PackStream stream;
   Index step = 0;
   Deal deal;
+  std::unique_ptr<Tally> tally;  // ReadOnce: the construction pass's totals
 
   Impl(const TrainPlan* p, Index r)
       : plan(p),
@@ -531,6 +660,12 @@ struct TrainPlan::Reader::Impl {
   void SeekTo(Index first) {
     const Index c = std::min<Index>(first / plan->checkpoint_stride_,
                                     static_cast<Index>(plan->checkpoints_.size()) - 1);
+    if (tally) {
+      // Every step from the plan's start is dealt and counted.
+      stream.Restore(*plan->checkpoints_[0]);
+      while (step < first && Advance()) ++step;
+      return;
+    }
     if (c >= 0) {
       stream.Restore(*plan->checkpoints_[static_cast<std::size_t>(c)]);
       step = c * plan->checkpoint_stride_;
@@ -544,6 +679,17 @@ struct TrainPlan::Reader::Impl {
 
   bool Advance() {
     const TrainOptions& o = plan->options_;
+    if (tally) {
+      if (!tally->Step(&stream, &deal)) {
+        if (!published) {
+          published = true;
+          plan->Publish(tally->End(&stream));
+        }
+        return false;
+      }
+      if (plan->lazy_) plan->lazy_->dealt.store(tally->steps(), std::memory_order_release);
+      return true;
+    }
     const bool continuous = o.mode == TrainMode::kContinuous;
     if (!continuous && step >= plan->num_steps()) return false;
     const Index R = o.world_size * plan->rows_per_rank_;
@@ -552,6 +698,7 @@ struct TrainPlan::Reader::Impl {
     DealPacks(o.world_size, plan->rows_per_rank_, o.cost, &deal);
     return true;
   }
+  bool published = false;
 };
 
 TrainPlan::Reader::Reader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -562,6 +709,12 @@ Index TrainPlan::Reader::step() const { return impl_->step; }
 bool TrainPlan::Reader::Next(TrainStep* out) {
   if (!impl_->Advance()) return false;
   FillStep(impl_->deal, impl_->rank, impl_->plan->rows_per_rank_, impl_->step++, out);
+  return true;
+}
+
+bool TrainPlan::Reader::Skip() {
+  if (!impl_->Advance()) return false;
+  ++impl_->step;
   return true;
 }
 
@@ -578,6 +731,7 @@ bool TrainPlan::Reader::NextAll(std::vector<TrainStep>* all) {
 }
 
 std::unique_ptr<TrainPlan::Reader> TrainPlan::Read(Index rank, Index first) const {
+  EnsureBuilt();
   if (rank < -1 || rank >= options_.world_size) {
     ThrowOutOfRange("rank", Str(rank) + " is outside [0, " + Str(options_.world_size) + ")");
   }
@@ -588,6 +742,39 @@ std::unique_ptr<TrainPlan::Reader> TrainPlan::Read(Index rank, Index first) cons
   auto impl = std::make_unique<Reader::Impl>(this, rank);
   impl->SeekTo(first);
   return std::unique_ptr<Reader>(new Reader(std::move(impl)));
+}
+
+std::unique_ptr<TrainPlan::Reader> TrainPlan::ReadOnce(Index rank, Index first) const {
+  if (rank < 0 || rank >= options_.world_size) {
+    ThrowOutOfRange("rank", Str(rank) + " is outside [0, " + Str(options_.world_size) + ")");
+  }
+  if (first < 0) ThrowOutOfRange("step", Str(first) + " is negative");
+  auto impl = std::make_unique<Reader::Impl>(this, rank);
+  impl->tally = std::make_unique<Tally>(options_, rows_per_rank_, stream_);
+  impl->SeekTo(first);
+  return std::unique_ptr<Reader>(new Reader(std::move(impl)));
+}
+
+void TrainPlan::EnsureBuilt() const {
+  if (!lazy_ || lazy_->built.load(std::memory_order_acquire)) return;
+  std::call_once(lazy_->once, [this] { Construct(); });
+  lazy_->built.store(true, std::memory_order_release);
+}
+
+void TrainPlan::Publish(TrainSummary summary) const {
+  if (!lazy_) return;
+  std::call_once(lazy_->once, [&] { summary_ = std::move(summary); });
+  lazy_->built.store(true, std::memory_order_release);
+}
+
+Index TrainPlan::num_steps() const {
+  EnsureBuilt();
+  return summary_.num_steps;
+}
+
+const TrainSummary& TrainPlan::summary() const {
+  EnsureBuilt();
+  return summary_;
 }
 
 TrainStep TrainPlan::Step(Index rank, Index step) const {

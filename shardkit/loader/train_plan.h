@@ -52,7 +52,12 @@
 // before s (O(N / kCheckpoints) packed documents). A Reader streams the steps
 // of one rank in order at planning speed.
 //
-// Thread-safety: a TrainPlan is immutable after construction (share freely);
+// A loader reading one rank's steps builds its plan Deferred and reads it
+// with ReadOnce: one pass deals and counts every step and hands out the
+// rank's rows, in the same memory.
+//
+// Thread-safety: a TrainPlan is immutable after construction (share freely;
+// a Deferred plan completes itself once, under a once flag);
 // a Reader is used by one thread at a time. The lengths a plan reads
 // (TrainDocuments) must outlive it and its readers.
 #ifndef SHARDKIT_LOADER_TRAIN_PLAN_H_
@@ -200,12 +205,27 @@ class TrainPlan {
   // from it. Throws invalid_argument naming `state` when it was made for
   // another stream (documents or packing options).
   TrainPlan(TrainDocuments documents, TrainOptions options, const TrainState& state);
+  // For a loader, which reads one rank's steps once, in order: validates
+  // (and checks `state`) as the constructors do, and leaves the construction
+  // pass to the reader of ReadOnce, which deals and counts every step as it
+  // goes, so that the epoch is planned once instead of twice (once to count
+  // the steps, once to read them). num_steps(), summary() and StateAt() are
+  // known when that reader has reached the end (StateAt(s) also for every
+  // step s it has dealt); asked before, they run the construction pass then,
+  // once. Read() and Step() run it first. Thread-safe between the reader and
+  // those calls.
+  [[nodiscard]] static std::unique_ptr<TrainPlan> Deferred(TrainDocuments documents,
+                                                           TrainOptions options,
+                                                           const std::optional<TrainState>& state);
+  ~TrainPlan();
+  TrainPlan(TrainPlan&&) noexcept;
+  TrainPlan& operator=(TrainPlan&&) noexcept;
 
   [[nodiscard]] const TrainOptions& options() const { return options_; }
   [[nodiscard]] Index num_documents() const { return documents_.count; }
-  [[nodiscard]] Index num_steps() const { return summary_.num_steps; }
+  [[nodiscard]] Index num_steps() const;
   [[nodiscard]] Index rows_per_rank() const { return rows_per_rank_; }
-  [[nodiscard]] const TrainSummary& summary() const { return summary_; }
+  [[nodiscard]] const TrainSummary& summary() const;
 
   // The state before step s (s = num_steps: the state after the plan).
   // Throws out_of_range naming `step` outside [0, num_steps].
@@ -222,6 +242,12 @@ class TrainPlan {
   // `all`), from step `first`.
   class Reader;
   [[nodiscard]] std::unique_ptr<Reader> Read(Index rank, Index first = 0) const;
+  // The steps of one rank from step `first`, dealing and counting every step
+  // from the plan's start (steps before `first` included) and stopping after
+  // the plan's last step (also in continuous mode); when it reaches the end,
+  // a Deferred plan learns its totals from it. One such reader per plan.
+  // Throws out_of_range naming `rank`, or `step` for a negative `first`.
+  [[nodiscard]] std::unique_ptr<Reader> ReadOnce(Index rank, Index first) const;
 
   // A hash of the whole plan (stream, world size, batch shape, mode, cost,
   // epoch, position, library version): ranks compare it once at start.
@@ -237,15 +263,23 @@ class TrainPlan {
 
  private:
   friend class Reader;
-  void Build();
+  struct Lazy;  // a Deferred plan's once-only construction
+  TrainPlan(TrainDocuments documents, TrainOptions options, const TrainState* state, bool deferred);
+  void Prepare();  // validation and the stream fingerprint
+  void Construct() const;
+  void EnsureBuilt() const;
+  void Publish(TrainSummary summary) const;
 
   TrainDocuments documents_;
   TrainOptions options_;
   Index rows_per_rank_ = 1;
   std::uint64_t stream_ = 0;
-  TrainSummary summary_;
-  Index checkpoint_stride_ = 1;                                 // steps between checkpoints
-  std::vector<std::shared_ptr<const Checkpoint>> checkpoints_;  // step k * stride
+  // Written once: by the constructor, or for a Deferred plan under Lazy's
+  // once flag (by Construct or Publish).
+  mutable TrainSummary summary_;
+  mutable Index checkpoint_stride_ = 1;                                 // steps between checkpoints
+  mutable std::vector<std::shared_ptr<const Checkpoint>> checkpoints_;  // step k * stride
+  std::unique_ptr<Lazy> lazy_;
 };
 
 class TrainPlan::Reader {
@@ -254,6 +288,8 @@ class TrainPlan::Reader {
   // The next step of the rank; false after the last step (continuous: never,
   // unless the stream is empty). all: every rank's step (rank = -1 reader).
   bool Next(TrainStep* step);
+  // Passes over the next step (dealt, not copied out); false after the last.
+  bool Skip();
   bool NextAll(std::vector<TrainStep>* all);
   [[nodiscard]] Index step() const;  // the step Next returns next
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -233,6 +234,75 @@ TEST(TrainPlan, ReaderStepAndRebuiltPlanAgree) {
       if (c.options.mode != TrainMode::kContinuous) {
         EXPECT_FALSE(reader->Next(&t));
       }
+    }
+  }
+}
+
+// A Deferred plan read once (the loader's single pass, a worker reading
+// every stride-th step from `first`) gives the rank the steps of the plan
+// constructed up front and learns the same totals, whether they are asked
+// before its reader starts, or only once it has reached the end; also when
+// it continues from a state.
+TEST(TrainPlan, DeferredPlanReadOnceMatchesTheConstructedPlan) {
+  std::mt19937_64 rng(33);
+  for (int trial = 0; trial < 200; ++trial) {
+    Config c = RandomConfig(rng);
+    const TrainDocuments docs = TrainDocuments::FromSpans(c.lengths, c.images);
+    std::optional<TrainState> state;
+    {
+      TrainPlan start = Make(c);
+      if (start.num_steps() > 0 && rng() % 3 == 0) {
+        state = start.StateAt(static_cast<Index>(rng() % start.num_steps()));
+      }
+    }
+    const TrainPlan whole = state ? TrainPlan(docs, c.options, *state) : TrainPlan(docs, c.options);
+    SCOPED_TRACE(whole.Describe());
+    const Index rank = static_cast<Index>(rng() % c.options.world_size);
+    const Index first = static_cast<Index>(rng() % 3), stride = 1 + static_cast<Index>(rng() % 3);
+    auto deferred = TrainPlan::Deferred(docs, c.options, state);
+    EXPECT_EQ(deferred->Fingerprint(), whole.Fingerprint());
+    if (rng() % 4 == 0) EXPECT_EQ(deferred->num_steps(), whole.num_steps());  // asked first
+    auto reader = deferred->ReadOnce(rank, first);
+    TrainStep t;
+    Index s = first;
+    while (reader->Next(&t)) {
+      ASSERT_LT(s, whole.num_steps());
+      EXPECT_EQ(t.step, s);
+      const TrainStep u = whole.Step(rank, s);
+      EXPECT_EQ(t.rows, u.rows);
+      EXPECT_EQ(t.row_packs, u.row_packs);
+      EXPECT_EQ(t.row_epochs, u.row_epochs);
+      EXPECT_EQ(t.tokens, u.tokens);
+      EXPECT_EQ(t.filler_rows, u.filler_rows);
+      EXPECT_EQ(deferred->StateAt(s), whole.StateAt(s));
+      ++s;
+      for (Index k = 1; k < stride && reader->Skip(); ++k) ++s;
+    }
+    EXPECT_GE(s, whole.num_steps());
+    EXPECT_FALSE(reader->Next(&t));
+    const TrainSummary& a = deferred->summary();
+    const TrainSummary& b = whole.summary();
+    EXPECT_EQ(a.num_steps, b.num_steps);
+    EXPECT_EQ(a.packs, b.packs);
+    EXPECT_EQ(a.stream_packs, b.stream_packs);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.pieces, b.pieces);
+    EXPECT_EQ(a.split_documents, b.split_documents);
+    EXPECT_EQ(a.dropped, b.dropped);
+    EXPECT_EQ(a.dropped_packs, b.dropped_packs);
+    EXPECT_EQ(a.dropped_tokens, b.dropped_tokens);
+    EXPECT_EQ(a.filler_rows, b.filler_rows);
+    EXPECT_EQ(a.next_epoch_rows, b.next_epoch_rows);
+    EXPECT_EQ(a.lower_bound, b.lower_bound);
+    EXPECT_EQ(a.max_step_imbalance, b.max_step_imbalance);
+    EXPECT_EQ(a.max_full_step_imbalance, b.max_full_step_imbalance);
+    EXPECT_EQ(a.mean_step_imbalance, b.mean_step_imbalance);
+    EXPECT_EQ(a.end, b.end);
+    EXPECT_EQ(deferred->StateAt(deferred->num_steps()), whole.StateAt(whole.num_steps()));
+    // Random access on a deferred plan (built, or completed by its reader).
+    if (whole.num_steps() > 0) {
+      const Index k = static_cast<Index>(rng() % whole.num_steps());
+      EXPECT_EQ(deferred->Step(rank, k).rows, whole.Step(rank, k).rows);
     }
   }
 }
