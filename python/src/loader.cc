@@ -262,25 +262,35 @@ void init_loader(nb::module_& m) {
       .def(
           "state_json", [](const TokenLoader& l) { return LoaderStateToJson(l.State()); },
           "The state as the core's JSON text (state() is json.loads of it).")
+      // The plan learns num_steps and its summary at the end of the pass;
+      // asked before, it plans the epoch then (without the GIL).
       .def_prop_ro("num_steps",
                    [](const TokenLoader& l) -> std::optional<Index> {
-                     if (!l.train_plan()) return std::nullopt;
-                     return l.train_plan()->num_steps();
+                     const TrainPlan* plan = l.train_plan();
+                     if (!plan) return std::nullopt;
+                     ReleaseGil release;
+                     return plan->num_steps();
                    })
       .def(
           "train_state_at",
           [](const TokenLoader& l, Index n) {
-            if (!l.train_plan()) ThrowInvalid("equal_steps", "the loader packs per rank");
+            const TrainPlan* plan = l.train_plan();
+            if (!plan) ThrowInvalid("equal_steps", "the loader packs per rank");
             LoaderState s;
-            s.train = l.train_plan()->StateAt(n);
+            {
+              ReleaseGil release;
+              s.train = plan->StateAt(n);
+            }
             return StateToDict(s);
           },
           "steps"_a)
       .def(
           "train_summary",
           [](const TokenLoader& l) -> std::optional<TrainSummary> {
-            if (!l.train_plan()) return std::nullopt;
-            return l.train_plan()->summary();
+            const TrainPlan* plan = l.train_plan();
+            if (!plan) return std::nullopt;
+            ReleaseGil release;
+            return plan->summary();
           },
           "Equal steps: the plan's TrainSummary; None for a loader packing per rank.")
       .def_prop_ro(

@@ -7,8 +7,8 @@ timeout. The worker is train_torchrun_worker.py."""
 
 import json
 import os
-import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -37,10 +37,17 @@ def corpus(tmp_path_factory):
     return root, lengths
 
 
+def free_port():
+    """A loopback port no one listens on now (for torchrun's store)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def launch(root, nproc, *args):
     torchrun = Path(sys.executable).with_name("torchrun")
     env = dict(os.environ, PYTHONPATH=str(HERE.parent), OMP_NUM_THREADS="1")
-    port = str(31500 + random.Random().randrange(0, 2000))
+    port = str(free_port())
     return subprocess.Popen(
         [
             str(torchrun),
@@ -58,13 +65,32 @@ def launch(root, nproc, *args):
     )
 
 
-def finish(proc, timeout):
+def kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def wait(proc, timeout):
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate(timeout=10)
+        kill_group(proc)
+        out, _ = proc.communicate(timeout=30)
         raise AssertionError("hang: killed after %d s\n%s" % (timeout, out.decode()[-3000:]))
+    return out
+
+
+def finish(proc, timeout, relaunch=None):
+    """Waits for a launch (hard timeout) and asserts it succeeded. A launch
+    that failed while gloo connected its processes (connectFullMesh: a
+    loopback connection refused or reset on a loaded machine, before the
+    first step) runs once more through `relaunch`."""
+    out = wait(proc, timeout)
+    if proc.returncode != 0 and relaunch is not None and b"connectFullMesh" in out:
+        proc = relaunch()
+        out = wait(proc, timeout)
     assert proc.returncode == 0, out.decode()[-3000:]
 
 
@@ -83,7 +109,7 @@ def tiles(lengths, pieces):
 
 def test_two_epochs_all_modes_and_worker_counts_equal_steps_exactly_once(corpus):
     root, lengths = corpus
-    finish(launch(root, 4, "epochs"), timeout=400)
+    finish(launch(root, 4, "epochs"), 600, lambda: launch(root, 4, "epochs"))
     by_rank = [json.loads((root / f"epochs-{r}.json").read_text()) for r in range(4)]
     for key in by_rank[0]:
         mode = key.split("/")[0]
@@ -116,22 +142,27 @@ def test_sigkill_mid_epoch_then_resume_on_3_processes_and_on_4_with_another_batc
     root, lengths = corpus
     first = launch(root, 4, "first")
     marker = root / "checkpoint.json"
-    deadline = time.time() + 120
+    # Generous: the wait ends as soon as the checkpoint is there.
+    deadline = time.time() + 300
     while not marker.exists() and time.time() < deadline and first.poll() is None:
         time.sleep(0.05)
     try:
-        assert marker.exists(), first.communicate(timeout=5)[0].decode()[-3000:]
+        if not marker.exists():
+            kill_group(first)
+            raise AssertionError(first.communicate(timeout=30)[0].decode()[-3000:])
         time.sleep(0.3)
         assert first.poll() is None, "the first run must still be running when killed"
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait(timeout=10)
+        kill_group(first)
+        first.wait(timeout=30)
     checkpoint = json.loads(marker.read_text())
     assert checkpoint["state"]["kind"] == "train_plan"
     for nproc, batch in [(3, 2), (4, 3)]:
         for f in root.glob("resumed-*.json"):
             f.unlink()
-        finish(launch(root, nproc, "resume", batch), timeout=200)
+        finish(
+            launch(root, nproc, "resume", batch), 400, lambda: launch(root, nproc, "resume", batch)
+        )
         delivered = [tuple(p) for p in checkpoint["delivered"]]
         for r in range(nproc):
             delivered += [tuple(p) for p in json.loads((root / f"resumed-{r}.json").read_text())]
@@ -140,11 +171,13 @@ def test_sigkill_mid_epoch_then_resume_on_3_processes_and_on_4_with_another_batc
 
 def test_a_rank_with_another_seed_fails_on_every_rank_within_seconds(corpus):
     root, _ = corpus
-    finish(launch(root, 4, "mismatch"), timeout=200)
+    finish(launch(root, 4, "mismatch"), 400, lambda: launch(root, 4, "mismatch"))
     for r in range(4):
         elapsed, message = (root / f"mismatch-{r}.txt").read_text().split(" ", 1)
         assert message.startswith("PlanMismatchError: plan fingerprint mismatch"), message
-        assert float(elapsed) < 20, elapsed  # from the first iteration to the error
+        # From the first iteration to the error: seconds (a loaded machine
+        # gets a wide margin), not the collective timeout's 30 minutes.
+        assert float(elapsed) < 120, elapsed
 
 
 def test_docs_ddp_loop_runs_under_torchrun(corpus, tmp_path):
@@ -163,14 +196,14 @@ def test_docs_ddp_loop_runs_under_torchrun(corpus, tmp_path):
         TOKENS=str(root / "tokens.npy"),
         OFFSETS=str(root / "offsets.npy"),
     )
-    for _ in range(2):  # fresh, then resumed from checkpoint.pt
-        port = str(33500 + random.Random().randrange(0, 2000))
-        proc = subprocess.Popen(
+
+    def launch_docs():
+        return subprocess.Popen(
             [
                 str(torchrun),
                 "--standalone",
                 "--nproc-per-node=2",
-                f"--master-port={port}",
+                f"--master-port={free_port()}",
                 str(script),
             ],
             cwd=tmp_path,
@@ -179,5 +212,7 @@ def test_docs_ddp_loop_runs_under_torchrun(corpus, tmp_path):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        finish(proc, timeout=300)
+
+    for _ in range(2):  # fresh, then resumed from checkpoint.pt
+        finish(launch_docs(), 600, launch_docs)
         assert (tmp_path / "checkpoint.pt").exists()
