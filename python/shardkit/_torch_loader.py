@@ -238,8 +238,12 @@ class TokenDataLoader(tud.DataLoader):
         for batch in super().__iter__():
             self._state = batch.pop("state")
             yield batch
-        # The pass ran out: the dataset stands at the start of the next epoch.
-        ds.load_state_dict(start.state_at(start.num_steps))
+        # The pass ran out: the dataset stands at the start of the next epoch,
+        # the state after the last batch (its worker's plan reached the end);
+        # without a batch, the plan's end (asking num_steps plans the epoch).
+        ds.load_state_dict(
+            self._state if self._state is not None else start.state_at(start.num_steps)
+        )
         self._state = None
 
     def state_dict(self) -> Union[State, List[State]]:
