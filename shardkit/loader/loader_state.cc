@@ -284,6 +284,19 @@ void ValidateLoaderState(const LoaderState& s) {
     }
   }
   CheckDisjoint(s.head, "state.head");
+  // A head piece is the rest of a document already taken from the order: the
+  // document is not at a remaining position too (it would come twice).
+  Permutation order(s.shard_files ? 0 : D, s.seed, s.epoch);
+  for (std::size_t i = 0; i < s.head.size(); ++i) {
+    const Index doc = s.head[i].document;
+    const Index pos = s.shuffle ? order.Inverse(doc) : doc;
+    if (pos >= s.position && !std::binary_search(s.done.begin(), s.done.end(), pos)) {
+      ThrowAtPath(At("state.head", i), "document " + Str(doc) +
+                                           " is also still to come at order position " + Str(pos) +
+                                           " of epoch " + std::to_string(s.epoch) +
+                                           " (a state of another plan or epoch?)");
+    }
+  }
   const PackerState& k = s.packer;
   if (s.consumers < 0) ThrowAtPath("state.consumers", "must not be negative");
   if (s.consumers == 0) {
@@ -334,7 +347,6 @@ void ValidateLoaderState(const LoaderState& s) {
   // most seq_len tokens, each pending pack at most seq_len tokens, and no
   // token twice.
   std::vector<PieceRef> resolved;
-  Permutation order(s.shard_files ? 0 : D, s.seed, s.epoch);
   auto check = [&](const PackItem& p, const char* where, const std::string& field,
                    bool run = false) {
     auto fail = [&](const std::string& why) {

@@ -114,7 +114,8 @@ struct DataFingerprint {
 
 // Checks what a state can check without its data set: non-negative counts,
 // done sorted in [position, num_documents], head pieces of at most seq_len
-// tokens with no token twice, consumer in [0, consumers), a merged state's
+// tokens with no token twice, each of a document no longer in the remaining
+// order (before position, or done), consumer in [0, consumers), a merged state's
 // empty packer, packer counters that agree with read and batches, and every
 // packer piece a piece of an entry this consumer has read (so a state of
 // another epoch or seed is refused), no token twice, packs of at most seq_len

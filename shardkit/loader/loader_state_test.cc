@@ -279,6 +279,28 @@ TEST_F(StateRefusals, InconsistentFieldsAreRefusedNamingTheField) {
   EXPECT_NE(Load(s).find("state: consumer: 5"), std::string::npos) << Load(s);
 }
 
+// Found by fuzz/state_fuzzer.cc: a merged state (whose version-1 form has no
+// checksum) with its epoch edited kept head pieces of documents that the new
+// epoch's order still had to deliver, so their tokens came twice.
+TEST_F(StateRefusals, RegressionHeadDocumentStillToComeInTheOrderIsRefused) {
+  LoaderOptions o = o_;
+  o.world_size = 2;
+  std::vector<LoaderState> states;
+  for (Index r = 0; r < 2; ++r) {
+    o.rank = r;
+    TokenLoader l(data_.source, o);
+    for (int i = 0; i < 3; ++i) ASSERT_NE(l.Next(), nullptr);
+    states.push_back(l.State());
+  }
+  LoaderState merged = MergeLoaderStates(states);
+  ASSERT_FALSE(merged.head.empty());
+  EXPECT_EQ(Load(merged), "no error");
+  merged.epoch = 5;
+  const std::string e = Load(merged);
+  EXPECT_EQ(e.rfind("state: head[", 0), 0u) << e;
+  EXPECT_NE(e.find("is also still to come at order position"), std::string::npos) << e;
+}
+
 TEST_F(StateRefusals, HostileTextNeverCrashes) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"", "state: not valid JSON at byte 0"},

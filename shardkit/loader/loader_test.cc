@@ -560,6 +560,7 @@ TEST(LoaderTest, RegressionStartPlusLengthOverflowInAStateIsRefused) {
   // The packer's pieces: a document item and an item inside a head piece.
   LoaderState own = loader.State();
   own.head = {PieceRef{4, 0, data.length(4)}};
+  own.position = own.num_documents;  // document 4 is no longer in the order: only in head
   own.packer.buffered = {PackItem{3, 8, 0, huge}};
   EXPECT_NE(error(own).find("state: buffered item 3"), std::string::npos);
   own.packer.buffered = {PackItem{-1, 8, 0, huge}};
