@@ -81,16 +81,20 @@ fuzz: fuzz-build
 test-fuzz: fuzz-build
 	tools/fuzz $(FUZZ) $(FUZZ_QUICK_SECONDS)
 
-# ThreadSanitizer over the tests of the threaded code (the loader and its
-# token sources): its own build, only those test programs.
+# ThreadSanitizer over the tests of the threaded code (the loader, its token
+# sources, states and the equal-steps plan it runs): its own build, only those
+# test programs. Not part of `make test` (it rebuilds the core with TSan; see
+# docs/reliability.md for its time and result).
+TSAN_TESTS := loader_test token_source_test loader_state_test loader_stats_test train_plan_test
 $(TSAN)/build.ninja: | venv
 	cmake -S . -B $(TSAN) $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DSHARDKIT_SANITIZE=thread -DSHARDKIT_BUILD_CLI=OFF
 
 test-tsan: venv $(TSAN)/build.ninja
-	cmake --build $(TSAN) -j $(JOBS) --target loader_test token_source_test
+	cmake --build $(TSAN) -j $(JOBS) --target $(TSAN_TESTS)
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-	  ctest --test-dir $(TSAN) --output-on-failure -j $(JOBS) -R '^(LoaderTest|TokenSourceTest)[.]'
+	  ctest --test-dir $(TSAN) --output-on-failure -j $(JOBS) \
+	  -R '^(LoaderTest|TokenSourceTest|LoaderStateTest|StateRefusals|LoaderStatsTest|TrainPlan)[.]'
 
 test-python: build
 	PYTHONPATH=$(CURDIR)/python SHARDKIT_CLI=$(CURDIR)/$(DEV)/cli/shardkit \

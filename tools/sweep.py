@@ -28,6 +28,8 @@ import concurrent.futures as futures
 import json
 import os
 import random
+import re
+import select
 import subprocess
 import sys
 import tempfile
@@ -121,6 +123,7 @@ def make_files(root: Path) -> dict:
     (part / "a.offsets.npy").write_bytes(npy(offsets))
     files["parts"] = str(part)
     files["missing"] = str(root / "missing.txt")
+    files["state_out"] = str(root / "state.json")  # written by --save-state, read by --resume
     files["devnull"] = "/dev/null"
     return files
 
@@ -157,6 +160,23 @@ CLI_FLAGS = {
         "algorithm": ["next_fit", "ffd", "bfd", "balanced", "best"],
         "oversize": ["drop", "error", "split", "keep"],
         "cost": ["tokens", "squared", "x"],
+        "packs": None,
+        "json": None,
+    },
+    "mix": {
+        "sizes": ["10,20", "0,5", "", "5", "-1,3", "9223372036854775807,1", "1.5,2", "a,b"],
+        "weights": ["1,1", "0,1", "1", "-1,2", "nan,1", "inf,1", "1,1,1", "x"],
+        "by": ["samples", "tokens", "bytes"],
+        "lengths": "numfile",
+        "block": "int",
+        "seed": "int",
+        "schedule": ["100:1,0;200:1,1", "0:1,1", "x", "100:1;50:1,0", "-1:1,1"],
+        "linear": None,
+        "no-repeat": ["0", "1", "0,1", "5", "-1", "x"],
+        "start": "int",
+        "stop": "int",
+        "windows": "int",
+        "samples": None,
         "json": None,
     },
     "eval-plan": {
@@ -170,6 +190,7 @@ CLI_FLAGS = {
         "epoch": "int",
         "split": ["round_robin", "contiguous", "balanced"],
         "shuffle": None,
+        "batches": None,
         "json": None,
     },
     "layout": {
@@ -228,6 +249,12 @@ CLI_FLAGS = {
         "token-dtype": ["int32", "uint16", "uint32", "f"],
         "no-shuffle": None,
         "shard-files": None,
+        "whale-policy": ["env", "default", "unbalanced", "drop_last", "x"],
+        "per-rank": None,
+        "mode": ["pad", "continuous", "drop", "x"],
+        "cost": ["tokens", "squared", "x"],
+        "save-state": "statefile",
+        "resume": "statefile",
         "quiet": None,
         "json": None,
     },
@@ -257,6 +284,7 @@ def cli_case(rng: random.Random, files: dict) -> list:
         "eval-plan": ["items", "world", "batch"],
         "layout": ["mesh", "shape"],
         "loader-stats": ["tokens", "offsets", "seq-len", "batch"],
+        "mix": ["sizes", "weights"],
     }[command]
     chosen = [n for n in required if rng.random() < 0.9]
     chosen += rng.sample(names, rng.randint(0, min(5, len(names))))
@@ -322,6 +350,12 @@ def cli_case(rng: random.Random, files: dict) -> list:
                         "missing",
                         "devnull",
                     ]
+                )
+            ]
+        elif kind == "statefile":
+            value = files[
+                rng.choice(
+                    ["state_out", "state_out", "garbage.bin", "lengths.txt", "dir", "missing"]
                 )
             ]
         elif kind == "dirfile":
@@ -421,6 +455,66 @@ PY_PARAMS = {
     "NamedSharding": ["mesh", "spec", "shape"],
     "whale_plan": ["num_files", "world_size"],
     "masked_mean": ["values", "mask"],
+    # methods and the remaining constructors and entry points
+    "shard_methods": ["index", "start", "stop"],
+    "whale_choice": ["num_files", "world_size"],
+    "eval_batch": ["batch_size", "rank", "step", "devices"],
+    "pad_for_devices": ["n", "devices", "min_device_batch"],
+    "steps_for_count": ["max_count", "batch_size"],
+    "masked_sum": ["values", "mask", "axis"],
+    "rank_and_world": ["rank", "world_size"],
+    "StreamingPacker": [
+        "capacity",
+        "algorithm",
+        "max_images",
+        "max_sequences",
+        "oversize",
+        "buffer",
+        "item",
+        "length",
+    ],
+    "pack_stream": ["lengths", "capacity", "algorithm", "buffer", "oversize"],
+    "collate_packing": ["seq_len", "packs", "padding_side", "pad_token_id", "ignore_index"],
+    "PackedCollator": ["seq_len", "padding_side", "pad_token_id", "ignore_index", "lengths"],
+    "TrainPlan": [
+        "lengths",
+        "seq_len",
+        "batch_size",
+        "world_size",
+        "mode",
+        "shuffle",
+        "seed",
+        "epoch",
+        "buffer",
+        "micro_batches",
+        "max_sequences",
+        "position",
+        "rank",
+        "step",
+    ],
+    "TokenLoader": [
+        "seq_len",
+        "batch_size",
+        "rank",
+        "world_size",
+        "seed",
+        "epoch",
+        "buffer",
+        "num_threads",
+        "prefetch",
+        "num_workers",
+        "worker",
+        "mode",
+        "algorithm",
+        "oversize",
+        "token_dtype",
+        "equal_steps",
+        "shuffle",
+    ],
+    "Mixture": ["sizes", "weights", "block", "seed", "start", "stop"],
+    "DataRoles": ["mesh", "data_axes", "rank"],
+    "LoadingPlan": ["batch_size", "process"],
+    "Mesh_methods": ["axes", "process", "shape"],
 }
 
 PY_VALUES = [
@@ -461,6 +555,8 @@ def py_value(rng: random.Random, name: str):
         return rng.choice(["drop", "error", "split", "x"])
     if name in ("shuffle", "equal_counts"):
         return rng.choice([True, False, 1, "yes", None])
+    if name == "weights" and rng.random() < 0.3:
+        return rng.choice([[1.0, 1.0], [0.0, 1.0], [-1.0, 2.0], [float("nan"), 1.0], [1.0]])
     if name in ("weights", "lengths", "costs", "images", "values"):
         return rng.choice(
             [
@@ -478,6 +574,18 @@ def py_value(rng: random.Random, name: str):
                 [3, 0, 2, 0, 1],
             ]
         )
+    if name in ("mode",):
+        return rng.choice(["pad", "continuous", "drop", "x", None, 1])
+    if name in ("padding_side",):
+        return rng.choice(["right", "left", "middle", None])
+    if name == "token_dtype":
+        return rng.choice(["int32", "uint16", "uint32", "float32", None])
+    if name == "sizes":
+        return rng.choice([[10, 20], [0, 5], [], [-1, 3], [2**63, 1], [1.5, 2], "ab", None])
+    if name == "data_axes":
+        return rng.choice(["x", ["x"], ("x", "y"), "z", [], None, 3, ["x", "x"]])
+    if name == "packs":
+        return rng.choice([None, [0], [0, 1], [-1], [2**63], [0.5], "a"])
     if name == "mask":
         return rng.choice([[True], [True, False, True], [], [1, 0, 1], "ab"])
     if name == "axes":
@@ -503,7 +611,7 @@ def py_value(rng: random.Random, name: str):
     if name == "shape":
         return rng.choice([(8, 4), (8,), (), (7,), (-4,), (2**63,), "8", (8.0,), None])
     if name == "mesh":
-        return rng.choice(["mesh2", "mesh24", None, 3])
+        return rng.choice(["mesh2", "mesh24", None, 3, {"x": 2, "y": 2}, "x"])
     if name == "spec":
         return rng.choice(["Px", "Pxy", "Pnone", None, "x"])
     return rng.choice(PY_VALUES) if rng.random() < 0.6 else rng.choice(SMALL[1:6])
@@ -581,83 +689,214 @@ def _call(case: dict):
         return float(
             shardkit.masked_mean(np.asarray(kw.get("values", [1.0])), kw.get("mask", [True]))
         )
+    if t == "shard_methods":
+        s = shardkit.ShardPlan(20, 3, remainder="pad").shard(1)
+        k = kw.get("index", 0)
+        return (
+            s.is_padding(k),
+            s[k],
+            s.numpy(kw.get("start", 0), kw.get("stop")).tolist()[:3],
+        )
+    if t == "whale_choice":
+        return str(shardkit.whale_choice(kw.get("num_files", 10), kw.get("world_size", 3)))
+    if t == "eval_batch":
+        p = shardkit.EvalPlan(
+            10,
+            3,
+            kw.get("batch_size", 4),
+            **({"devices": kw["devices"]} if "devices" in kw else {}),
+        )
+        return p.batch(kw.get("rank", 0), kw.get("step", 0))[0].tolist()[:4]
+    if t == "pad_for_devices":
+        return shardkit.pad_for_devices(
+            kw.get("n", 10), kw.get("devices", 4), **plan_kwargs(["min_device_batch"])
+        )
+    if t == "steps_for_count":
+        return shardkit.steps_for_count(kw.get("max_count", 10), kw.get("batch_size", 4))
+    if t == "masked_sum":
+        return np.asarray(
+            shardkit.masked_sum(
+                np.asarray(kw.get("values", [1.0])), kw.get("mask", [True]), **plan_kwargs(["axis"])
+            )
+        ).tolist()
+    if t == "rank_and_world":
+        return shardkit.rank_and_world(kw.get("rank"), kw.get("world_size"), environ={})
+    if t == "StreamingPacker":
+        opts = plan_kwargs(["algorithm", "max_images", "max_sequences", "oversize", "buffer"])
+        packer = shardkit.StreamingPacker(kw.get("capacity", 8), **opts)
+        packer.push(kw.get("item", 0), kw.get("length", 3))
+        packer.finish()
+        return packer.pending
+    if t == "pack_stream":
+        opts = plan_kwargs(["algorithm", "buffer", "oversize"])
+        return len(
+            list(shardkit.pack_stream(kw.get("lengths", [1, 2]), kw.get("capacity", 4), **opts))
+        )
+    if t == "collate_packing":
+        packing = shardkit.pack([10, 0, 60, 80, 50], 100)
+        tokens = np.arange(200, dtype=np.int32)
+        offsets = np.array([0, 10, 10, 70, 150, 200], np.int64)
+        opts = plan_kwargs(["seq_len", "packs", "padding_side", "pad_token_id", "ignore_index"])
+        return sorted(shardkit.collate_packing(packing, tokens, offsets, **opts))
+    if t == "PackedCollator":
+        opts = plan_kwargs(["padding_side", "pad_token_id", "ignore_index"])
+        collate = shardkit.PackedCollator(kw.get("seq_len", 16), **opts)
+        lengths = kw.get("lengths", [3, 4])
+        rows = [[list(range(n)) for n in lengths]] if isinstance(lengths, list) else lengths
+        return sorted(collate(rows))
+    if t == "TrainPlan":
+        opts = plan_kwargs(PY_PARAMS[t][4:12])
+        plan = shardkit.TrainPlan(
+            kw.get("lengths", [5, 3, 8]),
+            kw.get("seq_len", 8),
+            kw.get("batch_size", 2),
+            kw.get("world_size", 2),
+            **opts,
+        )
+        if plan.num_steps:
+            plan.step(kw.get("rank", 0), kw.get("step", 0))
+        return plan.num_steps
+    if t == "TokenLoader":
+        tokens = np.arange(200, dtype=np.int32) % 50
+        offsets = np.array([0, 10, 10, 70, 150, 200], np.int64)
+        opts = plan_kwargs(PY_PARAMS[t][2:])
+        loader = shardkit.TokenLoader(
+            tokens,
+            offsets,
+            seq_len=kw.get("seq_len", 16),
+            batch_size=kw.get("batch_size", 2),
+            **opts,
+        )
+        batch = next(iter(loader), None)
+        state = loader.state_dict()
+        del loader
+        return (batch is None, sorted(state)[:2])
+    if t == "Mixture":
+        m = shardkit.Mixture(
+            kw.get("sizes", [10, 20]),
+            kw.get("weights", [1.0, 1.0]),
+            **plan_kwargs(["block", "seed"]),
+        )
+        return [a.tolist()[:3] for a in m.numpy(kw.get("start", 0), kw.get("stop", 10))]
+    if t == "DataRoles":
+        meshes = {"mesh2": {"x": 2}, "mesh24": {"x": 2, "y": 4}}
+        m = kw.get("mesh", "mesh24")
+        mesh = meshes.get(m, m) if isinstance(m, str) else m
+        roles = shardkit.DataRoles(mesh, kw.get("data_axes", "x"), kw.get("rank", 0))
+        return (roles.dp_rank, roles.dp_size)
+    if t == "LoadingPlan":
+        mesh = shardkit.Mesh({"x": 2, "y": 2}, [0, 0, 1, 1])
+        sharding = shardkit.NamedSharding(mesh, shardkit.PartitionSpec("x"))
+        plan = shardkit.LoadingPlan(sharding, kw.get("batch_size", 8))
+        return plan.rows(kw.get("process", 0))
+    if t == "Mesh_methods":
+        mesh = shardkit.Mesh(kw.get("axes", {"x": 2, "y": 2}))
+        sharding = shardkit.NamedSharding(mesh, shardkit.PartitionSpec("x"))
+        shape = kw.get("shape", (8, 4))
+        return (
+            sharding.shard_shape(shape),
+            sharding.local_shape(shape, kw.get("process", 0)),
+            sharding.process_indices(shape, kw.get("process", 0)),
+            sharding.local_to_global(shape, kw.get("process", 0)).global_shape,
+        )
     raise AssertionError(t)
 
 
-def run_py_batch(cases: list) -> list:
-    """In a child process: one result line per case."""
-    out = []
-    for case in cases:
-        try:
-            _call(case)
-            out.append({"verdict": "ok"})
-        except (ValueError, IndexError, TypeError) as e:
-            message = str(e)
-            names = list(case["kwargs"]) + [
-                "num_items",
-                "world_size",
-                "axes",
-                "entries",
-                "spec",
-                "mesh",
-                "shape",
-                "index",
-                "rank",
-                "step",
-                "lengths",
-                "capacity",
-                "costs",
-                "batch_size",
-            ]
-            if "\n" in message:
-                out.append({"verdict": "not-one-line", "detail": message[:300]})
-            elif not any(n in message for n in names):
-                out.append(
-                    {"verdict": "no-parameter", "detail": f"{type(e).__name__}: {message[:300]}"}
-                )
-            else:
-                out.append({"verdict": "rejected"})
-        except Exception as e:  # noqa: BLE001 - the point is to catch everything else
-            out.append(
-                {"verdict": "other-exception", "detail": f"{type(e).__name__}: {str(e)[:300]}"}
-            )
-    return out
+def run_py_case(case: dict) -> dict:
+    try:
+        _call(case)
+        return {"verdict": "ok"}
+    except (ValueError, IndexError, TypeError) as e:
+        message = str(e)
+        names = list(case["kwargs"]) + [
+            "num_items",
+            "world_size",
+            "axes",
+            "entries",
+            "spec",
+            "mesh",
+            "shape",
+            "index",
+            "rank",
+            "step",
+            "lengths",
+            "capacity",
+            "costs",
+            "batch_size",
+        ]
+        if "\n" in message:
+            return {"verdict": "not-one-line", "detail": message[:300]}
+        if not any(re.search(rf"\b{re.escape(n)}\b", message) for n in names):
+            return {"verdict": "no-parameter", "detail": f"{type(e).__name__}: {message[:300]}"}
+        return {"verdict": "rejected"}
+    except Exception as e:  # noqa: BLE001 - the point is to catch everything else
+        return {"verdict": "other-exception", "detail": f"{type(e).__name__}: {str(e)[:300]}"}
 
 
 def py_child() -> None:
-    cases = json.loads(sys.stdin.read())
-    print(json.dumps(run_py_batch(cases)))
+    """One JSON line per case, flushed as soon as the case ends, so that the
+    parent can time every case on its own."""
+    for case in json.loads(sys.stdin.read()):
+        print(json.dumps(run_py_case(case)), flush=True)
 
 
 def run_py_cases(cases: list, timeout: float, batch: int) -> list:
-    results = []
-    env = dict(os.environ)
-    for i in range(0, len(cases), batch):
-        chunk = cases[i : i + batch]
-        results += _run_chunk(chunk, timeout, env)
+    """Runs the cases in child processes of up to `batch` cases each. A case
+    that gives no result within `timeout` seconds is a hang (the child is
+    killed), a child that dies is a crash of the case it was running; either
+    way the next child starts at the following case."""
+    results: list = []
+    start = time.monotonic()
+    i = 0
+    reported = 0
+    with tempfile.TemporaryFile(mode="w+") as err:
+        while i < len(cases):
+            chunk = cases[i : i + batch]
+            err.seek(0)
+            err.truncate()
+            proc = subprocess.Popen(
+                [sys.executable, __file__, "--py-child"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+            )
+            proc.stdin.write(json.dumps(chunk, default=repr).encode())
+            proc.stdin.close()
+            fd = proc.stdout.fileno()
+            pending = b""
+            got = 0
+            deadline = time.monotonic() + timeout
+            while got < len(chunk):
+                if b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    results.append(json.loads(line))
+                    got += 1
+                    deadline = time.monotonic() + timeout
+                    continue
+                ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    proc.kill()
+                    proc.wait()
+                    results.append({"verdict": "hang", "detail": f"no result within {timeout} s"})
+                    got += 1
+                    break
+                data = os.read(fd, 65536)
+                if not data:
+                    proc.wait()
+                    err.seek(0)
+                    detail = f"child exit {proc.returncode}: {err.read()[-300:]}"
+                    results.append({"verdict": "crash", "detail": detail})
+                    got += 1
+                    break
+                pending += data
+            else:
+                proc.wait()
+            proc.stdout.close()
+            i += got
+            if i - reported >= 1000 or i == len(cases):
+                reported = i
+                print(f"  {i} Python calls, {time.monotonic() - start:.0f} s", file=sys.stderr)
     return results
-
-
-def _run_chunk(chunk: list, timeout: float, env: dict) -> list:
-    try:
-        proc = subprocess.run(
-            [sys.executable, __file__, "--py-child"],
-            input=json.dumps(chunk, default=repr),
-            capture_output=True,
-            text=True,
-            timeout=timeout * len(chunk),
-            env=env,
-        )
-        if proc.returncode == 0:
-            return json.loads(proc.stdout)
-        failure = f"child exit {proc.returncode}: {proc.stderr[-300:]}"
-        verdict = "crash"
-    except subprocess.TimeoutExpired:
-        failure, verdict = "timeout", "hang"
-    if len(chunk) == 1:
-        return [{"verdict": verdict, "detail": failure}]
-    # narrow down: one call per child
-    return [r for case in chunk for r in _run_chunk([case], timeout, env)]
 
 
 # ---- main --------------------------------------------------------------------
@@ -684,7 +923,9 @@ def main() -> int:
         files = make_files(Path(tmp))
         cli_cases = [cli_case(rng, files) for _ in range(a.cli_cases)]
         with futures.ThreadPoolExecutor(a.jobs) as pool:
-            for r in pool.map(lambda c: run_cli(a.cli, c, a.timeout), cli_cases):
+            for i, r in enumerate(pool.map(lambda c: run_cli(a.cli, c, a.timeout), cli_cases)):
+                if (i + 1) % 1000 == 0:
+                    print(f"  {i + 1} CLI cases, {time.monotonic() - start:.0f} s", file=sys.stderr)
                 key = "cli " + r["verdict"]
                 counts[key] = counts.get(key, 0) + 1
                 if r["verdict"] not in ("ok", "rejected"):
@@ -706,8 +947,14 @@ def main() -> int:
     for key in sorted(counts):
         print(f"  {key:28s} {counts[key]:7d}")
     print(f"findings: {len(findings)}")
-    for kind, what, detail in findings[:60]:
-        print(f"  [{kind}] {what}\n      -> {detail}")
+    # Grouped: the first case of every distinct (kind, command or target,
+    # message start), with how many cases gave it.
+    groups: dict = {}
+    for kind, what, detail in findings:
+        key = (kind, what.split("(")[0].split(" ")[0], detail[:50])
+        groups.setdefault(key, [0, what, detail])[0] += 1
+    for (kind, _, _), (count, what, detail) in sorted(groups.items()):
+        print(f"  [{kind}] x{count} {what[:300]}\n      -> {detail[:300]}")
     return 1 if findings else 0
 
 

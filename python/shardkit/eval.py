@@ -223,6 +223,10 @@ def rank_and_world(
     >>> rank_and_world(1, None, environ={"SLURM_PROCID": "3", "SLURM_NTASKS": "4"})
     (1, 4)
     """
+    if rank is not None:
+        rank = _core._index(rank, "rank")
+    if world_size is not None:
+        world_size = _core._index(world_size, "world_size")
     if rank is not None and world_size is not None:
         return rank, world_size
     found = discover(environ)

@@ -182,6 +182,52 @@ class TokenLoader:
                 whale_unbalanced_io_slicing = env[0]
             if whale_drop_last_files is None:
                 whale_drop_last_files = env[1]
+        # Every argument checked as the bindings check theirs: one line naming
+        # the parameter and the value (was nanobind's signature dump, or a
+        # float silently truncated).
+        rank, world_size, seq_len, batch_size, worker, num_workers = (
+            _core._index(v, n)
+            for v, n in (
+                (rank, "rank"),
+                (world_size, "world_size"),
+                (seq_len, "seq_len"),
+                (batch_size, "batch_size"),
+                (worker, "worker"),
+                (num_workers, "num_workers"),
+            )
+        )
+        pad_token_id, ignore_index, num_threads, prefetch = (
+            _core._index(v, n)
+            for v, n in (
+                (pad_token_id, "pad_token_id"),
+                (ignore_index, "ignore_index"),
+                (num_threads, "num_threads"),
+                (prefetch, "prefetch"),
+            )
+        )
+        seed, epoch = _core._uint64(seed, "seed"), _core._uint64(epoch, "epoch")
+        buffer = _core._optional_index(buffer, "buffer")
+        algorithm, oversize, padding_side, token_dtype, mode, cost = (
+            _core._str(v, n)
+            for v, n in (
+                (algorithm, "algorithm"),
+                (oversize, "oversize"),
+                (padding_side, "padding_side"),
+                (token_dtype, "token_dtype"),
+                (mode, "mode"),
+                (cost, "cost"),
+            )
+        )
+        shuffle, shard_files, equal_steps, block_mask, causal = (
+            _core._bool(v, n)
+            for v, n in (
+                (shuffle, "shuffle"),
+                (shard_files, "shard_files"),
+                (equal_steps, "equal_steps"),
+                (block_mask, "block_mask"),
+                (causal, "causal"),
+            )
+        )
         self._source = self._open(tokens, offsets, token_dtype)
         self._options = dict(
             seq_len=seq_len,
@@ -366,7 +412,7 @@ class TokenLoader:
     def state_at(self, steps: int) -> Dict[str, Any]:
         """Equal steps: the state of this rank after ``steps`` batches of this
         pass (whichever dataloader worker produced them), the same on every rank."""
-        return self._loader.train_state_at(int(steps))
+        return self._loader.train_state_at(_core._index(steps, "steps"))
 
     def state_dict(self) -> Dict[str, Any]:
         """The state after the last batch delivered: JSON-serialisable."""
@@ -622,10 +668,30 @@ class TrainPlan:
         world_size = data_rank_and_world(None, world_size, self.roles)[1]
         if world_size is None:
             raise ValueError("world_size: required unless roles= is given")
-        if seed < 0:
-            raise ValueError(f"seed: must be non-negative, got {seed}")
-        if epoch < 0:
-            raise ValueError(f"epoch: must be non-negative, got {epoch}")
+        seq_len, batch_size, world_size, micro_batches, position = (
+            _core._index(v, n)
+            for v, n in (
+                (seq_len, "seq_len"),
+                (batch_size, "batch_size"),
+                (world_size, "world_size"),
+                (micro_batches, "micro_batches"),
+                (position, "position"),
+            )
+        )
+        seed, epoch = _core._uint64(seed, "seed"), _core._uint64(epoch, "epoch")
+        mode, algorithm, cost, oversize = (
+            _core._str(v, n)
+            for v, n in (
+                (mode, "mode"),
+                (algorithm, "algorithm"),
+                (cost, "cost"),
+                (oversize, "oversize"),
+            )
+        )
+        shuffle = _core._bool(shuffle, "shuffle")
+        buffer = _core._optional_index(buffer, "buffer")
+        max_images = _core._optional_index(max_images, "max_images")
+        max_sequences = _core._optional_index(max_sequences, "max_sequences")
         self._lengths = _int64_array(lengths, "lengths")
         self._images = None if images is None else _int64_array(images, "images")
         self._plan = _core._TrainPlan(
@@ -690,19 +756,21 @@ class TrainPlan:
         ``(document, start, length)`` pieces; a filler row is ``[]``.
         Random access replays the packer from the nearest checkpoint; use
         :meth:`steps` to read a rank's steps in order."""
-        return self._plan.step(rank, step).rows
+        return self._plan.step(_core._index(rank, "rank"), _core._index(step, "step")).rows
 
     def step_info(self, rank: int, step: int) -> TrainStep:
         """:meth:`step` as a read-only :class:`TrainStep`: ``rows``, ``tokens``
         (real tokens of the rank), ``filler_rows``, ``row_packs`` (stream
         index, -1 filler), ``row_epochs``, ``cost`` and the step's
         ``imbalance``."""
-        return self._plan.step(rank, step)
+        return self._plan.step(_core._index(rank, "rank"), _core._index(step, "step"))
 
     def steps(self, rank: int, start: int = 0, *, info: bool = False) -> Iterator[Any]:
         """Rank's steps from ``start`` in order, streamed at planning speed
         (continuous mode: without end)."""
-        reader = _core._TrainReader(self._plan, rank, start)
+        reader = _core._TrainReader(
+            self._plan, _core._index(rank, "rank"), _core._index(start, "start")
+        )
         while True:
             t = reader.next()
             if t is None:
@@ -715,7 +783,8 @@ class TrainPlan:
         the same on every rank: ``{"version", "kind", "epoch", "position",
         "stream"}``. Pass it as ``state=`` to continue, with any world size
         or batch shape."""
-        return json.loads(self._plan.state_at(self.num_steps if step is None else int(step)))
+        at = self.num_steps if step is None else _core._index(step, "step")
+        return json.loads(self._plan.state_at(at))
 
     def audit(self) -> TrainAudit:
         """Replays the plan and checks it against the lengths: exactly once,

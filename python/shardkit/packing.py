@@ -33,6 +33,7 @@ Collating packs of tokenised samples into fixed-shape rows:
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
@@ -153,12 +154,23 @@ class StreamingPacker:
         buffer: Optional[int] = None,
         state: Optional[dict] = None,
     ) -> None:
-        self._options = (int(capacity), algorithm, max_images, max_sequences, oversize, buffer)
+        self._options = (
+            _core._index(capacity, "capacity"),
+            _core._str(algorithm, "algorithm"),
+            _core._optional_index(max_images, "max_images"),
+            _core._optional_index(max_sequences, "max_sequences"),
+            _core._str(oversize, "oversize"),
+            _core._optional_index(buffer, "buffer"),
+        )
         self._packer = _core._StreamingPacker(*self._options, state)
-        self.capacity = int(capacity)
+        self.capacity = self._options[0]
 
     def push(self, item: int, length: int, images: int = 0) -> None:
-        self._packer.push(item, length, images)
+        self._packer.push(
+            _core._index(item, "item"),
+            _core._index(length, "length"),
+            _core._index(images, "images"),
+        )
 
     def push_many(self, items, lengths, images=None) -> None:
         self._packer.push_many(
@@ -200,6 +212,17 @@ class StreamingPacker:
         self._packer = _core._StreamingPacker(*self._options, state)
 
 
+def _whole(value: Any, name: str, i: int) -> int:
+    """One length of a stream: an integer, or a float that is a whole number
+    (as pack() takes arrays); int(1.5) silently packed 1 token."""
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        if not math.isfinite(v) or v != math.floor(v) or abs(v) >= 2.0**63:
+            raise ValueError(f"{name}: item {i} is {v!r}, not a whole number below 2**63")
+        return int(v)
+    return _core._index(value, name)
+
+
 def pack_stream(
     lengths: Iterable, capacity: int, *, images: Optional[Iterable] = None, **options
 ) -> Iterator[list]:
@@ -213,7 +236,8 @@ def pack_stream(
     packer = StreamingPacker(capacity, **options)
     image_iter = iter(images) if images is not None else None
     for i, n in enumerate(lengths):
-        packer.push(i, int(n), int(next(image_iter)) if image_iter is not None else 0)
+        image = _whole(next(image_iter), "images", i) if image_iter is not None else 0
+        packer.push(i, _whole(n, "lengths", i), image)
         yield from iter(packer.pop, None)
     packer.finish()
     yield from iter(packer.pop, None)
@@ -245,7 +269,12 @@ def balance_ranks(
         costs = _core._pack_costs(packing, cost)
     else:
         costs = [float(c) for c in np.asarray(packing, dtype=np.float64).ravel()]
-    return _core._balance_ranks(costs, int(world_size), int(packs_per_rank), bool(drop_last))
+    return _core._balance_ranks(
+        costs,
+        _core._index(world_size, "world_size"),
+        _core._index(packs_per_rank, "packs_per_rank"),
+        _core._bool(drop_last, "drop_last"),
+    )
 
 
 def collate_rows(
@@ -327,7 +356,7 @@ def collate_packing(
         np.zeros(0, dtype=np.int64),
         tokens,
         offsets,
-        seq_len=packing.capacity if seq_len is None else seq_len,
+        seq_len=packing.capacity if seq_len is None else _core._index(seq_len, "seq_len"),
         padding_side=padding_side,
         pad_token_id=pad_token_id,
         ignore_index=ignore_index,
@@ -362,7 +391,7 @@ class PackedCollator:
         block_mask: bool = False,
         causal: bool = True,
     ):
-        self.seq_len = int(seq_len)
+        self.seq_len = _core._index(seq_len, "seq_len")
         self.padding_side = padding_side
         self.pad_token_id = pad_token_id
         self.ignore_index = ignore_index

@@ -103,7 +103,12 @@ def whale_choice(
     unbalanced, drop_last = _core._whale_policy(
         {k: env[k] for k in (UNBALANCED, DROP_LAST) if k in env}
     )
-    return _core._whale_slicing(num_files, world_size, unbalanced, drop_last)
+    return _core._whale_slicing(
+        _core._index(num_files, "num_files"),
+        _core._index(world_size, "world_size"),
+        unbalanced,
+        drop_last,
+    )
 
 
 def whale_plan(

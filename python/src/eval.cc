@@ -29,14 +29,25 @@ std::pair<Indices, Mask> BatchArrays(const EvalPlan& p, Index rank, Index step, 
   const auto width = static_cast<size_t>(per_device ? p.device_batch() : p.batch_size());
   std::int64_t* idx;
   bool* mask;
-  Indices indices =
-      per_device ? NewNd<std::int64_t>({devices, width}, &idx) : NewNd<std::int64_t>({width}, &idx);
-  Mask masks = per_device ? NewNd<bool>({devices, width}, &mask) : NewNd<bool>({width}, &mask);
+  std::optional<Indices> indices;
+  std::optional<Mask> masks;
+  try {
+    indices = per_device ? NewNd<std::int64_t>({devices, width}, &idx)
+                         : NewNd<std::int64_t>({width}, &idx);
+    masks = per_device ? NewNd<bool>({devices, width}, &mask) : NewNd<bool>({width}, &mask);
+  } catch (const std::bad_alloc&) {
+    // A valid plan whose one batch does not fit in memory: say which
+    // parameter and how much (it was a bare MemoryError).
+    const std::string slots = std::to_string(p.batch_size());
+    ThrowInvalid("batch_size", slots + " slots per batch need " + slots +
+                                   " x 9 bytes for its indices and mask, more than can be "
+                                   "allocated here");
+  }
   {
     ReleaseGil release;
     p.Batch(rank, step, idx, mask);
   }
-  return {indices, masks};
+  return {*indices, *masks};
 }
 
 // Iterates (step, indices, mask) over every step of one rank.
@@ -150,7 +161,8 @@ void init_eval_plan(nb::module_& m) {
           "__init__",
           [](EvalPlan* self, Int num_items, OptionalInt world_size, Int batch_size, Int devices,
              OptionalInt min_device_batch, Str split, Bool shuffle, Int seed, Int epoch,
-             nb::handle roles, nb::handle mesh, nb::handle data_axes) {
+             nb::handle roles, nb::handle mesh, nb::handle data_axes, Int offset, OptionalInt limit,
+             Str window) {
             EvalOptions o;
             const Index n = ToIndex(num_items, "num_items");
             const std::optional<Index> w = ToOptionalIndex(world_size, "world_size");
@@ -161,6 +173,9 @@ void init_eval_plan(nb::module_& m) {
             o.shuffle = ToBool(shuffle, "shuffle");
             o.seed = ToUint64(seed, "seed");
             o.epoch = ToUint64(epoch, "epoch");
+            o.offset = ToIndex(offset, "offset");
+            o.limit = ToOptionalIndex(limit, "limit");
+            o.window = ParseWindowRule(ToStr(window, "window"));
             const std::optional<DataRoles> r = RolesArgument(roles, mesh, data_axes);
             if (!r) {
               if (!w) throw std::invalid_argument("world_size: required unless roles= is given");
@@ -179,19 +194,27 @@ void init_eval_plan(nb::module_& m) {
           "min_device_batch"_a.none() = nb::none(), "split"_a.none() = "round_robin",
           "shuffle"_a.none() = false, "seed"_a.none() = 0, "epoch"_a.none() = 0,
           "roles"_a.none() = nb::none(), "mesh"_a.none() = nb::none(),
-          "data_axes"_a.none() = nb::none(),
+          "data_axes"_a.none() = nb::none(), "offset"_a.none() = 0, "limit"_a.none() = nb::none(),
+          "window"_a.none() = "strict",
           nb::sig("def __init__(self, num_items: int, world_size: int | None = None, "
                   "batch_size: int | None = None, *, devices: int = 1, "
                   "min_device_batch: int | None = None, split: str = 'round_robin', "
                   "shuffle: bool = False, seed: int = 0, epoch: int = 0, "
                   "roles: DataRoles | None = None, mesh: typing.Any = None, "
-                  "data_axes: str | collections.abc.Sequence[str] | None = None) -> None"))
+                  "data_axes: str | collections.abc.Sequence[str] | None = None, offset: int = 0, "
+                  "limit: int | None = None, window: str = 'strict') -> None"))
       .def_prop_ro(
           "roles", [](const EvalPlan& p) { return p.roles(); },
           "The DataRoles the plan was built from (None without roles=): the plan's ranks are\n"
           "their data-parallel ranks; gather_unshard and global_masked_sum count each replica\n"
           "group once (its reporter, the least rank).")
       .def_prop_ro("num_items", &EvalPlan::num_items)
+      .def_prop_ro("window_begin", &EvalPlan::window_begin, "first item of the window (offset)")
+      .def_prop_ro("window_size", &EvalPlan::window_size,
+                   "items evaluated: [window_begin, window_begin + window_size)")
+      .def_prop_ro(
+          "window",
+          [](const EvalPlan& p) { return std::string(WindowRuleName(p.options().window)); })
       .def_prop_ro("world_size", &EvalPlan::world_size)
       .def_prop_ro("batch_size", &EvalPlan::batch_size,
                    "slots per step on every rank (devices x device_batch)")
@@ -205,21 +228,31 @@ void init_eval_plan(nb::module_& m) {
                    "hash of the parameters and the shardkit version (compare across ranks)")
       .def_prop_ro("split",
                    [](const EvalPlan& p) { return std::string(SplitName(p.options().split)); })
-      .def("real", &EvalPlan::Real, "rank"_a, "Real (unmasked) slots of rank over all steps.")
-      .def("padding", &EvalPlan::Padding, "rank"_a,
-           "Padded slots of rank over all steps (as ShardPlan.padding(rank)).")
-      .def("batch", &BatchArrays, "rank"_a, "step"_a, nb::kw_only(), "per_device"_a = false,
-           "(indices int64, mask bool) of rank's step: shape [batch_size], or\n"
-           "[devices, device_batch] with per_device. Raises IndexError for a rank or step\n"
-           "outside its range.")
+      .def(
+          "real", [](const EvalPlan& p, Int rank) { return p.Real(ToIndex(rank, "rank")); },
+          "rank"_a.none(), "Real (unmasked) slots of rank over all steps.")
+      .def(
+          "padding", [](const EvalPlan& p, Int rank) { return p.Padding(ToIndex(rank, "rank")); },
+          "rank"_a.none(), "Padded slots of rank over all steps (as ShardPlan.padding(rank)).")
+      .def(
+          "batch",
+          [](const EvalPlan& p, Int rank, Int step, Bool per_device) {
+            return BatchArrays(p, ToIndex(rank, "rank"), ToIndex(step, "step"),
+                               ToBool(per_device, "per_device"));
+          },
+          "rank"_a.none(), "step"_a.none(), nb::kw_only(), "per_device"_a.none() = false,
+          "(indices int64, mask bool) of rank's step: shape [batch_size], or\n"
+          "[devices, device_batch] with per_device. Raises IndexError for a rank or step\n"
+          "outside its range.")
       .def(
           "batches",
-          [](const EvalPlan& p, Index rank, bool per_device) {
+          [](const EvalPlan& p, Int rank_arg, Bool per_device) {
+            const Index rank = ToIndex(rank_arg, "rank");
             static_cast<void>(p.Real(rank));  // the core's IndexError for a bad rank, now
             return nb::typed<nb::iterator, std::tuple<Index, Indices, Mask>>(
-                nb::iter(nb::cast(EvalBatches{p, rank, per_device})));
+                nb::iter(nb::cast(EvalBatches{p, rank, ToBool(per_device, "per_device")})));
           },
-          "rank"_a, nb::kw_only(), "per_device"_a = false,
+          "rank"_a.none(), nb::kw_only(), "per_device"_a.none() = false,
           "(step, indices, mask) for every step of rank.")
       .def("unshard", &Unshard, "outputs_by_rank"_a,
            nb::sig("def unshard(self, outputs_by_rank: collections.abc.Sequence[typing.Any]) "
@@ -238,11 +271,11 @@ void init_eval_plan(nb::module_& m) {
            "[0, 10, 20, 30, 40]\n")
       .def(
           "locate",
-          [](const EvalPlan& p, Index item) {
-            auto s = p.Locate(item);
+          [](const EvalPlan& p, Int item) {
+            auto s = p.Locate(ToIndex(item, "item"));
             return std::make_tuple(s.rank, s.step, s.slot);
           },
-          "item"_a, "(rank, step, slot) where item is evaluated.")
+          "item"_a.none(), "(rank, step, slot) where item is evaluated.")
       .def(
           "source_rows",
           [](const EvalPlan& p) {
@@ -261,15 +294,22 @@ void init_eval_plan(nb::module_& m) {
       .def("describe", &EvalPlan::Describe)
       .def("__repr__", &EvalPlan::Describe);
 
-  m.def("steps_for_count", &StepsForCount, "max_count"_a, "batch_size"_a,
-        "ceil(max_count / batch_size): the step count ranks agree on for dynamic counts.");
+  m.def(
+      "steps_for_count",
+      [](Int max_count, Int batch_size) {
+        return StepsForCount(ToIndex(max_count, "max_count"), ToIndex(batch_size, "batch_size"));
+      },
+      "max_count"_a.none(), "batch_size"_a.none(),
+      "ceil(max_count / batch_size): the step count ranks agree on for dynamic counts.");
   m.def(
       "pad_for_devices",
-      [](Index n, Index devices, std::optional<Index> min_device_batch) {
-        DevicePadding p = PadForDevices(n, devices, min_device_batch.value_or(0));
+      [](Int n, Int devices, OptionalInt min_device_batch) {
+        DevicePadding p =
+            PadForDevices(ToIndex(n, "n"), ToIndex(devices, "devices"),
+                          ToOptionalIndex(min_device_batch, "min_device_batch").value_or(0));
         return std::make_tuple(p.device_batch, p.padding);
       },
-      "n"_a, "devices"_a, nb::kw_only(), "min_device_batch"_a = nb::none(),
+      "n"_a.none(), "devices"_a.none(), nb::kw_only(), "min_device_batch"_a.none() = nb::none(),
       "Flax pad_shard_unpad's rule: (per-device batch, padding) for a host batch of n rows.");
   m.def(
       "replica_sources",

@@ -5,6 +5,7 @@
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -307,14 +308,14 @@ void init_layout(nb::module_& m) {
       .def_prop_ro("processes", [](const Mesh& m) { return m.processes(); })
       .def(
           "devices_of",
-          [](const Mesh& m, Index process) {
-            auto devices = m.DevicesOf(process);
+          [](const Mesh& m, Int process) {
+            auto devices = m.DevicesOf(ToIndex(process, "process"));
             std::int64_t* data;
             auto array = NewArray<std::int64_t>(devices.size(), &data);
             std::copy(devices.begin(), devices.end(), data);
             return array;
           },
-          "process"_a, "The devices of `process`, ascending (empty when it owns none).")
+          "process"_a.none(), "The devices of `process`, ascending (empty when it owns none).")
       .def("__repr__", [](const Mesh& m) {
         std::string out = "Mesh({";
         for (size_t a = 0; a < m.axes().size(); ++a) {
@@ -391,10 +392,20 @@ void init_layout(nb::module_& m) {
       "([[(2, 4)], [(0, 3)]], (2, 3))\n")
       .def(
           "__init__",
-          [](NamedSharding* self, const Mesh& mesh, SpecLike spec) {
-            new (self) NamedSharding(mesh, SpecFromPython(spec));
+          [](NamedSharding* self, nb::handle mesh, SpecLike spec) {
+            // Named, not nanobind's signature dump (NamedSharding(None, spec)).
+            if (!nb::isinstance<Mesh>(mesh)) {
+              throw nb::type_error(
+                  ("mesh: expected a shardkit.Mesh, got " + TypeAndRepr(mesh)).c_str());
+            }
+            if (spec.is_none()) {
+              throw nb::type_error("spec: expected a PartitionSpec (or its entries), got None");
+            }
+            new (self) NamedSharding(nb::cast<const Mesh&>(mesh), SpecFromPython(spec));
           },
-          "mesh"_a, "spec"_a)
+          nb::sig("def __init__(self, mesh: Mesh, spec: PartitionSpec | "
+                  "collections.abc.Iterable[str | tuple[str, ...] | None]) -> None"),
+          "mesh"_a.none(), "spec"_a.none())
       .def_static(
           "from_jax",
           [](nb::handle sharding) {
@@ -472,8 +483,8 @@ void init_layout(nb::module_& m) {
           "shape"_a, "Replica id of every device (JAX's device_replica_id_map rule).")
       .def(
           "process_indices",
-          [](const NamedSharding& s, IntSequence shape, Index process) {
-            ProcessLayout view = LayoutOf(s, shape).Process(process);
+          [](const NamedSharding& s, IntSequence shape, Int process) {
+            ProcessLayout view = LayoutOf(s, shape).Process(ToIndex(process, "process"));
             const Index shard_dims = static_cast<Index>(view.local_shape().size());
             std::vector<Index> shard_shape = LayoutOf(s, shape).shard_shape();
             std::vector<std::vector<std::pair<Index, Index>>> out(static_cast<size_t>(shard_dims));
@@ -482,21 +493,25 @@ void init_layout(nb::module_& m) {
             }
             return out;
           },
-          "shape"_a, "process"_a,
+          "shape"_a, "process"_a.none(),
           "Per dimension, the sorted distinct (start, stop) slices `process` holds.")
       .def(
           "local_shape",
-          [](const NamedSharding& s, IntSequence shape, Index process) {
-            return ToTuple(LayoutOf(s, shape).Process(process).local_shape());
+          [](const NamedSharding& s, IntSequence shape, Int process) {
+            return ToTuple(LayoutOf(s, shape).Process(ToIndex(process, "process")).local_shape());
           },
-          "shape"_a, "process"_a,
+          "shape"_a, "process"_a.none(),
           "The shape of `process`'s local data (JAX's num_addressable_indices per dimension).")
       .def(
           "process_index_and_count",
-          [](const NamedSharding& s, int dim, Index process) {
-            return s.ProcessIndexAndCount(dim, process);
+          [](const NamedSharding& s, Int dim, Int process) {
+            const Index d = ToIndex(dim, "dim");
+            if (d < std::numeric_limits<int>::min() || d > std::numeric_limits<int>::max()) {
+              throw nb::index_error(("dim: " + std::to_string(d) + " is not a dimension").c_str());
+            }
+            return s.ProcessIndexAndCount(static_cast<int>(d), ToIndex(process, "process"));
           },
-          "dim"_a, "process"_a,
+          "dim"_a.none(), "process"_a.none(),
           "(index, count) of the process's distinct slices along `dim` (JAX's "
           "get_process_index_and_count, index ordered by first start), None when non-uniform.")
       .def(
@@ -510,8 +525,9 @@ void init_layout(nb::module_& m) {
           "local_shape"_a, "JAX's local_to_global_shape: None in non-uniform dimensions.")
       .def(
           "local_to_global",
-          [](const NamedSharding& s, IntSequence local_shape, Index process,
+          [](const NamedSharding& s, IntSequence local_shape, Int process_arg,
              std::optional<IntSequence> global_shape) {
+            const Index process = ToIndex(process_arg, "process");
             std::vector<Index> local = ToIndices(local_shape, "local_data");
             std::vector<Index> given;
             std::optional<std::span<const Index>> global;
@@ -531,7 +547,7 @@ void init_layout(nb::module_& m) {
                                  nb::cast(Slices(map.global, k, n)),
                                  nb::cast(Slices(map.local, k, n))};
           },
-          "local_shape"_a, "process"_a, "global_shape"_a = nb::none(),
+          "local_shape"_a, "process"_a.none(), "global_shape"_a = nb::none(),
           "How `process`'s local data of `local_shape` fills its devices, exactly as\n"
           "jax.make_array_from_process_local_data: a LocalToGlobal (global_shape, devices,\n"
           "and global/local int64 arrays [device, dim, (start, stop)]).")
@@ -590,28 +606,37 @@ void init_layout(nb::module_& m) {
       "shardkit.PartitionSpec('data')), 8)\n"
       ">>> plan.rows(1), plan.hosts_of(5)\n"
       "([(2, 4), (6, 8)], [0])\n")
-      .def(nb::init<NamedSharding, Index>(), "sharding"_a, "batch_size"_a)
+      .def(
+          "__init__",
+          [](LoadingPlan* self, const NamedSharding& sharding, Int batch_size) {
+            new (self) LoadingPlan(sharding, ToIndex(batch_size, "batch_size"));
+          },
+          "sharding"_a, "batch_size"_a.none())
       .def_prop_ro("batch_size", &LoadingPlan::batch_size)
       .def_prop_ro("shard_rows", &LoadingPlan::shard_rows)
       .def(
           "rows",
-          [](const LoadingPlan& p, Index process) {
+          [](const LoadingPlan& p, Int process) {
             std::vector<std::pair<Index, Index>> out;
-            for (const Slice& s : p.Rows(process)) out.push_back({s.start, s.stop});
+            for (const Slice& s : p.Rows(ToIndex(process, "process"))) {
+              out.push_back({s.start, s.stop});
+            }
             return out;
           },
-          "process"_a, "Merged (start, stop) row ranges `process` loads, in local-data order.")
+          "process"_a.none(),
+          "Merged (start, stop) row ranges `process` loads, in local-data order.")
       .def(
           "hosts_of",
-          [](const LoadingPlan& p, Index row) {
-            auto hosts = p.HostsOf(row);
+          [](const LoadingPlan& p, Int row) {
+            auto hosts = p.HostsOf(ToIndex(row, "row"));
             return std::vector<Index>(hosts.begin(), hosts.end());
           },
-          "row"_a, "The processes holding global row `row`.")
+          "row"_a.none(), "The processes holding global row `row`.")
       .def("num_steps", &LoadingPlan::NumSteps, "order"_a)
       .def(
           "items",
-          [](const LoadingPlan& p, const Shard& order, Index step, Index process) {
+          [](const LoadingPlan& p, const Shard& order, Int step_arg, Int process_arg) {
+            const Index step = ToIndex(step_arg, "step"), process = ToIndex(process_arg, "process");
             const Index n = p.NumRows(process);
             std::int64_t* items;
             bool* padding;
@@ -623,7 +648,7 @@ void init_layout(nb::module_& m) {
             }
             return std::make_pair(a, b);
           },
-          "order"_a, "step"_a, "process"_a,
+          "order"_a, "step"_a.none(), "process"_a.none(),
           "(items, padding): the items `process` reads at `step`, where the global batch of\n"
           "step t is entries [t * batch_size, (t + 1) * batch_size) of `order` (a Shard).");
 

@@ -152,9 +152,8 @@ void init_packing(nb::module_& m) {
             } catch (const nb::python_error& e) {
               ThrowInvalid("state", std::string("is not JSON-serialisable (") + e.what() + ")");
             }
-            PackerState s = PackerStateFromJson(text);
-            PackerStateFits(s, o);
-            new (self) StreamingPacker(o, std::move(s));
+            // The constructor applies the restore checks (PackerStateFits is them).
+            new (self) StreamingPacker(o, PackerStateFromJson(text));
           },
           "capacity"_a, "algorithm"_a, "max_images"_a.none(), "max_sequences"_a.none(),
           "oversize"_a, "buffer"_a.none(), "state"_a.none())

@@ -55,7 +55,10 @@ void init_shard_plan(nb::module_& m) {
       .def("__len__", &Shard::size)
       .def(
           "__getitem__",
-          [](const Shard& s, Index k) { return s[CheckedIndex(k, s.size(), "index")]; }, "index"_a)
+          [](const Shard& s, Int k) {
+            return s[CheckedIndex(ToIndex(k, "index"), s.size(), "index")];
+          },
+          "index"_a.none())
       .def("__iter__",
            [](const Shard& s) {
              return ShardIterator{s, 0};
@@ -66,14 +69,18 @@ void init_shard_plan(nb::module_& m) {
       .def_prop_ro("num_workers", &Shard::num_workers)
       .def(
           "is_padding",
-          [](const Shard& s, Index k) { return s.IsPadding(CheckedIndex(k, s.size(), "index")); },
-          "index"_a, "Whether entry index (negative: from the end) is padding; IndexError outside.")
+          [](const Shard& s, Int k) {
+            return s.IsPadding(CheckedIndex(ToIndex(k, "index"), s.size(), "index"));
+          },
+          "index"_a.none(),
+          "Whether entry index (negative: from the end) is padding; IndexError outside.")
       .def(
           "numpy",
-          [](const Shard& s, Index start, std::optional<Index> stop,
+          [](const Shard& s, Int start_arg, OptionalInt stop,
              std::optional<nb::ndarray<std::int64_t, nb::ndim<1>, nb::c_contig>> out)
               -> nb::typed<nb::object, NumpyArray<std::int64_t>> {
-            const Index end = stop.value_or(s.size());
+            const Index start = ToIndex(start_arg, "start");
+            const Index end = ToOptionalIndex(stop, "stop").value_or(s.size());
             if (start < 0 || end < start || end > s.size()) {
               throw nb::index_error(("range [" + std::to_string(start) + ", " +
                                      std::to_string(end) + ") is outside [0, " +
@@ -99,7 +106,7 @@ void init_shard_plan(nb::module_& m) {
             }
             return nb::typed<nb::object, NumpyArray<std::int64_t>>(result);
           },
-          "start"_a = 0, "stop"_a = nb::none(), "out"_a = nb::none(),
+          "start"_a.none() = 0, "stop"_a.none() = nb::none(), "out"_a = nb::none(),
           "Entries [start, stop) as int64, filled in place by C++: into `out` (a\n"
           "contiguous int64 array of stop - start elements) when given, else into a new\n"
           "array.")
@@ -207,22 +214,31 @@ void init_shard_plan(nb::module_& m) {
           "rank"_a.none(), nb::kw_only(), "worker"_a.none() = 0, "num_workers"_a.none() = 1,
           "Rank's list, or the part of it that one of num_workers dataloader workers reads.")
       .def("counts", &ShardPlan::Counts, "Length of every rank's list, padding included.")
-      .def("count", &ShardPlan::Count, "rank"_a)
-      .def("padding", &ShardPlan::Padding, "rank"_a)
-      .def("item", &ShardPlan::ItemAt, "rank"_a, "entry"_a,
-           "The global item at entry `entry` of rank's list.")
+      .def(
+          "count", [](const ShardPlan& p, Int rank) { return p.Count(ToIndex(rank, "rank")); },
+          "rank"_a.none())
+      .def(
+          "padding", [](const ShardPlan& p, Int rank) { return p.Padding(ToIndex(rank, "rank")); },
+          "rank"_a.none())
+      .def(
+          "item",
+          [](const ShardPlan& p, Int rank, Int entry) {
+            return p.ItemAt(ToIndex(rank, "rank"), ToIndex(entry, "entry"));
+          },
+          "rank"_a.none(), "entry"_a.none(), "The global item at entry `entry` of rank's list.")
       .def(
           "locate",
-          [](const ShardPlan& p, Index item) -> std::optional<std::pair<Index, Index>> {
-            Location loc = p.Locate(item);
+          [](const ShardPlan& p, Int item) -> std::optional<std::pair<Index, Index>> {
+            Location loc = p.Locate(ToIndex(item, "item"));
             if (loc.rank < 0) return std::nullopt;
             return std::make_pair(loc.rank, loc.entry);
           },
-          "item"_a, "(rank, entry) holding `item`, or None when it was dropped.")
+          "item"_a.none(), "(rank, entry) holding `item`, or None when it was dropped.")
       .def("loads", &ShardPlan::Loads, "Each rank's load (sum of its items' weights).")
       .def(
           "audit",
-          [](const ShardPlan& p, Index enumerate_limit) {
+          [](const ShardPlan& p, Int limit) {
+            const Index enumerate_limit = ToIndex(limit, "enumerate_limit");
             AuditReport report;
             {
               ReleaseGil release;
@@ -230,7 +246,7 @@ void init_shard_plan(nb::module_& m) {
             }
             return report;
           },
-          "enumerate_limit"_a = Index{1} << 27,
+          "enumerate_limit"_a.none() = Index{1} << 27,
           "Proves exactly-once coverage (as the remainder policy states) and reports balance\n"
           "(an AuditReport). Plans of up to enumerate_limit entries are checked by listing\n"
           "every entry, larger ones by the arithmetic of the split.")

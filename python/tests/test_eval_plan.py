@@ -275,3 +275,70 @@ def test_demo_reports_the_evaluation_section(cli, tmp_path):
         assert row["padding"] == row["steps"] * 8 * b - n
         assert row["torch_duplicates"] == math.ceil(n / 8) * 8 - n
     assert ev["flax"]["steps"] == 2 and ev["unshard_in_order"] is True
+
+
+def harness_items(n, w, r, offset, limit):
+    """lm-eval / lmms-eval: `limit = int(limit) if limit else None`, then
+    islice(range(N), rank + offset, offset + limit, world_size)."""
+    limit = int(limit) if limit else None
+    stop = None if limit is None else offset + limit
+    return list(itertools.islice(range(n), r + offset, stop, w))
+
+
+def test_harness_window_reads_limit_and_offset_as_lm_eval_does():
+    rng = random.Random(13)
+    for _ in range(300):
+        n, w, b = rng.randrange(40), rng.randrange(1, 5), rng.randrange(1, 4)
+        offset = rng.randrange(50)
+        limit = rng.choice([None, 0, rng.randrange(1, 45)])
+        plan = EvalPlan(n, w, b, offset=offset, limit=limit, window="harness")
+        rows = []
+        for r in range(w):
+            real, out = [], []
+            for _step, idx, mask in plan.batches(r):
+                real += idx[mask].tolist()
+                out.append(idx)
+            assert real == harness_items(n, w, r, offset, limit), (n, w, r, offset, limit)
+            rows.append(np.concatenate(out) if out else np.zeros(0, np.int64))
+        window = list(range(plan.window_begin, plan.window_begin + plan.window_size))
+        assert sorted(i for r in range(w) for i in harness_items(n, w, r, offset, limit)) == window
+        assert plan.unshard(rows).tolist() == window
+
+
+def test_strict_window_is_the_default_and_refuses_offset_beyond_the_data():
+    with pytest.raises(ValueError, match=r"^offset: 11 lies beyond the data"):
+        EvalPlan(10, 2, 4, offset=11)
+    none = EvalPlan(10, 2, 4, offset=3, limit=0)
+    assert (none.window_size, none.num_steps, none.window) == (0, 0, "strict")
+    everything = EvalPlan(10, 2, 4, offset=3, limit=0, window="harness")
+    assert (everything.window_begin, everything.window_size) == (3, 7)
+    beyond = EvalPlan(10, 2, 4, offset=11, window="harness")
+    assert (beyond.window_size, beyond.num_steps) == (0, 0)
+    assert EvalPlan(10, 2, 4).fingerprint == EvalPlan(10, 2, 4, window="harness").fingerprint
+    assert everything.fingerprint != EvalPlan(10, 2, 4).fingerprint
+    with pytest.raises(ValueError, match=r"^window: expected strict or harness"):
+        EvalPlan(10, 2, 4, window="lenient")
+    with pytest.raises(ValueError, match=r"^limit: "):
+        EvalPlan(10, 2, 4, limit=-1, window="harness")
+    with pytest.raises(TypeError, match=r"^limit: expected an integer, got float 0.5"):
+        EvalPlan(10, 2, 4, limit=0.5, window="harness")
+
+
+def test_regression_batch_arguments_name_the_parameter_and_the_value():
+    plan = EvalPlan(10, 3, 2)
+    with pytest.raises(TypeError, match=r"^step: expected an integer, got float 2.0$"):
+        plan.batch(0, 2.0)
+    with pytest.raises(ValueError, match=r"^step: 9223372036854775808 does not fit"):
+        plan.batch(0, 2**63)
+    with pytest.raises(TypeError, match=r"^rank: expected an integer, got NoneType None$"):
+        plan.padding(None)
+    with pytest.raises(TypeError, match=r"^max_count: expected an integer"):
+        shardkit.steps_for_count(1.5, 2)
+    with pytest.raises(ValueError, match=r"^n: 18446744073709551616 does not fit"):
+        shardkit.pad_for_devices(2**64, 2)
+
+
+def test_regression_huge_batch_is_a_value_error_naming_batch_size_not_a_bare_memory_error():
+    plan = EvalPlan(10, 3, 2**55)
+    with pytest.raises(ValueError, match=r"^batch_size: 36028797018963968 slots per batch"):
+        plan.batch(0, 0)

@@ -16,6 +16,14 @@ ShardPlan MakeItemPlan(Index num_items, Index world_size, const EvalOptions& o) 
                  "contiguous): evaluation needs no weights to be exact");
   }
   ShardOptions so;
+  so.offset = o.offset;
+  so.limit = o.limit;
+  if (o.window == WindowRule::kHarness) {
+    // lm-eval / lmms-eval: `limit = int(limit) if limit else None`, and
+    // islice from an offset beyond the data yields nothing.
+    if (o.limit && *o.limit == 0) so.limit.reset();
+    if (o.offset > num_items && num_items >= 0) so.offset = num_items;
+  }
   so.split = o.split;
   so.remainder = Remainder::kUneven;
   so.shuffle = o.shuffle;
@@ -38,10 +46,20 @@ Index EffectiveBatch(Index batch_size, const EvalOptions& o) {
 
 }  // namespace
 
+WindowRule ParseWindowRule(std::string_view name) {
+  if (name == "strict") return WindowRule::kStrict;
+  if (name == "harness") return WindowRule::kHarness;
+  ThrowInvalid("window", "expected strict or harness, got '" + std::string(name) + "'");
+}
+
+std::string_view WindowRuleName(WindowRule rule) {
+  return rule == WindowRule::kHarness ? "harness" : "strict";
+}
+
 EvalPlan::EvalPlan(Index num_items, Index world_size, Index batch_size, EvalOptions options)
     : plan_(MakeItemPlan(num_items, world_size, options)), options_(options) {
   batch_ = EffectiveBatch(batch_size, options_);
-  steps_ = CeilDiv(CeilDiv(num_items, world_size), batch_);
+  steps_ = CeilDiv(CeilDiv(window_size(), world_size), batch_);
   // Every slot of every rank must be addressable as one Index (SourceRows).
   // The slots grow with the batch (num_items only through the step count,
   // which is at least 1 per item): name batch_size and give all three.
@@ -71,7 +89,7 @@ Index EvalPlan::Real(Index rank) const {
 
 Index EvalPlan::Padding(Index rank) const { return steps_ * batch_ - Real(rank); }
 
-Index EvalPlan::TotalPadding() const { return steps_ * world_size() * batch_ - num_items(); }
+Index EvalPlan::TotalPadding() const { return steps_ * world_size() * batch_ - window_size(); }
 
 double EvalPlan::PaddingFraction() const {
   const Index slots = steps_ * world_size() * batch_;
@@ -89,25 +107,25 @@ void EvalPlan::Batch(Index rank, Index step, Index* indices, bool* mask) const {
   for (Index e = begin; e < begin + batch_; ++e) {
     const Index j = e - begin;
     mask[j] = e < real_end;
-    if (e >= real_end) indices[j] = real > 0 ? shard[e % real] : 0;
+    if (e >= real_end) indices[j] = real > 0 ? shard[e % real] : window_begin();
   }
 }
 
 EvalPlan::Slot EvalPlan::Locate(Index item) const {
-  CheckIndex("item", item, 0, num_items());
+  CheckIndex("item", item, window_begin(), window_begin() + window_size(), " (the window)");
   const Location loc = plan_.Locate(item);
   return {loc.rank, loc.entry / batch_, loc.entry % batch_};
 }
 
 std::vector<Index> EvalPlan::SourceRows() const {
-  std::vector<Index> rows(static_cast<size_t>(num_items()));
+  std::vector<Index> rows(static_cast<size_t>(window_size()));
   std::vector<Index> items;
   const Index per_rank = steps_ * batch_;
   for (Index r = 0; r < world_size(); ++r) {
     const Shard shard = plan_.GetShard(r);
     items.resize(static_cast<size_t>(shard.size()));
     shard.Fill(0, shard.size(), items.data());
-    for (Index e = 0; e < shard.size(); ++e) rows[items[e]] = r * per_rank + e;
+    for (Index e = 0; e < shard.size(); ++e) rows[items[e] - window_begin()] = r * per_rank + e;
   }
   return rows;
 }
@@ -141,6 +159,13 @@ std::uint64_t EvalPlan::Fingerprint() const {
   add(options_.shuffle ? 1 : 0);
   add(options_.seed);
   add(options_.epoch);
+  if (window_begin() != 0 || window_size() != num_items()) {
+    // Only a window that leaves items out changes the hash (plans made
+    // before windows existed keep theirs).
+    add(0x57494e444f57ULL);  // "WINDOW"
+    add(static_cast<std::uint64_t>(window_begin()));
+    add(static_cast<std::uint64_t>(window_size()));
+  }
   return h;
 }
 
@@ -149,6 +174,9 @@ std::string EvalPlan::Describe() const {
                   ", batch_size=" + Str(batch_) + ", devices=" + Str(options_.devices) +
                   ", split=" + std::string(SplitName(options_.split));
   if (options_.min_device_batch) s += ", min_device_batch=" + Str(options_.min_device_batch);
+  if (window_begin() != 0 || window_size() != num_items()) {
+    s += ", window=[" + Str(window_begin()) + ", " + Str(window_begin() + window_size()) + ")";
+  }
   if (options_.shuffle) {
     s += ", shuffle=True, seed=" + std::to_string(options_.seed) +
          ", epoch=" + std::to_string(options_.epoch);

@@ -30,6 +30,16 @@
 // the same outputs. When every rank's outputs are gathered, only the least rank
 // of each replica group counts (ReplicaSources below; in sums, only the ranks
 // with roles.reports()), so no item is counted twice.
+// Window: offset and limit choose items [offset, min(N, offset + limit)) of
+// the N items, as ShardPlan's window; everything above (counts, steps,
+// padding, unshard) is about the M window items, and indices are item
+// numbers (offset + position). Two readings of the arguments:
+//   strict  (the default, ShardPlan's): offset > N is an error naming offset,
+//           limit 0 means no items.
+//   harness (lm-eval / lmms-eval, for their --offset / --limit passed
+//           through): limit 0 (or none) means every item from offset, and an
+//           offset beyond N an empty window (their islice yields nothing).
+// Negative values are errors in both.
 //
 // The fingerprint hashes the parameters and the library version; ranks
 // compare it with one collective before the first step (see dist.h and the
@@ -43,6 +53,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardkit/base/errors.h"
@@ -55,6 +66,12 @@ namespace shardkit {
 // release of shardkit may assign items differently.
 inline constexpr char kEvalPlanVersion[] = "shardkit-eval-1";
 
+// How offset and limit read (see the window above): "strict" | "harness";
+// Parse throws invalid_argument naming `window`.
+enum class WindowRule { kStrict, kHarness };
+[[nodiscard]] WindowRule ParseWindowRule(std::string_view name);
+[[nodiscard]] std::string_view WindowRuleName(WindowRule rule);
+
 struct EvalOptions {
   Index devices = 1;                 // local devices per rank; divides batch_size
   Index min_device_batch = 0;        // 0: no minimum (Flax's None)
@@ -62,14 +79,18 @@ struct EvalOptions {
   bool shuffle = false;
   std::uint64_t seed = 0;
   std::uint64_t epoch = 0;
+  Index offset = 0;            // first item of the window
+  std::optional<Index> limit;  // an upper bound on the window size
+  WindowRule window = WindowRule::kStrict;
 };
 
 class EvalPlan {
  public:
   // Throws invalid_argument naming the parameter: num_items < 0,
   // world_size < 1, batch_size < 1, devices < 1, devices not dividing
-  // batch_size, min_device_batch < 0, split balanced, or a step count whose
-  // slots (num_steps * world_size * batch_size) overflow an Index.
+  // batch_size, min_device_batch < 0, split balanced, offset < 0 (or > N
+  // under the strict window), limit < 0, or a step count whose slots
+  // (num_steps * world_size * batch_size) overflow an Index.
   EvalPlan(Index num_items, Index world_size, Index batch_size, EvalOptions options = {});
   // The plan over roles.dp_size() data-parallel ranks, remembering `roles`
   // (they do not enter the fingerprint: replicas and data-parallel ranks hold
@@ -77,6 +98,9 @@ class EvalPlan {
   EvalPlan(Index num_items, const DataRoles& roles, Index batch_size, EvalOptions options = {});
 
   [[nodiscard]] Index num_items() const { return plan_.num_items(); }
+  // The items evaluated: [window_begin, window_begin + window_size).
+  [[nodiscard]] Index window_begin() const { return plan_.window_begin(); }
+  [[nodiscard]] Index window_size() const { return plan_.window_size(); }
   [[nodiscard]] Index world_size() const { return plan_.world_size(); }
   // The effective host batch: devices * device_batch.
   [[nodiscard]] Index batch_size() const { return batch_; }
@@ -91,7 +115,7 @@ class EvalPlan {
   [[nodiscard]] Index Real(Index rank) const;
   // Padded slots of rank: num_steps * batch_size - Real(rank).
   [[nodiscard]] Index Padding(Index rank) const;
-  // Padded slots over all ranks: num_steps * world_size * batch_size - N.
+  // Padded slots over all ranks: num_steps * world_size * batch_size - M.
   [[nodiscard]] Index TotalPadding() const;
   // TotalPadding / (num_steps * world_size * batch_size); 0 for no slots.
   [[nodiscard]] double PaddingFraction() const;
@@ -101,13 +125,14 @@ class EvalPlan {
   // outside [0, num_steps).
   void Batch(Index rank, Index step, Index* indices, bool* mask) const;
 
-  // Where item `item` is evaluated. Throws out_of_range outside [0, N).
+  // Where item `item` is evaluated. Throws out_of_range outside the window.
   struct Slot {
     Index rank, step, slot;
   };
   [[nodiscard]] Slot Locate(Index item) const;
 
-  // Row of the rank-concatenated outputs that holds item i, for every item:
+  // Row of the rank-concatenated outputs that holds window item i (item
+  // window_begin + i), for every window item:
   // row = rank * num_steps * batch_size + step * batch_size + slot.
   [[nodiscard]] std::vector<Index> SourceRows() const;
   // Throws invalid_argument naming outputs_by_rank unless there is one entry
@@ -122,13 +147,14 @@ class EvalPlan {
     for (const auto& o : outputs_by_rank) rows.push_back(static_cast<Index>(o.size()));
     CheckOutputRows(rows);
     std::vector<T> out;
-    out.reserve(static_cast<size_t>(num_items()));
+    out.reserve(static_cast<size_t>(window_size()));
     const Index per_rank = steps_ * batch_;
     for (Index row : SourceRows()) out.push_back(outputs_by_rank[row / per_rank][row % per_rank]);
     return out;
   }
 
-  // A hash of (version, num_items, world_size, batch_size, options).
+  // A hash of (version, num_items, world_size, batch_size, options, and the
+  // window when it is not every item).
   [[nodiscard]] std::uint64_t Fingerprint() const;
   // The parameters in words, for error messages.
   [[nodiscard]] std::string Describe() const;

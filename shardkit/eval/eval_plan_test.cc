@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -369,6 +370,95 @@ TEST(EvalPlanTest, StepsForCountIsTheCeilingOfTheLargestShare) {
   EXPECT_EQ(StepsForCount(1, 4), 1);
   EXPECT_EQ(StepsForCount(8, 4), 2);
   EXPECT_EQ(StepsForCount(9, 4), 3);
+}
+
+// lm-eval / lmms-eval read --limit 0 as "every document" (`int(limit) if limit
+// else None`) and islice from an offset beyond the data yields nothing; the
+// harness window gives exactly their items, the strict default refuses or
+// gives none. Reference: islice(range(N), r + offset, stop, W) written out.
+std::vector<Index> HarnessItems(Index n, Index w, Index r, Index offset,
+                                std::optional<Index> limit) {
+  const std::optional<Index> stop =
+      limit && *limit != 0 ? std::optional<Index>(offset + *limit) : std::nullopt;
+  std::vector<Index> out;
+  for (Index i = r + offset; i < n && (!stop || i < *stop); i += w) out.push_back(i);
+  return out;
+}
+
+TEST(EvalPlanTest, HarnessWindowGivesLmEvalItemsForLimitZeroAndOffsetBeyondTheData) {
+  std::mt19937_64 rng(13);
+  for (int t = 0; t < 300; ++t) {
+    const Index n = static_cast<Index>(rng() % 40), w = 1 + static_cast<Index>(rng() % 5);
+    const Index b = 1 + static_cast<Index>(rng() % 4);
+    EvalOptions o;
+    o.window = WindowRule::kHarness;
+    o.offset = static_cast<Index>(rng() % 50);
+    if (rng() % 3) o.limit = static_cast<Index>(rng() % 45);
+    const EvalPlan plan(n, w, b, o);
+    Index total = 0;
+    for (Index r = 0; r < w; ++r) {
+      std::vector<Index> real;
+      std::vector<Index> idx(static_cast<size_t>(b));
+      std::unique_ptr<bool[]> mask(new bool[static_cast<size_t>(b)]);
+      for (Index s = 0; s < plan.num_steps(); ++s) {
+        plan.Batch(r, s, idx.data(), mask.get());
+        for (Index j = 0; j < b; ++j) {
+          if (mask[j]) real.push_back(idx[j]);
+        }
+      }
+      const auto want = HarnessItems(n, w, r, o.offset, o.limit);
+      EXPECT_EQ(real, want) << "n=" << n << " w=" << w << " r=" << r << " offset=" << o.offset
+                            << " limit=" << (o.limit ? *o.limit : -1);
+      total += static_cast<Index>(want.size());
+    }
+    EXPECT_EQ(plan.window_size(), total);
+    // Unshard maps every window item back in order.
+    std::vector<std::vector<Index>> outputs(static_cast<size_t>(w));
+    for (Index r = 0; r < w; ++r) {
+      std::vector<Index> idx(static_cast<size_t>(b));
+      std::unique_ptr<bool[]> mask(new bool[static_cast<size_t>(b)]);
+      for (Index s = 0; s < plan.num_steps(); ++s) {
+        plan.Batch(r, s, idx.data(), mask.get());
+        outputs[static_cast<size_t>(r)].insert(outputs[static_cast<size_t>(r)].end(), idx.begin(),
+                                               idx.end());
+      }
+    }
+    const std::vector<Index> items = plan.Unshard(outputs);
+    ASSERT_EQ(static_cast<Index>(items.size()), plan.window_size());
+    for (Index i = 0; i < plan.window_size(); ++i) {
+      EXPECT_EQ(items[static_cast<size_t>(i)], plan.window_begin() + i);
+      const auto slot = plan.Locate(plan.window_begin() + i);
+      EXPECT_EQ(slot.rank, i % w);
+    }
+  }
+}
+
+TEST(EvalPlanTest, StrictWindowRefusesOffsetBeyondTheDataAndReadsLimitZeroAsNone) {
+  EvalOptions o;
+  o.offset = 11;
+  try {
+    EvalPlan(10, 2, 4, o);
+    ADD_FAILURE() << "offset 11 of 10 items accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("offset: 11", 0), 0u) << e.what();
+  }
+  o.offset = 3;
+  o.limit = 0;
+  const EvalPlan none(10, 2, 4, o);
+  EXPECT_EQ(none.window_size(), 0);
+  EXPECT_EQ(none.num_steps(), 0);
+  o.window = WindowRule::kHarness;
+  const EvalPlan all(10, 2, 4, o);
+  EXPECT_EQ(all.window_begin(), 3);
+  EXPECT_EQ(all.window_size(), 7);
+  EXPECT_NE(all.Fingerprint(), EvalPlan(10, 2, 4).Fingerprint());
+  EXPECT_EQ(EvalPlan(10, 2, 4).Fingerprint(), EvalPlan(10, 2, 4, EvalOptions{}).Fingerprint());
+  o.limit = -1;
+  EXPECT_THROW(EvalPlan(10, 2, 4, o), std::invalid_argument);
+  o.limit.reset();
+  o.offset = -1;
+  EXPECT_THROW(EvalPlan(10, 2, 4, o), std::invalid_argument);
+  EXPECT_THROW((void)ParseWindowRule("lenient"), std::invalid_argument);
 }
 
 }  // namespace

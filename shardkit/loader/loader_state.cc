@@ -526,32 +526,9 @@ PackerState PackerStateFromJson(std::string_view text) {
 }
 
 void PackerStateFits(const PackerState& state, const PackOptions& options) {
-  for (std::size_t i = 0; i < state.pending.size(); ++i) {
-    const Pack& p = state.pending[i];
-    const std::string path = At("state.pending", i);
-    const bool run = p.pieces.size() == 1 && p.tokens > options.capacity &&
-                     p.tokens % options.capacity == 0 && options.oversize == Oversize::kSplit;
-    if (p.tokens > options.capacity && !run) {
-      ThrowAtPath(
-          path, "holds " + Str(p.tokens) + " tokens, more than capacity " + Str(options.capacity));
-    }
-    if (options.max_images && p.images > *options.max_images) {
-      ThrowAtPath(path, "holds " + Str(p.images) + " images, more than max_images " +
-                            Str(*options.max_images));
-    }
-    if (options.max_sequences && static_cast<Index>(p.pieces.size()) > *options.max_sequences) {
-      ThrowAtPath(path, "holds " + Str(static_cast<Index>(p.pieces.size())) +
-                            " pieces, more than max_sequences " + Str(*options.max_sequences));
-    }
-  }
-  for (std::size_t i = 0; i < state.buffered.size(); ++i) {
-    const PackItem& p = state.buffered[i];
-    if (p.length > options.capacity || (options.max_images && p.images > *options.max_images)) {
-      ThrowAtPath(At("state.buffered", i), "item " + Str(p.item) + " (length " + Str(p.length) +
-                                               ", images " + Str(p.images) +
-                                               ") does not fit one pack");
-    }
-  }
+  // The packer's own restore checks are the one definition of a state that
+  // fits (budgets, buffer, pieces, counters): apply them, keep nothing.
+  (void)StreamingPacker(options, state);
 }
 
 }  // namespace shardkit

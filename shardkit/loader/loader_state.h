@@ -144,10 +144,11 @@ void ValidateLoaderState(const LoaderState& state);
 [[nodiscard]] std::string PackerStateToJson(const PackerState& state);
 [[nodiscard]] PackerState PackerStateFromJson(std::string_view text);
 
-// Throws invalid_argument "state: ..." unless every closed pack of `state`
-// fits `options` (tokens <= capacity, or a run of whole packs under oversize
-// split; images <= max_images, pieces <= max_sequences) and every buffered
-// piece fits one pack.
+// Throws invalid_argument "state: ..." unless a StreamingPacker with
+// `options` accepts `state` (its restore checks, the one definition: every
+// closed pack within capacity, or a run of whole packs under oversize split,
+// max_images and max_sequences; every buffered piece within one pack and
+// fewer than the buffer; no piece twice; no negative counter).
 void PackerStateFits(const PackerState& state, const PackOptions& options);
 
 }  // namespace shardkit

@@ -199,6 +199,43 @@ TEST(LoaderStateTest, MergedStatesRoundTripThroughJson) {
   EXPECT_GT(l.ListSize(), 0);
 }
 
+// PackerStateFits and the StreamingPacker constructor each checked restored
+// states, differently: Fits accepted pieces listed twice and more buffered
+// items than the buffer takes, which the constructor refused. Fits now
+// applies the constructor's checks (one definition).
+TEST(LoaderStateTest, RegressionPackerStateFitsIsTheConstructorsCheck) {
+  PackOptions o;
+  o.capacity = 10;
+  o.buffer = 2;
+  PackerState twice;
+  twice.buffered = {PackItem{3, 4, 0, 0}};
+  twice.pending = {Pack{{PackItem{3, 4, 0, 0}}, 4, 0}};
+  twice.items_seen = 1;
+  twice.packs_closed = 1;
+  twice.tokens_closed = 4;
+  auto error = [&](const PackerState& s) {
+    try {
+      PackerStateFits(s, o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error(twice), "state: item 3 is listed twice (pieces at start 0 and 0 overlap)");
+  PackerState full;
+  full.buffered = {PackItem{1, 2, 0, 0}, PackItem{2, 2, 0, 0}};
+  full.items_seen = 2;
+  EXPECT_NE(error(full).find("buffered items, the buffer takes fewer than 2"), std::string::npos)
+      << error(full);
+  PackerState over;
+  over.pending = {Pack{{PackItem{1, 6, 0, 0}, PackItem{2, 7, 0, 0}}, 0, 0}};
+  over.packs_closed = 1;
+  over.tokens_closed = 13;
+  EXPECT_EQ(error(over), "state: pending[0]: holds 13 tokens, more than capacity 10");
+  full.buffered.pop_back();
+  EXPECT_EQ(error(full), "no error");
+}
+
 // Issue 13: a state must prove itself or be refused with the field named.
 class StateRefusals : public ::testing::Test {
  protected:

@@ -424,6 +424,13 @@ StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
     ThrowInvalid("state", "the buffered items do not fit one pack (next_fit)");
   }
   // A closed pack obeys every budget; its totals are recomputed, not trusted.
+  // (The one check of a restored state: PackerStateFits in
+  // shardkit/loader/loader_state.h builds a packer to apply it.)
+  auto over = [&](std::size_t k, Index have, const char* what, const std::string& limit) {
+    ThrowInvalid("state", "pending[" + Str(static_cast<Index>(k)) + "]: holds " + Str(have) + " " +
+                              what + ", more than " + limit);
+  };
+  const std::string capacity_text = "capacity " + Str(options_.capacity);
   for (std::size_t k = 0; k < state.pending.size(); ++k) {
     Pack& pack = state.pending[k];
     if (IsPackRun(pack, options_.capacity)) {
@@ -431,10 +438,11 @@ StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
       const PackItem& p = pack.pieces[0];
       if (options_.oversize != Oversize::kSplit || p.length % options_.capacity != 0 ||
           p.images != 0 || !PieceWithin(p.start, p.length, std::numeric_limits<Index>::max())) {
-        ThrowInvalid("state", "pending pack " + Str(static_cast<Index>(k)) + " (item " +
-                                  Str(p.item) + ", length " + Str(p.length) +
-                                  ") holds more than a pack's capacity (" + Str(options_.capacity) +
-                                  " tokens)");
+        over(k, p.length, "tokens",
+             capacity_text +
+                 " (only a run of whole packs of one item under oversize split "
+                 "may, item " +
+                 Str(p.item) + ")");
       }
       pack.tokens = p.length;
       pack.images = 0;
@@ -445,20 +453,27 @@ StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
     Index pack_tokens = 0, pack_images = 0;
     for (const PackItem& p : pack.pieces) {
       check_piece(p, "pending");
+      // Each piece is at most a pack (checked above): the sums cannot wrap
+      // before they pass the budget.
       pack_tokens += p.length;
       pack_images += p.images;
-      if (pack_tokens > options_.capacity ||
-          (options_.max_images && pack_images > *options_.max_images)) {
-        ThrowInvalid("state", "pending pack " + Str(static_cast<Index>(k)) +
-                                  " holds more than a pack's capacity (" + Str(options_.capacity) +
-                                  " tokens)");
+      if (pack_tokens > options_.capacity) {
+        Index total = 0;
+        for (const PackItem& q : pack.pieces)
+          total = AddWithoutOverflow(total, q.length).value_or(total);
+        over(k, total, "tokens", capacity_text);
+      }
+      if (options_.max_images && pack_images > *options_.max_images) {
+        Index total = 0;
+        for (const PackItem& q : pack.pieces)
+          total = AddWithoutOverflow(total, q.images).value_or(total);
+        over(k, total, "images", "max_images " + Str(*options_.max_images));
       }
     }
     if (options_.max_sequences &&
         static_cast<Index>(pack.pieces.size()) > *options_.max_sequences) {
-      ThrowInvalid("state", "pending pack " + Str(static_cast<Index>(k)) + " holds " +
-                                Str(static_cast<Index>(pack.pieces.size())) +
-                                " items, more than max_sequences");
+      over(k, static_cast<Index>(pack.pieces.size()), "pieces",
+           "max_sequences " + Str(*options_.max_sequences));
     }
     pack.tokens = pack_tokens;
     pack.images = pack_images;

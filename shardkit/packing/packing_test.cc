@@ -1104,8 +1104,7 @@ TEST(StreamingPacker, RegressionStateWithPendingPacksOverCapacityNegativeOrDupli
 
     PackerState over = good;
     over.pending[0].pieces.push_back({4, 1, 0, 0});
-    EXPECT_EQ(StateError(o, over),
-              "state: pending pack 0 holds more than a pack's capacity (10 tokens)");
+    EXPECT_EQ(StateError(o, over), "state: pending[0]: holds 11 tokens, more than capacity 10");
     PackerState negative = good;
     negative.pending[1].pieces[0].length = -5;
     EXPECT_EQ(StateError(o, negative).rfind("state: pending item 3 (start 0, length -5", 0), 0u);
@@ -1124,12 +1123,16 @@ TEST(StreamingPacker, RegressionStateWithPendingPacksOverCapacityNegativeOrDupli
     EXPECT_NE(StateError(o, wrap).find("does not fit a pack"), std::string::npos);
     PackerState run = good;
     run.pending[1].pieces = {{3, 35, 0, 0}};  // a run must be whole packs
-    EXPECT_NE(StateError(o, run).find("holds more than a pack's capacity"), std::string::npos);
+    EXPECT_NE(StateError(o, run).find("pending[1]: holds 35 tokens, more than capacity 10"),
+              std::string::npos)
+        << StateError(o, run);
     run.pending[1].pieces = {{3, 40, 0, 0}};
     EXPECT_EQ(StateError(o, run), "no error");
     PackOptions drop = o;
     drop.oversize = Oversize::kDrop;
-    EXPECT_NE(StateError(drop, run).find("holds more than a pack's capacity"), std::string::npos);
+    EXPECT_NE(StateError(drop, run).find("holds 40 tokens, more than capacity 10"),
+              std::string::npos)
+        << StateError(drop, run);
     PackerState counter = good;
     counter.items_seen = -1;
     EXPECT_EQ(StateError(o, counter), "state: items_seen = -1 is negative");

@@ -1,0 +1,109 @@
+"""Regressions found by tools/sweep.py (issue 13): every argument of the public
+constructors and methods is checked as the bindings check theirs, so a wrong
+type or an integer outside 64 bits is one line naming the parameter and the
+value: no nanobind signature dump without the value, no float silently
+truncated (StreamingPacker(1.5) packed into capacity 1)."""
+
+import re
+
+import numpy as np
+import pytest
+
+import shardkit
+
+
+def _one_line(excinfo, pattern):
+    message = str(excinfo.value)
+    assert "\n" not in message, message
+    assert re.search(pattern, message), message
+
+
+TOKENS = np.arange(200, dtype=np.int32) % 50
+OFFSETS = np.array([0, 10, 10, 70, 150, 200], np.int64)
+
+
+def _loader(**kw):
+    kw.setdefault("seq_len", 16)
+    kw.setdefault("batch_size", 2)
+    return shardkit.TokenLoader(TOKENS, OFFSETS, num_threads=0, **kw)
+
+
+@pytest.mark.parametrize(
+    "call, error, pattern",
+    [
+        (lambda: shardkit.whale_plan(2**63, 3), ValueError, r"^num_files: 9223372036854775808"),
+        (lambda: shardkit.whale_choice(3, 1.5), TypeError, r"^world_size: .*float 1.5"),
+        (
+            lambda: shardkit.NamedSharding(None, shardkit.PartitionSpec("x")),
+            TypeError,
+            r"^mesh: expected a shardkit.Mesh, got NoneType None$",
+        ),
+        (
+            lambda: shardkit.NamedSharding(shardkit.Mesh({"x": 2}), None),
+            TypeError,
+            r"^spec: expected a PartitionSpec",
+        ),
+        (lambda: shardkit.EvalPlan(10, 3, 2).batch(0, 2.0), TypeError, r"^step: .*float 2.0$"),
+        (lambda: shardkit.StreamingPacker(1.5), TypeError, r"^capacity: .*float 1.5$"),
+        (lambda: shardkit.StreamingPacker(2**63), ValueError, r"^capacity: 9223372036854775808"),
+        (lambda: shardkit.StreamingPacker(8, buffer=1.5), TypeError, r"^buffer: "),
+        (lambda: shardkit.StreamingPacker(8, algorithm=1), TypeError, r"^algorithm: "),
+        (lambda: shardkit.StreamingPacker(8).push(0, 1.5), TypeError, r"^length: .*float 1.5$"),
+        (lambda: shardkit.StreamingPacker(8).push(2**63, 1), ValueError, r"^item: "),
+        (lambda: list(shardkit.pack_stream([1, 2.5], 4)), ValueError, r"^lengths: item 1 is 2.5"),
+        (lambda: list(shardkit.pack_stream([1, 2], 1.5)), TypeError, r"^capacity: "),
+        (lambda: shardkit.TrainPlan([5, 3], 1.5, 2, 2), TypeError, r"^seq_len: .*float 1.5$"),
+        (lambda: shardkit.TrainPlan([5, 3], 2**63, 2, 2), ValueError, r"^seq_len: "),
+        (
+            lambda: shardkit.TrainPlan([5, 3], 8, 2, 2, micro_batches=None),
+            TypeError,
+            r"^micro_batches: .*NoneType None$",
+        ),
+        (lambda: shardkit.TrainPlan([5, 3], 8, 2, 2).step(0, 1.5), TypeError, r"^step: "),
+        (lambda: _loader(seq_len=1.5), TypeError, r"^seq_len: .*float 1.5$"),
+        (lambda: _loader(prefetch=2**63), ValueError, r"^prefetch: 9223372036854775808"),
+        (lambda: _loader(seed=-1), ValueError, r"^seed: -1 is outside"),
+        (lambda: _loader(mode=None), TypeError, r"^mode: expected a str, got NoneType None$"),
+        (lambda: _loader(shuffle=1), TypeError, r"^shuffle: expected a bool, got int 1$"),
+        (lambda: _loader(rank=0, world_size=2**63), ValueError, r"^world_size: "),
+        (lambda: shardkit.PackedCollator(1.5), TypeError, r"^seq_len: .*float 1.5$"),
+        (
+            lambda: shardkit.balance_ranks([1.0], 2, packs_per_rank=1.5),
+            TypeError,
+            r"^packs_per_rank",
+        ),
+        (lambda: shardkit.balance_ranks([1.0], 2**63), ValueError, r"^world_size: "),
+        (lambda: shardkit.rank_and_world(1.5, 2, environ={}), TypeError, r"^rank: .*float 1.5$"),
+        (lambda: shardkit.ShardPlan(10, 3).shard(0)[1.5], TypeError, r"^index: .*float 1.5$"),
+        (lambda: shardkit.ShardPlan(10, 3).shard(0).numpy(1.5), TypeError, r"^start: "),
+        (lambda: shardkit.ShardPlan(10, 3).shard(0).is_padding(2**63), ValueError, r"^index: "),
+        (lambda: shardkit.ShardPlan(10, 3).count(None), TypeError, r"^rank: "),
+        (
+            lambda: shardkit.LoadingPlan(
+                shardkit.NamedSharding(shardkit.Mesh({"x": 2}), shardkit.PartitionSpec("x")), 1.5
+            ),
+            TypeError,
+            r"^batch_size: .*float 1.5$",
+        ),
+        (
+            lambda: shardkit.NamedSharding(
+                shardkit.Mesh({"x": 2}), shardkit.PartitionSpec("x")
+            ).local_shape((8, 4), 1.5),
+            TypeError,
+            r"^process: .*float 1.5$",
+        ),
+    ],
+)
+def test_regression_arguments_are_one_line_naming_the_parameter(call, error, pattern):
+    with pytest.raises(error) as excinfo:
+        call()
+    _one_line(excinfo, pattern)
+
+
+def test_regression_float_capacity_is_no_longer_truncated_into_another_packing():
+    # StreamingPacker(1.5) used to pack into capacity 1, pack_stream(x, 1.5) likewise.
+    assert shardkit.StreamingPacker(np.int64(4)).capacity == 4
+    # Whole floats are still lengths (as pack() takes them), and give the int packing.
+    assert list(shardkit.pack_stream([1.0, 2.0, 3.0], 4)) == list(
+        shardkit.pack_stream([1, 2, 3], 4)
+    )
