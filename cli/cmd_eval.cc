@@ -68,8 +68,10 @@ int RunEvalPlan(const Argv& argv) {
   }
   // Buffers for one step, only when steps are listed (the check above bounds
   // them): a huge --batch alone must not allocate.
-  std::vector<Index> idx(batches ? plan.batch_size() : 0);
-  std::unique_ptr<bool[]> mask(new bool[batches ? plan.batch_size() : 1]);
+  // With no step to list (no items), a huge --batch allocates nothing either.
+  const bool listing = batches && plan.num_steps() > 0;
+  std::vector<Index> idx(listing ? plan.batch_size() : 0);
+  std::unique_ptr<bool[]> mask(new bool[listing ? plan.batch_size() : 1]);
 
   if (args.Has("json")) {
     Json j;

@@ -120,6 +120,13 @@ int RunShard(const Argv& argv) {
   if (workers < 1)
     throw UsageError("--workers: must be at least 1, got " + std::to_string(workers));
   std::vector<Index> worker_list;
+  if (!args.Int("worker") && args.Has("workers") &&
+      (workers > 1000000 || workers * static_cast<Index>(ranks.size()) > 1000000)) {
+    // Every listed rank lists every worker: bounded like the ranks.
+    throw UsageError("--workers: " + std::to_string(workers) + " workers x " +
+                     std::to_string(ranks.size()) +
+                     " ranks are too many to list; pass --worker (and --rank)");
+  }
   if (auto worker = args.Int("worker")) {
     if (!args.Has("workers")) throw UsageError("--worker: needs --workers");
     (void)plan.GetShard(0, *worker, workers);  // validates the worker

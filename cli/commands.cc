@@ -69,6 +69,7 @@ std::string ToFlag(const std::string& message) {
       {"directory", "--dir"},
       {"tokens", "--tokens"},
       {"offsets", "--offsets"},
+      {"state", "--resume"},  // a state read with --resume (written ones never fail so)
       {"axes", "--mesh"},
       {"data_axes", "--data-axes"},
       {"broadcast_axes", "--broadcast-axes"},

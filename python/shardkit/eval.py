@@ -276,6 +276,7 @@ def masked_count(mask) -> int:
 def masked_sum(values, mask, axis: int = 0):
     """Sum of values over the real slots (mask True) along ``axis``. Raises
     ValueError naming mask when it does not have one flag per slot."""
+    axis = _core._index(axis, "axis")
     values = np.asarray(values)
     m = _as_bool(mask)
     _check_mask(values, m, axis)

@@ -234,6 +234,14 @@ def pack_stream(
     [[(0, 0, 3, 0)], [(1, 0, 9, 0)], [(2, 0, 2, 0), (3, 0, 8, 0)]]
     """
     packer = StreamingPacker(capacity, **options)
+    for value, name in ((lengths, "lengths"), (images, "images")):
+        if name == "lengths" or value is not None:
+            try:
+                iter(value)
+            except TypeError:
+                raise TypeError(
+                    f"{name}: expected an iterable of integers, got {type(value).__name__} {value!r}"
+                ) from None
     image_iter = iter(images) if images is not None else None
     for i, n in enumerate(lengths):
         image = _whole(next(image_iter), "images", i) if image_iter is not None else 0
@@ -268,7 +276,10 @@ def balance_ranks(
     if isinstance(packing, Packing):
         costs = _core._pack_costs(packing, cost)
     else:
-        costs = [float(c) for c in np.asarray(packing, dtype=np.float64).ravel()]
+        try:
+            costs = [float(c) for c in np.asarray(packing, dtype=np.float64).ravel()]
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"costs: expected numbers, got {packing!r:.80} ({e})") from None
     return _core._balance_ranks(
         costs,
         _core._index(world_size, "world_size"),
@@ -314,12 +325,12 @@ def collate_rows(
         _int64(images, "images"),
         _int64(tokens, "tokens"),
         _int64(offsets, "offsets"),
-        int(seq_len),
-        padding_side,
-        int(pad_token_id),
-        int(ignore_index),
-        bool(block_mask),
-        bool(causal),
+        _core._index(seq_len, "seq_len"),
+        _core._str(padding_side, "padding_side"),
+        _core._index(pad_token_id, "pad_token_id"),
+        _core._index(ignore_index, "ignore_index"),
+        _core._bool(block_mask, "block_mask"),
+        _core._bool(causal, "causal"),
     )
 
 
@@ -392,22 +403,34 @@ class PackedCollator:
         causal: bool = True,
     ):
         self.seq_len = _core._index(seq_len, "seq_len")
-        self.padding_side = padding_side
-        self.pad_token_id = pad_token_id
-        self.ignore_index = ignore_index
-        self.block_mask = block_mask
-        self.causal = causal
+        self.padding_side = _core._str(padding_side, "padding_side")
+        self.pad_token_id = _core._index(pad_token_id, "pad_token_id")
+        self.ignore_index = _core._index(ignore_index, "ignore_index")
+        self.block_mask = _core._bool(block_mask, "block_mask")
+        self.causal = _core._bool(causal, "causal")
         # The core checks the options (at construction, not at the first
         # batch): collating no rows validates them and builds nothing.
         empty, zero = np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
         self.rows(zero, empty, empty, empty, empty, empty, zero)
 
     def __call__(self, packs: Sequence[Sequence[Any]]) -> dict:
+        try:
+            return self._collate(packs)
+        except (TypeError, KeyError) as e:
+            # 'int' object is not iterable and the like, named
+            raise TypeError(
+                f"packs: expected packs of samples (token id lists or dicts with input_ids), "
+                f"got {packs!r:.80} ({type(e).__name__}: {e})"
+            ) from None
+
+    def _collate(self, packs: Sequence[Sequence[Any]]) -> dict:
         chunks, lengths, images, row_offsets = [], [], [], [0]
         for pack_ in packs:
             for sample in pack_:
                 ids = sample["input_ids"] if isinstance(sample, dict) else sample
                 ids = np.asarray(ids).reshape(-1)
+                if ids.size and ids.dtype.kind not in "iub":
+                    raise TypeError(f"a sample's token ids are {ids.dtype}, not integers")
                 chunks.append(ids)
                 lengths.append(ids.size)
                 imgs = sample.get("images") if isinstance(sample, dict) else None

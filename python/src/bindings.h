@@ -290,7 +290,15 @@ inline std::vector<Index> ToIndices(nb::handle values, const char* name) {
 // vector the core owns; a ValueError naming `name` for another shape.
 inline std::vector<double> ToDoubles(nb::handle values, const char* name) {
   nb::module_ np = nb::module_::import_("numpy");
-  nb::object array = np.attr("ascontiguousarray")(values, nb::arg("dtype") = np.attr("float64"));
+  nb::object array;
+  try {
+    array = np.attr("ascontiguousarray")(values, nb::arg("dtype") = np.attr("float64"));
+  } catch (const nb::python_error& e) {
+    // numpy's "could not convert string to float: 'abc'", named.
+    std::string text = nb::cast<std::string>(nb::repr(values));
+    if (text.size() > 80) text = text.substr(0, 77) + "...";
+    throw std::invalid_argument(std::string(name) + ": expected numbers, got " + text);
+  }
   if (nb::cast<int>(array.attr("ndim")) != 1) {
     std::string shape;
     for (nb::handle extent : array.attr("shape")) {

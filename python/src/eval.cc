@@ -297,7 +297,9 @@ void init_eval_plan(nb::module_& m) {
   m.def(
       "steps_for_count",
       [](Int max_count, Int batch_size) {
-        return StepsForCount(ToIndex(max_count, "max_count"), ToIndex(batch_size, "batch_size"));
+        const Index n = ToIndex(max_count, "max_count");
+        if (n < 0) ThrowInvalid("max_count", "must be at least 0, got " + std::to_string(n));
+        return StepsForCount(n, ToIndex(batch_size, "batch_size"));
       },
       "max_count"_a.none(), "batch_size"_a.none(),
       "ceil(max_count / batch_size): the step count ranks agree on for dynamic counts.");

@@ -120,6 +120,10 @@ PartitionSpec SpecFromPython(nb::handle spec) {
 }
 
 Mesh MeshFromPython(nb::handle axes, nb::handle owners) {
+  if (!nb::hasattr(axes, "items") && !nb::hasattr(axes, "__iter__")) {
+    throw nb::type_error(
+        ("axes: expected {name: size} or (name, size) pairs, got " + TypeAndRepr(axes)).c_str());
+  }
   std::vector<MeshAxis> out;
   nb::object items = nb::hasattr(axes, "items") ? axes.attr("items")() : nb::borrow(axes);
   for (nb::handle item : items) {
@@ -184,6 +188,12 @@ std::vector<std::string> NamesFromPython(nb::handle value, const char* param) {
   std::vector<std::string> out;
   if (value.is_none()) return out;
   if (nb::isinstance<nb::str>(value)) return {nb::cast<std::string>(value)};
+  if (!nb::hasattr(value, "__iter__")) {
+    throw nb::type_error((std::string(param) +
+                          ": expected an axis name or a sequence of them, got " +
+                          TypeAndRepr(value))
+                             .c_str());
+  }
   for (nb::handle name : value) {
     if (!nb::isinstance<nb::str>(name)) {
       throw std::invalid_argument(std::string(param) + ": expected axis names, got " +
@@ -209,12 +219,7 @@ std::pair<Mesh, Index> RolesMesh(nb::handle mesh, nb::handle rank) {
     if (nb::hasattr(rank, "rank") && !nb::isinstance<nb::int_>(rank)) {
       return nb::cast<Index>(rank.attr("rank"));  // a shardkit.discover() result
     }
-    try {
-      return nb::cast<Index>(rank);
-    } catch (const nb::cast_error&) {
-      throw std::invalid_argument("rank: expected an int or a discover() result, got " +
-                                  nb::cast<std::string>(nb::repr(rank)));
-    }
+    return ToIndex(rank, "rank");
   };
   if (nb::isinstance<Mesh>(mesh)) return {nb::cast<Mesh>(mesh), given(DiscoveredRank)};
   if (nb::hasattr(mesh, "mesh_dim_names") && nb::hasattr(mesh, "get_rank")) {
@@ -272,7 +277,7 @@ void init_layout(nb::module_& m) {
             new (self)
                 Mesh(MeshFromPython(axes, owners ? nb::handle(*owners) : nb::handle(Py_None)));
           },
-          "axes"_a, "owners"_a = nb::none())
+          "axes"_a.none(), "owners"_a = nb::none())
       .def_static("from_jax", &MeshFromJax, "mesh"_a,  // any jax.sharding.Mesh: JAX is optional
                   "The shardkit Mesh of a jax.sharding.Mesh: its axes, and device d = position "
                   "in mesh.devices.flat with owner d.process_index.")
@@ -297,7 +302,7 @@ void init_layout(nb::module_& m) {
             ReleaseGil release;
             return RankOrderMesh(parsed.axes());
           },
-          "axes"_a,
+          "axes"_a.none(),
           "The mesh whose device d is held by rank d: the rank order of MPI and torchrun\n"
           "(row-major, last axis fastest).\n\n"
           ">>> import shardkit\n"
@@ -420,7 +425,7 @@ void init_layout(nb::module_& m) {
           [](const NamedSharding& s, IntSequence shape) {
             return ToTuple(LayoutOf(s, shape).shard_shape());
           },
-          "shape"_a, "The shape every device holds.")
+          "shape"_a.none(), "The shape every device holds.")
       .def(
           "indices",
           [](const NamedSharding& s, IntSequence shape) {
@@ -433,7 +438,7 @@ void init_layout(nb::module_& m) {
             }
             return Slices(slices, devices, n);
           },
-          "shape"_a,
+          "shape"_a.none(),
           "int64 array [device, dim, (start, stop)]: devices_indices_map without Python "
           "objects.")
       .def(
@@ -468,7 +473,7 @@ void init_layout(nb::module_& m) {
             }
             return nb::typed<nb::object, DevicesIndicesTag>(out);
           },
-          "shape"_a,
+          "shape"_a.none(),
           "{device: tuple of slices}, as jax.sharding.NamedSharding.devices_indices_map "
           "(slices always have explicit bounds).")
       .def(
@@ -480,7 +485,7 @@ void init_layout(nb::module_& m) {
             layout.ReplicaIds(data);
             return array;
           },
-          "shape"_a, "Replica id of every device (JAX's device_replica_id_map rule).")
+          "shape"_a.none(), "Replica id of every device (JAX's device_replica_id_map rule).")
       .def(
           "process_indices",
           [](const NamedSharding& s, IntSequence shape, Int process) {
@@ -493,14 +498,14 @@ void init_layout(nb::module_& m) {
             }
             return out;
           },
-          "shape"_a, "process"_a.none(),
+          "shape"_a.none(), "process"_a.none(),
           "Per dimension, the sorted distinct (start, stop) slices `process` holds.")
       .def(
           "local_shape",
           [](const NamedSharding& s, IntSequence shape, Int process) {
             return ToTuple(LayoutOf(s, shape).Process(ToIndex(process, "process")).local_shape());
           },
-          "shape"_a, "process"_a.none(),
+          "shape"_a.none(), "process"_a.none(),
           "The shape of `process`'s local data (JAX's num_addressable_indices per dimension).")
       .def(
           "process_index_and_count",
@@ -522,7 +527,7 @@ void init_layout(nb::module_& m) {
             for (const auto& v : shape) out.append(v ? nb::cast(*v) : nb::none());
             return nb::typed<nb::tuple, std::optional<Index>, nb::ellipsis>(nb::tuple(out));
           },
-          "local_shape"_a, "JAX's local_to_global_shape: None in non-uniform dimensions.")
+          "local_shape"_a.none(), "JAX's local_to_global_shape: None in non-uniform dimensions.")
       .def(
           "local_to_global",
           [](const NamedSharding& s, IntSequence local_shape, Int process_arg,
@@ -547,7 +552,7 @@ void init_layout(nb::module_& m) {
                                  nb::cast(Slices(map.global, k, n)),
                                  nb::cast(Slices(map.local, k, n))};
           },
-          "local_shape"_a, "process"_a.none(), "global_shape"_a = nb::none(),
+          "local_shape"_a.none(), "process"_a.none(), "global_shape"_a = nb::none(),
           "How `process`'s local data of `local_shape` fills its devices, exactly as\n"
           "jax.make_array_from_process_local_data: a LocalToGlobal (global_shape, devices,\n"
           "and global/local int64 arrays [device, dim, (start, stop)]).")
@@ -681,7 +686,7 @@ void init_layout(nb::module_& m) {
             ReleaseGil release;
             new (self) DataRoles(converted, std::move(data), this_rank, std::move(broadcast));
           },
-          "mesh"_a, "data_axes"_a, "rank"_a = nb::none(), nb::kw_only(),
+          "mesh"_a.none(), "data_axes"_a.none(), "rank"_a = nb::none(), nb::kw_only(),
           "broadcast_axes"_a = nb::tuple())
       .def_prop_ro("rank", &DataRoles::rank)
       .def_prop_ro("dp_rank", &DataRoles::dp_rank, "What plans and loaders shard by.")

@@ -143,24 +143,27 @@ void init_mixture(nb::module_& m) {
                       "proportions; see shardkit.mixture.")
       .def(
           "__init__",
-          [](Mixture* self, std::vector<Index> sizes, FloatArray weights, const std::string& by,
-             std::optional<std::vector<FloatArray>> lengths, std::optional<Index> block,
-             std::uint64_t seed, std::optional<Schedule> schedule, const std::string& interpolation,
+          [](Mixture* self, IntSequence sizes_arg, FloatArray weights, const std::string& by,
+             std::optional<std::vector<FloatArray>> lengths, OptionalInt block, Int seed,
+             std::optional<Schedule> schedule, const std::string& interpolation,
              std::variant<bool, std::vector<bool>> repeat) {
+            // Integers checked as everywhere (bindings.h): one line naming the
+            // parameter and the value, not nanobind's signature dump.
+            std::vector<Index> sizes = ToIndices(sizes_arg, "sizes");
             MixtureOptions o;
             o.by = ParseMixBy(by);
             if (lengths.has_value()) o.tokens = ToTokens(*lengths);
-            o.block = block;
-            o.seed = seed;
+            o.block = ToOptionalIndex(block, "block");
+            o.seed = ToUint64(seed, "seed");
             if (schedule.has_value()) o.schedule = ToSchedule(*schedule);
             o.interpolation = ParseInterpolation(interpolation);
             o.repeat = ToRepeat(repeat, static_cast<Index>(sizes.size()));
             std::vector<double> w = ToDoubles(weights, "weights");
             new (self) Mixture(std::move(sizes), std::move(w), std::move(o));
           },
-          "sizes"_a, "weights"_a, nb::kw_only(), "by"_a = "samples", "lengths"_a = nb::none(),
-          "block"_a = nb::none(), "seed"_a = 0, "schedule"_a = nb::none(),
-          "interpolation"_a = "step", "repeat"_a = true)
+          "sizes"_a.none(), "weights"_a.none(), nb::kw_only(), "by"_a = "samples",
+          "lengths"_a = nb::none(), "block"_a.none() = nb::none(), "seed"_a.none() = 0,
+          "schedule"_a = nb::none(), "interpolation"_a = "step", "repeat"_a = true)
       .def("__len__", &Mixture::size)
       .def_prop_ro("num_sources", &Mixture::num_sources)
       .def_prop_ro("sizes", &Mixture::sizes)
@@ -191,8 +194,9 @@ void init_mixture(nb::module_& m) {
           "position"_a, "(source, item) of sample ``position``.")
       .def(
           "numpy",
-          [](const Mixture& mix, Index start, std::optional<Index> stop) {
-            const Index end = stop.value_or(mix.size());
+          [](const Mixture& mix, Int start_arg, OptionalInt stop) {
+            const Index start = ToIndex(start_arg, "start");
+            const Index end = ToOptionalIndex(stop, "stop").value_or(mix.size());
             if (start < 0 || start > mix.size()) {
               ThrowOutOfRange("start", std::to_string(start) + " is outside [0, " +
                                            std::to_string(mix.size()) + "]");
@@ -211,7 +215,7 @@ void init_mixture(nb::module_& m) {
             }
             return std::make_pair(a, b);
           },
-          "start"_a = 0, "stop"_a = nb::none(),
+          "start"_a.none() = 0, "stop"_a.none() = nb::none(),
           "(sources, items): int64 arrays for samples [start, stop).")
       .def(
           "take",

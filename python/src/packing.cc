@@ -280,6 +280,14 @@ void init_packing(nb::module_& m) {
         o.ignore_index = ignore_index;
         o.causal = causal;
         ValidateCollateOptions(o);
+        // The arrays are [rows, seq_len] (and [rows, seq_len, seq_len] with
+        // block_mask): a row of more than 2^28 tokens (the loader's bound on a
+        // whole batch, kMaxBatchTokens) is refused naming seq_len instead of
+        // numpy's "array is too big".
+        if (seq_len > (Index{1} << 28)) {
+          ThrowInvalid("seq_len",
+                       std::to_string(seq_len) + " tokens per row is more than 2^28 (268435456)");
+        }
         // Array shapes are the binding's; every rule of collation (pieces in
         // their items, rows within seq_len, offsets) is the core's.
         const Index rows = static_cast<Index>(row_offsets.shape(0)) - 1;

@@ -82,7 +82,8 @@ void init_shard_plan(nb::module_& m) {
             const Index start = ToIndex(start_arg, "start");
             const Index end = ToOptionalIndex(stop, "stop").value_or(s.size());
             if (start < 0 || end < start || end > s.size()) {
-              throw nb::index_error(("range [" + std::to_string(start) + ", " +
+              const char* bound = start < 0 || start > s.size() ? "start: " : "stop: ";
+              throw nb::index_error((bound + std::string("range [") + std::to_string(start) + ", " +
                                      std::to_string(end) + ") is outside [0, " +
                                      std::to_string(s.size()) + ")")
                                         .c_str());

@@ -107,3 +107,88 @@ def test_regression_float_capacity_is_no_longer_truncated_into_another_packing()
     assert list(shardkit.pack_stream([1.0, 2.0, 3.0], 4)) == list(
         shardkit.pack_stream([1, 2, 3], 4)
     )
+
+
+# ---- found by the full-size sweep (seed 0) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, error, pattern",
+    [
+        (lambda: shardkit.Mesh(None), TypeError, r"^axes: expected \{name: size\}"),
+        (
+            lambda: shardkit.NamedSharding(
+                shardkit.Mesh({"x": 2}), shardkit.PartitionSpec("x")
+            ).shard_shape(None),
+            ValueError,
+            r"^shape: expected a sequence of ints, got None$",
+        ),
+        (lambda: shardkit.DataRoles({"x": 2}, 3, 0), TypeError, r"^data_axes: expected an axis"),
+        (lambda: shardkit.DataRoles(None, "x", 0), ValueError, r"^mesh: expected a shardkit.Mesh"),
+        (lambda: shardkit.DataRoles({"x": 2}, "x", 1.5), TypeError, r"^rank: .*float 1.5$"),
+        (
+            lambda: shardkit.ShardPlan(3, 4, weights="abc"),
+            ValueError,
+            r"^weights: expected numbers",
+        ),
+        (lambda: shardkit.balance_ranks("abc", 2), ValueError, r"^costs: expected numbers"),
+        (lambda: list(shardkit.pack_stream(None, 4)), TypeError, r"^lengths: expected an iterable"),
+        (lambda: shardkit.PackedCollator(4, pad_token_id="x"), TypeError, r"^pad_token_id: "),
+        (lambda: shardkit.PackedCollator(4)([[None]]), TypeError, r"^packs: expected packs"),
+        (lambda: shardkit.PackedCollator(2**63 - 1), ValueError, r"^seq_len: .* more than 2\^28"),
+        (lambda: shardkit.masked_sum([1.0, 2.0], [True, True], axis=None), TypeError, r"^axis: "),
+        (lambda: shardkit.steps_for_count(-1, 4), ValueError, r"^max_count: must be at least 0"),
+        (lambda: shardkit.pad_for_devices(2**63 - 1, 5), ValueError, r"^n: "),
+        (
+            lambda: shardkit.ShardPlan(10, 3).shard(0).numpy(2, 1),
+            IndexError,
+            r"^stop: range \[2, 1\) is outside \[0, 4\)$",
+        ),
+        (lambda: shardkit.ShardPlan(10, 3).shard(0).numpy(-1), IndexError, r"^start: range"),
+    ],
+)
+def test_regression_sweep_findings_are_one_line_naming_the_parameter(call, error, pattern):
+    with pytest.raises(error) as excinfo:
+        call()
+    _one_line(excinfo, pattern)
+
+
+def _one_stderr_line(proc, flag):
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and flag in lines[0], proc.stderr
+    return lines[0]
+
+
+def test_regression_cli_sweep_findings(cli, tmp_path):
+    # shard --workers 2^53 listed every worker of every rank (a hang).
+    line = _one_stderr_line(
+        cli("shard", "--items", 2, "--world", 7, "--workers", 2**53 + 1, "--equal-counts"),
+        "--workers",
+    )
+    assert "too many to list" in line
+    # eval-plan --batches with no items allocated a batch of 2^62 slots.
+    out = cli("eval-plan", "--items", 0, "--world", 100, "--batch", 2**62, "--batches")
+    assert out.returncode == 0, out.stderr
+    # loader-stats --resume with a state of another configuration named no flag.
+    tokens = tmp_path / "t.npy"
+    offsets = tmp_path / "o.npy"
+    np.save(tokens, np.arange(200, dtype=np.int32) % 50)
+    np.save(offsets, np.array([0, 10, 10, 70, 150, 200], np.int64))
+    state = tmp_path / "s.json"
+    base = ["loader-stats", "--tokens", tokens, "--offsets", offsets, "--batch", 2, "--quiet"]
+    assert cli(*base, "--seq-len", 16, "--save-state", state).returncode == 0
+    line = _one_stderr_line(cli(*base, "--seq-len", 32, "--resume", state), "--resume")
+    assert "--resume: was saved for another" in line
+
+
+def test_regression_mixture_arguments_name_the_parameter():
+    with pytest.raises(TypeError) as excinfo:
+        shardkit.Mixture([10, 20], [1.0, 1.0], block=[])
+    _one_line(excinfo, r"^block: expected an integer, got list \[\]$")
+    with pytest.raises(ValueError) as excinfo:
+        shardkit.Mixture("ab", [1.0, 1.0])
+    _one_line(excinfo, r"^sizes: expected a sequence of ints")
+    with pytest.raises(TypeError) as excinfo:
+        shardkit.Mixture([10, 20], [1.0, 1.0]).numpy(0, 1.5)
+    _one_line(excinfo, r"^stop: expected an integer, got float 1.5$")

@@ -221,7 +221,8 @@ DevicePadding PadForDevices(Index n, Index devices, Index min_device_batch) {
   CheckAtLeast("min_device_batch", min_device_batch, 0);
   DevicePadding p;
   p.device_batch = std::max(CeilDiv(n, devices), min_device_batch);
-  p.padding = CheckedMul("min_device_batch", p.device_batch, devices) - n;
+  p.padding =
+      CheckedMul(min_device_batch > 0 ? "min_device_batch" : "n", p.device_batch, devices) - n;
   return p;
 }
 
