@@ -187,6 +187,11 @@ int RunLoaderStats(const Argv& argv) {
   if (args.Has("max-batches") && max_batches < 0) {
     throw UsageError("--max-batches: must be at least 0, got " + std::to_string(max_batches));
   }
+  // Every worker of every rank runs here one after another (as ranks do).
+  if (o.num_workers > 4096) {
+    throw UsageError("--workers: " + std::to_string(o.num_workers) +
+                     " workers per rank are too many to run one after another (at most 4096)");
+  }
   std::vector<Index> ranks;
   if (auto rank = args.Int("rank")) {
     ranks.push_back(*rank);

@@ -180,6 +180,11 @@ def test_regression_cli_sweep_findings(cli, tmp_path):
     assert cli(*base, "--seq-len", 16, "--save-state", state).returncode == 0
     line = _one_stderr_line(cli(*base, "--seq-len", 32, "--resume", state), "--resume")
     assert "--resume: was saved for another" in line
+    # loader-stats --workers 2^62 ran every worker one after another (a hang).
+    for workers in (4097, 2**62):
+        line = _one_stderr_line(cli(*base, "--seq-len", 16, "--workers", workers), "--workers")
+        assert f"--workers: {workers} workers per rank are too many" in line
+    assert cli(*base, "--seq-len", 16, "--workers", 3).returncode == 0
 
 
 def test_regression_mixture_arguments_name_the_parameter():
