@@ -1,12 +1,15 @@
 #include "shardkit/loader/mixture_loader.h"
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "shardkit/base/errors.h"
 #include "shardkit/base/hash.h"
+#include "shardkit/base/json.h"
 
 namespace shardkit {
 
@@ -63,7 +66,14 @@ void MixtureWindowSamples(const Mixture& mixture, MixtureWindow window, Index* s
 std::shared_ptr<const TokenSource> MixtureSource(
     std::vector<std::shared_ptr<const TokenSource>> sources, const Mixture& mixture,
     MixtureWindow window) {
+  return MixtureSource(std::move(sources), MixtureOrder(mixture, 1), window);
+}
+
+std::shared_ptr<const TokenSource> MixtureSource(
+    std::vector<std::shared_ptr<const TokenSource>> sources, const MixtureOrder& order,
+    MixtureWindow window) {
   CheckSources(sources);
+  const Mixture& mixture = order.current();
   if (static_cast<Index>(sources.size()) != mixture.num_sources()) {
     ThrowInvalid("sources", Str(static_cast<Index>(sources.size())) + " sources for a mixture of " +
                                 Str(mixture.num_sources()));
@@ -80,7 +90,7 @@ std::shared_ptr<const TokenSource> MixtureSource(
   }
   std::vector<Index> which(static_cast<std::size_t>(window.count));
   std::vector<std::int64_t> documents(static_cast<std::size_t>(window.count));
-  MixtureWindowSamples(mixture, window, which.data(), documents.data());
+  order.Fill(window.first, window.first + window.count, which.data(), documents.data());
   Hasher h(kWindowDomain);
   h.Add(static_cast<std::uint64_t>(window.first));
   for (std::size_t i = 0; i < documents.size(); ++i) {
@@ -90,6 +100,479 @@ std::shared_ptr<const TokenSource> MixtureSource(
   std::uint64_t identity = h.Finish();
   if (identity == 0) identity = 1;  // 0 means "no view"
   return TokenSource::Gather(std::move(sources), std::move(documents), identity);
+}
+
+// ---------------------------------------------------------------------------
+// MixtureOrder
+
+namespace {
+
+Index PieceBegin(const Mixture& m) { return m.options().origin + m.options().skip; }
+
+Index PieceEnd(const Mixture& m) {
+  const Index b = PieceBegin(m);
+  return m.size() > std::numeric_limits<Index>::max() - b ? std::numeric_limits<Index>::max()
+                                                          : b + m.size();
+}
+
+void CheckSamples(Index samples) {
+  if (samples < 1) ThrowInvalid("samples", "must be >= 1 per epoch, got " + Str(samples));
+}
+
+}  // namespace
+
+MixtureOrder::MixtureOrder(Mixture mixture, Index samples) : samples_(samples) {
+  CheckSamples(samples);
+  pieces_.push_back(std::move(mixture));
+}
+
+MixtureOrder::MixtureOrder(std::vector<Mixture> pieces, Index samples)
+    : pieces_(std::move(pieces)), samples_(samples) {
+  CheckSamples(samples);
+  if (pieces_.empty()) ThrowInvalid("state", "a mixture order needs at least one mixture");
+  for (std::size_t i = 1; i < pieces_.size(); ++i) {
+    const Mixture& a = pieces_[i - 1];
+    const Mixture& b = pieces_[i];
+    if (b.sizes() != a.sizes()) {
+      ThrowInvalid("state", "mixture " + Str(static_cast<Index>(i)) +
+                                " has other sources than the one before it");
+    }
+    if (PieceBegin(b) <= PieceBegin(a) || PieceBegin(b) > PieceEnd(a)) {
+      ThrowInvalid("state", "mixture " + Str(static_cast<Index>(i)) + " begins at " +
+                                Str(PieceBegin(b)) + ", outside (" + Str(PieceBegin(a)) + ", " +
+                                Str(PieceEnd(a)) + "] (the mixture before it)");
+    }
+  }
+}
+
+Index MixtureOrder::begin(std::size_t piece) const { return PieceBegin(pieces_[piece]); }
+
+Index MixtureOrder::size() const { return PieceEnd(pieces_.back()); }
+
+MixtureWindow MixtureOrder::Window(std::uint64_t epoch) const {
+  if (epoch > static_cast<std::uint64_t>(std::numeric_limits<Index>::max() / samples_)) {
+    ThrowInvalid("epoch", Str(static_cast<Index>(epoch)) + " x " + Str(samples_) +
+                              " samples per epoch overflows a 64-bit position");
+  }
+  const Index first = static_cast<Index>(epoch) * samples_;
+  if (first < start()) {
+    ThrowInvalid("epoch", Str(static_cast<Index>(epoch)) + " begins at sample " + Str(first) +
+                              ", before this loader's order (from sample " + Str(start()) +
+                              ", where its weights changed)");
+  }
+  MixtureWindow w;
+  w.first = std::min(first, size());
+  w.count = std::min(samples_, size() - w.first);
+  return w;
+}
+
+void MixtureOrder::Fill(Index begin, Index end, Index* sources, Index* items) const {
+  if (begin < start() || end < begin || end > size()) {
+    ThrowOutOfRange("window", "[" + Str(begin) + ", " + Str(end) + ") is outside the order's [" +
+                                  Str(start()) + ", " + Str(size()) + ")");
+  }
+  for (std::size_t i = 0; i < pieces_.size() && begin < end; ++i) {
+    const Index b = PieceBegin(pieces_[i]);
+    const Index e = i + 1 < pieces_.size() ? PieceBegin(pieces_[i + 1]) : PieceEnd(pieces_[i]);
+    if (begin >= e) continue;
+    const Index stop = std::min(end, e);
+    pieces_[i].Fill(begin - b, stop - b, sources, items);
+    sources += stop - begin;
+    items += stop - begin;
+    begin = stop;
+  }
+}
+
+MixtureState MixtureOrder::StateAt(Index at) const {
+  if (at < start() || at > size()) {
+    ThrowOutOfRange("position", Str(at) + " is outside the order's [" + Str(start()) + ", " +
+                                    Str(size()) + "]");
+  }
+  std::size_t i = pieces_.size() - 1;
+  while (i > 0 && PieceBegin(pieces_[i]) > at) --i;
+  return pieces_[i].State(at - PieceBegin(pieces_[i]));
+}
+
+MixtureOrder MixtureOrder::Changed(Index at, const Mixture& like, Index keep_from) const {
+  const MixtureState state = StateAt(at);
+  MixtureOptions options = state.options;
+  options.origin = state.position;
+  options.start = state.consumed;
+  options.skip = 0;
+  options.schedule = like.options().schedule;
+  options.interpolation = like.options().interpolation;
+  options.block = like.options().block;
+  Mixture next(state.sizes, like.weights(), std::move(options));
+  std::vector<Mixture> pieces;
+  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    if (PieceBegin(pieces_[i]) >= at) break;  // replaced by the change
+    const Index e = i + 1 < pieces_.size() ? PieceBegin(pieces_[i + 1]) : PieceEnd(pieces_[i]);
+    if (e <= keep_from && e < at) continue;  // wholly before what is kept
+    pieces.push_back(pieces_[i]);
+  }
+  pieces.push_back(std::move(next));
+  return MixtureOrder(std::move(pieces), samples_);
+}
+
+// ---------------------------------------------------------------------------
+// The mixture loader's state
+
+namespace {
+
+constexpr int kMixtureLoaderStateVersion = 1;
+
+std::string WeightText(double w) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, w);
+  return std::string(buf, r.ptr);
+}
+
+double ParseWeight(const Json& v, const std::string& path) {
+  const std::string& text = AsString(v, path);
+  double w = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), w);
+  if (r.ec != std::errc() || r.ptr != text.data() + text.size()) {
+    ThrowAtPath(path, "\"" + text + "\" is not a number");
+  }
+  return w;
+}
+
+Json IndexList(const std::vector<Index>& values) {
+  Json a = Json::MakeArray();
+  for (Index v : values) a.Push(Json::Int(v));
+  return a;
+}
+
+Json WeightList(const std::vector<double>& values) {
+  Json a = Json::MakeArray();
+  for (double v : values) a.Push(Json::String(WeightText(v)));
+  return a;
+}
+
+std::vector<Index> ReadIndexList(const Json& v, const std::string& path) {
+  std::vector<Index> out;
+  const Json::Array& a = AsArray(v, path);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    out.push_back(AsInt64(a[i], path + "[" + std::to_string(i) + "]"));
+  }
+  return out;
+}
+
+std::vector<double> ReadWeightList(const Json& v, const std::string& path) {
+  std::vector<double> out;
+  const Json::Array& a = AsArray(v, path);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    out.push_back(ParseWeight(a[i], path + "[" + std::to_string(i) + "]"));
+  }
+  return out;
+}
+
+Json PieceToJson(const Mixture& m) {
+  const MixtureOptions& o = m.options();
+  Json j = Json::MakeObject();
+  j.Set("sizes", IndexList(m.sizes()));
+  j.Set("weights", WeightList(m.weights()));
+  j.Set("by", Json::String(std::string(MixByName(o.by))));
+  j.Set("tokens", IndexList(o.tokens));
+  j.Set("block", o.block.has_value() ? Json::Int(*o.block) : Json());
+  j.Set("seed", Json::Uint(o.seed));
+  Json schedule = Json::MakeArray();
+  for (const SchedulePoint& p : o.schedule) {
+    Json point = Json::MakeArray();
+    point.Push(Json::Int(p.position));
+    point.Push(WeightList(p.weights));
+    schedule.Push(std::move(point));
+  }
+  j.Set("schedule", std::move(schedule));
+  j.Set("interpolation", Json::String(std::string(InterpolationName(o.interpolation))));
+  Json repeat = Json::MakeArray();
+  for (bool r : o.repeat) repeat.Push(Json::Bool(r));
+  j.Set("repeat", std::move(repeat));
+  j.Set("origin", Json::Int(o.origin));
+  j.Set("start", IndexList(o.start));
+  j.Set("skip", Json::Int(o.skip));
+  return j;
+}
+
+Mixture PieceFromJson(const Json& j, const std::string& path) {
+  ExpectType(j, path, Json::Type::kObject);
+  ExpectOnlyKeys(j, path,
+                 {"sizes", "weights", "by", "tokens", "block", "seed", "schedule", "interpolation",
+                  "repeat", "origin", "start", "skip"});
+  MixtureOptions o;
+  const std::vector<Index> sizes = ReadIndexList(Field(j, path, "sizes"), path + ".sizes");
+  const std::vector<double> weights = ReadWeightList(Field(j, path, "weights"), path + ".weights");
+  o.by = ParseMixBy(AsString(Field(j, path, "by"), path + ".by"));
+  o.tokens = ReadIndexList(Field(j, path, "tokens"), path + ".tokens");
+  const Json& block = Field(j, path, "block");
+  if (block.type() != Json::Type::kNull) o.block = AsInt64(block, path + ".block");
+  o.seed = AsUint64(Field(j, path, "seed"), path + ".seed");
+  const Json::Array& schedule = AsArray(Field(j, path, "schedule"), path + ".schedule");
+  for (std::size_t i = 0; i < schedule.size(); ++i) {
+    const std::string at = path + ".schedule[" + std::to_string(i) + "]";
+    const Json::Array& point = AsArray(schedule[i], at);
+    if (point.size() != 2) ThrowAtPath(at, "expected [position, weights]");
+    o.schedule.push_back({AsInt64(point[0], at + "[0]"), ReadWeightList(point[1], at + "[1]")});
+  }
+  o.interpolation =
+      ParseInterpolation(AsString(Field(j, path, "interpolation"), path + ".interpolation"));
+  const Json::Array& repeat = AsArray(Field(j, path, "repeat"), path + ".repeat");
+  for (std::size_t i = 0; i < repeat.size(); ++i) {
+    o.repeat.push_back(AsBool(repeat[i], path + ".repeat[" + std::to_string(i) + "]"));
+  }
+  o.origin = AsInt64(Field(j, path, "origin"), path + ".origin");
+  o.start = ReadIndexList(Field(j, path, "start"), path + ".start");
+  o.skip = AsInt64(Field(j, path, "skip"), path + ".skip");
+  try {
+    return Mixture(sizes, weights, std::move(o));
+  } catch (const std::invalid_argument& e) {
+    ThrowAtPath(path, std::string("not a valid mixture (") + e.what() + ")");
+  }
+}
+
+Json ParseMixtureLoaderJson(std::string_view text) {
+  Json j = ParseJson(text, "state");
+  ExpectType(j, "state", Json::Type::kObject);
+  ExpectOnlyKeys(j, "state", {"version", "kind", "epoch", "samples", "mixture", "loader"});
+  if (AsInt64(Field(j, "state", "version"), "state.version") != kMixtureLoaderStateVersion ||
+      AsString(Field(j, "state", "kind"), "state.kind") != "mixture_loader") {
+    ThrowInvalid("state", "not a version 1 mixture loader state");
+  }
+  return j;
+}
+
+std::uint64_t StateEpoch(const LoaderState& s) { return s.train ? s.train->epoch : s.epoch; }
+
+}  // namespace
+
+bool IsMixtureLoaderState(std::string_view text) {
+  try {
+    const Json j = ParseJson(text, "state");
+    if (j.type() != Json::Type::kObject) return false;
+    const Json* kind = j.Find("kind");
+    return kind && kind->type() == Json::Type::kString && kind->string_value() == "mixture_loader";
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
+std::string MixtureLoaderStateToJson(const MixtureOrder& order, const LoaderState& loader) {
+  Json j = Json::MakeObject();
+  j.Set("version", Json::Int(kMixtureLoaderStateVersion));
+  j.Set("kind", Json::String("mixture_loader"));
+  j.Set("epoch", Json::Uint(StateEpoch(loader)));
+  j.Set("samples", Json::Int(order.samples()));
+  // The pieces from the state's window on (older ones are not needed).
+  const MixtureWindow w = order.Window(StateEpoch(loader));
+  Json pieces = Json::MakeArray();
+  const auto& all = order.pieces();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (i + 1 < all.size() && order.begin(i + 1) <= w.first) continue;
+    pieces.Push(PieceToJson(all[i]));
+  }
+  j.Set("mixture", std::move(pieces));
+  j.Set("loader", ParseJson(LoaderStateToJson(loader), "state"));
+  return WriteJson(j);
+}
+
+MixtureLoaderState MixtureLoaderStateFromJson(std::string_view text) {
+  const Json j = ParseMixtureLoaderJson(text);
+  MixtureLoaderState s;
+  s.samples = AsInt64(Field(j, "state", "samples"), "state.samples");
+  if (s.samples < 1) ThrowAtPath("state.samples", "must be >= 1, got " + Str(s.samples));
+  const Json::Array& pieces = AsArray(Field(j, "state", "mixture"), "state.mixture");
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    s.pieces.push_back(PieceFromJson(pieces[i], "state.mixture[" + std::to_string(i) + "]"));
+  }
+  (void)MixtureOrder(s.pieces, s.samples);  // the pieces hold together
+  s.loader = LoaderStateFromJson(WriteJson(Field(j, "state", "loader")));
+  if (AsUint64(Field(j, "state", "epoch"), "state.epoch") != StateEpoch(s.loader)) {
+    ThrowAtPath("state.epoch", "differs from the loader state's epoch");
+  }
+  return s;
+}
+
+std::string MergeMixtureLoaderStates(std::span<const std::string> texts) {
+  if (texts.empty()) ThrowInvalid("state", "no states to merge");
+  std::vector<LoaderState> loaders;
+  std::string mixture;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const Json j = ParseMixtureLoaderJson(texts[i]);
+    std::string order =
+        WriteJson(Field(j, "state", "mixture")) + " " + WriteJson(Field(j, "state", "samples"));
+    if (i == 0) {
+      mixture = std::move(order);
+    } else if (order != mixture) {
+      ThrowInvalid("state",
+                   "states come from mixture loaders of different orders (weights "
+                   "or their changes differ)");
+    }
+    loaders.push_back(LoaderStateFromJson(WriteJson(Field(j, "state", "loader"))));
+  }
+  const MixtureLoaderState first = MixtureLoaderStateFromJson(texts[0]);
+  const LoaderState merged = MergeLoaderStates(loaders);
+  return MixtureLoaderStateToJson(MixtureOrder(first.pieces, first.samples), merged);
+}
+
+// ---------------------------------------------------------------------------
+// Resume
+
+namespace {
+
+bool SameSchedule(const std::vector<SchedulePoint>& a, const std::vector<SchedulePoint>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const SchedulePoint& x, const SchedulePoint& y) {
+                      return x.position == y.position && x.weights == y.weights;
+                    });
+}
+
+void CheckSameRun(const Mixture& state, const Mixture& mixture, Index state_samples,
+                  Index samples) {
+  const MixtureOptions& a = state.options();
+  const MixtureOptions& b = mixture.options();
+  if (state.sizes() != mixture.sizes()) {
+    ThrowInvalid("sources",
+                 "the state's mixture has other sources (document counts) than "
+                 "this loader's");
+  }
+  if (a.by != b.by) {
+    ThrowInvalid("by", "the state's mixture is by " + std::string(MixByName(a.by)) +
+                           ", this loader's by " + std::string(MixByName(b.by)));
+  }
+  if (a.tokens != b.tokens) {
+    ThrowInvalid("sources", "the state's mixture has other token counts than this loader's");
+  }
+  if (a.seed != b.seed) {
+    ThrowInvalid("seed", "the state's mixture has seed " + std::to_string(a.seed) +
+                             ", this loader's " + std::to_string(b.seed));
+  }
+  const auto flags = [&](const Mixture& m) {
+    std::vector<bool> r = m.options().repeat;
+    if (r.empty()) r.assign(static_cast<std::size_t>(m.num_sources()), true);
+    return r;
+  };
+  if (flags(state) != flags(mixture)) {
+    ThrowInvalid("repeat", "the state's mixture repeats other sources than this loader's");
+  }
+  if (state_samples != samples) {
+    ThrowInvalid("samples", "the state's loader reads " + Str(state_samples) +
+                                " samples per epoch, this loader " + Str(samples));
+  }
+}
+
+bool SamePlan(const Mixture& state, const Mixture& mixture) {
+  const MixtureOptions& a = state.options();
+  const MixtureOptions& b = mixture.options();
+  return state.weights() == mixture.weights() && SameSchedule(a.schedule, b.schedule) &&
+         a.interpolation == b.interpolation && a.block == b.block;
+}
+
+TrainOptions PackingOptions(const LoaderOptions& o, std::uint64_t epoch) {
+  TrainOptions t;
+  t.seq_len = o.seq_len;
+  t.batch_size = o.batch_size;
+  t.world_size = o.world_size;
+  t.mode = o.mode;
+  t.shuffle = false;  // the mixture is the order
+  t.seed = o.seed;
+  t.epoch = epoch;
+  t.algorithm = o.algorithm;
+  t.buffer = o.buffer;
+  t.oversize = o.oversize;
+  t.cost = o.cost;
+  return t;
+}
+
+TrainDocuments DocumentsOf(const TokenSource* source) {
+  TrainDocuments docs;
+  docs.count = source->num_documents();
+  docs.length = [source](Index d) { return source->DocumentLength(d); };
+  return docs;
+}
+
+}  // namespace
+
+MixtureResume ResumeMixtureLoader(const std::vector<std::shared_ptr<const TokenSource>>& sources,
+                                  const Mixture& mixture, Index samples,
+                                  const LoaderOptions& options, std::string_view text) {
+  if (!IsMixtureLoaderState(text)) {
+    // A plain loader state: an order of this mixture alone (the loader checks
+    // the state's fingerprint against the window).
+    return MixtureResume{MixtureOrder(mixture, samples), LoaderStateFromJson(text)};
+  }
+  MixtureLoaderState s = MixtureLoaderStateFromJson(text);
+  CheckSameRun(s.pieces.back(), mixture, s.samples, samples);
+  MixtureOrder old(std::move(s.pieces), s.samples);
+  const bool same = SamePlan(old.current(), mixture);
+  const std::uint64_t epoch = StateEpoch(s.loader);
+  const MixtureWindow window = old.Window(epoch);
+  if (s.loader.train && s.loader.train->position == 0) {
+    // Nothing of the epoch's stream taken: the start of epoch `epoch` (also
+    // the end state of the epoch before, made for that epoch's window), so
+    // the whole window is the order's from here, with its own stream.
+    MixtureOrder order = same ? old : old.Changed(window.first, mixture, window.first);
+    const auto view = MixtureSource(sources, order, order.Window(epoch));
+    const auto plan =
+        TrainPlan::Deferred(DocumentsOf(view.get()), PackingOptions(options, epoch), std::nullopt);
+    LoaderState loader = s.loader;
+    loader.train->stream = plan->stream();
+    return MixtureResume{std::move(order), std::move(loader), !same, 0, window.first};
+  }
+  if (same) return MixtureResume{old, s.loader};
+
+  // A change of weights: keep the window's documents read so far.
+  const auto before = MixtureSource(sources, old, window);
+  Index read = 0;
+  if (s.loader.train) {
+    if (!options.equal_steps) {
+      ThrowInvalid("state", "was saved by an equal-steps loader; this loader packs per rank");
+    }
+    const auto plan = TrainPlan::Deferred(DocumentsOf(before.get()), PackingOptions(options, epoch),
+                                          *s.loader.train);
+    read = plan->DocumentsReadAt(s.loader.train->position);
+  } else {
+    if (options.equal_steps) {
+      ThrowInvalid("state", "was saved by a loader packing per rank; this loader has equal steps");
+    }
+    const DataFingerprint data = FingerprintData(*before);
+    if (s.loader.num_documents != data.documents || s.loader.num_tokens != data.tokens ||
+        s.loader.data_hash != data.hash) {
+      ThrowInvalid("state",
+                   "was saved for another window of the mixture (its data fingerprint "
+                   "differs from epoch " +
+                       Str(static_cast<Index>(epoch)) + "'s window)");
+    }
+    if (s.loader.consumers > 1) {
+      ThrowInvalid("state", "is consumer " + Str(s.loader.consumer) + "'s of " +
+                                Str(s.loader.consumers) +
+                                "; changing the weights needs the states of every consumer "
+                                "(a list) or their merge");
+    }
+    if (s.loader.consumers == 1) {
+      const LoaderState one[1] = {s.loader};
+      s.loader = MergeLoaderStates(one);
+    }
+    ValidateLoaderState(s.loader);
+    // Order positions (= window documents: the mixture is the order) before
+    // `position`, and every done one, were read; none after the last done.
+    read = s.loader.position;
+    if (!s.loader.done.empty()) read = std::max(read, s.loader.done.back() + 1);
+  }
+  const Index at = window.first + read;
+  MixtureOrder next = old.Changed(at, mixture, window.first);
+  const auto after = MixtureSource(sources, next, next.Window(epoch));
+  LoaderState loader = s.loader;
+  if (loader.train) {
+    const auto plan =
+        TrainPlan::Deferred(DocumentsOf(after.get()), PackingOptions(options, epoch), std::nullopt);
+    loader.train->stream = plan->stream();
+  } else {
+    const DataFingerprint data = FingerprintData(*after);
+    loader.num_documents = data.documents;
+    loader.num_tokens = data.tokens;
+    loader.data_hash = data.hash;
+  }
+  return MixtureResume{std::move(next), std::move(loader), true, read, at};
 }
 
 }  // namespace shardkit

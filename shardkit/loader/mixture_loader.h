@@ -20,10 +20,21 @@
 // the model sees follow the weights (over a window, up to the spread of the
 // document lengths drawn).
 //
-// State: a loader state of a mixture loader is the loader's state of the
-// window (its data fingerprint includes the window and the mixture's
-// parameters through the view's identity, so a state of another mixture,
-// window or weights is refused naming the fingerprint).
+// State: the loader's state of the window (its data fingerprint includes the
+// window through the view's identity, so a state of another mixture, window
+// or weights is refused naming the fingerprint), wrapped with the order it
+// belongs to (MixtureLoaderState below).
+//
+// Resume with changed weights (ResumeMixtureLoader): the window's documents
+// the plan has already read, up to read point Q (TrainPlan::DocumentsReadAt
+// at the state's pack position, packer buffers included; per rank: every
+// order position read by any consumer of the merged state), stay exactly as
+// in the old order; from Q on, the window continues with the mixture
+// Mixture::FromState(State(first + Q), new weights / schedule): every source
+// continues from its consumed count, so nothing is repeated or skipped
+// within any source's epoch. The packs before the state's position, and the
+// packer's buffer there, are unchanged, so the loader's guarantees (every
+// piece once, equal steps, elastic resume) hold across the change.
 //
 // Thread-safety: pure functions; the views are immutable.
 #ifndef SHARDKIT_LOADER_MIXTURE_LOADER_H_
@@ -34,6 +45,8 @@
 #include <span>
 #include <vector>
 
+#include "shardkit/loader/loader.h"
+#include "shardkit/loader/loader_state.h"
 #include "shardkit/loader/token_source.h"
 #include "shardkit/sharding/mixture.h"
 
@@ -70,6 +83,118 @@ struct MixtureWindow {
 // window's samples), into sources / items (window.count entries each).
 void MixtureWindowSamples(const Mixture& mixture, MixtureWindow window, Index* sources,
                           Index* items);
+
+// The order of a mixture loader over a run: the mixture it started with and
+// each change of weights / schedule from the global position where it took
+// effect. Piece i is a Mixture whose local position 0 is global position
+// begin_i = origin + skip; it holds positions [begin_i, begin_{i+1}). A
+// loader state carries the pieces from its epoch's window on (older ones are
+// dropped), so an order may start after position 0.
+class MixtureOrder {
+ public:
+  // One mixture for the whole run. Throws invalid_argument naming `samples`
+  // unless samples >= 1.
+  MixtureOrder(Mixture mixture, Index samples);
+  // Pieces in order. Throws invalid_argument naming `state` unless there is
+  // at least one and each begins inside the one before (begin_{i-1} <
+  // begin_i <= begin_{i-1} + size_{i-1}) with the same sources, and naming
+  // `samples` unless samples >= 1.
+  MixtureOrder(std::vector<Mixture> pieces, Index samples);
+
+  [[nodiscard]] Index samples() const { return samples_; }
+  [[nodiscard]] const std::vector<Mixture>& pieces() const { return pieces_; }
+  [[nodiscard]] const Mixture& current() const { return pieces_.back(); }
+  [[nodiscard]] Index begin(std::size_t piece) const;
+  // First global position the order holds (its first piece's begin).
+  [[nodiscard]] Index start() const { return begin(0); }
+  // Global end (saturated at the largest Index for a run that never stops).
+  [[nodiscard]] Index size() const;
+
+  // Loader epoch `epoch`'s window: [epoch * samples, ...) cut at size().
+  // Throws invalid_argument naming `epoch` when epoch * samples overflows or
+  // the window begins before start() (an epoch before a change of weights
+  // that this order no longer holds).
+  [[nodiscard]] MixtureWindow Window(std::uint64_t epoch) const;
+  // (source, item) of global positions [begin, end). Throws out_of_range
+  // naming `window` outside [start(), size()].
+  void Fill(Index begin, Index end, Index* sources, Index* items) const;
+  // The per-source consumed counts before global position `at`.
+  [[nodiscard]] MixtureState StateAt(Index at) const;
+
+  // The order with a change at global position `at` (start() <= at <=
+  // size()): its samples before `at` unchanged, then
+  // FromState(StateAt(at), weights, schedule) with `like`'s interpolation and
+  // block option. Pieces that end at or before `keep_from` are dropped.
+  [[nodiscard]] MixtureOrder Changed(Index at, const Mixture& like, Index keep_from) const;
+
+ private:
+  std::vector<Mixture> pieces_;
+  Index samples_ = 1;
+};
+
+// The order as one piece per epoch window: MixtureSource / MixtureWindowSamples
+// of the order's window (the same view, identity included, as the Mixture
+// overloads give for an order of one mixture).
+[[nodiscard]] std::shared_ptr<const TokenSource> MixtureSource(
+    std::vector<std::shared_ptr<const TokenSource>> sources, const MixtureOrder& order,
+    MixtureWindow window);
+
+// A mixture loader's state: the loader's state of its epoch's window and the
+// order it reads. JSON (version 1):
+//   {"version": 1, "kind": "mixture_loader", "epoch": E, "samples": S,
+//    "mixture": [PIECE, ...], "loader": <the loader's state>}
+//   PIECE = {"sizes": [...], "weights": ["0.5", ...], "by": "samples",
+//            "tokens": [...], "block": null or B, "seed": S,
+//            "schedule": [[position, [weight, ...]], ...],
+//            "interpolation": "step", "repeat": [bool, ...],
+//            "origin": O, "start": [...], "skip": K}
+// Weights are strings (the shortest text that reads back as the same
+// double: the core's JSON holds integers only). "loader" is the
+// LoaderStateToJson object (a TrainState's with equal steps). FromJson
+// checks the types and builds every piece (so a bad piece is refused naming
+// `state`), then the loader state's own checks; "epoch" must be the loader
+// state's.
+struct MixtureLoaderState {
+  std::vector<Mixture> pieces;
+  Index samples = 1;
+  LoaderState loader;
+};
+[[nodiscard]] std::string MixtureLoaderStateToJson(const MixtureOrder& order,
+                                                   const LoaderState& loader);
+[[nodiscard]] MixtureLoaderState MixtureLoaderStateFromJson(std::string_view text);
+// Whether `text` is a mixture loader's state (its "kind"); false for a plain
+// loader state or anything else.
+[[nodiscard]] bool IsMixtureLoaderState(std::string_view text);
+// Merges the states of every consumer of a per-rank mixture run (one order):
+// MergeLoaderStates of the loader states. Throws invalid_argument naming
+// `state` when the orders differ.
+[[nodiscard]] std::string MergeMixtureLoaderStates(std::span<const std::string> texts);
+
+// Resuming a mixture loader whose mixture (weights, schedule) is `mixture`.
+struct MixtureResume {
+  MixtureOrder order;  // the order to read from the state's epoch on
+  LoaderState loader;  // the loader's state for order.Window(epoch)
+  bool changed = false;
+  Index read = 0;  // changed: window documents kept from the old order (Q)
+  Index at = 0;    // changed: the global position of the change
+};
+
+// The rule of resuming (see the top of this file). `text` is a mixture
+// loader's state (MixtureLoaderStateToJson), or a plain loader state of an
+// order of `mixture` alone (then nothing changes; the loader checks its
+// fingerprint). The state's order must have `mixture`'s sources (`sources`),
+// `by`, `seed`, `repeat` and `samples`; when its current piece has other
+// weights, schedule, interpolation or block than `mixture`, the change is
+// made at the read point of the state's window: equal steps, the pack
+// stream's documents read at the state's position (`options` give the
+// packing); per rank, a merged state (or the state of a run of one
+// consumer), whose read point is its position or the last done position + 1.
+// The state of one consumer of several is refused naming `state` (give all
+// of them, or their merge). Throws invalid_argument naming the parameter, or
+// `state` when it was made for another window (fingerprint).
+[[nodiscard]] MixtureResume ResumeMixtureLoader(
+    const std::vector<std::shared_ptr<const TokenSource>>& sources, const Mixture& mixture,
+    Index samples, const LoaderOptions& options, std::string_view text);
 
 }  // namespace shardkit
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -189,6 +190,315 @@ TEST(MixtureLoaderTest, ResumeEqualsUninterruptedAndAnotherMixturesStateIsRefuse
     const auto view3 = MixtureSource(corpus.views(), mix, MixtureEpochWindow(mix, 400, 2));
     EXPECT_THROW(TokenLoader(view3, o, state), std::invalid_argument);
   }
+}
+
+// The pieces of window documents delivered: document -> (start, length).
+using Pieces = std::map<Index, std::vector<std::pair<Index, Index>>>;
+
+// Every batch of `loader` (at most max_batches), its tokens checked against
+// the window's (sources, items), into *pieces. Returns the batches.
+Index Collect(TokenLoader& loader, const std::vector<Index>& sources,
+              const std::vector<Index>& items, Pieces* pieces, Index max_batches = -1) {
+  Index n = 0;
+  while (max_batches < 0 || n < max_batches) {
+    const auto b = loader.Next();
+    if (b == nullptr) break;
+    ++n;
+    Index t = 0;
+    for (std::size_t k = 0; k < b->documents.size(); ++k) {
+      const Index d = b->documents[k], start = b->starts[k], len = b->lengths[k];
+      const Index row = b->rows[k];
+      if (k == 0 || b->rows[k - 1] != row) t = 0;
+      for (Index i = 0; i < len; ++i) {
+        const std::int64_t want = sources[d] * 1000000 + items[d] * 1000 + start + i;
+        EXPECT_EQ(b->input_ids[row * b->seq_len + t + i], want) << "document " << d;
+      }
+      t += len;
+      (*pieces)[d].push_back({start, len});
+    }
+  }
+  return n;
+}
+
+std::vector<double> RandomWeights(std::mt19937_64& rng, Index k) {
+  std::vector<double> w(static_cast<std::size_t>(k));
+  bool any = false;
+  for (auto& x : w) {
+    x = static_cast<double>(rng() % 4 == 0 ? 0 : 1 + rng() % 9);
+    any = any || x > 0;
+  }
+  if (!any) w[rng() % w.size()] = 1;
+  return w;
+}
+
+// Resume with changed weights, over random corpora, weights, windows, loader
+// shapes and resume points: what was read stays, every source continues its
+// walk (nothing repeated or skipped), the rest of the window follows the new
+// weights, every piece is delivered exactly once across the change (also on
+// another world size), and unchanged weights give the uninterrupted run.
+TEST(MixtureLoaderTest, ResumeWithChangedWeightsKeepsWhatWasReadAndContinuesEverySource) {
+  std::mt19937_64 rng(2026);
+  int changed_runs = 0, ended_runs = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const Index k = 1 + static_cast<Index>(rng() % 4);
+    std::vector<Index> docs;
+    for (Index s = 0; s < k; ++s) docs.push_back(3 + static_cast<Index>(rng() % 120));
+    const Corpus corpus = MakeCorpus(rng, docs, 1 + static_cast<Index>(rng() % 90));
+    MixtureOptions mo;
+    mo.seed = rng();
+    mo.by = trial % 3 == 0 ? MixBy::kTokens : MixBy::kSamples;
+    if (rng() % 2) mo.block = 64 + static_cast<Index>(rng() % 3) * 32;
+    if (trial % 4 == 1) {
+      mo.repeat.assign(static_cast<std::size_t>(k), true);
+      mo.repeat[rng() % mo.repeat.size()] = false;
+    }
+    std::vector<double> w0 = RandomWeights(rng, k);
+    // A non-repeating source with weight 0 would never end the run; keep it simple.
+    for (Index s = 0; s < k; ++s) {
+      if (!mo.repeat.empty() && !mo.repeat[s] && w0[s] == 0) w0[s] = 1;
+    }
+    Mixture mix0 = MixtureOfSources(corpus.views(), w0, mo);
+    const Index samples =
+        mix0.bounded() && rng() % 2 ? mix0.size() : 40 + static_cast<Index>(rng() % 300);
+    SCOPED_TRACE("trial " + std::to_string(trial) + " samples " + std::to_string(samples));
+    const MixtureOrder order0(mix0, samples);
+    std::uint64_t epoch = mix0.bounded() ? 0 : rng() % 3;
+    MixtureWindow w_old = order0.Window(epoch);
+    std::vector<Index> src_old(w_old.count), itm_old(w_old.count);
+    order0.Fill(w_old.first, w_old.first + w_old.count, src_old.data(), itm_old.data());
+    const auto view_old = MixtureSource(corpus.views(), order0, w_old);
+
+    const bool equal = trial % 2 == 0;
+    LoaderOptions o;
+    o.seq_len = 16 + static_cast<Index>(rng() % 64);
+    o.batch_size = 1 + static_cast<Index>(rng() % 3);
+    o.world_size = 1 + static_cast<Index>(rng() % 3);
+    o.shuffle = false;
+    o.seed = mo.seed;
+    o.equal_steps = equal;
+    o.num_threads = trial % 3 == 2 ? 1 : 0;
+    o.buffer = 1 + static_cast<Index>(rng() % 16);
+    o.epoch = epoch;
+    // Phase 1: every rank reads some batches.
+    Pieces pieces;
+    std::vector<LoaderState> states;
+    const Index steps = static_cast<Index>(rng() % 6);
+    for (Index r = 0; r < o.world_size; ++r) {
+      LoaderOptions ro = o;
+      ro.rank = r;
+      TokenLoader loader(view_old, ro);
+      const Index n = equal ? steps : static_cast<Index>(rng() % 6);
+      (void)Collect(loader, src_old, itm_old, &pieces, n);
+      states.push_back(loader.State());
+    }
+    const LoaderState state = equal ? states[0] : MergeLoaderStates(states);
+    const std::string text = MixtureLoaderStateToJson(order0, state);
+    if (equal && state.train->epoch != epoch) {
+      // The epoch ran out: the state is the next epoch's start.
+      ASSERT_EQ(state.train->position, 0);
+      epoch = state.train->epoch;
+      w_old = order0.Window(epoch);
+      src_old.assign(w_old.count, 0);
+      itm_old.assign(w_old.count, 0);
+      order0.Fill(w_old.first, w_old.first + w_old.count, src_old.data(), itm_old.data());
+      pieces.clear();
+    }
+
+    // Phase 2: new weights (sometimes the same) and another loader shape.
+    const bool same = trial % 5 == 4;
+    std::vector<double> w1 = same ? w0 : RandomWeights(rng, k);
+    for (Index s = 0; s < k; ++s) {
+      if (!mo.repeat.empty() && !mo.repeat[s] && w1[s] == 0) w1[s] = 1;
+    }
+    MixtureOptions mo1 = mo;
+    if (!same && rng() % 3 == 0) mo1.block.reset();
+    const Mixture mix1 = MixtureOfSources(corpus.views(), w1, mo1);
+    LoaderOptions o1 = o;
+    o1.world_size = 1 + static_cast<Index>(rng() % 4);
+    o1.batch_size = 1 + static_cast<Index>(rng() % 3);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const MixtureResume resume = ResumeMixtureLoader(corpus.views(), mix1, samples, o1, text);
+    const bool changed = w1 != w0 || mo1.block != mo.block;
+    ASSERT_EQ(resume.changed, changed) << trial;
+    changed_runs += changed;
+    const MixtureWindow w_new = resume.order.Window(epoch);
+    ASSERT_EQ(w_new.first, w_old.first);
+    std::vector<Index> src(w_new.count), itm(w_new.count);
+    resume.order.Fill(w_new.first, w_new.first + w_new.count, src.data(), itm.data());
+    const Index read = changed ? resume.read : w_old.count;
+    ASSERT_LE(read, std::min(w_old.count, w_new.count));
+    // What was read is kept: the old window's documents before the read point.
+    for (Index d = 0; d < read; ++d) {
+      ASSERT_EQ(src[d], src_old[d]);
+      ASSERT_EQ(itm[d], itm_old[d]);
+    }
+    for (const auto& [d, list] : pieces) ASSERT_LT(d, read) << "delivered past the read point";
+    const auto view_new = MixtureSource(corpus.views(), resume.order, w_new);
+    std::vector<Index> batches;
+    for (Index r = 0; r < o1.world_size; ++r) {
+      LoaderOptions ro = o1;
+      ro.rank = r;
+      TokenLoader loader(view_new, ro, resume.loader);
+      batches.push_back(Collect(loader, src, itm, &pieces));
+    }
+    if (equal) {
+      for (Index b : batches) ASSERT_EQ(b, batches[0]) << "equal steps after the change";
+    }
+    // Every document of the new window tiled exactly once, across the change.
+    ASSERT_EQ(static_cast<Index>(pieces.size()), w_new.count);
+    for (auto& [d, list] : pieces) {
+      std::sort(list.begin(), list.end());
+      Index at = 0;
+      for (const auto& [start, len] : list) {
+        ASSERT_EQ(start, at) << "document " << d << ": a gap or a piece twice";
+        at += len;
+      }
+      const auto& off = corpus.sources[src[d]].offsets;
+      ASSERT_EQ(at, off[itm[d] + 1] - off[itm[d]]);
+    }
+    // Every source continues its walk: the c-th item taken from source s is
+    // its walk's c-th (a keyed permutation per epoch of the source), from
+    // its count before the window, across the change.
+    std::vector<Index> walked = mix0.Consumed(w_old.first);
+    for (Index d = 0; d < w_new.count; ++d) {
+      ASSERT_EQ(itm[d], mix0.SourceItem(src[d], walked[src[d]]++)) << "trial " << trial;
+    }
+    for (Index s = 0; s < k; ++s) {
+      if (!mo.repeat.empty() && !mo.repeat[s]) {
+        ASSERT_LE(walked[s], docs[s]) << "no repeat";
+      }
+    }
+    // A bounded run read to its end: a non-repeating source ran out, every
+    // one of its documents delivered exactly once.
+    if (w_new.first + w_new.count == resume.order.size() && resume.order.size() < Index{1} << 62 &&
+        w_new.first == 0) {
+      bool out = false;
+      for (Index s = 0; s < k; ++s) out = out || (!mo.repeat[s] && walked[s] == docs[s]);
+      ASSERT_TRUE(out) << "the run ended before a non-repeating source ran out";
+      ++ended_runs;
+    }
+    // After the change, the new weights: at every block boundary of the new
+    // mixture, each source within one sample of start + tau * w / sum(w)
+    // (by samples, integral weights: the shares are exact).
+    if (changed && mo.by == MixBy::kSamples) {
+      const Index block = resume.order.current().block();
+      double total = 0;
+      for (double x : w1) total += x;
+      std::vector<Index> seen(static_cast<std::size_t>(k), 0);
+      for (Index tau = 0; read + tau <= w_new.count; ++tau) {
+        if (tau % block == 0) {
+          for (Index s = 0; s < k; ++s) {
+            const double target = static_cast<double>(tau) * w1[s] / total;
+            ASSERT_LT(std::abs(static_cast<double>(seen[s]) - target), 1.0)
+                << "trial " << trial << " source " << s << " at " << tau;
+          }
+        }
+        if (read + tau < w_new.count) ++seen[src[read + tau]];
+      }
+    }
+    // Unchanged: the uninterrupted run, byte for byte.
+    if (!changed && equal && state.train->position > 0) {
+      ASSERT_EQ(resume.loader.train, state.train);
+    }
+  }
+  EXPECT_GT(changed_runs, 30);
+  EXPECT_GT(ended_runs, 0);
+}
+
+TEST(MixtureLoaderTest, UnchangedWeightsResumeTheUninterruptedRunByteForByte) {
+  std::mt19937_64 rng(5);
+  const Corpus corpus = MakeCorpus(rng, {30, 80, 12}, 40);
+  MixtureOptions mo;
+  mo.seed = 8;
+  mo.block = 64;
+  const Mixture mix = MixtureOfSources(corpus.views(), {3, 1, 2}, mo);
+  const MixtureOrder order(mix, 300);
+  for (const bool equal : {true, false}) {
+    LoaderOptions o;
+    o.seq_len = 32;
+    o.batch_size = 2;
+    o.world_size = 1;
+    o.shuffle = false;
+    o.seed = 8;
+    o.equal_steps = equal;
+    o.epoch = 1;
+    const auto view = MixtureSource(corpus.views(), order, order.Window(1));
+    TokenLoader whole(view, o);
+    std::vector<std::vector<std::int64_t>> expected;
+    while (auto b = whole.Next()) expected.push_back(b->input_ids);
+    TokenLoader first(view, o);
+    for (int i = 0; i < 4; ++i) ASSERT_NE(first.Next(), nullptr);
+    const std::string text = MixtureLoaderStateToJson(order, first.State());
+    ASSERT_TRUE(IsMixtureLoaderState(text));
+    const MixtureResume r = ResumeMixtureLoader(corpus.views(), mix, 300, o, text);
+    ASSERT_FALSE(r.changed);
+    TokenLoader rest(MixtureSource(corpus.views(), r.order, r.order.Window(1)), o, r.loader);
+    std::size_t k = 4;
+    while (auto b = rest.Next()) {
+      ASSERT_LT(k, expected.size());
+      ASSERT_EQ(b->input_ids, expected[k++]);
+    }
+    ASSERT_EQ(k, expected.size());
+    // The JSON round-trips.
+    const MixtureLoaderState back = MixtureLoaderStateFromJson(text);
+    EXPECT_EQ(MixtureLoaderStateToJson(MixtureOrder(back.pieces, back.samples), back.loader), text);
+  }
+}
+
+TEST(MixtureLoaderTest, ResumeRefusesAnotherRunAndOneConsumerOfMany) {
+  std::mt19937_64 rng(6);
+  const Corpus corpus = MakeCorpus(rng, {30, 80}, 40);
+  MixtureOptions mo;
+  mo.seed = 8;
+  const Mixture mix = MixtureOfSources(corpus.views(), {1, 1}, mo);
+  const MixtureOrder order(mix, 200);
+  LoaderOptions o;
+  o.seq_len = 32;
+  o.batch_size = 2;
+  o.world_size = 2;
+  o.shuffle = false;
+  const auto view = MixtureSource(corpus.views(), order, order.Window(0));
+  TokenLoader one(view, o);
+  ASSERT_NE(one.Next(), nullptr);
+  const std::string text = MixtureLoaderStateToJson(order, one.State());
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const Mixture other = MixtureOfSources(corpus.views(), {1, 3}, mo);
+  EXPECT_EQ(message([&] {
+              (void)ResumeMixtureLoader(corpus.views(), other, 200, o, text);
+            }).rfind("state: is consumer 0's of 2", 0),
+            0u);
+  MixtureOptions seeded = mo;
+  seeded.seed = 9;
+  const Mixture reseeded = MixtureOfSources(corpus.views(), {1, 3}, seeded);
+  EXPECT_EQ(message([&] {
+              (void)ResumeMixtureLoader(corpus.views(), reseeded, 200, o, text);
+            }).rfind("seed:", 0),
+            0u);
+  EXPECT_EQ(message([&] {
+              (void)ResumeMixtureLoader(corpus.views(), other, 201, o, text);
+            }).rfind("samples:", 0),
+            0u);
+  LoaderOptions eq = o;
+  eq.equal_steps = true;
+  EXPECT_EQ(message([&] {
+              (void)ResumeMixtureLoader(corpus.views(), other, 200, eq, text);
+            }).rfind("state:", 0),
+            0u);
+  EXPECT_EQ(message([&] { (void)MixtureLoaderStateFromJson("{\"kind\": 1}"); }).rfind("state", 0),
+            0u);
+  // An epoch before the order's first piece is not held.
+  const MixtureOrder later = order.Changed(250, other, 200).Changed(450, mix, 400);
+  EXPECT_EQ(later.pieces().size(), 2u);
+  EXPECT_EQ(later.start(), 250);
+  EXPECT_EQ(message([&] { (void)later.Window(1); }).rfind("epoch: 1 begins at sample 200", 0), 0u);
+  EXPECT_EQ(later.Window(2).first, 400);
 }
 
 TEST(MixtureLoaderTest, WindowsAndBadInput) {

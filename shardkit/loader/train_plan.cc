@@ -135,6 +135,7 @@ class PackStream {
 
   [[nodiscard]] std::uint64_t epoch() const { return epoch_; }
   [[nodiscard]] Index popped() const { return popped_; }
+  [[nodiscard]] Index pushed() const { return pushed_; }
   [[nodiscard]] Index dropped() const { return dropped_; }
   [[nodiscard]] Index split_items() const { return packer_.State().split_items; }
   void set_dropped_sink(std::vector<Index>* sink) { dropped_sink_ = sink; }
@@ -533,6 +534,17 @@ TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options, const Train
   SkipToPosition(&documents_, options_, &stream);
   checkpoints_.push_back(std::make_shared<const Checkpoint>(stream.Save()));
   lazy_ = std::make_unique<Lazy>();
+}
+
+Index TrainPlan::DocumentsReadAt(Index position) const {
+  PackStream stream(&documents_, options_, false);
+  if (position < 0 || stream.Skip(position) != position) {
+    PackStream count(&documents_, options_, false);
+    const Index p = count.Skip(std::numeric_limits<Index>::max());
+    ThrowOutOfRange("position", Str(position) + " is outside [0, " + Str(p) +
+                                    "] (the packs of epoch " + Str(options_.epoch) + "'s stream)");
+  }
+  return stream.pushed();
 }
 
 TrainPlan::~TrainPlan() = default;

@@ -233,6 +233,16 @@ class TrainPlan {
   // The stream fingerprint of this plan's documents and packing options.
   [[nodiscard]] std::uint64_t stream() const { return stream_; }
 
+  // The documents of the epoch's order the pack stream has read when
+  // `position` packs of it have been taken (the packer reads a document only
+  // when it needs one to close a pack). A stream whose first
+  // DocumentsReadAt(p) documents are the same, in the same order, has the
+  // same first p packs and the same packer state after them: what a mixture
+  // loader resumed with new weights keeps (mixture_loader.h). Replays the
+  // packer from the epoch's start: O(documents read). Throws out_of_range
+  // naming `position` outside [0, P] (P: packs of the epoch's stream).
+  [[nodiscard]] Index DocumentsReadAt(Index position) const;
+
   // Rank's rows of step s. Throws out_of_range naming `rank` or `step`
   // (outside [0, num_steps); continuous: any s >= 0 when the stream is not
   // empty).

@@ -360,6 +360,60 @@ TEST(TrainPlan, ElasticResumeDeliversTheRestOfTheEpochExactlyOnce) {
   }
 }
 
+TEST(TrainPlan, DocumentsReadAtIsAllThatTheFirstPacksDependOn) {
+  // Replace every document from DocumentsReadAt(p) on: the first p packs
+  // stay the same (what a mixture loader resumed with new weights relies on).
+  std::mt19937_64 rng(31);
+  for (int trial = 0; trial < 40; ++trial) {
+    const Index n = static_cast<Index>(rng() % 300);
+    std::vector<Index> lengths(static_cast<std::size_t>(n));
+    for (auto& l : lengths) l = static_cast<Index>(rng() % 90);
+    TrainOptions o;
+    o.seq_len = 16 + static_cast<Index>(rng() % 64);
+    o.batch_size = 1;
+    o.world_size = 1;
+    o.shuffle = trial % 2 == 0;
+    o.seed = rng();
+    o.buffer = 1 + static_cast<Index>(rng() % 40);
+    o.algorithm = trial % 3 == 0 ? PackAlgorithm::kNextFit : PackAlgorithm::kBestFitDecreasing;
+    o.oversize = trial % 5 == 0 ? Oversize::kDrop : Oversize::kSplit;
+    const TrainPlan plan(TrainDocuments::FromSpans(lengths), o);
+    const Index packs = plan.summary().stream_packs;
+    const Index p =
+        packs == 0 ? 0 : static_cast<Index>(rng() % static_cast<std::uint64_t>(packs + 1));
+    const Index read = plan.DocumentsReadAt(p);
+    ASSERT_GE(read, 0);
+    ASSERT_LE(read, n);
+    EXPECT_EQ(plan.DocumentsReadAt(0), 0);
+    EXPECT_EQ(plan.DocumentsReadAt(packs), n);  // the whole epoch read by its last pack
+    if (p > 0) EXPECT_LE(plan.DocumentsReadAt(p - 1), read);
+    // The documents in order from `read` on, replaced (shuffle off: order
+    // positions are documents; shuffle on: replace whichever comes later).
+    std::vector<Index> other = lengths;
+    const Permutation order(n, o.seed, o.epoch);
+    for (Index j = read; j < n; ++j) {
+      const Index d = o.shuffle ? order.Forward(j) : j;
+      other[static_cast<std::size_t>(d)] = static_cast<Index>(rng() % 200);
+    }
+    const TrainPlan changed(TrainDocuments::FromSpans(other), o);
+    ASSERT_GE(changed.summary().stream_packs, p);
+    for (Index s = 0; s < p; ++s) {
+      const TrainStep a = plan.Step(0, s), b = changed.Step(0, s);
+      ASSERT_EQ(a.rows.size(), b.rows.size());
+      for (std::size_t r = 0; r < a.rows.size(); ++r) {
+        ASSERT_EQ(a.rows[r].size(), b.rows[r].size()) << "trial " << trial << " pack " << s;
+        for (std::size_t i = 0; i < a.rows[r].size(); ++i) {
+          ASSERT_EQ(a.rows[r][i].item, b.rows[r][i].item);
+          ASSERT_EQ(a.rows[r][i].start, b.rows[r][i].start);
+          ASSERT_EQ(a.rows[r][i].length, b.rows[r][i].length);
+        }
+      }
+    }
+    EXPECT_THROW((void)plan.DocumentsReadAt(packs + 1), std::out_of_range);
+    EXPECT_THROW((void)plan.DocumentsReadAt(-1), std::out_of_range);
+  }
+}
+
 TEST(TrainPlan, ContinuousStepsCrossIntoTheNextEpochWithoutFiller) {
   std::vector<Index> lengths;
   std::mt19937_64 rng(5);

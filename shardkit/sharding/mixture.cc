@@ -399,6 +399,7 @@ Index Mixture::FindStop() const {
     }
   }
   if (lo == blocks) return blocks * block_;
+  const_cast<Mixture*>(this)->bounded_ = true;  // construction only
   std::vector<Index> next(k);
   Cumulative(lo, cum.data());
   Cumulative(lo + 1, next.data());

@@ -142,7 +142,8 @@ struct MixSegment {
 
 class Mixture {
  public:
-  // Samples of a mixture that never stops (a multiple of the block).
+  // Samples of a mixture that never stops: kMaxSamples rounded down to a
+  // multiple of the block.
   static constexpr Index kMaxSamples = Index{1} << 62;
   static constexpr int kLinearSteps = 16;
 
@@ -160,9 +161,11 @@ class Mixture {
   [[nodiscard]] const std::vector<double>& weights() const { return weights_; }
   [[nodiscard]] const MixtureOptions& options() const { return options_; }
   [[nodiscard]] Index block() const { return block_; }
-  // Number of samples; kMaxSamples when the mixture never stops.
+  // Number of samples; about kMaxSamples when the mixture never stops.
   [[nodiscard]] Index size() const { return size_; }
-  [[nodiscard]] bool bounded() const { return size_ < kMaxSamples; }
+  // Whether a non-repeating source stops the mixture (was size() <
+  // kMaxSamples, true for every mixture whose block does not divide 2^62).
+  [[nodiscard]] bool bounded() const { return bounded_; }
   [[nodiscard]] const std::vector<MixSegment>& segments() const { return segments_; }
 
   // Sample at local position i. Throws out_of_range naming `position` unless
@@ -232,6 +235,7 @@ class Mixture {
   // per-source counts.
   Index cut_block_ = -1;
   std::vector<Index> cut_counts_;
+  bool bounded_ = false;  // a non-repeating source stops the mixture
 };
 
 // What a stretch of a mixture delivered, against its target.

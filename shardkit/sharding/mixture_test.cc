@@ -185,6 +185,22 @@ TEST(MixtureTest, NonRepeatingSourceStopsTheMixtureAfterItsLastItem) {
   }
 }
 
+TEST(MixtureTest, OnlyANonRepeatingSourceBoundsTheMixture) {
+  // A block that does not divide 2^62 (96) left size() just below kMaxSamples:
+  // bounded() said true for a mixture that never stops.
+  for (const Index block : {64, 96, 1000}) {
+    MixtureOptions o;
+    o.block = block;
+    const Mixture endless({10, 20}, {1, 2}, o);
+    EXPECT_FALSE(endless.bounded()) << block;
+    EXPECT_EQ(endless.size(), Mixture::kMaxSamples / block * block);
+    o.repeat = {true, false};
+    const Mixture ends({10, 20}, {1, 2}, o);
+    EXPECT_TRUE(ends.bounded()) << block;
+    EXPECT_EQ(ends.Consumed(ends.size())[1], 20);
+  }
+}
+
 TEST(MixtureTest, ResumeWithChangedWeightsNeitherRepeatsNorSkips) {
   std::mt19937_64 rng(9);
   for (int trial = 0; trial < 40; ++trial) {
