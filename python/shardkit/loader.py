@@ -504,6 +504,10 @@ class _MixtureTokenLoader(TokenLoader):
         if samples is None:
             samples = len(self.mixture) if self.mixture.bounded else sum(self.mixture.sizes)
         self._samples = int(samples)
+        # The weights asked for (they hold from a resume's read point on), and
+        # the order read: this mixture, then each change of weights.
+        self._requested = self.mixture
+        self._order = _core._MixtureOrder(self.mixture, self._samples)
         self._views: Dict[int, Any] = {}
         self._window_arrays: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
         super().__init__(None, None, shuffle=False, seed=seed, epoch=epoch, **options)
@@ -519,7 +523,7 @@ class _MixtureTokenLoader(TokenLoader):
                 self._views.clear()
                 self._window_arrays.clear()
             self._views[epoch] = _core._TokenSource.mixture_window(
-                self._sources, self.mixture, self._samples, epoch
+                self._sources, self._order, epoch
             )
         return self._views[epoch]
 
@@ -532,12 +536,68 @@ class _MixtureTokenLoader(TokenLoader):
             nxt = self.epoch + 1
         self._loader = _core._TokenLoader(self._source_for(nxt), epoch=nxt, **self._options)
 
+    # -- state: the loader's state and the order it reads ------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        """``{"version", "kind": "mixture_loader", "epoch", "samples", "mixture",
+        "loader"}``: the loader's state (``"loader"``) and the mixture(s) its
+        epoch reads, JSON-serialisable (weights as strings, exact)."""
+        return _core._mixture_loader_state(self._order, self._loader.state())
+
+    def state_at(self, steps: int) -> Dict[str, Any]:
+        return _core._mixture_loader_state(self._order, super().state_at(steps))
+
+    def load_state_dict(self, state: Union[Dict[str, Any], Sequence[Dict[str, Any]]]) -> None:
+        """Continue from ``state`` (as :meth:`TokenLoader.load_state_dict`). When
+        this loader's weights (or schedule) differ from the ones the state's run
+        used, the run changes weights at the state's read point: the documents
+        of the epoch the plan has already read stay as they were, the rest of
+        the epoch (and later epochs) follow this loader's weights, every source
+        continuing from its consumed count (nothing repeated or skipped within
+        a source). ``last_resume`` says ``(changed, read, at)``."""
+        if isinstance(state, (list, tuple)):
+            state = self.merge_states(state)
+        o = self._options
+        order, inner, changed, read, at = _core._mixture_resume(
+            self._sources,
+            self._requested,
+            self._samples,
+            state,
+            seq_len=o["seq_len"],
+            batch_size=o["batch_size"],
+            world_size=o["world_size"],
+            seed=o["seed"],
+            algorithm=o["algorithm"],
+            oversize=o["oversize"],
+            buffer=o["buffer"],
+            equal_steps=o["equal_steps"],
+            mode=o["mode"],
+            cost=o["cost"],
+        )
+        self._order = order
+        self.mixture = order.current
+        self._views.clear()
+        self._window_arrays.clear()
+        self.last_resume = (changed, read, at)
+        self._loader = _core._TokenLoader(
+            self._source_for(inner["epoch"]), state=inner, **self._options
+        )
+
+    @staticmethod
+    def merge_states(states: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+        """The states of every consumer of a per-rank mixture run -> one merged
+        state (any world size and worker count continue from it)."""
+        return _core._merge_mixture_loader_states(list(states))
+
+    @property
+    def changes(self) -> List[int]:
+        """Global sample positions where the weights changed (on resume), from
+        the current epoch's window on."""
+        return self._order.changes
+
     def window(self, epoch: Optional[int] = None) -> Tuple[int, int]:
         """(first, count): the mixture samples epoch ``epoch`` (default: the
         current one) reads, [first, first + count)."""
-        return _core._mixture_window(
-            self.mixture, self._samples, self.epoch if epoch is None else epoch
-        )
+        return self._order.window(self.epoch if epoch is None else epoch)
 
     def window_samples(self, epoch: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
         """(sources, items) of every document of the epoch's window: document
@@ -545,7 +605,7 @@ class _MixtureTokenLoader(TokenLoader):
         e = self.epoch if epoch is None else epoch
         if e not in self._window_arrays:
             first, count = self.window(e)
-            self._window_arrays[e] = self.mixture.numpy(first, first + count)
+            self._window_arrays[e] = self._order.numpy(first, first + count)
         return self._window_arrays[e]
 
     @property

@@ -7,6 +7,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <stdexcept>
@@ -154,20 +155,19 @@ void init_loader(nb::module_& m) {
           "tokens"_a, "offsets"_a)
       .def_static(
           "mixture_window",
-          [](nb::list sources, const Mixture& mixture, Index samples, std::uint64_t epoch) {
+          [](nb::list sources, const MixtureOrder& order, std::uint64_t epoch) {
             std::vector<std::shared_ptr<const TokenSource>> views;
             for (nb::handle h : sources) views.push_back(nb::cast<const PySource&>(h).source);
             PySource s;
             {
               ReleaseGil release;
-              s.source = MixtureSource(std::move(views), mixture,
-                                       MixtureEpochWindow(mixture, samples, epoch));
+              s.source = MixtureSource(std::move(views), order, order.Window(epoch));
             }
             s.keep_tokens = sources;  // the sources, and the arrays they view
             return s;
           },
-          "sources"_a, "mixture"_a, "samples"_a, "epoch"_a,
-          "Epoch `epoch` (`samples` per epoch) of the mixture of `sources` as one source "
+          "sources"_a, "order"_a, "epoch"_a,
+          "Epoch `epoch` of a mixture loader's order over `sources` as one source "
           "(shardkit/loader/mixture_loader.h).")
       .def_prop_ro("num_documents", [](const PySource& s) { return s.source->num_documents(); })
       .def_prop_ro("num_tokens", [](const PySource& s) { return s.source->num_tokens(); })
@@ -315,13 +315,105 @@ void init_loader(nb::module_& m) {
       .def_prop_ro("consumers", &TokenLoader::consumers)
       .def_prop_ro("consumer", &TokenLoader::consumer);
 
+  nb::class_<MixtureOrder>(m, "_MixtureOrder",
+                           "The order of a mixture loader: its mixture and each change of "
+                           "weights (shardkit/loader/mixture_loader.h).")
+      .def(nb::init<Mixture, Index>(), "mixture"_a, "samples"_a)
+      .def_prop_ro("samples", &MixtureOrder::samples)
+      .def_prop_ro("start", &MixtureOrder::start)
+      .def_prop_ro("size", &MixtureOrder::size)
+      .def_prop_ro("current", [](const MixtureOrder& o) { return o.current(); })
+      .def_prop_ro("changes",
+                   [](const MixtureOrder& o) {
+                     std::vector<Index> at;
+                     for (std::size_t i = 1; i < o.pieces().size(); ++i) at.push_back(o.begin(i));
+                     return at;
+                   })
+      .def(
+          "window",
+          [](const MixtureOrder& o, std::uint64_t epoch) {
+            const MixtureWindow w = o.Window(epoch);
+            return std::make_pair(w.first, w.count);
+          },
+          "epoch"_a, "(first, count): the samples epoch `epoch` reads.")
+      .def(
+          "numpy",
+          [](const MixtureOrder& o, Index start, Index stop) {
+            if (stop < start) ThrowOutOfRange("stop", std::to_string(stop) + " is before start");
+            std::int64_t *sources = nullptr, *items = nullptr;
+            auto a = NewArray<std::int64_t>(static_cast<std::size_t>(stop - start), &sources);
+            auto b = NewArray<std::int64_t>(static_cast<std::size_t>(stop - start), &items);
+            {
+              ReleaseGil release;
+              o.Fill(start, stop, sources, items);
+            }
+            return std::make_pair(a, b);
+          },
+          "start"_a, "stop"_a, "(sources, items) of global samples [start, stop).");
   m.def(
-      "_mixture_window",
-      [](const Mixture& mixture, Index samples, std::uint64_t epoch) {
-        const MixtureWindow w = MixtureEpochWindow(mixture, samples, epoch);
-        return std::make_pair(w.first, w.count);
+      "_mixture_loader_state",
+      [](const MixtureOrder& order, nb::handle state) {
+        const LoaderState s = DictToState(state);
+        std::string text;
+        {
+          ReleaseGil release;
+          text = MixtureLoaderStateToJson(order, s);
+        }
+        return nb::module_::import_("json").attr("loads")(text);
       },
-      "mixture"_a, "samples"_a, "epoch"_a, "(first, count): the samples epoch `epoch` reads.");
+      "order"_a, "state"_a, "A mixture loader's state: the loader's state and its order.");
+  m.def(
+      "_mixture_resume",
+      [](nb::list sources, const Mixture& mixture, Index samples, nb::handle state, Index seq_len,
+         Index batch_size, Index world_size, std::uint64_t seed, const std::string& algorithm,
+         const std::string& oversize, std::optional<Index> buffer, bool equal_steps,
+         const std::string& mode, const std::string& cost) {
+        std::vector<std::shared_ptr<const TokenSource>> views;
+        for (nb::handle h : sources) views.push_back(nb::cast<const PySource&>(h).source);
+        std::string text;
+        try {
+          text = nb::cast<std::string>(nb::module_::import_("json").attr("dumps")(state));
+        } catch (const nb::python_error& e) {
+          ThrowInvalid("state", std::string("is not JSON-serialisable (") + e.what() + ")");
+        }
+        LoaderOptions o;
+        o.seq_len = seq_len;
+        o.batch_size = batch_size;
+        o.world_size = world_size;
+        o.shuffle = false;
+        o.seed = seed;
+        o.algorithm = ParsePackAlgorithm(algorithm);
+        o.oversize = ParseOversize(oversize);
+        o.buffer = buffer;
+        o.equal_steps = equal_steps;
+        o.mode = ParseTrainMode(mode);
+        o.cost = ParseCostModel(cost);
+        std::optional<MixtureResume> r;
+        {
+          ReleaseGil release;
+          r.emplace(ResumeMixtureLoader(views, mixture, samples, o, text));
+        }
+        return nb::make_tuple(r->order, StateToDict(r->loader), r->changed, r->read, r->at);
+      },
+      "sources"_a, "mixture"_a, "samples"_a, "state"_a, nb::kw_only(), "seq_len"_a, "batch_size"_a,
+      "world_size"_a, "seed"_a, "algorithm"_a, "oversize"_a, "buffer"_a.none(), "equal_steps"_a,
+      "mode"_a, "cost"_a,
+      "(order, loader state, changed, read, at): a mixture loader resumed from `state` with "
+      "`mixture`'s weights (ResumeMixtureLoader).");
+  m.def(
+      "_merge_mixture_loader_states",
+      [](nb::list states) {
+        std::vector<std::string> texts;
+        nb::object dumps = nb::module_::import_("json").attr("dumps");
+        for (nb::handle h : states) texts.push_back(nb::cast<std::string>(dumps(h)));
+        std::string merged;
+        {
+          ReleaseGil release;
+          merged = MergeMixtureLoaderStates(texts);
+        }
+        return nb::module_::import_("json").attr("loads")(merged);
+      },
+      "states"_a);
   m.def(
       "_merge_loader_states",
       [](nb::list states) {
