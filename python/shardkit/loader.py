@@ -501,6 +501,7 @@ class _MixtureTokenLoader(TokenLoader):
             interpolation=interpolation,
             repeat=repeat,
         )
+        self._samples_given = samples is not None  # else a state's samples win on resume
         if samples is None:
             samples = len(self.mixture) if self.mixture.bounded else sum(self.mixture.sizes)
         self._samples = int(samples)
@@ -560,7 +561,7 @@ class _MixtureTokenLoader(TokenLoader):
         order, inner, changed, read, at = _core._mixture_resume(
             self._sources,
             self._requested,
-            self._samples,
+            self._samples if self._samples_given else None,
             state,
             seq_len=o["seq_len"],
             batch_size=o["batch_size"],
@@ -574,6 +575,7 @@ class _MixtureTokenLoader(TokenLoader):
             cost=o["cost"],
         )
         self._order = order
+        self._samples = order.samples
         self.mixture = order.current
         self._views.clear()
         self._window_arrays.clear()

@@ -364,10 +364,10 @@ void init_loader(nb::module_& m) {
       "order"_a, "state"_a, "A mixture loader's state: the loader's state and its order.");
   m.def(
       "_mixture_resume",
-      [](nb::list sources, const Mixture& mixture, Index samples, nb::handle state, Index seq_len,
-         Index batch_size, Index world_size, std::uint64_t seed, const std::string& algorithm,
-         const std::string& oversize, std::optional<Index> buffer, bool equal_steps,
-         const std::string& mode, const std::string& cost) {
+      [](nb::list sources, const Mixture& mixture, std::optional<Index> samples, nb::handle state,
+         Index seq_len, Index batch_size, Index world_size, std::uint64_t seed,
+         const std::string& algorithm, const std::string& oversize, std::optional<Index> buffer,
+         bool equal_steps, const std::string& mode, const std::string& cost) {
         std::vector<std::shared_ptr<const TokenSource>> views;
         for (nb::handle h : sources) views.push_back(nb::cast<const PySource&>(h).source);
         std::string text;
@@ -395,9 +395,9 @@ void init_loader(nb::module_& m) {
         }
         return nb::make_tuple(r->order, StateToDict(r->loader), r->changed, r->read, r->at);
       },
-      "sources"_a, "mixture"_a, "samples"_a, "state"_a, nb::kw_only(), "seq_len"_a, "batch_size"_a,
-      "world_size"_a, "seed"_a, "algorithm"_a, "oversize"_a, "buffer"_a.none(), "equal_steps"_a,
-      "mode"_a, "cost"_a,
+      "sources"_a, "mixture"_a, "samples"_a.none(), "state"_a, nb::kw_only(), "seq_len"_a,
+      "batch_size"_a, "world_size"_a, "seed"_a, "algorithm"_a, "oversize"_a, "buffer"_a.none(),
+      "equal_steps"_a, "mode"_a, "cost"_a,
       "(order, loader state, changed, read, at): a mixture loader resumed from `state` with "
       "`mixture`'s weights (ResumeMixtureLoader).");
   m.def(

@@ -427,7 +427,7 @@ bool SameSchedule(const std::vector<SchedulePoint>& a, const std::vector<Schedul
 }
 
 void CheckSameRun(const Mixture& state, const Mixture& mixture, Index state_samples,
-                  Index samples) {
+                  std::optional<Index> samples) {
   const MixtureOptions& a = state.options();
   const MixtureOptions& b = mixture.options();
   if (state.sizes() != mixture.sizes()) {
@@ -454,9 +454,9 @@ void CheckSameRun(const Mixture& state, const Mixture& mixture, Index state_samp
   if (flags(state) != flags(mixture)) {
     ThrowInvalid("repeat", "the state's mixture repeats other sources than this loader's");
   }
-  if (state_samples != samples) {
+  if (samples.has_value() && state_samples != *samples) {
     ThrowInvalid("samples", "the state's loader reads " + Str(state_samples) +
-                                " samples per epoch, this loader " + Str(samples));
+                                " samples per epoch, this loader " + Str(*samples));
   }
 }
 
@@ -493,12 +493,15 @@ TrainDocuments DocumentsOf(const TokenSource* source) {
 }  // namespace
 
 MixtureResume ResumeMixtureLoader(const std::vector<std::shared_ptr<const TokenSource>>& sources,
-                                  const Mixture& mixture, Index samples,
+                                  const Mixture& mixture, std::optional<Index> samples,
                                   const LoaderOptions& options, std::string_view text) {
   if (!IsMixtureLoaderState(text)) {
     // A plain loader state: an order of this mixture alone (the loader checks
     // the state's fingerprint against the window).
-    return MixtureResume{MixtureOrder(mixture, samples), LoaderStateFromJson(text)};
+    if (!samples.has_value()) {
+      ThrowInvalid("samples", "required with a loader state that does not carry its mixture");
+    }
+    return MixtureResume{MixtureOrder(mixture, *samples), LoaderStateFromJson(text)};
   }
   MixtureLoaderState s = MixtureLoaderStateFromJson(text);
   CheckSameRun(s.pieces.back(), mixture, s.samples, samples);

@@ -42,6 +42,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -183,7 +184,7 @@ struct MixtureResume {
 // loader's state (MixtureLoaderStateToJson), or a plain loader state of an
 // order of `mixture` alone (then nothing changes; the loader checks its
 // fingerprint). The state's order must have `mixture`'s sources (`sources`),
-// `by`, `seed`, `repeat` and `samples`; when its current piece has other
+// `by`, `seed`, `repeat` and `samples` (nullopt: the state's); when its current piece has other
 // weights, schedule, interpolation or block than `mixture`, the change is
 // made at the read point of the state's window: equal steps, the pack
 // stream's documents read at the state's position (`options` give the
@@ -194,7 +195,7 @@ struct MixtureResume {
 // `state` when it was made for another window (fingerprint).
 [[nodiscard]] MixtureResume ResumeMixtureLoader(
     const std::vector<std::shared_ptr<const TokenSource>>& sources, const Mixture& mixture,
-    Index samples, const LoaderOptions& options, std::string_view text);
+    std::optional<Index> samples, const LoaderOptions& options, std::string_view text);
 
 }  // namespace shardkit
 
