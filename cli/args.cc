@@ -1,5 +1,6 @@
 #include "cli/args.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -164,6 +165,18 @@ std::vector<std::int64_t> ListedRanks(const Args& args, std::int64_t world,
   std::vector<std::int64_t> ranks(static_cast<size_t>(world));
   for (std::int64_t r = 0; r < world; ++r) ranks[static_cast<size_t>(r)] = r;
   return ranks;
+}
+
+std::string Choices(const std::vector<std::string_view>& names, std::string_view fallback,
+                    const std::vector<std::string_view>& skip) {
+  std::string out;
+  for (std::string_view name : names) {
+    if (std::find(skip.begin(), skip.end(), name) != skip.end()) continue;
+    if (!out.empty()) out += " | ";
+    out += name;
+    if (name == fallback) out += " (default)";
+  }
+  return out;
 }
 
 std::int64_t ParseInt(const std::string& flag, const std::string& text) {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shardkit::cli {
@@ -60,6 +61,13 @@ class Args {
 // there are more than a million to list.
 [[nodiscard]] std::vector<std::int64_t> ListedRanks(
     const Args& args, std::int64_t world, const std::function<void(std::int64_t)>& validate);
+
+// "a | b (default) | c" from a core name table (PackAlgorithmNames() and the
+// like), so a --help lists exactly what the parser accepts; names in `skip`
+// are left out (a value a command refuses).
+[[nodiscard]] std::string Choices(const std::vector<std::string_view>& names,
+                                  std::string_view fallback,
+                                  const std::vector<std::string_view>& skip = {});
 
 // Parses a signed 64-bit integer; UsageError naming `flag` and `text` if it is
 // not one or does not fit.

@@ -116,13 +116,11 @@ int RunLoaderStats(const Argv& argv) {
       .Flag("no-shuffle", "", "keep document order (default: shuffled per seed and epoch)")
       .Flag("seed", "S", "shuffle seed" + Default(static_cast<Index>(d.seed)))
       .Flag("epoch", "E", "epoch" + Default(static_cast<Index>(d.epoch)))
-      .Flag("algorithm", "NAME",
-            "next_fit | ffd | bfd | balanced (default " +
-                std::string(PackAlgorithmName(d.algorithm)) + ")")
+      .Flag("algorithm", "NAME", Choices(PackAlgorithmNames(), PackAlgorithmName(d.algorithm)))
       .Flag("buffer", "N", "packing buffer in documents (default 1024)")
       .Flag("oversize", "NAME",
-            "split | drop: documents longer than seq-len (default " +
-                std::string(OversizeName(d.oversize)) + ")")
+            Choices(OversizeNames(), OversizeName(d.oversize), {OversizeName(Oversize::kError)}) +
+                ": documents longer than seq-len")
       .Flag("threads", "T", "background threads per loader; 0 = inline" + Default(d.num_threads))
       .Flag("prefetch", "N", "batches prefetched" + Default(d.prefetch))
       .Flag("max-batches", "N", "stop each loader (rank x worker) after N batches")
@@ -138,8 +136,9 @@ int RunLoaderStats(const Argv& argv) {
             "WHALE_DROP_LAST_FILES) | default | unbalanced | drop_last")
       .Flag("per-rank", "", "pack each rank on its own (ranks get different batch counts)")
       .Flag("mode", "NAME",
-            "equal steps at the end of the epoch: pad (default) | continuous | drop")
-      .Flag("cost", "NAME", "per-step balance by tokens (default) | squared")
+            Choices(TrainModeNames(), TrainModeName(d.mode)) +
+                ": equal steps at the end of the epoch")
+      .Flag("cost", "NAME", Choices(CostModelNames(), CostModelName(d.cost)) + ": per-step balance")
       .Flag("quiet", "", "no progress bar")
       .Flag("json", "", "print one JSON object");
   AddRolesFlags(args);

@@ -18,18 +18,6 @@ namespace {
 
 constexpr Index kMaxListedEntries = 100000000;
 
-// "a | b (default) | c" from the core's name table, so the help lists exactly
-// what the parser accepts.
-std::string Choices(const std::vector<std::string_view>& names, std::string_view fallback) {
-  std::string out;
-  for (std::string_view name : names) {
-    if (!out.empty()) out += " | ";
-    out += name;
-    if (name == fallback) out += " (default)";
-  }
-  return out;
-}
-
 }  // namespace
 
 int RunPack(const Argv& argv) {

@@ -400,6 +400,36 @@ def test_cli_loader_stats_reports_equal_steps_and_the_step_balance(cli, tmp_path
     assert bad.returncode == 2 and bad.stderr.startswith("shardkit loader-stats: --mode: ")
 
 
+@pytest.mark.parametrize(
+    "flag, names, default",
+    [
+        ("algorithm", ["next_fit", "ffd", "bfd", "balanced", "histogram"], "bfd"),
+        ("oversize", ["drop", "split"], "split"),  # error is refused by the loader
+        ("mode", ["pad", "continuous", "drop"], "pad"),
+        ("cost", ["tokens", "squared"], "tokens"),
+    ],
+)
+def test_loader_stats_help_lists_the_names_the_loader_takes(cli, tmp_path, flag, names, default):
+    line = next(
+        x
+        for x in cli("loader-stats", "--help").stdout.splitlines()
+        if x.strip().startswith(f"--{flag} ")
+    )
+    listed = line.split("NAME", 1)[1].split(":")[0]
+    assert [c.replace("(default)", "").strip() for c in listed.split("|")] == names
+    assert f"{default} (default)" in listed
+    tokens, offsets, _ = corpus(60, seed=31)
+    np.save(tmp_path / "t.npy", tokens)
+    np.save(tmp_path / "o.npy", offsets)
+    base = ["loader-stats", "--tokens", tmp_path / "t.npy", "--offsets", tmp_path / "o.npy"]
+    base += ["--seq-len", 512, "--batch", 2, "--world", 2, "--quiet", "--json"]
+    for name in names:
+        r = cli(*base, f"--{flag}", name)
+        assert r.returncode == 0, (name, r.stderr)
+    bad = cli(*base, f"--{flag}", "x")
+    assert bad.returncode == 2 and f"--{flag}: " in bad.stderr, bad.stderr
+
+
 def test_demo_shows_equal_steps_beside_per_rank_packing(cli, tmp_path):
     r = cli("demo", "--json", "--out", tmp_path / "demo.html")
     assert r.returncode == 0, r.stderr

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -65,6 +66,26 @@ void CheckFingerprint(const LoaderState& a, const LoaderState& b, const char* wh
               "; shuffle, seed and shard_files must match too";
     ThrowInvalid("state", std::string(what) + " (" + detail + ")");
   }
+}
+
+// The loader's options as a TrainOptions (the epoch is the loader's): the
+// equal-steps plan is built from it, and the per-rank packer takes its
+// packing options through TrainPackOptions, so both read the packing options
+// through one mapping.
+TrainOptions LoaderTrainOptions(const LoaderOptions& o) {
+  TrainOptions t;
+  t.seq_len = o.seq_len;
+  t.batch_size = o.batch_size;
+  t.world_size = o.world_size;
+  t.mode = o.mode;
+  t.shuffle = o.shuffle;
+  t.seed = o.seed;
+  t.epoch = o.epoch;
+  t.algorithm = o.algorithm;
+  t.buffer = o.buffer;
+  t.oversize = o.oversize;
+  t.cost = o.cost;
+  return t;
 }
 
 PieceRef Resolve(const PackItem& item, const std::vector<PieceRef>& head) {
@@ -171,22 +192,19 @@ class Planner {
   // Equal steps: the global plan from base_.train (or the epoch's start);
   // this worker reads the rank's steps worker, worker + K, ...
   void StartTrainPlan(const LoaderOptions& o) {
-    TrainOptions t;
-    t.seq_len = o.seq_len;
-    t.batch_size = o.batch_size;
-    t.world_size = o.world_size;
-    t.mode = o.mode;
-    t.shuffle = o.shuffle;
-    t.seed = o.seed;
+    TrainOptions t = LoaderTrainOptions(o);
     t.epoch = base_.epoch;
-    t.algorithm = o.algorithm;
-    t.buffer = o.buffer;
-    t.oversize = o.oversize;
-    t.cost = o.cost;
     TrainDocuments docs;
-    docs.count = source_.num_documents();
-    const TokenSource* src = &source_;
-    docs.length = [src](Index d) { return src->DocumentLength(d); };
+    if (const std::int64_t* offsets = source_.ContiguousOffsets()) {
+      // One part with int64 offsets (memory, or an int64 .npy): the plan
+      // reads the lengths from the offsets, no call per document.
+      docs = TrainDocuments::FromOffsets(std::span<const std::int64_t>(
+          offsets, static_cast<std::size_t>(source_.num_documents()) + 1));
+    } else {
+      docs.count = source_.num_documents();
+      const TokenSource* src = &source_;
+      docs.length = [src](Index d) { return src->DocumentLength(d); };
+    }
     // One pass plans the epoch: the reader deals every step (this worker's
     // and the others'), counts the plan's totals as it goes and hands out
     // this rank's rows; the plan learns num_steps when it reaches the end.
@@ -206,12 +224,7 @@ class Planner {
   }
 
   static PackOptions Options(const LoaderOptions& o) {
-    PackOptions p;
-    p.capacity = o.seq_len;
-    p.algorithm = o.algorithm;
-    p.oversize = o.oversize;
-    p.buffer = o.buffer;
-    return p;
+    return TrainPackOptions(LoaderTrainOptions(o));
   }
   static StreamingPacker MakePacker(const LoaderOptions& o, std::optional<PackerState> state) {
     if (state) return StreamingPacker(Options(o), std::move(*state));

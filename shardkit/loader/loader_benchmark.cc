@@ -78,6 +78,43 @@ void BM_LoaderPackedBatches(benchmark::State& state) {
 }
 BENCHMARK(BM_LoaderPackedBatches)->Arg(0)->Arg(1)->ArgName("shuffle");
 
+// One rank's whole epoch (rank 0 of 8, [8, 4096] batches, shuffled), the
+// loader built and drained per iteration: the equal-steps plan (every rank
+// plans all 8 ranks' steps) against the per-rank plan (it packs its own
+// eighth). threads = 0: everything in the calling thread, tokens per CPU
+// second; threads > 0: background threads, tokens per wall second (real
+// time; the process's CPU time is reported beside as cpu_tokens/s).
+void BM_LoaderRankEpoch(benchmark::State& state) {
+  auto source = Source();
+  LoaderOptions o;
+  o.seq_len = kSeqLen;
+  o.batch_size = kBatch;
+  o.world_size = 8;
+  o.rank = 0;
+  o.equal_steps = state.range(0) != 0;
+  o.num_threads = state.range(1);
+  Index tokens = 0;
+  for (auto _ : state) {
+    TokenLoader loader(source, o);
+    while (auto batch = loader.Next()) {
+      tokens += batch->tokens;
+      benchmark::DoNotOptimize(batch->input_ids.data());
+    }
+  }
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LoaderRankEpoch)
+    ->ArgsProduct({{1, 0}, {0}})
+    ->ArgNames({"equal_steps", "threads"})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LoaderRankEpoch)
+    ->ArgsProduct({{1, 0}, {1, 2}})
+    ->ArgNames({"equal_steps", "threads"})
+    ->MeasureProcessCPUTime()
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 // memcpy of one batch's output bytes (28 bytes per slot) between buffers
 // larger than the caches, as the loader's writes are.
 void BM_MemcpyBatchBytes(benchmark::State& state) {

@@ -224,8 +224,14 @@ DataFingerprint FingerprintData(const TokenSource& source) {
   for (Index part = 0; part < source.num_parts(); ++part) {
     h.Add(static_cast<std::uint64_t>(source.PartBegin(part + 1) - source.PartBegin(part)));
   }
-  for (Index d = 0; d < f.documents; ++d) {
-    h.Add(static_cast<std::uint64_t>(source.DocumentLength(d)));
+  if (const std::int64_t* offsets = source.ContiguousOffsets()) {
+    for (Index d = 0; d < f.documents; ++d) {
+      h.Add(static_cast<std::uint64_t>(offsets[d + 1] - offsets[d]));
+    }
+  } else {
+    for (Index d = 0; d < f.documents; ++d) {
+      h.Add(static_cast<std::uint64_t>(source.DocumentLength(d)));
+    }
   }
   // A gathered view (an order stage) adds what chose its documents.
   if (source.identity() != 0) h.Add(source.identity());

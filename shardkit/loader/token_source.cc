@@ -373,6 +373,16 @@ Index TokenSource::DocumentLength(Index d) const {
   return p.Offset(local + 1) - p.Offset(local);
 }
 
+const std::int64_t* TokenSource::ContiguousOffsets() const {
+  if (gathered_ != nullptr || parts_.size() != 1) return nullptr;
+  const Part& p = parts_[0];
+  if (p.offset_size != 8 ||
+      reinterpret_cast<std::uintptr_t>(p.offsets) % alignof(std::int64_t) != 0) {
+    return nullptr;
+  }
+  return reinterpret_cast<const std::int64_t*>(p.offsets);
+}
+
 namespace {
 
 template <typename In, typename Out>

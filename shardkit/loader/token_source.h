@@ -111,6 +111,14 @@ class TokenSource {
 
   // Length in tokens of document d. REQUIRES: 0 <= d < num_documents().
   [[nodiscard]] Index DocumentLength(Index d) const;
+  // Every document's offsets as one array of num_documents() + 1 8-byte
+  // integers (DocumentLength(d) = offsets[d + 1] - offsets[d]) when the source
+  // is one part with 8-byte, 8-byte-aligned offsets (memory, or an int64 /
+  // uint64 file; all validated below 2^63); nullptr otherwise (several parts,
+  // narrower offsets, a gathered view). A planner that reads the lengths of
+  // a whole epoch in shuffled order reads them from here, without a call per
+  // document.
+  [[nodiscard]] const std::int64_t* ContiguousOffsets() const;
   // out[i] = token begin + i of document d, for i < count.
   // REQUIRES: 0 <= begin, begin + count <= DocumentLength(d).
   void Copy(Index d, Index begin, Index count, std::int32_t* out) const;

@@ -88,6 +88,35 @@ TEST(TokenSourceTest, ReadsEveryDocumentOfEveryDtypeInPlace) {
   fs::remove_all(dir);
 }
 
+TEST(TokenSourceTest, ContiguousOffsetsOnlyForOnePartOfEightByteOffsets) {
+  fs::path dir = TempDir("contiguous");
+  const std::vector<std::int32_t> tokens(10, 7);
+  const std::vector<std::int64_t> offsets = {0, 3, 3, 7, 10};
+  WriteNpy(dir / "t.npy", "<i4", tokens);
+  WriteNpy(dir / "o8.npy", "<i8", offsets);
+  WriteNpy(dir / "o4.npy", "<i4", std::vector<std::int32_t>{0, 3, 3, 7, 10});
+  for (const auto& s :
+       {TokenSource::Open(dir / "t.npy", dir / "o8.npy"),
+        TokenSource::FromMemory(tokens.data(), TokenDType::kInt32, 10, offsets.data(), 5)}) {
+    const std::int64_t* o = s->ContiguousOffsets();
+    ASSERT_NE(o, nullptr);
+    for (Index d = 0; d < s->num_documents(); ++d) EXPECT_EQ(o[d + 1] - o[d], s->DocumentLength(d));
+  }
+  // Narrower offsets, several parts, a gathered view: no such array.
+  EXPECT_EQ(TokenSource::Open(dir / "t.npy", dir / "o4.npy")->ContiguousOffsets(), nullptr);
+  fs::create_directories(dir / "d");
+  for (const char* stem : {"a", "b"}) {
+    WriteNpy(dir / "d" / (std::string(stem) + ".tokens.npy"), "<i4", tokens);
+    WriteNpy(dir / "d" / (std::string(stem) + ".offsets.npy"), "<i8", offsets);
+  }
+  auto two = TokenSource::OpenDirectory(dir / "d");
+  ASSERT_EQ(two->num_parts(), 2);
+  EXPECT_EQ(two->ContiguousOffsets(), nullptr);
+  auto one = TokenSource::Open(dir / "t.npy", dir / "o8.npy");
+  EXPECT_EQ(TokenSource::Gather({one}, {3, 0}, 1)->ContiguousOffsets(), nullptr);
+  fs::remove_all(dir);
+}
+
 TEST(TokenSourceTest, DirectoryNumbersDocumentsPartByPartInStemOrder) {
   fs::path dir = TempDir("directory");
   std::mt19937_64 rng(3);

@@ -81,6 +81,7 @@ enum class TrainMode { kPad, kContinuous, kDrop };
 // "pad", "continuous", "drop"; Parse throws invalid_argument naming `mode`.
 [[nodiscard]] TrainMode ParseTrainMode(std::string_view name);
 [[nodiscard]] std::string_view TrainModeName(TrainMode mode);
+[[nodiscard]] std::vector<std::string_view> TrainModeNames();  // every name, in enum order
 
 // The documents a plan reads: document d has length(d) tokens and images(d)
 // images (images empty: none). REQUIRES: both defined on [0, count).
@@ -88,17 +89,36 @@ struct TrainDocuments {
   Index count = 0;
   std::function<Index(Index)> length;
   std::function<Index(Index)> images;
-  // Optional: the same values as arrays (FromSpans sets them). The plan then
-  // reads them directly and prefetches ahead of the shuffled order (a large
-  // corpus's lengths do not fit the caches).
+  // Optional: the same values as arrays (FromSpans and FromOffsets set them).
+  // The plan then reads them directly, with no call per document, and
+  // prefetches ahead of the shuffled order (a large corpus's lengths do not
+  // fit the caches). offsets_data: count + 1 offsets, length(d) =
+  // offsets_data[d + 1] - offsets_data[d] (used when length_data is null).
   const Index* length_data = nullptr;
   const Index* images_data = nullptr;
+  const std::int64_t* offsets_data = nullptr;
+
+  // Document d's length and images, from the arrays when set.
+  [[nodiscard]] Index Length(Index d) const {
+    if (length_data) return length_data[d];
+    if (offsets_data) return offsets_data[d + 1] - offsets_data[d];
+    return length(d);
+  }
+  [[nodiscard]] Index Images(Index d) const {
+    if (images_data) return images_data[d];
+    return images ? images(d) : 0;
+  }
 
   // A view of caller-owned arrays (images may be empty); they must outlive
   // every plan made from this. Throws invalid_argument naming `images` when
   // its size differs from lengths'.
   static TrainDocuments FromSpans(std::span<const Index> lengths,
                                   std::span<const Index> images = {});
+  // A view of caller-owned document offsets (num_documents + 1 entries,
+  // non-decreasing: REQUIRED, not checked here; a TokenSource's
+  // ContiguousOffsets() are). Throws invalid_argument naming `offsets` when
+  // the span is empty.
+  static TrainDocuments FromOffsets(std::span<const std::int64_t> offsets);
 };
 
 struct TrainOptions {
@@ -118,6 +138,11 @@ struct TrainOptions {
   Oversize oversize = Oversize::kSplit;  // split | drop (error is refused)
   CostModel cost = CostModel::kTokens;
 };
+
+// The packer options of the plan's pack stream: capacity seq_len, algorithm,
+// buffer, max_images, max_sequences, oversize. The one mapping from a
+// TrainOptions to the packing engine (the per-rank loader packs with it too).
+[[nodiscard]] PackOptions TrainPackOptions(const TrainOptions& options);
 
 // Where a run stands: the same on every rank, independent of world size and
 // batch shape. `stream` fingerprints the pack stream's inputs (documents and

@@ -307,6 +307,52 @@ TEST(TrainPlan, DeferredPlanReadOnceMatchesTheConstructedPlan) {
   }
 }
 
+// The lengths read from offsets (what the loader passes for a source of one
+// part with int64 offsets), from an array, or through a call per document:
+// the same plan, step by step, and the same stream fingerprint.
+TEST(TrainPlan, DocumentsFromOffsetsArraysOrCallsGiveTheSamePlan) {
+  std::mt19937_64 rng(41);
+  for (int trial = 0; trial < 150; ++trial) {
+    Config c = RandomConfig(rng);
+    c.images.clear();
+    c.options.max_images.reset();
+    std::vector<std::int64_t> offsets = {0};
+    for (Index l : c.lengths) offsets.push_back(offsets.back() + l);
+    TrainDocuments calls;
+    calls.count = static_cast<Index>(c.lengths.size());
+    calls.length = [&c](Index d) { return c.lengths[static_cast<std::size_t>(d)]; };
+    const TrainPlan spans(TrainDocuments::FromSpans(c.lengths), c.options);
+    const TrainPlan from_offsets(TrainDocuments::FromOffsets(offsets), c.options);
+    const TrainPlan from_calls(calls, c.options);
+    SCOPED_TRACE(spans.Describe());
+    ASSERT_EQ(from_offsets.num_documents(), spans.num_documents());
+    EXPECT_EQ(from_offsets.stream(), spans.stream());
+    EXPECT_EQ(from_calls.stream(), spans.stream());
+    ASSERT_EQ(from_offsets.num_steps(), spans.num_steps());
+    ASSERT_EQ(from_calls.num_steps(), spans.num_steps());
+    auto a = spans.Read(-1), b = from_offsets.Read(-1), d = from_calls.Read(-1);
+    std::vector<TrainStep> x, y, z;
+    while (a->NextAll(&x)) {
+      ASSERT_TRUE(b->NextAll(&y));
+      ASSERT_TRUE(d->NextAll(&z));
+      for (std::size_t r = 0; r < x.size(); ++r) {
+        EXPECT_EQ(x[r].rows, y[r].rows);
+        EXPECT_EQ(x[r].rows, z[r].rows);
+      }
+      if (c.options.mode == TrainMode::kContinuous && a->step() >= spans.num_steps()) break;
+    }
+    const TrainAudit audit = from_offsets.Audit();
+    EXPECT_TRUE(audit.exactly_once) << audit.error;
+  }
+  EXPECT_EQ(TrainDocuments::FromOffsets(std::vector<std::int64_t>{0}).count, 0);
+  try {
+    (void)TrainDocuments::FromOffsets({});
+    ADD_FAILURE() << "an empty offsets span was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("offsets"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TrainPlan, ResumeAtRandomStepsEqualsTheUninterruptedRun) {
   std::mt19937_64 rng(21);
   for (int trial = 0; trial < 150; ++trial) {
