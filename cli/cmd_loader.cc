@@ -121,7 +121,9 @@ int RunLoaderStats(const Argv& argv) {
       .Flag("oversize", "NAME",
             Choices(OversizeNames(), OversizeName(d.oversize), {OversizeName(Oversize::kError)}) +
                 ": documents longer than seq-len")
-      .Flag("threads", "T", "background threads per loader; 0 = inline" + Default(d.num_threads))
+      .Flag("threads", "T",
+            "collating threads per loader (and one planning thread); 0 = inline" +
+                Default(d.num_threads))
       .Flag("prefetch", "N", "batches prefetched" + Default(d.prefetch))
       .Flag("max-batches", "N", "stop each loader (rank x worker) after N batches")
       .Flag("shard-files", "", "assign whole files to ranks by Whale's policies (with --dir)")

@@ -129,8 +129,9 @@ class TokenLoader:
 
     The arrays view buffers that are reused once every array of a batch has
     been released; copy them if you keep them beyond the step. ``num_threads``
-    background threads prefetch ``prefetch`` batches; batches do not depend on
-    either.
+    background threads collate ``prefetch`` batches ahead (with one more
+    thread planning ahead of them when ``num_threads >= 1``; 0: everything in
+    the calling thread); batches do not depend on either.
     """
 
     def __init__(

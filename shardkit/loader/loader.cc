@@ -284,12 +284,7 @@ class Planner {
     return true;
   }
 
-  struct Snapshot {
-    Index read = 0, batches = 0;
-    PackerState packer;
-    std::optional<TrainState> train;
-  };
-  [[nodiscard]] Snapshot Take() const {
+  [[nodiscard]] PlannerSnapshot Take() const {
     if (train_) return {0, batches_, {}, train_->StateAt(next_step_)};
     return {read_, batches_, packer_.State(), std::nullopt};
   }
@@ -435,8 +430,7 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
   }
   planner_ = std::make_unique<Planner>(*source_, o, consumers_, consumer_, std::move(base), read,
                                        batches, std::move(packer));
-  auto snapshot = planner_->Take();
-  state_ = Publish(snapshot.read, snapshot.batches, std::move(snapshot.packer), snapshot.train);
+  state_ = Publish(planner_->Take());
   // The first buffers on the caller's thread: a size the machine cannot hold
   // is an error here, not an abort in a background thread.
   pool_.push_back(AllocateBatch());
@@ -452,21 +446,20 @@ LoaderImpl::~LoaderImpl() {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
-  consumed_.notify_all();
+  room_.notify_all();
+  work_.notify_all();
   produced_.notify_all();
   for (std::thread& t : threads_) t.join();
 }
 
-std::shared_ptr<const LoaderState> LoaderImpl::Publish(Index read, Index batches,
-                                                       PackerState packer,
-                                                       std::optional<TrainState> train) const {
+std::shared_ptr<const LoaderState> LoaderImpl::Publish(PlannerSnapshot snapshot) const {
   auto state = std::make_shared<LoaderState>(planner_->base());
   state->consumers = consumers_;
   state->consumer = consumer_;
-  state->read = read;
-  state->batches = batches;
-  state->packer = std::move(packer);
-  state->train = std::move(train);
+  state->read = snapshot.read;
+  state->batches = snapshot.batches;
+  state->packer = std::move(snapshot.packer);
+  state->train = std::move(snapshot.train);
   if (state->train) state->epoch = state->train->epoch;
   return state;
 }
@@ -554,56 +547,95 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
 
 void LoaderImpl::StartThreads() {
   started_ = true;
+  plan_ahead_ = std::max<Index>(8, 2 * (options_.prefetch + options_.num_threads));
+  threads_.emplace_back([this] { PlannerLoop(); });
   for (Index i = 0; i < options_.num_threads; ++i) {
-    threads_.emplace_back([this] { ProducerLoop(); });
+    threads_.emplace_back([this] { CollatorLoop(); });
   }
 }
 
-void LoaderImpl::ProducerLoop() {
+void LoaderImpl::Fail(std::exception_ptr error, Index seq) {
+  if (!error_ || seq < error_seq_) {
+    error_ = std::move(error);
+    error_seq_ = seq;
+  }
+  produced_.notify_all();
+}
+
+// The one planning thread: plans batch after batch outside mu_ (it alone uses
+// planner_) until plan_ahead_ batches wait, then sleeps until the collating
+// threads have taken half of them (one wake-up per plan_ahead_ / 2 batches;
+// plans are small beside the batch buffers).
+void LoaderImpl::PlannerLoop() {
+  const std::size_t ahead = static_cast<std::size_t>(plan_ahead_);
   std::unique_lock lock(mu_);
   while (true) {
-    consumed_.wait(lock, [this] {
-      return stop_ || planned_all_ || next_plan_ - next_out_ < options_.prefetch;
+    room_.wait(lock, [&] { return stop_ || planned_.size() <= ahead / 2; });
+    while (!stop_ && planned_.size() < ahead) {
+      lock.unlock();
+      Planned next;
+      bool more = false;
+      std::exception_ptr failed;
+      try {
+        more = planner_->Next(&next.plan);
+        if (more) next.snapshot = planner_->Take();
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      lock.lock();
+      if (failed || !more) {
+        if (failed) Fail(failed, next_plan_);
+        planned_all_ = true;
+        produced_.notify_all();
+        work_.notify_all();
+        return;
+      }
+      next.seq = next_plan_++;
+      const bool startable = next.seq - next_out_ < options_.prefetch;
+      planned_.push_back(std::move(next));
+      if (startable) work_.notify_one();
+    }
+    if (stop_) return;
+  }
+}
+
+// A collating thread: takes the oldest planned batch once it is inside the
+// prefetch window, fills a buffer outside mu_, and hands it to the consumer.
+void LoaderImpl::CollatorLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    work_.wait(lock, [this] {
+      return stop_ || (planned_all_ && planned_.empty()) ||
+             (!planned_.empty() && planned_.front().seq - next_out_ < options_.prefetch);
     });
-    if (stop_ || planned_all_) return;
-    Plan plan;
-    bool more = false;
-    try {
-      more = planner_->Next(&plan);
-    } catch (...) {
-      error_ = std::current_exception();
+    if (stop_ || planned_.empty()) return;
+    Planned job = std::move(planned_.front());
+    planned_.pop_front();
+    if (planned_.size() == static_cast<std::size_t>(plan_ahead_) / 2) room_.notify_one();
+    if (!planned_.empty() && planned_.front().seq - next_out_ < options_.prefetch) {
+      work_.notify_one();  // the next batch can start too
     }
-    if (!more) {
-      planned_all_ = true;
-      produced_.notify_all();
-      consumed_.notify_all();
-      return;
-    }
-    const Index seq = next_plan_++;
     // Anything thrown from here on (an allocation) goes to the consumer's
     // Next(), never out of this thread (that would terminate the process).
     std::exception_ptr failed;
     std::shared_ptr<Batch> batch;
     std::shared_ptr<const LoaderState> state;
     try {
-      auto snap = planner_->Take();
       batch = AcquireBatch();
       lock.unlock();
-      state = Publish(snap.read, snap.batches, std::move(snap.packer), snap.train);
-      Collate(plan, batch.get());
+      state = Publish(std::move(job.snapshot));
+      Collate(job.plan, batch.get());
     } catch (...) {
       failed = std::current_exception();
     }
     if (!lock.owns_lock()) lock.lock();
     if (failed) {
-      error_ = failed;
-      planned_all_ = true;
-      produced_.notify_all();
-      consumed_.notify_all();
-      return;
+      Fail(failed, job.seq);
+      continue;
     }
-    ready_[seq] = {std::move(batch), std::move(state)};
-    produced_.notify_all();
+    const bool awaited = job.seq == next_out_;
+    ready_[job.seq] = {std::move(batch), std::move(state)};
+    if (awaited) produced_.notify_one();
   }
 }
 
@@ -612,15 +644,17 @@ std::shared_ptr<const Batch> LoaderImpl::Next() {
   if (options_.num_threads == 0) {
     Plan plan;
     if (!planner_->Next(&plan)) return nullptr;
-    auto snap = planner_->Take();
+    PlannerSnapshot snap = planner_->Take();
     std::shared_ptr<Batch> batch = AcquireBatch();
     Collate(plan, batch.get());
-    state_ = Publish(snap.read, snap.batches, std::move(snap.packer), snap.train);
+    state_ = Publish(std::move(snap));
     return batch;
   }
   if (!started_) StartThreads();
+  // Batches come out in sequence order; a failure is reported when every
+  // batch before the one that failed has been returned.
   produced_.wait(lock, [this] {
-    return ready_.count(next_out_) > 0 || error_ != nullptr ||
+    return ready_.count(next_out_) > 0 || (error_ && next_out_ >= error_seq_) ||
            (planned_all_ && next_out_ == next_plan_);
   });
   auto it = ready_.find(next_out_);
@@ -632,7 +666,9 @@ std::shared_ptr<const Batch> LoaderImpl::Next() {
   ready_.erase(it);
   ++next_out_;
   state_ = std::move(r.state);
-  consumed_.notify_all();
+  if (!planned_.empty() && planned_.front().seq - next_out_ < options_.prefetch) {
+    work_.notify_one();  // the window moved: one more batch can start
+  }
   return r.batch;
 }
 

@@ -17,10 +17,11 @@
 //            cu_seqlens (shardkit/packing/packing_metadata.h gives the conventions),
 //            plus the pieces of the batch (documents, starts, rows). The last
 //            batch of an epoch is padded with empty rows, never dropped.
-//   prefetch num_threads background threads fill a bounded queue of `prefetch`
-//            batches ahead of the consumer. Planning (order, split, pack) is
-//            sequential and cheap; collation (the token copies) runs in
-//            parallel. Batch k is the same for any thread count and depth.
+//   prefetch num_threads background threads collate into a bounded queue of
+//            `prefetch` batches ahead of the consumer; with num_threads >= 1 one
+//            more thread plans (order, split, pack; sequential, lengths only)
+//            ahead of them, so planning overlaps collation (the token copies,
+//            in parallel). Batch k is the same for any thread count and depth.
 //
 // State: after every batch, a LoaderState (shardkit/loader/loader_state.h:
 // epoch, the remaining order, how many entries this consumer read, the
@@ -82,7 +83,7 @@ struct LoaderOptions {
   std::int64_t pad_token_id = 0;
   std::int64_t ignore_index = -100;
   PaddingSide padding_side = PaddingSide::kRight;
-  Index num_threads = 1;  // background threads; 0: produce in the caller's thread
+  Index num_threads = 1;  // collating threads (+1 planning); 0: all in the caller's thread
   Index prefetch = 2;     // batches produced ahead (queue depth); REQUIRES >= 1
   // File-level sharding with Whale's policies over the source's parts. The
   // switches are explicit here; callers that follow Whale's environment read

@@ -753,6 +753,66 @@ TEST(LoaderTest, EqualStepsSameBatchCountOnEveryRankEveryPieceOnceElasticResume)
   }
 }
 
+// The planning thread plans ahead of the collating threads: the batches, their
+// order and the state after each are those of the caller's-thread loader, for
+// any thread count, queue depth, worker and mode, also resumed mid-epoch.
+TEST(LoaderTest, EqualStepsIdenticalForAnyThreadCountDepthAndWorker) {
+  std::mt19937_64 rng(43);
+  Data data = MakeData(rng, 400, 120);
+  for (int trial = 0; trial < 6; ++trial) {
+    LoaderOptions o;
+    o.seq_len = 64;
+    o.batch_size = static_cast<Index>(1 + rng() % 3);
+    o.world_size = static_cast<Index>(1 + rng() % 4);
+    o.rank = static_cast<Index>(rng() % static_cast<std::uint64_t>(o.world_size));
+    o.num_workers = trial % 2 ? 1 : static_cast<Index>(2 + rng() % 2);
+    o.worker = static_cast<Index>(rng() % static_cast<std::uint64_t>(o.num_workers));
+    o.seed = static_cast<std::uint64_t>(trial);
+    o.equal_steps = true;
+    o.mode = static_cast<TrainMode>(trial % 3);
+    o.num_threads = 0;
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    TokenLoader reference_loader(data.source, o);
+    std::vector<std::shared_ptr<const Batch>> reference;
+    std::vector<LoaderState> states;
+    while (auto b = reference_loader.Next()) {
+      reference.push_back(b);
+      states.push_back(reference_loader.State());
+    }
+    ASSERT_GT(reference.size(), 3u);
+    const std::size_t cut = reference.size() / 2;
+    for (Index threads : {1, 2, 4}) {
+      for (Index depth : {1, 2, 5}) {
+        LoaderOptions c = o;
+        c.num_threads = threads;
+        c.prefetch = depth;
+        TokenLoader loader(data.source, c);
+        for (std::size_t i = 0; i < reference.size(); ++i) {
+          auto b = loader.Next();
+          ASSERT_NE(b, nullptr) << threads << " threads, depth " << depth << ", batch " << i;
+          ExpectSameBatch(*b, *reference[i]);
+          EXPECT_EQ(b->index, reference[i]->index);
+          EXPECT_EQ(*loader.State().train, *states[i].train);
+        }
+        EXPECT_EQ(loader.Next(), nullptr);
+        // Resumed after batch `cut` with threads (one worker: a state is the
+        // rank's position; the resumed plan numbers its steps from there).
+        if (o.num_workers > 1) continue;
+        TokenLoader resumed(data.source, c, states[cut - 1]);
+        for (std::size_t i = cut; i < reference.size(); ++i) {
+          auto b = resumed.Next();
+          ASSERT_NE(b, nullptr);
+          EXPECT_EQ(b->input_ids, reference[i]->input_ids);
+          EXPECT_EQ(b->documents, reference[i]->documents);
+          EXPECT_EQ(b->starts, reference[i]->starts);
+          EXPECT_EQ(*resumed.State().train, *states[i].train);
+        }
+        EXPECT_EQ(resumed.Next(), nullptr);
+      }
+    }
+  }
+}
+
 TEST(LoaderTest, EqualStepsRefusesPerRankStatesAndFileSharding) {
   std::mt19937_64 rng(2);
   Data data = MakeData(rng, 30, 40);

@@ -1,15 +1,29 @@
 // The machinery behind TokenLoader (shardkit/loader/loader.h): the planner,
-// the producer threads, the queue of ready batches and the buffer pool. Not
-// installed; users include loader.h only.
+// the planning and collating threads, the queues of planned and ready batches
+// and the buffer pool. Not installed; users include loader.h only.
 //
-// Thread-safety: every member below mu_ is guarded by it; Planner runs under
-// mu_ (planning is sequential), collation runs outside it in parallel.
+// With num_threads = 0 the caller's thread plans and collates each batch in
+// Next(). With num_threads >= 1, one more thread plans: it runs the Planner
+// (sequential: batch k is the same for any thread count) outside mu_ and
+// queues up to max(8, 2 (prefetch + num_threads)) planned batches (a plan is
+// the rows' piece lists, small beside a batch); num_threads threads
+// collate them in parallel, batch seq only while seq < next_out_ + prefetch
+// (the buffer pool stays at prefetch batches plus those the caller holds).
+// So planning overlaps collation: per batch the wall time is bounded by
+// max(plan, collate / num_threads) when cores allow, not by their sum (the
+// equal-steps plan deals every rank's packs: docs/benchmarks.md).
+//
+// Thread-safety: every member below mu_ is guarded by it. planner_ is used by
+// one thread only: the planning thread, or with num_threads = 0 the caller's
+// thread under mu_; what the accessors read of it (base, list size, train
+// plan) is immutable after construction or thread-safe (TrainPlan).
 #ifndef SHARDKIT_LOADER_INTERNAL_LOADER_IMPL_H_
 #define SHARDKIT_LOADER_INTERNAL_LOADER_IMPL_H_
 
 #include <unistd.h>
 
 #include <condition_variable>
+#include <deque>
 #include <exception>
 #include <map>
 #include <memory>
@@ -27,6 +41,21 @@ struct Plan {
   std::vector<std::vector<PackItem>> rows;
   std::uint64_t epoch = 0;
   Index index = 0;
+};
+
+// Where the planner stands after a batch: what LoaderImpl::Publish turns into
+// the LoaderState a consumer sees after that batch.
+struct PlannerSnapshot {
+  Index read = 0, batches = 0;
+  PackerState packer;
+  std::optional<TrainState> train;
+};
+
+// A batch planned and not yet collated: sequence number `seq`.
+struct Planned {
+  Plan plan;
+  PlannerSnapshot snapshot;
+  Index seq = 0;
 };
 
 class Planner;
@@ -60,30 +89,41 @@ class LoaderImpl {
 
  private:
   void StartThreads();
-  void ProducerLoop();
+  void PlannerLoop();
+  void CollatorLoop();
+  // Records a failure of batch `seq` (the consumer rethrows it once every
+  // batch before it has been returned). REQUIRES: mu_ held.
+  void Fail(std::exception_ptr error, Index seq);
   void Collate(const Plan& plan, Batch* batch) const;
   std::shared_ptr<Batch> AcquireBatch();
   // A new batch of batch_size x seq_len; std::bad_alloc becomes
   // invalid_argument naming batch_size and the bytes asked for.
   std::shared_ptr<Batch> AllocateBatch() const;
   // The full state after a batch, from the planner's snapshot.
-  std::shared_ptr<const LoaderState> Publish(Index read, Index batches, PackerState packer,
-                                             std::optional<TrainState> train) const;
+  std::shared_ptr<const LoaderState> Publish(PlannerSnapshot snapshot) const;
 
   std::shared_ptr<const TokenSource> source_;
   LoaderOptions options_;
   CollateOptions collate_;
   Index consumers_ = 1, consumer_ = 0;
   std::optional<WhaleChoice> file_policy_;  // with shard_files
-  std::unique_ptr<Planner> planner_;        // guarded by mu_
+  std::unique_ptr<Planner> planner_;        // one thread at a time: see above
 
   mutable std::mutex mu_;
-  std::condition_variable produced_, consumed_;
+  // produced_: a batch is ready (or the end, or an error): the consumer waits.
+  // room_: a planned batch was taken (or stop): the planning thread waits.
+  // work_: a batch was planned or returned (or the end, or stop): the
+  // collating threads wait. One waiter is woken per event where one suffices
+  // (a wake-up is a context switch, per batch).
+  std::condition_variable produced_, room_, work_;
   std::vector<std::thread> threads_;
   bool started_ = false, stop_ = false, planned_all_ = false;
-  Index next_plan_ = 0;  // sequence number of the next batch to plan
-  Index next_out_ = 0;   // sequence number of the next batch to return
+  Index next_plan_ = 0;          // sequence number of the next batch to plan
+  Index next_out_ = 0;           // sequence number of the next batch to return
+  std::deque<Planned> planned_;  // planned, not yet taken by a collating thread
+  Index plan_ahead_ = 8;         // the most batches planned ahead
   std::exception_ptr error_;
+  Index error_seq_ = 0;  // the batch that failed, when error_
   struct Ready {
     std::shared_ptr<Batch> batch;
     std::shared_ptr<const LoaderState> state;
