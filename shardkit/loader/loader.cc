@@ -1,5 +1,7 @@
 #include "shardkit/loader/loader.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -68,10 +70,8 @@ void CheckFingerprint(const LoaderState& a, const LoaderState& b, const char* wh
   }
 }
 
-// The loader's options as a TrainOptions (the epoch is the loader's): the
-// equal-steps plan is built from it, and the per-rank packer takes its
-// packing options through TrainPackOptions, so both read the packing options
-// through one mapping.
+}  // namespace
+
 TrainOptions LoaderTrainOptions(const LoaderOptions& o) {
   TrainOptions t;
   t.seq_len = o.seq_len;
@@ -87,6 +87,8 @@ TrainOptions LoaderTrainOptions(const LoaderOptions& o) {
   t.cost = o.cost;
   return t;
 }
+
+namespace {
 
 PieceRef Resolve(const PackItem& item, const std::vector<PieceRef>& head) {
   if (item.item >= 0) return {item.item, item.start, item.length};
@@ -548,9 +550,12 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
 void LoaderImpl::StartThreads() {
   started_ = true;
   plan_ahead_ = std::max<Index>(8, 2 * (options_.prefetch + options_.num_threads));
+  // Named for top, perf and py-spy (at most 15 characters).
   threads_.emplace_back([this] { PlannerLoop(); });
+  ::pthread_setname_np(threads_.back().native_handle(), "shardkit-plan");
   for (Index i = 0; i < options_.num_threads; ++i) {
     threads_.emplace_back([this] { CollatorLoop(); });
+    ::pthread_setname_np(threads_.back().native_handle(), "shardkit-copy");
   }
 }
 

@@ -107,6 +107,12 @@ struct LoaderOptions {
   bool causal = true;
 };
 
+// The loader's options as a TrainOptions (seq_len, batch_size, world_size,
+// mode, cost, shuffle, seed, epoch and the packing options): the one mapping
+// behind the equal-steps plan, the per-rank packer (through TrainPackOptions)
+// and the mixture loader's plans.
+[[nodiscard]] TrainOptions LoaderTrainOptions(const LoaderOptions& options);
+
 // Combines the states of all consumers of one run (one state per consumer
 // 0 .. C-1, any order, all taken from the same plan) into a merged state.
 // Throws invalid_argument naming `state` when a consumer is missing or

@@ -115,6 +115,33 @@ BENCHMARK(BM_LoaderRankEpoch)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
+// The planning alone of BM_LoaderRankEpoch/equal_steps:1 (what the loader's
+// planning thread does per epoch: rank 0's steps of the global plan, every
+// rank's packs dealt), from the same offsets. With threads, a batch costs
+// max(this, collation / threads) of wall time when cores allow.
+void BM_LoaderRankPlanOnly(benchmark::State& state) {
+  auto source = Source();
+  LoaderOptions o;
+  o.seq_len = kSeqLen;
+  o.batch_size = kBatch;
+  o.world_size = 8;
+  const std::int64_t* offsets = source->ContiguousOffsets();
+  const auto docs =
+      TrainDocuments::FromOffsets({offsets, static_cast<std::size_t>(source->num_documents()) + 1});
+  for (auto _ : state) {
+    auto plan = TrainPlan::Deferred(docs, LoaderTrainOptions(o), std::nullopt);
+    auto reader = plan->ReadOnce(0, 0);
+    TrainStep step;
+    Index n = 0;
+    while (reader->Next(&step)) n += step.tokens;
+    benchmark::DoNotOptimize(n);
+  }
+  state.counters["docs/s"] = benchmark::Counter(
+      static_cast<double>(source->num_documents()) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LoaderRankPlanOnly)->Unit(benchmark::kMillisecond);
+
 // memcpy of one batch's output bytes (28 bytes per slot) between buffers
 // larger than the caches, as the loader's writes are.
 void BM_MemcpyBatchBytes(benchmark::State& state) {

@@ -813,6 +813,40 @@ TEST(LoaderTest, EqualStepsIdenticalForAnyThreadCountDepthAndWorker) {
   }
 }
 
+// The one mapping of a loader's options to the plan's (and, through
+// TrainPackOptions, to the packer's): every field that a plan reads.
+TEST(LoaderTest, LoaderTrainOptionsMapsEveryPlanField) {
+  LoaderOptions o;
+  o.seq_len = 123;
+  o.batch_size = 5;
+  o.world_size = 7;
+  o.mode = TrainMode::kDrop;
+  o.cost = CostModel::kSquaredLengths;
+  o.shuffle = false;
+  o.seed = 99;
+  o.epoch = 4;
+  o.algorithm = PackAlgorithm::kNextFit;
+  o.buffer = 17;
+  o.oversize = Oversize::kDrop;
+  const TrainOptions t = LoaderTrainOptions(o);
+  EXPECT_EQ(t.seq_len, 123);
+  EXPECT_EQ(t.batch_size, 5);
+  EXPECT_EQ(t.world_size, 7);
+  EXPECT_EQ(t.micro_batches, 1);
+  EXPECT_EQ(t.mode, TrainMode::kDrop);
+  EXPECT_EQ(t.cost, CostModel::kSquaredLengths);
+  EXPECT_FALSE(t.shuffle);
+  EXPECT_EQ(t.seed, 99u);
+  EXPECT_EQ(t.epoch, 4u);
+  const PackOptions p = TrainPackOptions(t);
+  EXPECT_EQ(p.capacity, 123);
+  EXPECT_EQ(p.algorithm, PackAlgorithm::kNextFit);
+  EXPECT_EQ(p.buffer, std::optional<Index>(17));
+  EXPECT_EQ(p.oversize, Oversize::kDrop);
+  EXPECT_FALSE(p.max_images.has_value());
+  EXPECT_FALSE(p.max_sequences.has_value());
+}
+
 TEST(LoaderTest, EqualStepsRefusesPerRankStatesAndFileSharding) {
   std::mt19937_64 rng(2);
   Data data = MakeData(rng, 30, 40);

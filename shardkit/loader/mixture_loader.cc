@@ -468,18 +468,9 @@ bool SamePlan(const Mixture& state, const Mixture& mixture) {
 }
 
 TrainOptions PackingOptions(const LoaderOptions& o, std::uint64_t epoch) {
-  TrainOptions t;
-  t.seq_len = o.seq_len;
-  t.batch_size = o.batch_size;
-  t.world_size = o.world_size;
-  t.mode = o.mode;
+  TrainOptions t = LoaderTrainOptions(o);
   t.shuffle = false;  // the mixture is the order
-  t.seed = o.seed;
   t.epoch = epoch;
-  t.algorithm = o.algorithm;
-  t.buffer = o.buffer;
-  t.oversize = o.oversize;
-  t.cost = o.cost;
   return t;
 }
 

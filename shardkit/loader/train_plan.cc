@@ -263,9 +263,14 @@ void DealPacks(Index W, Index rows, CostModel model, Deal* deal) {
   deal->costs.assign(static_cast<std::size_t>(K), 0.0);
   deal->total = 0;
   for (Index k = 0; k < K; ++k) {
-    double c = 0;
-    for (const PackItem& p : deal->packs[static_cast<std::size_t>(k)].pieces)
-      c += PieceCost(p, model);
+    const Pack& pack = deal->packs[static_cast<std::size_t>(k)];
+    // Tokens: the pack's total, which the packer keeps (an integer below
+    // 2^53, so the same double as the sum of its pieces).
+    double c = static_cast<double>(pack.tokens);
+    if (model != CostModel::kTokens) {
+      c = 0;
+      for (const PackItem& p : pack.pieces) c += PieceCost(p, model);
+    }
     deal->costs[static_cast<std::size_t>(k)] = c;
     deal->total += c;
   }
