@@ -14,6 +14,7 @@
    ones, so the wall figure needs threads + 2 free cores to mean anything).
 
     PYTHONPATH=python build/bench-venv/bin/python bench/train_plan_vs_grain.py [--quick]
+        [--only-loaders] [--loader-repeat N]
 
 Lengths: lognormal (median 400, sigma 1.2), clipped to seq_len on every side
 (Grain truncates longer documents, so no side sees one). Each figure is the
@@ -120,16 +121,33 @@ def main():
     ap.add_argument("--world", type=int, default=8)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--loader-repeat",
+        type=int,
+        default=10,
+        help="rounds of section 3 (each run is short; the best of many is what an unloaded "
+        "machine would give)",
+    )
+    ap.add_argument("--only-loaders", action="store_true", help="section 3 only")
     ap.add_argument("--quick", action="store_true", help="small sizes, one repeat")
     args = ap.parse_args()
     if args.quick:
-        args.docs, args.loader_docs, args.repeat = 200_000, 10_000, 1
+        args.docs, args.loader_docs, args.repeat, args.loader_repeat = 200_000, 10_000, 1, 1
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"load average {os.getloadavg()[0]:.1f}; seq_len {args.seq_len}, world {args.world}, "
         f"batch {args.batch}; min of {args.repeat} run(s)"
     )
 
+    small = lengths_of(args.loader_docs, args.seq_len, seed=1)
+    offsets = np.concatenate([[0], np.cumsum(small)])
+    tokens = (np.arange(offsets[-1]) % 50_000).astype(np.int32)
+    if not args.only_loaders:
+        plan_and_grain(args, tokens, offsets)
+    loaders(args, tokens, offsets)
+
+
+def plan_and_grain(args, tokens, offsets):
     lengths = lengths_of(args.docs, args.seq_len)
     p = plan_side(lengths, args.seq_len, args.world, args.batch, args.repeat)
     print(
@@ -139,9 +157,6 @@ def main():
         f"max imbalance of a full step {100 * p['imbalance']:.3f}%"
     )
 
-    small = lengths_of(args.loader_docs, args.seq_len, seed=1)
-    offsets = np.concatenate([[0], np.cumsum(small)])
-    tokens = (np.arange(offsets[-1]) % 50_000).astype(np.int32)
     ours = loader_side(tokens, offsets, args.seq_len, args.batch, 1, True, args.repeat)
     print(
         f"\n2. packed batches of {args.loader_docs:,} documents ({offsets[-1] / 1e6:.1f} M tokens), "
@@ -166,13 +181,15 @@ def main():
             f"{ours['tokens_per_s'] / g['tokens_per_s']:11.1f}x"
         )
 
+
+def loaders(args, tokens, offsets):
     # 3. The same rank with the equal-steps plan and with the per-rank plan,
     # interleaved run by run so that both see the same load: 0 threads (all in
     # the caller's thread: CPU per token) and 1 or 2 collating threads (plus
     # the planning thread: wall-clock tokens/s, what a training loop sees).
     print(
-        f"\n3. TokenLoader rank 0 of {args.world}, equal steps vs per-rank plan "
-        f"(load average now {os.getloadavg()[0]:.1f}):"
+        f"\n3. TokenLoader rank 0 of {args.world}, equal steps vs per-rank plan, best of "
+        f"{args.loader_repeat} interleaved rounds (load average now {os.getloadavg()[0]:.1f}):"
     )
     print(
         f"   {'threads':>7s} {'equal M tok/CPU s':>18s} {'per-rank':>9s} {'ratio':>6s}"
@@ -182,7 +199,7 @@ def main():
     for threads in (0, 1, 2):
         eq = {k: 0.0 for k in keys}
         pr = {k: 0.0 for k in keys}
-        for _ in range(args.repeat):
+        for _ in range(args.loader_repeat):
             e = loader_side(tokens, offsets, args.seq_len, args.batch, args.world, True, 1, threads)
             p_ = loader_side(
                 tokens, offsets, args.seq_len, args.batch, args.world, False, 1, threads
