@@ -121,7 +121,10 @@ std::vector<Index> EvalPlan::SourceRows() const {
   std::vector<Index> rows(static_cast<size_t>(window_size()));
   std::vector<Index> items;
   const Index per_rank = steps_ * batch_;
-  for (Index r = 0; r < world_size(); ++r) {
+  // Only ranks [0, min(W, M)) hold items (uneven lists, no padding): a loop
+  // over every rank of EvalPlan(3, 2^40, 1) never ended.
+  const Index holders = std::min(world_size(), window_size());
+  for (Index r = 0; r < holders; ++r) {
     const Shard shard = plan_.GetShard(r);
     items.resize(static_cast<size_t>(shard.size()));
     shard.Fill(0, shard.size(), items.data());

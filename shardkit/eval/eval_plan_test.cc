@@ -147,6 +147,35 @@ TEST(EvalPlanTest, HugeBatchOverflowNamesBatchSize) {
   }
 }
 
+// Regression: EvalPlan(3, 2^40, 1).source_rows() walked every one of 2^40
+// ranks (no answer); only ranks [0, min(W, M)) hold items.
+TEST(EvalPlanTest, RegressionSourceRowsOfAHugeWorldWalkOnlyTheRanksHoldingItems) {
+  for (Split split : {Split::kRoundRobin, Split::kContiguous}) {
+    EvalOptions o;
+    o.split = split;
+    EvalPlan plan(3, Index{1} << 62, 1, o);
+    // One step of one slot per rank: item i sits on rank i, row i.
+    EXPECT_EQ(plan.SourceRows(), (std::vector<Index>{0, 1, 2}));
+  }
+  // Against the listed slots of every rank where W > M is small enough to list.
+  for (Index w : {5, 64}) {
+    EvalPlan plan(4, w, 2);
+    std::vector<Index> want(4, -1);
+    const Index per_rank = plan.num_steps() * plan.batch_size();
+    for (Index r = 0; r < w; ++r) {
+      for (Index step = 0; step < plan.num_steps(); ++step) {
+        std::vector<Index> idx(static_cast<size_t>(plan.batch_size()));
+        std::unique_ptr<bool[]> mask(new bool[plan.batch_size()]);
+        plan.Batch(r, step, idx.data(), mask.get());
+        for (Index j = 0; j < plan.batch_size(); ++j) {
+          if (mask[j]) want[idx[j]] = r * per_rank + step * plan.batch_size() + j;
+        }
+      }
+    }
+    EXPECT_EQ(plan.SourceRows(), want) << "W=" << w;
+  }
+}
+
 TEST(EvalPlanTest, MinDeviceBatchRaisesThePerDeviceBatchAsFlaxPads) {
   EvalOptions o;
   o.devices = 4;
