@@ -95,9 +95,16 @@ void PlanHeader(Json& j, const ShardPlan& plan) {
 
 // The weight figures of an audit (only when the plan has weights); `shard`
 // reports each rank's load in its rank entries, `audit` lists them here.
+// Per-rank loads are listed up to kMaxRankList ranks; `load_groups` (the
+// distinct loads and how many ranks carry each) describes any world.
 void LoadFields(Json& j, const AuditReport& r, bool per_rank) {
-  if (r.loads.empty()) return;
-  if (per_rank) j.Key("loads").DoubleList(r.loads);
+  if (r.load_groups.empty()) return;
+  if (per_rank) {
+    if (!r.loads.empty()) j.Key("loads").DoubleList(r.loads);
+    j.Key("load_groups").BeginList();
+    for (const LoadGroup& g : r.load_groups) j.BeginList().Double(g.load).Int(g.ranks).End();
+    j.End();
+  }
   j.Key("max_load").Double(r.max_load);
   j.Key("lower_bound").Double(r.lower_bound);
   j.Key("load_imbalance").Double(r.load_imbalance);
@@ -147,6 +154,7 @@ int RunShard(const Argv& argv) {
   }
   AuditReport report = plan.Audit();
   const bool split_workers = args.Has("workers");
+  const bool weighted = !report.load_groups.empty();
 
   if (args.Has("json")) {
     Json j;
@@ -161,7 +169,7 @@ int RunShard(const Argv& argv) {
       j.Begin().Key("rank").Int(r);
       if (one_worker) j.Key("worker").Int(worker_list[0]);
       j.Key("count").Int(shard.size()).Key("padding").Int(shard.padding());
-      if (!report.loads.empty() && !one_worker) j.Key("load").Double(report.loads[r]);
+      if (weighted && !one_worker) j.Key("load").Double(plan.Load(r));
       if (indices) j.Key("indices").IntList(Items(shard));
       if (split_workers && !one_worker) {
         j.Key("workers").BeginList();
@@ -193,8 +201,8 @@ int RunShard(const Argv& argv) {
 
   std::cout << plan.Describe() << "\n";
   const Index head = indices ? kMaxListedIndices : 12;
-  std::printf("%6s %12s %8s%s  %s\n", "rank", "count", "padding",
-              report.loads.empty() ? "" : "         load", "items (* = padding)");
+  std::printf("%6s %12s %8s%s  %s\n", "rank", "count", "padding", weighted ? "         load" : "",
+              "items (* = padding)");
   for (Index r : ranks) {
     if (split_workers) {
       for (Index k : worker_list) {
@@ -206,13 +214,13 @@ int RunShard(const Argv& argv) {
     }
     Shard shard = plan.GetShard(r);
     std::printf("%6" PRId64 " %12" PRId64 " %8" PRId64, r, shard.size(), shard.padding());
-    if (!report.loads.empty()) std::printf(" %12.6g", report.loads[r]);
+    if (weighted) std::printf(" %12.6g", plan.Load(r));
     std::printf("  %s\n", Head(shard, head).c_str());
   }
   std::printf("%s: %s (%s); max imbalance %" PRId64 " item(s)", CoverageName(plan),
               report.exactly_once ? "yes" : "NO", report.method.c_str(), report.max_imbalance);
   if (plan.Dropped()) std::printf("; dropped %" PRId64, plan.Dropped());
-  if (!report.loads.empty()) {
+  if (weighted) {
     std::printf("; heaviest rank %.6g vs lower bound %.6g (+%.3f%%)", report.max_load,
                 report.lower_bound, 100 * report.load_imbalance);
   }
@@ -269,7 +277,7 @@ int RunAudit(const Argv& argv) {
                 r.window_size, r.delivered, r.padding, r.dropped, r.duplicates, r.missing);
     std::printf("  list lengths: min %" PRId64 ", max %" PRId64 " (imbalance %" PRId64 ")\n",
                 r.min_count, r.max_count, r.max_imbalance);
-    if (!r.loads.empty()) {
+    if (!r.load_groups.empty()) {
       std::printf(
           "  loads: heaviest %.6g, lower bound max(max weight, total/W) %.6g, "
           "imbalance +%.3f%%\n",

@@ -33,7 +33,7 @@ std::string AuditRepr(const AuditReport& r) {
       ", missing=" + std::to_string(r.missing) + ", min_count=" + std::to_string(r.min_count) +
       ", max_count=" + std::to_string(r.max_count) +
       ", max_imbalance=" + std::to_string(r.max_imbalance);
-  if (!r.loads.empty()) {
+  if (!r.load_groups.empty()) {
     out += ", max_load=" + ReprFloat(r.max_load) + ", lower_bound=" + ReprFloat(r.lower_bound) +
            ", load_imbalance=" + ReprFloat(r.load_imbalance);
   }
@@ -42,7 +42,7 @@ std::string AuditRepr(const AuditReport& r) {
 
 // A weighted plan's load figure, None for an unweighted one.
 std::optional<double> IfWeighted(const AuditReport& r, double value) {
-  if (r.loads.empty()) return std::nullopt;
+  if (r.load_groups.empty()) return std::nullopt;
   return value;
 }
 
@@ -165,10 +165,30 @@ void init_shard_plan(nb::module_& m) {
       .def_prop_ro(
           "loads",
           [](const AuditReport& r) -> std::optional<std::vector<double>> {
-            if (r.loads.empty()) return std::nullopt;
+            if (r.load_groups.empty()) return std::nullopt;
+            if (r.loads.empty()) {
+              Index world = 0;
+              for (const LoadGroup& g : r.load_groups) world += g.ranks;
+              ThrowInvalid("world_size",
+                           shardkit::Str(world) +
+                               " ranks are too many to list loads one per rank (at most " +
+                               shardkit::Str(kMaxRankList) + "); read load_groups instead");
+            }
             return r.loads;
           },
-          "each rank's load (sum of its items' weights)")
+          "each rank's load (sum of its items' weights); for more than 2^20 ranks a\n"
+          "ValueError naming world_size (read load_groups)")
+      .def_prop_ro(
+          "load_groups",
+          [](const AuditReport& r) -> std::optional<std::vector<std::pair<double, Index>>> {
+            if (r.load_groups.empty()) return std::nullopt;
+            std::vector<std::pair<double, Index>> out;
+            out.reserve(r.load_groups.size());
+            for (const LoadGroup& g : r.load_groups) out.emplace_back(g.load, g.ranks);
+            return out;
+          },
+          "the distinct loads, ascending, as (load, number of ranks) pairs: a bounded\n"
+          "description for any world size")
       .def_prop_ro("max_load", [](const AuditReport& r) { return IfWeighted(r, r.max_load); })
       .def_prop_ro(
           "lower_bound", [](const AuditReport& r) { return IfWeighted(r, r.lower_bound); },
@@ -214,7 +234,9 @@ void init_shard_plan(nb::module_& m) {
           },
           "rank"_a.none(), nb::kw_only(), "worker"_a.none() = 0, "num_workers"_a.none() = 1,
           "Rank's list, or the part of it that one of num_workers dataloader workers reads.")
-      .def("counts", &ShardPlan::Counts, "Length of every rank's list, padding included.")
+      .def("counts", &ShardPlan::Counts,
+           "Length of every rank's list, padding included; ValueError naming world_size\n"
+           "above 2^20 ranks (use count(rank)).")
       .def(
           "count", [](const ShardPlan& p, Int rank) { return p.Count(ToIndex(rank, "rank")); },
           "rank"_a.none())
@@ -235,7 +257,12 @@ void init_shard_plan(nb::module_& m) {
             return std::make_pair(loc.rank, loc.entry);
           },
           "item"_a.none(), "(rank, entry) holding `item`, or None when it was dropped.")
-      .def("loads", &ShardPlan::Loads, "Each rank's load (sum of its items' weights).")
+      .def("loads", &ShardPlan::Loads,
+           "Each rank's load (sum of its items' weights); ValueError naming world_size\n"
+           "above 2^20 ranks (use load(rank) or audit().load_groups).")
+      .def(
+          "load", [](const ShardPlan& p, Int rank) { return p.Load(ToIndex(rank, "rank")); },
+          "rank"_a.none(), "Rank's load (sum of its real items' weights; 0.0 without weights).")
       .def(
           "audit",
           [](const ShardPlan& p, Int limit) {

@@ -198,7 +198,16 @@ Index ShardPlan::Count(Index rank) const {
 
 Index ShardPlan::Padding(Index rank) const { return Count(rank) - RealCount(rank); }
 
+void ShardPlan::CheckListable(const char* what) const {
+  if (world_ > kMaxRankList) {
+    ThrowInvalid("world_size", Str(world_) + " ranks are too many to list " + what +
+                                   " one per rank (at most " + Str(kMaxRankList) +
+                                   "); ask for one rank's or for the distinct values instead");
+  }
+}
+
 std::vector<Index> ShardPlan::Counts() const {
+  CheckListable("counts");
   std::vector<Index> counts(world_);
   for (Index r = 0; r < world_; ++r) counts[r] = Count(r);
   return counts;
@@ -267,21 +276,65 @@ Location ShardPlan::Locate(Index item) const {
   return {remainder_ + (p - boundary) / quotient_, (p - boundary) % quotient_};
 }
 
+double ShardPlan::Load(Index rank) const {
+  CheckRank(rank);
+  if (options_->weights.empty()) return 0;
+  if (options_->remainder == Remainder::kReplicate) return WindowTotal();
+  Shard shard = GetShard(rank);
+  const Index real = shard.size() - shard.padding();
+  double load = 0;
+  std::vector<Index> buffer(static_cast<size_t>(std::min<Index>(real, 1 << 16)));
+  for (Index begin = 0; begin < real; begin += 1 << 16) {
+    Index end = std::min<Index>(real, begin + (1 << 16));
+    shard.Fill(begin, end, buffer.data());
+    for (Index i = 0; i < end - begin; ++i) load += options_->weights[buffer[i]];
+  }
+  return load;
+}
+
+double ShardPlan::WindowTotal() const {
+  double total = 0;
+  for (Index p = 0; p < window_; ++p) total += options_->weights[window_begin() + p];
+  return total;
+}
+
+std::vector<double> ShardPlan::PrefixLoads() const {
+  // Every split deals a window of M items to ranks [0, min(W, M)) at most
+  // (round_robin and uneven/pad lists: rank r >= M gets nothing; contiguous
+  // padded blocks of ceil(M / W) start past M from rank M on; balanced gives
+  // its first min(W, M) items to distinct ranks), so this costs O(M), not O(W).
+  const Index ranks = std::min(world_, window_);
+  std::vector<double> loads(static_cast<size_t>(ranks));
+  for (Index r = 0; r < ranks; ++r) loads[r] = Load(r);
+  return loads;
+}
+
 std::vector<double> ShardPlan::Loads() const {
   if (options_->weights.empty()) return {};
-  std::vector<double> loads(world_, 0.0);
-  std::vector<Index> buffer;
-  for (Index r = 0; r < world_; ++r) {
-    Shard shard = GetShard(r);
-    const Index real = shard.size() - shard.padding();
-    buffer.resize(static_cast<size_t>(std::min<Index>(real, 1 << 16)));
-    for (Index begin = 0; begin < real; begin += 1 << 16) {
-      Index end = std::min<Index>(real, begin + (1 << 16));
-      shard.Fill(begin, end, buffer.data());
-      for (Index i = 0; i < end - begin; ++i) loads[r] += options_->weights[buffer[i]];
+  CheckListable("loads");
+  if (options_->remainder == Remainder::kReplicate)
+    return std::vector<double>(world_, WindowTotal());
+  std::vector<double> loads = PrefixLoads();
+  loads.resize(static_cast<size_t>(world_), 0.0);
+  return loads;
+}
+
+std::vector<LoadGroup> ShardPlan::LoadGroups() const {
+  if (options_->weights.empty()) return {};
+  if (options_->remainder == Remainder::kReplicate) return {{WindowTotal(), world_}};
+  std::vector<double> loads = PrefixLoads();
+  const Index empty_ranks = world_ - static_cast<Index>(loads.size());
+  std::sort(loads.begin(), loads.end());
+  std::vector<LoadGroup> groups;
+  if (empty_ranks > 0) groups.push_back({0.0, empty_ranks});
+  for (double load : loads) {
+    if (!groups.empty() && groups.back().load == load) {
+      ++groups.back().ranks;
+    } else {
+      groups.push_back({load, 1});
     }
   }
-  return loads;
+  return groups;
 }
 
 AuditReport ShardPlan::Audit(Index enumerate_limit) const {
@@ -293,15 +346,21 @@ AuditReport ShardPlan::Audit(Index enumerate_limit) const {
   // Counts take at most two values except under balanced; both are known in
   // closed form, so totals need no loop over ranks.
   u128 real_total = 0, padded_total = 0;
+  // balanced: ranks past its lists (min(W, M) of them) all share rank W - 1's
+  // counts; only the lists are walked (a loop over W = 2^62 ranks never ended).
+  const Index walked =
+      balanced_ ? std::min<Index>(world_, static_cast<Index>(balanced_->lists.size())) : world_;
   if (balanced_ || world_ <= 4096) {
     report.min_count = report.max_count = Count(0);
-    for (Index r = 0; r < world_; ++r) {
+    auto add = [&](Index r, Index times) {
       Index c = Count(r), real = RealCount(r);
-      real_total += real;
-      padded_total += c - real;
+      real_total += static_cast<u128>(real) * static_cast<u128>(times);
+      padded_total += static_cast<u128>(c - real) * static_cast<u128>(times);
       report.min_count = std::min(report.min_count, c);
       report.max_count = std::max(report.max_count, c);
-    }
+    };
+    for (Index r = 0; r < walked; ++r) add(r, 1);
+    if (walked < world_) add(world_ - 1, world_ - walked);
   } else {
     // Every rank below the boundary shares Count(0) / RealCount(0), every rank
     // at or after it shares the values of rank W - 1.
@@ -402,15 +461,17 @@ AuditReport ShardPlan::Audit(Index enumerate_limit) const {
   }
 
   if (!options_->weights.empty()) {
-    report.loads = Loads();
+    // Bounded by the window, not by W: the distinct loads always, the
+    // per-rank list only for a listable world.
+    report.load_groups = LoadGroups();
+    if (world_ <= kMaxRankList) report.loads = Loads();
     double total = 0, max_weight = 0;
     for (Index p = 0; p < window_; ++p) {
       double w = options_->weights[window_begin() + p];
       total += w;
       max_weight = std::max(max_weight, w);
     }
-    report.max_load =
-        report.loads.empty() ? 0 : *std::max_element(report.loads.begin(), report.loads.end());
+    report.max_load = report.load_groups.back().load;
     report.lower_bound = replicate ? total : std::max(max_weight, total / world_);
     report.load_imbalance = report.lower_bound > 0 ? report.max_load / report.lower_bound - 1 : 0;
   }

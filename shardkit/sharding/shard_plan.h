@@ -75,6 +75,18 @@ struct Location {
   Index entry = -1;
 };
 
+// Ranks that carry the same load: `ranks` ranks with `load` each.
+struct LoadGroup {
+  double load = 0;
+  Index ranks = 0;
+};
+
+// Per-rank lists (Counts(), Loads(), the audit's per-rank loads) are built for
+// at most this many ranks; beyond it they are refused naming world_size (a
+// tiny plan over 2^62 ranks asked for a list of 2^62 entries). LoadGroups()
+// and Load(rank) describe any world size.
+inline constexpr Index kMaxRankList = Index{1} << 20;
+
 struct AuditReport {
   // True when coverage is exactly what the policy states: every window item
   // in exactly one real entry (uneven, pad), or exactly once except the
@@ -91,8 +103,12 @@ struct AuditReport {
   Index min_count = 0;   // list lengths, padding included
   Index max_count = 0;
   Index max_imbalance = 0;  // max_count - min_count
-  // With weights: each rank's load (sum of its real items' weights), the
-  // lower bound max(max weight, total / W) and max_load / lower_bound - 1.
+  // With weights: the distinct loads and how many ranks carry each
+  // (ascending by load; never empty for a weighted plan, empty without
+  // weights), each rank's load (sum of its real items' weights; listed only
+  // for world_size <= kMaxRankList, else empty), the lower bound
+  // max(max weight, total / W) and max_load / lower_bound - 1.
+  std::vector<LoadGroup> load_groups;
   std::vector<double> loads;
   double max_load = 0, lower_bound = 0, load_imbalance = 0;
 };
@@ -125,6 +141,7 @@ class ShardPlan {
   [[nodiscard]] Index Count(Index rank) const;
   // Trailing padded entries of rank's list.
   [[nodiscard]] Index Padding(Index rank) const;
+  // Throws invalid_argument naming world_size above kMaxRankList ranks.
   [[nodiscard]] std::vector<Index> Counts() const;
   // Window items delivered to no rank (remainder drop).
   [[nodiscard]] Index Dropped() const { return dropped_; }
@@ -140,8 +157,17 @@ class ShardPlan {
   // `num_workers` reads. Throws out_of_range / invalid_argument.
   [[nodiscard]] Shard GetShard(Index rank, Index worker = 0, Index num_workers = 1) const;
 
-  // Each rank's load (sum of its real items' weights); empty without weights.
+  // Rank's load: the sum of its real items' weights in the rank's order (the
+  // window's total in window order for replicate, where every rank holds the
+  // whole window); 0 without weights. Throws out_of_range for a bad rank.
+  [[nodiscard]] double Load(Index rank) const;
+  // Each rank's load; empty without weights. Throws invalid_argument naming
+  // world_size above kMaxRankList ranks (see LoadGroups).
   [[nodiscard]] std::vector<double> Loads() const;
+  // The distinct loads, ascending, and how many ranks carry each; empty
+  // without weights. Work and size are bounded by the window, not by W: only
+  // ranks [0, min(W, M)) can hold items (replicate: one group of W ranks).
+  [[nodiscard]] std::vector<LoadGroup> LoadGroups() const;
 
   // Proves coverage. Lists every entry when the plan has at most
   // `enumerate_limit` entries (a bitmap of the window), otherwise checks the
@@ -159,6 +185,10 @@ class ShardPlan {
   Index ProgressionStart(Index rank) const;
   Index ProgressionStep() const;
   void CheckRank(Index rank) const;
+  void CheckListable(const char* what) const;
+  // Loads of ranks [0, min(W, M)); every later rank's is 0 (non-replicate).
+  std::vector<double> PrefixLoads() const;
+  double WindowTotal() const;
   Permutation RankOrder(Index rank) const;
 
   Index num_items_;

@@ -457,6 +457,133 @@ TEST(ShardPlanTest, RejectsBadConfigurationNamingTheParameter) {
 namespace shardkit {
 namespace {
 
+// Independent of Load/Loads: a rank's load from its listed entries (integer
+// weights, so every summation order gives the same double).
+double ListedLoad(const ShardPlan& plan, Index rank) {
+  Shard shard = plan.GetShard(rank);
+  double load = 0;
+  for (Index k = 0; k < shard.size() - shard.padding(); ++k) {
+    load += plan.options().weights[shard.At(k)];
+  }
+  return load;
+}
+
+const Split kAllSplits[] = {Split::kRoundRobin, Split::kContiguous, Split::kBalanced};
+const Remainder kAllRemainders[] = {Remainder::kUneven, Remainder::kDrop, Remainder::kPad,
+                                    Remainder::kReplicate};
+
+TEST(ShardPlanTest, LoadGroupsAndLoadsMatchTheListedEntriesOverRandomConfigurations) {
+  std::mt19937_64 rng(13);
+  for (int trial = 0; trial < 400; ++trial) {
+    const Index n = static_cast<Index>(rng() % 40);
+    const Index w = 1 + static_cast<Index>(rng() % 60);
+    ShardOptions o;
+    o.split = kAllSplits[rng() % 3];
+    o.remainder = kAllRemainders[rng() % 4];
+    if (o.split == Split::kBalanced && o.remainder == Remainder::kReplicate) continue;
+    o.offset = n > 0 ? static_cast<Index>(rng() % (n + 1)) : 0;
+    if (rng() % 2) o.limit = static_cast<Index>(rng() % 30);
+    o.shuffle = rng() % 2;
+    o.seed = rng();
+    for (Index i = 0; i < n; ++i) o.weights.push_back(static_cast<double>(rng() % 5));
+    ShardPlan plan(n, w, o);
+    std::vector<double> want(static_cast<size_t>(w));
+    for (Index r = 0; r < w; ++r) want[r] = ListedLoad(plan, r);
+    const std::string what = "trial " + std::to_string(trial) + ": " + plan.Describe();
+    if (n == 0) {  // no weights: no loads, no groups
+      EXPECT_TRUE(plan.Loads().empty() && plan.LoadGroups().empty()) << what;
+      EXPECT_TRUE(plan.Audit().load_groups.empty()) << what;
+      continue;
+    }
+    ASSERT_EQ(plan.Loads(), want) << what;
+    for (Index r = 0; r < w; ++r) ASSERT_EQ(plan.Load(r), want[r]) << what;
+    std::vector<double> sorted = want;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<LoadGroup> groups = plan.LoadGroups();
+    std::vector<double> expanded;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      ASSERT_GT(groups[g].ranks, 0) << what;
+      if (g > 0) ASSERT_LT(groups[g - 1].load, groups[g].load) << what;
+      expanded.insert(expanded.end(), static_cast<size_t>(groups[g].ranks), groups[g].load);
+    }
+    ASSERT_EQ(expanded, sorted) << what;
+    AuditReport report = plan.Audit();
+    ASSERT_EQ(report.loads, want) << what;
+    ASSERT_EQ(report.max_load, sorted.back()) << what;
+    // Counts over every rank (balanced walks only its lists now).
+    Index real = 0, lo = INT64_MAX, hi = 0;
+    for (Index r = 0; r < w; ++r) {
+      real += plan.Count(r) - plan.Padding(r);
+      lo = std::min(lo, plan.Count(r));
+      hi = std::max(hi, plan.Count(r));
+    }
+    ASSERT_EQ(report.delivered, real) << what;
+    ASSERT_EQ(report.min_count, lo) << what;
+    ASSERT_EQ(report.max_count, hi) << what;
+    ASSERT_TRUE(report.exactly_once) << what << " " << report.detail;
+  }
+}
+
+// The sweep's finding: `audit --items 4 --world 2^62 --weights w.npy --remainder
+// replicate --limit 4` allocated one load per rank (cannot create std::vector
+// larger than max_size()); with split balanced the audit looped over 2^62 ranks.
+TEST(ShardPlanTest, RegressionWeightedAuditOverTwoToThe62RanksIsBoundedByTheWindow) {
+  const Index w = Index{1} << 62;
+  for (Split split : kAllSplits) {
+    for (Remainder rem : kAllRemainders) {
+      if (split == Split::kBalanced && rem == Remainder::kReplicate) continue;
+      ShardOptions o;
+      o.split = split;
+      o.remainder = rem;
+      o.limit = 4;
+      o.weights = {1, 2, 3, 4, 100};
+      ShardPlan plan(5, w, o);
+      const std::string what = plan.Describe();
+      AuditReport report = plan.Audit();
+      EXPECT_TRUE(report.exactly_once) << what << " " << report.detail;
+      EXPECT_TRUE(report.loads.empty()) << what;
+      // The groups cover every rank once and carry the window's weight:
+      // 1 + 2 + 3 + 4 once, or on every rank (replicate), or nothing (drop).
+      Index ranks = 0;
+      double others = 0;
+      for (const LoadGroup& g : report.load_groups) {
+        ranks += g.ranks;
+        if (g.load != 10) others += g.load * static_cast<double>(g.ranks);
+      }
+      EXPECT_EQ(ranks, w) << what;
+      if (rem == Remainder::kReplicate) {
+        ASSERT_EQ(report.load_groups.size(), 1u) << what;
+        EXPECT_EQ(report.load_groups[0].load, 10) << what;
+        EXPECT_EQ(report.max_load, 10) << what;
+        EXPECT_EQ(report.load_imbalance, 0) << what;
+      } else if (rem == Remainder::kDrop) {
+        ASSERT_EQ(report.load_groups.size(), 1u) << what;
+        EXPECT_EQ(report.load_groups[0].load, 0) << what;
+      } else {
+        EXPECT_EQ(others, 10) << what;
+        EXPECT_EQ(report.max_load, 4) << what;
+        EXPECT_EQ(plan.Load(3), ListedLoad(plan, 3)) << what;
+        EXPECT_EQ(plan.Load(w - 1), 0) << what;
+      }
+      for (auto list : {+[](const ShardPlan& p) { (void)p.Loads(); },
+                        +[](const ShardPlan& p) { (void)p.Counts(); }}) {
+        try {
+          list(plan);
+          ADD_FAILURE() << "a per-rank list of 2^62 ranks was not refused: " << what;
+        } catch (const std::invalid_argument& e) {
+          EXPECT_EQ(std::string(e.what()).rfind("world_size: 4611686018427387904 ranks", 0), 0u)
+              << e.what();
+        }
+      }
+    }
+  }
+  // The largest listable world still lists.
+  ShardOptions o;
+  o.weights = {1, 2};
+  EXPECT_EQ(ShardPlan(2, kMaxRankList, o).Loads().size(), static_cast<size_t>(kMaxRankList));
+  EXPECT_THROW((void)ShardPlan(2, kMaxRankList + 1, o).Loads(), std::invalid_argument);
+}
+
 TEST(ShardPlanTest, DescribeNamesTheWindowSplitRemainderAndOrder) {
   ShardOptions o;
   o.offset = 2;
