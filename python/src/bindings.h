@@ -144,11 +144,29 @@ NumpyArray<T> NewArray(std::size_t n, T** data) {
   return NumpyArray<T>(buffer, {n}, owner);
 }
 
-// The same for any shape.
+// NewArray for an output whose length the caller chose through `param`: an
+// array that cannot be allocated (Mixture.numpy(2**31) of an endless mixture
+// asked for 2^62 samples) is a ValueError naming `param` and the size, not
+// "MemoryError: std::bad_array_new_length".
+template <typename T>
+NumpyArray<T> NewArrayFor(const char* param, std::size_t n, T** data) {
+  try {
+    return NewArray<T>(n, data);
+  } catch (const std::bad_alloc&) {
+    throw std::invalid_argument(std::string(param) + ": an array of " + std::to_string(n) +
+                                " elements of " + std::to_string(sizeof(T)) +
+                                " bytes cannot be allocated; ask for a smaller range");
+  }
+}
+
+// The same for any shape (an element count that overflows is refused like
+// an allocation that fails).
 template <typename T>
 nb::ndarray<nb::numpy, T> NewNd(std::initializer_list<std::size_t> shape, T** data) {
   std::size_t n = 1;
-  for (std::size_t s : shape) n *= s;
+  for (std::size_t s : shape) {
+    if (__builtin_mul_overflow(n, s, &n)) throw std::bad_array_new_length();
+  }
   T* buffer = new T[n > 0 ? n : 1];
   nb::capsule owner(buffer, [](void* p) noexcept { delete[] static_cast<T*>(p); });
   *data = buffer;

@@ -207,8 +207,11 @@ void init_mixture(nb::module_& m) {
                                           std::to_string(mix.size()) + "]");
             }
             std::int64_t *sources = nullptr, *items = nullptr;
-            auto a = NewArray<std::int64_t>(static_cast<std::size_t>(end - start), &sources);
-            auto b = NewArray<std::int64_t>(static_cast<std::size_t>(end - start), &items);
+            // stop (None: the end) sets the length.
+            auto a =
+                NewArrayFor<std::int64_t>("stop", static_cast<std::size_t>(end - start), &sources);
+            auto b =
+                NewArrayFor<std::int64_t>("stop", static_cast<std::size_t>(end - start), &items);
             {
               ReleaseGil release;
               mix.Fill(start, end, sources, items);

@@ -99,7 +99,7 @@ void init_shard_plan(nb::module_& m) {
               data = out->data();
               result = nb::cast(*out);
             } else {
-              result = nb::cast(NewArray<std::int64_t>(count, &data));
+              result = nb::cast(NewArrayFor<std::int64_t>("stop", count, &data));
             }
             {
               ReleaseGil release;

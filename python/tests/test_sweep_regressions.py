@@ -276,3 +276,29 @@ def test_regression_weighted_plan_over_two_to_the_62_ranks_in_python():
 def test_regression_source_rows_of_a_huge_world_walk_only_the_ranks_holding_items():
     # EvalPlan(3, 2^40, 1).source_rows() looped over every rank (no answer).
     assert list(shardkit.EvalPlan(3, 2**40, 1).source_rows()) == [0, 1, 2]
+
+
+def test_regression_huge_mixture_block_is_refused_naming_block_not_memory_error():
+    # Mixture([10, 20], [0, 1], block=2**53 + 1).numpy(2**31) -> MemoryError:
+    # std::bad_array_new_length; a lookup inside a block scans up to half of it.
+    with pytest.raises(ValueError) as excinfo:
+        shardkit.Mixture([10, 20], [0.0, 1.0], block=2**53 + 1)
+    _one_line(excinfo, r"^block: must be in \[1, 2\^28\], got 9007199254740993")
+    # A tiny integral share needs a block above the bound: named by its parameter.
+    with pytest.raises(ValueError) as excinfo:
+        shardkit.Mixture([10, 20], [1, 2**40])
+    _one_line(excinfo, r"^weights: the smallest positive share \(1 of 1099511627777\) needs blocks")
+    with pytest.raises(ValueError) as excinfo:
+        shardkit.Mixture([10, 20], [1, 1], schedule=[(100, [1, 2**40])])
+    _one_line(excinfo, r"^schedule: the smallest positive share")
+    # numpy(start) of an endless mixture asks for 2^62 - start samples: a ValueError
+    # naming stop (the length), not MemoryError; a bounded range still works.
+    mix = shardkit.Mixture([10, 20], [0.0, 1.0], block=2**20)
+    with pytest.raises(ValueError) as excinfo:
+        mix.numpy(2**31)
+    _one_line(excinfo, r"^stop: an array of 4611686016279904256 elements of 8 bytes cannot be")
+    sources, items = mix.numpy(2**31, 2**31 + 5)
+    assert list(sources) == [1] * 5 and all(0 <= i < 20 for i in items)
+    with pytest.raises(ValueError) as excinfo:
+        shardkit.ShardPlan(2**62, 1).shard(0).numpy()
+    _one_line(excinfo, r"^stop: an array of 4611686018427387904 elements")

@@ -29,6 +29,7 @@ struct Change {
   Index position = 0;
   std::vector<std::uint64_t> q;
   std::uint64_t total = 0;
+  std::string_view param = "weights";  // what set these shares (weights / schedule)
 };
 
 void CheckWeights(std::string_view param, const std::vector<double>& weights, Index k) {
@@ -293,12 +294,16 @@ Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureO
     Change c = Quantize(per_sample(points[j].weights, j == 0 ? "weights" : "schedule"),
                         !linear && !tokens);
     c.position = points[j].position;
+    c.param = j == 0 ? "weights" : "schedule";
     if (linear && j + 1 < points.size()) {
       const Change next = Quantize(per_sample(points[j + 1].weights, "schedule"), false);
       const Index length = points[j + 1].position - c.position;
       const Index steps = std::min<Index>(kLinearSteps, length);
       for (Index m = 0; m < steps; ++m) {
         Change s;
+        // A step between two points: the weights' fault only if the first
+        // point alone already needs too large a block.
+        s.param = j == 0 && MinBlock(c) > kMaxBlock ? "weights" : "schedule";
         s.position = c.position + static_cast<Index>(static_cast<u128>(length) * m / steps);
         s.total = 2 * static_cast<std::uint64_t>(steps) * kQuantum;
         s.q.resize(k);
@@ -314,11 +319,28 @@ Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureO
   }
 
   Index needed = 1;
-  for (const Change& c : changes) needed = std::max(needed, MinBlock(c));
+  for (const Change& c : changes) {
+    const Index min_block = MinBlock(c);
+    needed = std::max(needed, min_block);
+    if (min_block > kMaxBlock) {
+      // Every lookup inside a block scans up to half of it: a share of 1 in
+      // 2^40 (weights [1, 2^40]) made blocks of 2^40 samples and every
+      // sample past the first billion of a block took minutes.
+      std::uint64_t smallest = c.total;
+      for (std::uint64_t q : c.q) {
+        if (q > 0) smallest = std::min(smallest, q);
+      }
+      ThrowInvalid(c.param, "the smallest positive share (" + std::to_string(smallest) + " of " +
+                                std::to_string(c.total) + ") needs blocks of " + Str(min_block) +
+                                " samples, more than 2^28 (a source must get a sample at least "
+                                "once every 2^28 samples); raise its weight or set it to 0");
+    }
+  }
   if (options_.block.has_value()) {
     block_ = *options_.block;
-    if (block_ < 1 || block_ > kMaxSamples) {
-      ThrowInvalid("block", "must be in [1, 2^62], got " + Str(block_));
+    if (block_ < 1 || block_ > kMaxBlock) {
+      ThrowInvalid("block", "must be in [1, 2^28], got " + Str(block_) +
+                                " (every lookup inside a block scans up to half of it)");
     }
     if (block_ < needed) {
       ThrowInvalid("block", Str(block_) +

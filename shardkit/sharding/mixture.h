@@ -20,6 +20,9 @@
 // are fixed, and at every block boundary |count - target| < 1 for every
 // source within the segment. REQUIRES B * q_k >= Q for every positive share
 // (checked: `block`); that is what makes every block count non-negative.
+// And B <= kMaxBlock = 2^28 (checked: `block`, or `weights` / `schedule` when
+// a share below 1 / 2^28 would need a larger block): work inside a block is
+// up to B / 2 per lookup, so this bounds every call's work per sample.
 // Inside a block the B slots are grouped by source (source 0 first) and
 // position j of block b holds the source of slot
 // Permutation(B, key(seed), b).Forward(j); a source's samples within the
@@ -146,12 +149,18 @@ class Mixture {
   // multiple of the block.
   static constexpr Index kMaxSamples = Index{1} << 62;
   static constexpr int kLinearSteps = 16;
+  // The largest block, given or needed by the shares: a lookup inside a block
+  // scans up to half of it, so this bounds the work per sample (a share below
+  // 1 / 2^28 of the total, or block=2^53 + 1, is refused naming the parameter).
+  static constexpr Index kMaxBlock = Index{1} << 28;
 
   // Validates everything here. Throws invalid_argument naming the parameter:
   // sizes (empty list, a negative size), weights (wrong length, negative,
   // NaN/inf, all zero), a positive weight on an empty source (sizes), tokens
   // (by tokens: wrong length, negative, zero tokens with positive weight),
-  // block (< 1, or too small for a share: the message gives the minimum),
+  // block (< 1, above kMaxBlock, or too small for a share: the message gives
+  // the minimum), weights / schedule whose smallest positive share needs a
+  // block above kMaxBlock,
   // schedule (positions not ascending or negative, weights as above),
   // repeat / start (wrong length, negative), origin (< 0).
   Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureOptions options = {});
