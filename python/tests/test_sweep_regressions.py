@@ -302,3 +302,28 @@ def test_regression_huge_mixture_block_is_refused_naming_block_not_memory_error(
     with pytest.raises(ValueError) as excinfo:
         shardkit.ShardPlan(2**62, 1).shard(0).numpy()
     _one_line(excinfo, r"^stop: an array of 4611686018427387904 elements")
+
+
+def test_regression_state_with_a_key_twice_is_refused_naming_the_key(cli, tmp_path):
+    # Python's json keeps the last of duplicate keys, a first-wins reader the first: a
+    # state that says two things is refused, through load_state_dict and --resume.
+    loader = _loader()
+    next(iter(loader))
+    state = loader.state_dict()
+    # json.dumps writes the keys None and "null" both as "null".
+    with pytest.raises(ValueError) as excinfo:
+        _loader().load_state_dict({**state, "null": 0, None: 1})
+    _one_line(excinfo, r'^state: not valid JSON at byte \d+: key "null" appears twice')
+    tokens, offsets = tmp_path / "t.npy", tmp_path / "o.npy"
+    np.save(tokens, TOKENS)
+    np.save(offsets, OFFSETS)
+    saved = tmp_path / "s.json"
+    base = ["loader-stats", "--tokens", tokens, "--offsets", offsets, "--batch", 2, "--quiet"]
+    assert cli(*base, "--seq-len", 16, "--save-state", saved).returncode == 0
+    text = saved.read_text()
+    assert text.startswith("[{")  # a list of the consumers' states
+    twice = tmp_path / "twice.json"
+    twice.write_text('[{"epoch": 5, ' + text[2:])
+    line = _one_stderr_line(cli(*base, "--seq-len", 16, "--resume", twice), "--resume")
+    assert 'key "epoch" appears twice' in line
+    assert cli(*base, "--seq-len", 16, "--resume", saved).returncode == 0

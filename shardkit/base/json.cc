@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_set>
 
 #include "shardkit/base/errors.h"
 
@@ -151,11 +152,32 @@ class Parser {
       ++pos_;
       return out;
     }
+    // Keys seen so far, for objects past a few keys: a scan of the object per
+    // key made a hostile state of 200,000 keys take two minutes to refuse.
+    std::unordered_set<std::string> seen;
+    constexpr std::size_t kScanKeys = 16;
     while (true) {
       SkipSpace();
       if (pos_ >= text_.size() || text_[pos_] != '"') Fail("expected a key in quotes");
+      const std::size_t key_at = pos_;
       std::string key = ParseString();
-      if (out.Find(key) != nullptr) Fail("key '" + key + "' appears twice");
+      const std::size_t keys = out.object().size();
+      bool twice;
+      if (keys < kScanKeys) {
+        twice = out.Find(key) != nullptr;
+      } else {
+        if (seen.empty()) {
+          for (const auto& [k, v] : out.object()) seen.insert(k);
+        }
+        twice = !seen.insert(key).second;
+      }
+      if (twice) {
+        // Ambiguous: Python's json keeps the last, a first-wins reader the
+        // first. The key is printed JSON-escaped (one line).
+        pos_ = key_at;
+        Fail("key " + WriteJson(Json::String(key)) +
+             " appears twice (ambiguous: every key must appear once)");
+      }
       SkipSpace();
       if (pos_ >= text_.size() || text_[pos_] != ':') Fail("expected ':'");
       ++pos_;

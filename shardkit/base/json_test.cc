@@ -49,6 +49,46 @@ TEST(JsonTest, RefusesWhatIsNotStrictJsonNamingTheParameter) {
             std::string::npos);
 }
 
+// A state with a key twice is ambiguous (Python's json keeps the last, a
+// first-wins reader the first): refused naming the key, at any depth, however
+// the key is spelt (escapes decode to the same key), in small and in large
+// objects alike.
+TEST(JsonTest, RegressionDuplicateKeysAreRefusedNamingTheKey) {
+  EXPECT_EQ(ErrorOf("{\"epoch\": 1, \"epoch\": 2}"),
+            "state: not valid JSON at byte 13: key \"epoch\" appears twice (ambiguous: every key "
+            "must appear once)");
+  EXPECT_NE(
+      ErrorOf("{\"a\": [{\"b\": 1, \"c\": {\"d\": 1, \"d\": 1}}]}").find("key \"d\" appears twice"),
+      std::string::npos);
+  EXPECT_NE(ErrorOf("{\"a\": 1, \"\\u0061\": 2}").find("key \"a\" appears twice"),
+            std::string::npos);
+  // Control characters in the key stay escaped: the message is one line.
+  const std::string e = ErrorOf("{\"x\\ny\": 1, \"x\\ny\": 2}");
+  EXPECT_NE(e.find("key \"x\\ny\" appears twice"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  // Same keys in different objects are no duplicates.
+  EXPECT_EQ(ErrorOf("{\"a\": {\"a\": 1}, \"b\": {\"a\": 2}}"), "no error");
+  // Large objects (a set past 16 keys): every key once parses, one key twice
+  // anywhere (also among the first 16) is found.
+  for (int dup : {-1, 3, 15, 16, 40000}) {
+    std::string text = "{";
+    for (int i = 0; i < 50000; ++i) {
+      if (i) text += ", ";
+      text +=
+          "\"k" + std::to_string(i == dup + 1 && dup >= 0 ? dup : i) + "\": " + std::to_string(i);
+    }
+    text += "}";
+    const std::string error = ErrorOf(text);
+    if (dup < 0) {
+      EXPECT_EQ(error, "no error");
+      EXPECT_EQ(ParseJson(text, "state").object().size(), 50000u);
+    } else {
+      EXPECT_NE(error.find("key \"k" + std::to_string(dup) + "\" appears twice"), std::string::npos)
+          << dup << ": " << error;
+    }
+  }
+}
+
 TEST(JsonTest, TypedAccessorsNameTheFieldPath) {
   const Json v = ParseJson("{\"a\": {\"b\": [1, \"x\"]}}", "state");
   const Json& b = Field(Field(v, "state", "a"), "state.a", "b");
