@@ -8,30 +8,25 @@ resume: 3 ranks load the four states (merged), finish the epoch and write the
 """
 
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 import torch.distributed as dist
+from torchrun_common import (
+    gather_states,
+    leave_together,
+    pieces,
+    train_until_killed,
+    write_checkpoint,
+)
 
 from shardkit import TokenLoader
 
 CHECKPOINT_STEP = 3
 
 
-def pieces(batch):
-    return [
-        list(p)
-        for p in zip(
-            batch["documents"].tolist(), batch["starts"].tolist(), batch["lengths"].tolist()
-        )
-    ]
-
-
 def main():
     root, mode = Path(sys.argv[1]), sys.argv[2]
-    parent = os.getppid()  # the torchrun agent; when it is killed, stop too
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     # rank and world_size come from torch.distributed (shardkit.rank_and_world).
@@ -47,31 +42,19 @@ def main():
     )
     assert (loader.rank, loader.world_size) == (rank, world)
     if mode == "first":
-        delivered = []
-        for step, batch in enumerate(loader, start=1):
-            delivered += pieces(batch)
-            if step == CHECKPOINT_STEP:
-                gathered = [None] * world
-                dist.all_gather_object(gathered, (loader.state_dict(), delivered))
-                if rank == 0:
-                    tmp = root / "checkpoint.tmp"
-                    tmp.write_text(
-                        json.dumps(
-                            {
-                                "states": [g[0] for g in gathered],
-                                "delivered": sum((g[1] for g in gathered), []),
-                            }
-                        )
-                    )
-                    tmp.rename(root / "checkpoint.json")
-            if step >= CHECKPOINT_STEP:
-                time.sleep(0.05)  # training on past the checkpoint until killed
-            if os.getppid() != parent:
-                os._exit(1)
-        for _ in range(300):  # the epoch ended before the kill: wait for it, at most 30 s
-            if os.getppid() != parent:
-                os._exit(1)
-            time.sleep(0.1)
+
+        def checkpoint(delivered):
+            gathered = gather_states(loader, delivered)
+            if rank == 0:
+                write_checkpoint(
+                    root,
+                    {
+                        "states": [g[0] for g in gathered],
+                        "delivered": sum((g[1] for g in gathered), []),
+                    },
+                )
+
+        train_until_killed(loader, CHECKPOINT_STEP, checkpoint)
     else:
         checkpoint = json.loads((root / "checkpoint.json").read_text())
         loader.load_state_dict(checkpoint["states"])
@@ -79,7 +62,7 @@ def main():
         for batch in loader:
             delivered += pieces(batch)
         (root / f"resumed-{rank}.json").write_text(json.dumps(delivered))
-    dist.destroy_process_group()
+    leave_together()
 
 
 if __name__ == "__main__":

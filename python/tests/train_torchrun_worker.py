@@ -17,7 +17,6 @@ mismatch  rank world-1 is built with another seed: the first iteration must
 
 import datetime
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,20 +24,18 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from shardkit.torch import TokenDataLoader, TokenDataset
+from torchrun_common import (
+    gather_states,
+    leave_together,
+    pieces,
+    train_until_killed,
+    write_checkpoint,
+)
 
 from shardkit import PlanMismatchError
 
 CHECKPOINT_STEP = 4
 SEQ_LEN = 256
-
-
-def pieces(batch):
-    return [
-        list(p)
-        for p in zip(
-            batch["documents"].tolist(), batch["starts"].tolist(), batch["lengths"].tolist()
-        )
-    ]
 
 
 def dataset(root, batch_size, **kw):
@@ -55,7 +52,6 @@ def dataset(root, batch_size, **kw):
 
 def main():
     root, mode = Path(sys.argv[1]), sys.argv[2]
-    parent = os.getppid()  # the torchrun agent; when it is killed, stop too
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     if mode == "epochs":
@@ -80,31 +76,19 @@ def main():
     elif mode == "first":
         ds = dataset(root, 2)
         loader = TokenDataLoader(ds, num_workers=2)
-        delivered = []
-        for step, batch in enumerate(loader, start=1):
-            delivered += pieces(batch)
-            dist.all_reduce(torch.ones(1))
-            if step == CHECKPOINT_STEP:
-                gathered = [None] * world
-                dist.all_gather_object(gathered, (loader.state_dict(), delivered))
-                if rank == 0:
-                    states = [g[0] for g in gathered]
-                    assert all(s == states[0] for s in states), states
-                    tmp = root / "checkpoint.tmp"
-                    tmp.write_text(
-                        json.dumps(
-                            {"state": states[0], "delivered": sum((g[1] for g in gathered), [])}
-                        )
-                    )
-                    tmp.rename(root / "checkpoint.json")
-            if step >= CHECKPOINT_STEP:
-                time.sleep(0.05)  # training on past the checkpoint until killed
-            if os.getppid() != parent:
-                os._exit(1)
-        for _ in range(300):  # the epoch ended before the kill: wait for it, at most 30 s
-            if os.getppid() != parent:
-                os._exit(1)
-            time.sleep(0.1)
+
+        def checkpoint(delivered):
+            gathered = gather_states(loader, delivered)
+            if rank == 0:
+                states = [g[0] for g in gathered]
+                assert all(s == states[0] for s in states), states
+                write_checkpoint(
+                    root, {"state": states[0], "delivered": sum((g[1] for g in gathered), [])}
+                )
+
+        train_until_killed(
+            loader, CHECKPOINT_STEP, checkpoint, each_step=lambda: dist.all_reduce(torch.ones(1))
+        )
     elif mode == "resume":
         batch_size = int(sys.argv[3])
         checkpoint = json.loads((root / "checkpoint.json").read_text())
@@ -132,7 +116,7 @@ def main():
         except PlanMismatchError as e:
             message = "PlanMismatchError: " + str(e)
         (root / f"mismatch-{rank}.txt").write_text(f"{time.time() - start:.3f} {message}")
-    dist.destroy_process_group()
+    leave_together()
 
 
 if __name__ == "__main__":
