@@ -298,6 +298,32 @@ def child(num_devices, per_host):
     }
 
 
+def run_child(num_devices, child_args, timeout):
+    """This script with `child_args` in a fresh process whose JAX has `num_devices`
+    CPU devices: the JSON document the child prints last, or None when it gives
+    no result within `timeout` seconds. A child that fails ends this run with
+    its status (its stderr's tail printed)."""
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={num_devices}",
+        JAX_PLATFORMS="cpu",
+    )
+    try:
+        out = subprocess.run(
+            [sys.executable, __file__, *child_args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    if out.returncode != 0:
+        print(out.stderr[-3000:], file=sys.stderr)
+        sys.exit(out.returncode)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--devices", default="8192,16384")
@@ -315,24 +341,10 @@ def main():
         # Tearing down 16384 host devices takes minutes; the results are out.
         os._exit(0)
     for n in map(int, filter(None, args.drop_in.split(","))):
-        env = dict(
-            os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu"
-        )
-        try:
-            out = subprocess.run(
-                [sys.executable, __file__, "--child-drop-in", str(n)],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=args.timeout,
-            )
-        except subprocess.TimeoutExpired:
+        doc = run_child(n, ["--child-drop-in", str(n)], args.timeout)
+        if doc is None:
             print(f"\n{n} devices (drop-in): no result within {args.timeout} s")
             continue
-        if out.returncode != 0:
-            print(out.stderr[-3000:], file=sys.stderr)
-            sys.exit(out.returncode)
-        doc = json.loads(out.stdout.strip().splitlines()[-1])
         print(
             f"\ndrop-in, {n} devices in one process, mesh {doc['mesh']}, array"
             f" {tuple(doc['shape'])} float32; jax {doc['jax']}, {doc['cpus']} cpus;"
@@ -345,26 +357,12 @@ def main():
                 f" {r['ratio']:>12.2f}x"
             )
     for n in map(int, filter(None, args.devices.split(","))):
-        env = dict(
-            os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu"
-        )
-        try:
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", str(n), "--per-host", str(args.per_host)],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=args.timeout,
-            )
-        except subprocess.TimeoutExpired:
+        doc = run_child(n, ["--child", str(n), "--per-host", str(args.per_host)], args.timeout)
+        if doc is None:
             # XLA's CPU client sometimes stalls creating this many host devices on a
             # loaded machine; say so instead of hanging.
             print(f"\n{n} devices: no result within {args.timeout} s (JAX CPU client start-up)")
             continue
-        if out.returncode != 0:
-            print(out.stderr[-3000:], file=sys.stderr)
-            sys.exit(out.returncode)
-        doc = json.loads(out.stdout.strip().splitlines()[-1])
         print(
             f"\n{n} devices, mesh {doc['mesh']}, spec {doc['spec']}, shape {tuple(doc['shape'])},"
             f" {n // args.per_host} processes of {args.per_host} devices; jax {doc['jax']},"
