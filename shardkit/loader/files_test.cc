@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/loader/internal/test_corpus.h"
 #include "shardkit/loader/npy.h"
 
 namespace shardkit {
@@ -19,22 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path TempDir(const std::string& name) {
-  fs::path dir =
-      fs::temp_directory_path() / ("shardkit_files_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path TempDir(const std::string& name) { return loader_testing::TempDir("files", name); }
 
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using loader_testing::ErrorOf;
 
 // A reader that blocks would hang the test: SIGALRM ends it as a failure.
 class FilesTest : public ::testing::Test {

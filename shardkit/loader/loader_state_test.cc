@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shardkit/base/json.h"
+#include "shardkit/loader/internal/test_corpus.h"
 #include "shardkit/loader/loader.h"
 #include "shardkit/loader/token_source.h"
 
@@ -19,25 +20,17 @@ namespace {
 
 // The data set of testdata/make_v1_states.py: document d has 1 + (37 d) % 50
 // tokens, token t of document d is (1000 d + t) % 30011.
-struct Data {
-  std::vector<std::int32_t> tokens;
-  std::vector<std::int64_t> offsets = {0};
-  std::shared_ptr<const TokenSource> source;
-};
+using Data = loader_testing::TestCorpus;
+using loader_testing::ErrorOf;
 
 Data SampleData(Index docs = 200, Index bump_document = -1) {
   Data data;
   for (Index d = 0; d < docs; ++d) {
     Index n = 1 + (37 * d) % 50;
     if (d == bump_document) ++n;
-    for (Index t = 0; t < n; ++t) {
-      data.tokens.push_back(static_cast<std::int32_t>((1000 * d + t) % 30011));
-    }
-    data.offsets.push_back(static_cast<std::int64_t>(data.tokens.size()));
+    data.Add(n, [d](Index t) { return static_cast<std::int32_t>((1000 * d + t) % 30011); });
   }
-  data.source = TokenSource::FromMemory(data.tokens.data(), TokenDType::kInt32,
-                                        static_cast<Index>(data.tokens.size()), data.offsets.data(),
-                                        static_cast<Index>(data.offsets.size()));
+  data.Seal();
   return data;
 }
 
@@ -80,15 +73,6 @@ std::vector<std::int64_t> Ints(const Json& array) {
   std::vector<std::int64_t> out;
   for (const Json& v : array.array()) out.push_back(AsInt64(v, "sample"));
   return out;
-}
-
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 // ---------------------------------------------------------------------------

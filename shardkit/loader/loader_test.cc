@@ -18,31 +18,23 @@
 #include <tuple>
 #include <vector>
 
+#include "shardkit/loader/internal/test_corpus.h"
 #include "shardkit/loader/npy.h"
 
 namespace shardkit {
 namespace {
 
 // A data set in memory: the test's own copy of every document is the oracle.
-struct Data {
-  std::vector<std::int32_t> tokens;
-  std::vector<std::int64_t> offsets = {0};
-  std::shared_ptr<const TokenSource> source;
-
-  Index length(Index d) const { return offsets[d + 1] - offsets[d]; }
-};
+using Data = loader_testing::TestCorpus;
 
 Data MakeData(std::mt19937_64& rng, Index docs, Index max_len) {
   Data data;
   for (Index d = 0; d < docs; ++d) {
     Index len = static_cast<Index>(rng() % static_cast<std::uint64_t>(max_len + 1));
     if (rng() % 10 == 0) len = 0;
-    for (Index k = 0; k < len; ++k) data.tokens.push_back(static_cast<std::int32_t>(d * 7919 + k));
-    data.offsets.push_back(static_cast<std::int64_t>(data.tokens.size()));
+    data.Add(len, [d](Index k) { return static_cast<std::int32_t>(d * 7919 + k); });
   }
-  data.source = TokenSource::FromMemory(data.tokens.data(), TokenDType::kInt32,
-                                        static_cast<Index>(data.tokens.size()), data.offsets.data(),
-                                        static_cast<Index>(data.offsets.size()));
+  data.Seal();
   return data;
 }
 

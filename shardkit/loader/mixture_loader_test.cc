@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/loader/internal/test_corpus.h"
 #include "shardkit/loader/loader.h"
 
 namespace shardkit {
@@ -18,24 +19,15 @@ namespace {
 // A source in memory whose tokens name their document: token k of document d
 // of source s is s * 1e6 + d * 1000 + k, so a batch's tokens prove where they
 // came from.
-struct Source {
-  std::vector<std::int32_t> tokens;
-  std::vector<std::int64_t> offsets = {0};
-  std::shared_ptr<const TokenSource> view;
-};
+using Source = loader_testing::TestCorpus;
 
 Source MakeSource(std::mt19937_64& rng, Index s, Index docs, Index max_len) {
   Source src;
   for (Index d = 0; d < docs; ++d) {
     const Index len = 1 + static_cast<Index>(rng() % static_cast<std::uint64_t>(max_len));
-    for (Index k = 0; k < len; ++k) {
-      src.tokens.push_back(static_cast<std::int32_t>(s * 1000000 + d * 1000 + k));
-    }
-    src.offsets.push_back(static_cast<std::int64_t>(src.tokens.size()));
+    src.Add(len, [s, d](Index k) { return static_cast<std::int32_t>(s * 1000000 + d * 1000 + k); });
   }
-  src.view = TokenSource::FromMemory(src.tokens.data(), TokenDType::kInt32,
-                                     static_cast<Index>(src.tokens.size()), src.offsets.data(),
-                                     static_cast<Index>(src.offsets.size()));
+  src.Seal();
   return src;
 }
 
@@ -43,7 +35,7 @@ struct Corpus {
   std::vector<Source> sources;
   std::vector<std::shared_ptr<const TokenSource>> views() const {
     std::vector<std::shared_ptr<const TokenSource>> out;
-    for (const auto& s : sources) out.push_back(s.view);
+    for (const auto& s : sources) out.push_back(s.source);
     return out;
   }
 };
@@ -528,12 +520,12 @@ TEST(MixtureLoaderTest, WindowsAndBadInput) {
             0u);
   EXPECT_EQ(message([&] { (void)MixtureOfSources({}, {1}, {}); }).rfind("sources:", 0), 0u);
   EXPECT_EQ(message([&] {
-              (void)MixtureSource({corpus.sources[0].view}, bounded, {0, 1});
+              (void)MixtureSource({corpus.sources[0].source}, bounded, {0, 1});
             }).rfind("sources:", 0),
             0u);
   EXPECT_EQ(
       message([&] {
-        (void)MixtureSource({corpus.sources[1].view, corpus.sources[0].view}, bounded, {0, 1});
+        (void)MixtureSource({corpus.sources[1].source, corpus.sources[0].source}, bounded, {0, 1});
       }).rfind("sources:", 0),
       0u);
   EXPECT_EQ(message([&] {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/loader/internal/test_corpus.h"
 #include "shardkit/loader/npy.h"
 
 namespace shardkit {
@@ -19,13 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path TempDir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() /
-                 ("shardkit_token_source_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path TempDir(const std::string& name) { return loader_testing::TempDir("token_source", name); }
 
 template <typename T>
 void WriteNpy(const fs::path& path, const std::string& descr, const std::vector<T>& values,
@@ -43,14 +38,7 @@ void WriteRaw(const fs::path& path, const std::vector<T>& values) {
              static_cast<std::streamsize>(values.size() * sizeof(T)));
 }
 
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using loader_testing::ErrorOf;
 
 TEST(TokenSourceTest, ReadsEveryDocumentOfEveryDtypeInPlace) {
   fs::path dir = TempDir("dtypes");
