@@ -276,6 +276,12 @@ def test_regression_weighted_plan_over_two_to_the_62_ranks_in_python():
 def test_regression_source_rows_of_a_huge_world_walk_only_the_ranks_holding_items():
     # EvalPlan(3, 2^40, 1).source_rows() looped over every rank (no answer).
     assert list(shardkit.EvalPlan(3, 2**40, 1).source_rows()) == [0, 1, 2]
+    # One row per item: too many to list is a ValueError naming num_items (it was
+    # "cannot create std::vector larger than max_size()" / MemoryError: std::bad_alloc).
+    for n in (2**62, 2**50):
+        with pytest.raises(ValueError) as excinfo:
+            shardkit.EvalPlan(n, 3, 4).source_rows()
+        _one_line(excinfo, rf"^num_items: {n} items need one source row each")
 
 
 def test_regression_huge_mixture_block_is_refused_naming_block_not_memory_error():

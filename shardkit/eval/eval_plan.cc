@@ -118,7 +118,16 @@ EvalPlan::Slot EvalPlan::Locate(Index item) const {
 }
 
 std::vector<Index> EvalPlan::SourceRows() const {
-  std::vector<Index> rows(static_cast<size_t>(window_size()));
+  std::vector<Index> rows;
+  try {
+    rows.resize(static_cast<size_t>(window_size()));
+  } catch (const std::exception&) {  // bad_alloc, or length_error past max_size()
+    // One row per item of the window (it was "cannot create std::vector
+    // larger than max_size()" or a bare MemoryError for EvalPlan(2^62, 3, 4)).
+    ThrowInvalid("num_items", Str(window_size()) +
+                                  " items need one source row each (8 bytes a row), more than "
+                                  "can be allocated here");
+  }
   std::vector<Index> items;
   const Index per_rank = steps_ * batch_;
   // Only ranks [0, min(W, M)) hold items (uneven lists, no padding): a loop

@@ -157,6 +157,20 @@ TEST(EvalPlanTest, RegressionSourceRowsOfAHugeWorldWalkOnlyTheRanksHoldingItems)
     // One step of one slot per rank: item i sits on rank i, row i.
     EXPECT_EQ(plan.SourceRows(), (std::vector<Index>{0, 1, 2}));
   }
+  // One row per item: a window too large to list is refused naming num_items
+  // (it was "cannot create std::vector larger than max_size()").
+  // (2^62 rows are past max_size(): refused before any allocation, also under
+  // ASan, which aborts on a huge one; test_sweep_regressions.py asks for 2^50.)
+  for (Index n : {Index{1} << 62, (Index{1} << 62) + 12345}) {
+    try {
+      (void)EvalPlan(n, 3, 4).SourceRows();
+      ADD_FAILURE() << "listed " << n << " rows";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("num_items: " + std::to_string(n) + " items need", 0),
+                0u)
+          << e.what();
+    }
+  }
   // Against the listed slots of every rank where W > M is small enough to list.
   for (Index w : {5, 64}) {
     EvalPlan plan(4, w, 2);
