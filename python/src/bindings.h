@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -84,6 +85,7 @@ class ReleaseGil {
 
 struct IntSequenceTag {};     // collections.abc.Sequence[int]: a tuple, list or shape
 struct FloatArrayTag {};      // numpy.typing.ArrayLike: any 1-D array-like of numbers
+struct IntArrayTag {};        // numpy.typing.ArrayLike: any 1-D array-like of integers
 struct AxesTag {};            // {name: size} or (name, size) pairs
 struct SpecLikeTag {};        // a shardkit or JAX PartitionSpec, or its entries
 struct SpecEntryTag {};       // one PartitionSpec entry
@@ -99,6 +101,7 @@ using OptionalInt = nb::typed<nb::handle, OptionalIntTag>;
 using Str = nb::typed<nb::handle, StrTag>;
 using Bool = nb::typed<nb::handle, BoolTag>;
 using FloatArray = nb::typed<nb::handle, FloatArrayTag>;
+using IntArray = nb::typed<nb::handle, IntArrayTag>;
 
 }  // namespace shardkit::python
 
@@ -110,6 +113,7 @@ namespace nanobind::detail {
   }
 SHARDKIT_STUB_NAME(IntSequenceTag, "collections.abc.Sequence[int]");
 SHARDKIT_STUB_NAME(FloatArrayTag, "numpy.typing.ArrayLike");
+SHARDKIT_STUB_NAME(IntArrayTag, "numpy.typing.ArrayLike");
 SHARDKIT_STUB_NAME(AxesTag,
                    "collections.abc.Mapping[str, int] | "
                    "collections.abc.Iterable[tuple[str, int]]");
@@ -302,6 +306,40 @@ inline std::vector<Index> ToIndices(nb::handle values, const char* name) {
                                 nb::cast<std::string>(nb::repr(values)));
   }
   return out;
+}
+
+// Any 1-D array-like of integers (a list, a numpy integer array) as a
+// contiguous int64 array, viewed without a copy when it already is one; held
+// alive by *keep. Anything else (floats: 1.5 was read as position 1; strings;
+// 2-D) is a ValueError naming `name`, not nanobind's multi-line signature dump.
+inline nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig> ToInt64Array(nb::handle values,
+                                                                               const char* name,
+                                                                               nb::object* keep) {
+  nb::module_ np = nb::module_::import_("numpy");
+  nb::object array;
+  try {
+    array = np.attr("asarray")(values);
+  } catch (const nb::python_error&) {
+    throw std::invalid_argument(std::string(name) + ": expected integers, got " +
+                                TypeAndRepr(values));
+  }
+  if (nb::cast<int>(array.attr("ndim")) != 1) {
+    throw std::invalid_argument(std::string(name) + ": expected a 1-D array of integers, got " +
+                                TypeAndRepr(values));
+  }
+  const Index size = nb::cast<Index>(array.attr("size"));
+  const std::string kind = nb::cast<std::string>(array.attr("dtype").attr("kind"));
+  if (size > 0 && kind != "i" && kind != "u") {
+    throw std::invalid_argument(std::string(name) + ": expected integers, got dtype " +
+                                nb::cast<std::string>(array.attr("dtype").attr("name")));
+  }
+  if (kind == "u" && size > 0 &&
+      nb::cast<std::uint64_t>(nb::int_(array.attr("max")())) >
+          static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    throw std::invalid_argument(std::string(name) + ": a value does not fit in int64");
+  }
+  *keep = np.attr("ascontiguousarray")(array, nb::arg("dtype") = np.attr("int64"));
+  return nb::cast<nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig>>(*keep);
 }
 
 // Any 1-D array-like of numbers as float64 (numpy.asarray), copied into a

@@ -187,11 +187,11 @@ void init_mixture(nb::module_& m) {
           "(begin, sample shares) of each constant piece, begin a plan position.")
       .def(
           "source_of",
-          [](const Mixture& mix, Index i) {
-            const MixSample s = mix.At(i);
+          [](const Mixture& mix, Int position) {
+            const MixSample s = mix.At(ToIndex(position, "position"));
             return std::make_pair(s.source, s.item);
           },
-          "position"_a, "(source, item) of sample ``position``.")
+          "position"_a.none(), "(source, item) of sample ``position``.")
       .def(
           "numpy",
           [](const Mixture& mix, Int start_arg, OptionalInt stop) {
@@ -222,7 +222,9 @@ void init_mixture(nb::module_& m) {
           "(sources, items): int64 arrays for samples [start, stop).")
       .def(
           "take",
-          [](const Mixture& mix, const I64In& positions) {
+          [](const Mixture& mix, IntArray positions_arg) {
+            nb::object keep;
+            const auto positions = ToInt64Array(positions_arg, "positions", &keep);
             const std::size_t n = positions.shape(0);
             std::int64_t *sources = nullptr, *items = nullptr;
             auto a = NewArray<std::int64_t>(n, &sources);
@@ -233,33 +235,42 @@ void init_mixture(nb::module_& m) {
             }
             return std::make_pair(a, b);
           },
-          "positions"_a,
+          "positions"_a.none(),
           "(sources, items): int64 arrays, source_of at each of ``positions`` (a block's "
           "counts are computed once for consecutive positions in it).")
       .def(
           "consumed",
-          [](const Mixture& mix, Index position) {
+          [](const Mixture& mix, Int position_arg) {
+            const Index position = ToIndex(position_arg, "position");
             ReleaseGil release;
             return mix.Consumed(position);
           },
-          "position"_a, "Items taken from each source before ``position``.")
-      .def("target", &Mixture::Target, "position"_a,
-           "The real-valued counts that consumed(position) rounds.")
+          "position"_a.none(), "Items taken from each source before ``position``.")
+      .def(
+          "target",
+          [](const Mixture& mix, Int position) {
+            return mix.Target(ToIndex(position, "position"));
+          },
+          "position"_a.none(), "The real-valued counts that consumed(position) rounds.")
       .def(
           "block_counts",
-          [](const Mixture& mix, Index b) {
-            if (b < 0 || b * mix.block() >= mix.size()) {
+          [](const Mixture& mix, Int block) {
+            const Index b = ToIndex(block, "block");
+            // b * block() could overflow: compare with the last block's index.
+            if (b < 0 || mix.size() == 0 || b > (mix.size() - 1) / mix.block()) {
               ThrowOutOfRange("block", std::to_string(b) + " is not a block of the mixture");
             }
             std::vector<Index> out(static_cast<std::size_t>(mix.num_sources()));
             mix.BlockCounts(b, out.data());
             return out;
           },
-          "block"_a, "Each source's count in block ``block``.")
+          "block"_a.none(), "Each source's count in block ``block``.")
       .def(
           "state_dict",
-          [](const Mixture& mix, Index position) { return StateToDict(mix.State(position)); },
-          "position"_a, "Where a run stands after ``position`` samples (JSON-serialisable).")
+          [](const Mixture& mix, Int position) {
+            return StateToDict(mix.State(ToIndex(position, "position")));
+          },
+          "position"_a.none(), "Where a run stands after ``position`` samples (JSON-serialisable).")
       .def_static(
           "from_state",
           [](StateDict state, std::optional<FloatArray> weights, std::optional<Schedule> schedule) {

@@ -115,7 +115,9 @@ void init_shard_plan(nb::module_& m) {
           "mask",
           [](const Shard& s) {
             bool* data;
-            auto array = NewArray<bool>(static_cast<size_t>(s.size()), &data);
+            // One flag per entry of the rank's list (ShardPlan(2**62, 1).shard(0).mask()
+            // was a bare MemoryError).
+            auto array = NewArrayFor<bool>("rank", static_cast<size_t>(s.size()), &data);
             const Index real = s.size() - s.padding();
             for (Index k = 0; k < s.size(); ++k) data[k] = k < real;
             return array;

@@ -333,3 +333,59 @@ def test_regression_state_with_a_key_twice_is_refused_naming_the_key(cli, tmp_pa
     line = _one_stderr_line(cli(*base, "--seq-len", 16, "--resume", twice), "--resume")
     assert 'key "epoch" appears twice' in line
     assert cli(*base, "--seq-len", 16, "--resume", saved).returncode == 0
+
+
+def test_regression_mixture_take_reads_only_integer_positions_and_mask_names_rank():
+    # take([1, 2]) was nanobind's multi-line signature dump, take(np.array([1.5]))
+    # silently read position 1; ShardPlan(2**62, 1).shard(0).mask() a bare MemoryError.
+    mix = shardkit.Mixture([10, 20], [1, 1], block=2, seed=3)
+    want = mix.take(np.array([1, 2, 5], np.int64))
+    for positions in (
+        [1, 2, 5],
+        (1, 2, 5),
+        np.array([1, 2, 5], np.int32),
+        np.array([1, 2, 5], np.uint8),
+    ):
+        got = mix.take(positions)
+        assert [a.tolist() for a in got] == [a.tolist() for a in want]
+    assert [a.tolist() for a in mix.take([])] == [[], []]
+    for positions, pattern in [
+        (np.array([1.5]), r"^positions: expected integers, got dtype float64$"),
+        ([1.0, 2.0], r"^positions: expected integers, got dtype float64$"),
+        (["a"], r"^positions: expected integers, got dtype str32$"),
+        ([[1]], r"^positions: expected a 1-D array of integers, got list \[\[1\]\]$"),
+        (None, r"^positions: expected a 1-D array of integers, got NoneType None$"),
+        (np.array([2**64 - 1], np.uint64), r"^positions: a value does not fit in int64$"),
+    ]:
+        with pytest.raises(ValueError) as excinfo:
+            mix.take(positions)
+        _one_line(excinfo, pattern)
+    with pytest.raises(IndexError) as excinfo:
+        mix.take([len(mix)])
+    _one_line(excinfo, r"^position: ")
+    with pytest.raises(ValueError) as excinfo:
+        shardkit.ShardPlan(2**62, 1).shard(0).mask()
+    _one_line(excinfo, r"^rank: an array of 4611686018427387904 elements of 1 bytes cannot be")
+    assert shardkit.ShardPlan(5, 2, remainder="pad").shard(1).mask().tolist() == [True, True, False]
+
+
+@pytest.mark.parametrize(
+    "method", ["source_of", "consumed", "target", "block_counts", "state_dict"]
+)
+def test_regression_mixture_methods_name_their_argument(method):
+    # mix.consumed(1.5) and the like were nanobind's multi-line signature dump.
+    mix = shardkit.Mixture([10, 20], [1, 1], block=2, seed=3)
+    name = "block" if method == "block_counts" else "position"
+    call = getattr(mix, method)
+    with pytest.raises(TypeError) as excinfo:
+        call(1.5)
+    _one_line(excinfo, rf"^{name}: expected an integer, got float 1.5$")
+    with pytest.raises(ValueError) as excinfo:
+        call(2**63)
+    _one_line(excinfo, rf"^{name}: 9223372036854775808 does not fit")
+    call(3)
+    if method == "block_counts":
+        # b * block overflowed for a block index near 2^62.
+        with pytest.raises(IndexError) as excinfo:
+            call(2**62)
+        _one_line(excinfo, r"^block: 4611686018427387904 is not a block of the mixture$")
