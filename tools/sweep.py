@@ -648,7 +648,18 @@ def _call(case: dict):
         audit = p.audit()
         if not audit.exactly_once:
             raise AssertionError(f"audit failed: {audit}")
-        # counts() lists every rank (O(world_size) output): ask for the first few.
+        groups = audit.load_groups
+        if groups is not None and sum(ranks for _, ranks in groups) != p.world_size:
+            raise AssertionError(f"load_groups do not cover the {p.world_size} ranks: {groups}")
+        # The per-rank lists (O(world_size) output) list up to 2^20 ranks and are
+        # refused past that, naming world_size; a tiny plan over 2^62 ranks once
+        # allocated one load per rank (std::vector larger than max_size()).
+        for listing in (p.counts, p.loads, lambda: audit.loads):
+            try:
+                listing()
+            except ValueError as e:
+                if p.world_size <= 2**20 or not str(e).startswith("world_size: "):
+                    raise
         return [p.count(r) for r in range(min(4, p.world_size))]
     if t == "shard":
         p = shardkit.ShardPlan(20, 4, remainder="pad")
@@ -661,6 +672,13 @@ def _call(case: dict):
             kw.get("batch_size", 4),
             **plan_kwargs(PY_PARAMS[t][3:]),
         )
+        # One row per item: listed for a small window (every slot's row once), a
+        # ValueError naming num_items for one too large to allocate; the sizes in
+        # between are huge by request and left out.
+        if p.window_size <= 10**6 or p.window_size >= 2**50:
+            rows = p.source_rows()
+            if len(set(rows.tolist())) != p.window_size:
+                raise AssertionError("source_rows are not one distinct row per item")
         return p.num_steps
     if t == "batch":
         p = shardkit.EvalPlan(10, 3, 2)
