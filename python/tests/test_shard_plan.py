@@ -10,6 +10,7 @@ import torch.utils.data as tud
 
 import shardkit
 from shardkit import ShardPlan
+from shardkit import torch as shardkit_torch
 
 
 def test_round_robin_equals_lmms_eval_islice():
@@ -69,7 +70,7 @@ def test_drop_in_sampler_matches_torch_and_marks_padding():
     for n, w in [(10, 4), (3, 8), (0, 2), (101, 7), (1, 1)]:
         for drop_last in (False, True):
             for rank in range(w):
-                ours = shardkit.torch.DistributedSampler(
+                ours = shardkit_torch.DistributedSampler(
                     range(n), num_replicas=w, rank=rank, shuffle=False, drop_last=drop_last
                 )
                 theirs = tud.DistributedSampler(
@@ -86,7 +87,7 @@ def test_drop_in_sampler_matches_torch_and_marks_padding():
 def test_drop_in_sampler_shuffles_one_global_order_per_epoch():
     n, w = 1003, 4
     samplers = [
-        shardkit.torch.DistributedSampler(range(n), num_replicas=w, rank=r, seed=5)
+        shardkit_torch.DistributedSampler(range(n), num_replicas=w, rank=r, seed=5)
         for r in range(w)
     ]
     orders = []
@@ -99,7 +100,7 @@ def test_drop_in_sampler_shuffles_one_global_order_per_epoch():
         orders.append(lists)
     assert orders[0] != orders[1]
     with pytest.raises(ValueError, match="Invalid rank 4"):
-        shardkit.torch.DistributedSampler(range(10), num_replicas=4, rank=4)
+        shardkit_torch.DistributedSampler(range(10), num_replicas=4, rank=4)
 
 
 def test_random_configurations_cover_exactly_once():
@@ -208,7 +209,7 @@ def test_sharded_iterable_dataset_covers_each_item_once_over_workers():
     for workers in (0, 1, 3):
         got = []
         for rank in range(4):
-            ds = shardkit.torch.ShardedIterableDataset(
+            ds = shardkit_torch.ShardedIterableDataset(
                 data, rank=rank, world_size=4, shuffle=True, seed=2
             )
             loader = tud.DataLoader(ds, batch_size=None, num_workers=workers)
