@@ -38,7 +38,8 @@ of the dataset and would replay the same epoch.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+import functools
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import torch.distributed as dist
 import torch.utils.data as tud
@@ -54,11 +55,20 @@ __all__ = ["TokenDataset", "TokenDataLoader"]
 State = Dict[str, Any]
 
 
+def _inner(state: Any) -> Any:
+    """The loader's own state inside a mixture loader's state (which wraps it
+    with its order); any other state as it is."""
+    if isinstance(state, dict) and state.get("kind") == "mixture_loader":
+        return state.get("loader", state)
+    return state
+
+
 class TokenDataset(tud.IterableDataset):
     """TokenLoader as a torch IterableDataset, sharded over ranks and DataLoader
     workers. Takes TokenLoader's arguments (``worker`` / ``num_workers`` come
     from the DataLoader). Each batch carries ``"state"``: the worker's state after
-    it (TokenDataLoader strips it and keeps it)."""
+    it (TokenDataLoader strips it and keeps it). :meth:`mixture` builds one over
+    several sources mixed with weights (``TokenLoader.mixture``)."""
 
     def __init__(
         self,
@@ -74,12 +84,41 @@ class TokenDataset(tud.IterableDataset):
         **options: Any,
     ) -> None:
         super().__init__()
+        self._setup(
+            functools.partial(TokenLoader, tokens, offsets),
+            tokens,
+            offsets,
+            rank=rank,
+            world_size=world_size,
+            epoch=epoch,
+            roles=roles,
+            mesh=mesh,
+            data_axes=data_axes,
+            **options,
+        )
+
+    def _setup(
+        self,
+        make: Callable[..., TokenLoader],
+        tokens: Any,
+        offsets: Any,
+        *,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        epoch: int = 0,
+        roles: Any = None,
+        mesh: Any = None,
+        data_axes: Any = None,
+        **options: Any,
+    ) -> None:
         # roles (a shardkit.DataRoles) or mesh= and data_axes=: shard by the
         # data-parallel rank and size; replicas read identical batches.
         self.data_roles = resolve_roles(roles, mesh, data_axes)
         rank, world_size = data_rank_and_world(rank, world_size, self.data_roles)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.tokens, self.offsets = tokens, offsets
+        # What builds a worker's TokenLoader (a plain one, or TokenLoader.mixture).
+        self._make = make
         self.epoch = epoch
         self.options = options if self.data_roles is None else dict(options, roles=self.data_roles)
         self.equal_steps = bool(options.get("equal_steps", True)) and not options.get(
@@ -87,6 +126,20 @@ class TokenDataset(tud.IterableDataset):
         )
         self._resume: Union[None, State, List[State]] = None
         self.loader(0, 1)  # validate now, not inside a worker
+
+    @classmethod
+    def mixture(cls, sources: Sequence[Any], weights: Any, **kwargs: Any) -> "TokenDataset":
+        """A TokenDataset over ``TokenLoader.mixture(sources, weights, ...)``: the
+        mixture is the order stage, everything else as for one corpus (equal
+        steps on every rank, DataLoader workers, state). Resuming with other
+        ``weights`` changes them at the state's read point (docs/loader.md,
+        "Mixing sources"). Keyword arguments are ``TokenLoader.mixture``'s and
+        this class's (``rank``, ``world_size``, ``epoch``, ``roles``, ...)."""
+        ds = cls.__new__(cls)
+        tud.IterableDataset.__init__(ds)
+        make = functools.partial(TokenLoader.mixture, sources, weights)
+        ds._setup(make, None, None, **kwargs)
+        return ds
 
     def set_epoch(self, epoch: int) -> None:
         """Moves to the start of ``epoch``, unless the dataset already stands
@@ -117,9 +170,9 @@ class TokenDataset(tud.IterableDataset):
         if (
             isinstance(resume, list)
             and len(resume) == num_workers
-            and all(s.get("consumers") == self.world_size * num_workers for s in resume)
+            and all(_inner(s).get("consumers") == self.world_size * num_workers for s in resume)
         ):
-            ids = [s.get("consumer") for s in resume]
+            ids = [_inner(s).get("consumer") for s in resume]
             if sorted(ids) == consumers:
                 return ids
         return consumers
@@ -127,9 +180,7 @@ class TokenDataset(tud.IterableDataset):
     def loader(self, worker: int, num_workers: int) -> TokenLoader:
         """The TokenLoader of DataLoader worker ``worker``, positioned where it resumes."""
         if self.equal_steps:
-            loader = TokenLoader(
-                self.tokens,
-                self.offsets,
+            loader = self._make(
                 rank=self.rank,
                 world_size=self.world_size,
                 epoch=self.epoch,
@@ -142,9 +193,7 @@ class TokenDataset(tud.IterableDataset):
             return loader
         consumer = self.roles(num_workers)[worker]
         role = (consumer - self.rank) // self.world_size
-        loader = TokenLoader(
-            self.tokens,
-            self.offsets,
+        loader = self._make(
             rank=self.rank,
             world_size=self.world_size,
             epoch=self.epoch,
@@ -158,16 +207,16 @@ class TokenDataset(tud.IterableDataset):
             own = [
                 s
                 for s in resume
-                if s.get("consumers") == consumers and s.get("consumer") == consumer
+                if _inner(s).get("consumers") == consumers and _inner(s).get("consumer") == consumer
             ]
             if own:
                 resume = own[0]
-            elif len(resume) == 1 and resume[0].get("consumers") == 0:
+            elif len(resume) == 1 and _inner(resume[0]).get("consumers") == 0:
                 resume = resume[0]
             else:
                 # The states of every consumer of a run (another world size or
                 # worker count): merged, then continued by this configuration.
-                resume = TokenLoader.merge_states(resume)
+                resume = loader.merge_states(resume)
         if resume is not None:
             loader.load_state_dict(resume)
         return loader
@@ -224,7 +273,7 @@ class TokenDataLoader(tud.DataLoader):
         self._roles = ds.roles(max(1, self.num_workers))
         for batch in super().__iter__():
             state = batch.pop("state")
-            self._states[state["consumer"]] = state
+            self._states[_inner(state)["consumer"]] = state
             self._served += 1
             yield batch
 

@@ -494,3 +494,79 @@ def test_resume_with_new_weights_refuses_one_consumer_of_several_and_another_run
     bad["mixture"][0]["weights"] = ["x", "1"]
     with pytest.raises(ValueError, match="^state: "):
         ld.load_state_dict(bad)
+
+
+def test_torch_dataset_over_a_mixture_equal_steps_with_workers_and_new_weights():
+    """shardkit.torch.TokenDataset.mixture with TokenDataLoader workers: every
+    rank the same number of batches, every piece once; stopped after 3 steps,
+    resumed with new weights on another world size and worker count: every
+    piece of the epoch once across the change, equal steps again."""
+    pytest.importorskip("torch")
+    from shardkit.torch import TokenDataLoader, TokenDataset
+
+    sources = corpus(31, [80, 200, 40])
+    kw = dict(seed=3, samples=400, seq_len=64, batch_size=2, block=64, by="samples")
+
+    def run(weights, world, workers, state=None, stop=None):
+        batches, pieces, states = [], [], []
+        for r in range(world):
+            ds = TokenDataset.mixture(sources, weights, rank=r, world_size=world, **kw)
+            if state is not None:
+                ds.load_state_dict(state)
+            dl = TokenDataLoader(ds, num_workers=workers)
+            n = 0
+            for batch in dl:
+                n += 1
+                pieces += zip(
+                    batch["documents"].tolist(),
+                    batch["starts"].tolist(),
+                    batch["lengths"].tolist(),
+                    batch["sources"].tolist(),
+                    batch["items"].tolist(),
+                )
+                if n == stop:
+                    break
+            batches.append(n)
+            states.append(json.loads(json.dumps(dl.state_dict())))
+        return batches, pieces, states
+
+    def tiled(pieces, src, itm):
+        by = defaultdict(list)
+        for d, st, ln, s, it in pieces:
+            assert (s, it) == (src[d], itm[d])
+            by[d].append((st, ln))
+        assert sorted(by) == list(range(len(src)))
+        for d, ps in by.items():
+            ps.sort()
+            at = 0
+            for st, ln in ps:
+                assert st == at
+                at += ln
+            s, it = src[d], itm[d]
+            assert at == sources[s][1][it + 1] - sources[s][1][it]
+
+    full, pieces, _ = run([1, 2, 1], world=2, workers=2)
+    assert len(set(full)) == 1 and full[0] > 3
+    ref = shardkit.TokenLoader.mixture(sources, [1, 2, 1], **kw)
+    tiled(pieces, *ref.window_samples())
+
+    head, before, states = run([1, 2, 1], world=2, workers=2, stop=3)
+    assert head == [3, 3] and states[0] == states[1]  # one state, the same on every rank
+    after_batches, after, _ = run([3, 0, 1], world=3, workers=1, state=states[0])
+    assert len(set(after_batches)) == 1
+    new = shardkit.TokenLoader.mixture(sources, [3, 0, 1], **kw)
+    new.load_state_dict(states[0])
+    changed, read, at = new.last_resume
+    assert changed and read > 0
+    src, itm = new.window_samples()
+    tiled(before + after, src, itm)
+    assert all(s != 1 for d, *_, s, _ in after if d >= read)  # weight 0 after the change
+    # epochs through the DataLoader: a pass ends at the next epoch's start
+    ds = TokenDataset.mixture(sources, [1, 2, 1], rank=0, world_size=1, **kw)
+    dl = TokenDataLoader(ds, num_workers=2)
+    firsts = []
+    for _ in range(2):
+        docs = [d for b in dl for d in b["documents"].tolist()]
+        assert sorted(set(docs)) == list(range(400))
+        firsts.append(ds.epoch)
+    assert firsts == [1, 2]
