@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "shardkit/sharding/mixture.h"
+
 namespace shardkit::cli {
 
 struct UsageError : std::runtime_error {
@@ -68,6 +70,12 @@ class Args {
 [[nodiscard]] std::string Choices(const std::vector<std::string_view>& names,
                                   std::string_view fallback,
                                   const std::vector<std::string_view>& skip = {});
+
+// Comma-separated numbers ("6,3,1"); UsageError naming `flag` and the part
+// that is not a number.
+[[nodiscard]] std::vector<double> ParseDoubles(const std::string& flag, const std::string& text);
+// A schedule "POS:W0,W1,...;POS:..."; UsageError naming --schedule.
+[[nodiscard]] std::vector<SchedulePoint> ParseSchedule(const std::string& text);
 
 // Parses a signed 64-bit integer; UsageError naming `flag` and `text` if it is
 // not one or does not fit.

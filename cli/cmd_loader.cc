@@ -18,9 +18,11 @@
 #include "cli/commands.h"
 #include "cli/json.h"
 #include "cli/roles.h"
+#include "shardkit/base/json.h"
 #include "shardkit/loader/loader.h"
 #include "shardkit/loader/loader_state.h"
 #include "shardkit/loader/loader_stats.h"
+#include "shardkit/loader/mixture_loader.h"
 
 namespace shardkit::cli {
 
@@ -91,6 +93,49 @@ std::map<Index, LoaderState> ResumeStates(const std::string& path, Index consume
   return by;
 }
 
+// The text of a file (--resume).
+std::string ReadText(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(flag + ": cannot read '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// --mixture SRC0,SRC1,...: each a directory or TOKENS:OFFSETS.
+std::vector<std::shared_ptr<const TokenSource>> OpenMixtureSources(const std::string& spec,
+                                                                   const SourceOptions& options) {
+  std::vector<std::shared_ptr<const TokenSource>> out;
+  std::stringstream stream(spec);
+  std::string part;
+  while (std::getline(stream, part, ',')) {
+    if (part.empty()) throw UsageError("--mixture: an empty source in '" + spec + "'");
+    const std::size_t colon = part.find(':');
+    try {
+      out.push_back(
+          colon == std::string::npos
+              ? TokenSource::OpenDirectory(part, options)
+              : TokenSource::Open(part.substr(0, colon), part.substr(colon + 1), options));
+    } catch (const std::exception& e) {
+      throw UsageError("--mixture: source " + std::to_string(out.size()) + " ('" + part +
+                       "'): " + e.what());
+    }
+  }
+  if (out.empty()) throw UsageError("--mixture: no sources in '" + spec + "'");
+  return out;
+}
+
+// A mixture loader run: its sources, the weights asked for, the order read.
+struct MixtureRun {
+  std::vector<std::shared_ptr<const TokenSource>> sources;
+  std::optional<Mixture> requested;
+  std::optional<MixtureOrder> order;
+  std::optional<Index> samples;  // given with --samples
+  std::optional<MixtureResume> resumed;
+  std::vector<Index> window_sources;
+  MixtureDelivery delivered;
+};
+
 }  // namespace
 
 int RunLoaderStats(const Argv& argv) {
@@ -137,6 +182,21 @@ int RunLoaderStats(const Argv& argv) {
             "with --shard-files: env (default: WHALE_UNBALANCED_IO_SLICING /\n"
             "WHALE_DROP_LAST_FILES) | default | unbalanced | drop_last")
       .Flag("per-rank", "", "pack each rank on its own (ranks get different batch counts)")
+      .Flag("mixture", "SRC0,SRC1,...",
+            "mix several sources (each a directory or TOKENS:OFFSETS) with --weights: the\n"
+            "loader's order is the mixture's window of --epoch; prints realised against\n"
+            "target shares. --resume with other --weights changes them at the state's\n"
+            "read point (docs/loader.md, Mixing sources)")
+      .Flag("weights", "W0,W1,...", "with --mixture: one weight per source")
+      .Flag("by", "NAME", "with --mixture: tokens (default; weights are token shares) | samples")
+      .Flag("samples", "N",
+            "with --mixture: samples per epoch (default: the whole mixture when a source\n"
+            "does not repeat, else the sum of the sources' documents; on --resume the state's)")
+      .Flag("block", "B", "with --mixture: samples per block (default: the smallest valid)")
+      .Flag("schedule", "P:W,..;..", "with --mixture: weights from sample position P on")
+      .Flag("linear", "", "with --mixture: move the weights linearly between schedule points")
+      .Flag("no-repeat", "K0,K1,...",
+            "with --mixture: sources that end the mixture when they run out")
       .Flag("mode", "NAME",
             Choices(TrainModeNames(), TrainModeName(d.mode)) +
                 ": equal steps at the end of the epoch")
@@ -150,7 +210,27 @@ int RunLoaderStats(const Argv& argv) {
   SourceOptions source_options;
   if (auto t = args.Str("token-dtype")) source_options.raw_token_dtype = ParseTokenDType(*t);
   std::shared_ptr<const TokenSource> source;
-  if (auto dir = args.Str("dir")) {
+  MixtureRun mix;
+  const bool mixing = args.Has("mixture");
+  for (const char* flag :
+       {"weights", "by", "samples", "block", "schedule", "linear", "no-repeat"}) {
+    if (!mixing && args.Has(flag)) throw UsageError(std::string("--") + flag + ": needs --mixture");
+  }
+  if (mixing) {
+    for (const char* flag : {"tokens", "offsets", "dir", "shard-files", "no-shuffle"}) {
+      if (args.Has(flag)) {
+        throw UsageError(std::string("--") + flag +
+                         ": not with --mixture (the mixture is the order; its sources are "
+                         "given there)");
+      }
+    }
+    if (args.Str("mode", "pad") == "continuous") {
+      throw UsageError(
+          "--mode: 'continuous' is not supported with --mixture (each epoch is its "
+          "own window); use pad or drop");
+    }
+    mix.sources = OpenMixtureSources(*args.Str("mixture"), source_options);
+  } else if (auto dir = args.Str("dir")) {
     if (args.Has("tokens") || args.Has("offsets")) {
       throw UsageError("--dir: give either --dir or --tokens with --offsets");
     }
@@ -164,7 +244,7 @@ int RunLoaderStats(const Argv& argv) {
   o.batch_size = args.RequireInt("batch");
   o.world_size = roles ? WorldFromArgs(args, roles) : args.Int("world", d.world_size);
   o.num_workers = args.Int("workers", d.num_workers);
-  o.shuffle = !args.Has("no-shuffle");
+  o.shuffle = !args.Has("no-shuffle") && !mixing;
   o.seed = args.Uint("seed", d.seed);
   o.epoch = args.Uint("epoch", d.epoch);
   if (auto a = args.Str("algorithm")) o.algorithm = ParsePackAlgorithm(*a);
@@ -184,6 +264,61 @@ int RunLoaderStats(const Argv& argv) {
   o.equal_steps = !args.Has("per-rank") && !o.shard_files;
   o.mode = ParseTrainMode(args.Str("mode", "pad"));
   o.cost = ParseCostModel(args.Str("cost", "tokens"));
+  if (mixing) {
+    const std::vector<double> weights = ParseDoubles("--weights", args.RequireStr("weights"));
+    MixtureOptions mo;
+    try {
+      mo.by = ParseMixBy(args.Str("by", "tokens"));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--") + e.what());
+    }
+    mo.seed = o.seed;
+    if (auto b = args.Int("block")) mo.block = *b;
+    if (auto sch = args.Str("schedule")) mo.schedule = ParseSchedule(*sch);
+    if (args.Has("linear")) mo.interpolation = Interpolation::kLinear;
+    if (args.Has("no-repeat")) {
+      mo.repeat.assign(mix.sources.size(), true);
+      for (std::int64_t k : args.IntList("no-repeat")) {
+        if (k < 0 || k >= static_cast<std::int64_t>(mix.sources.size())) {
+          throw UsageError("--no-repeat: source " + std::to_string(k) + " is outside [0, " +
+                           std::to_string(mix.sources.size()) + ")");
+        }
+        mo.repeat[static_cast<std::size_t>(k)] = false;
+      }
+    }
+    mix.requested.emplace(MixtureOfSources(mix.sources, weights, mo));
+    if (auto n = args.Int("samples")) {
+      if (*n < 1) throw UsageError("--samples: must be at least 1, got " + std::to_string(*n));
+      mix.samples = *n;
+    }
+    if (auto path = args.Str("resume")) {
+      const std::string text = ReadText("--resume", *path);
+      try {
+        const shardkit::Json list = ParseJson(text, "state");
+        std::string one = text;
+        if (list.type() == shardkit::Json::Type::kArray) {
+          std::vector<std::string> texts;
+          for (const shardkit::Json& s : list.array()) texts.push_back(WriteJson(s));
+          one = texts.size() == 1 ? texts[0] : MergeMixtureLoaderStates(texts);
+        }
+        mix.resumed.emplace(ResumeMixtureLoader(mix.sources, *mix.requested, mix.samples, o, one));
+      } catch (const std::invalid_argument& e) {
+        throw UsageError("--resume: '" + *path + "': " + e.what());
+      }
+      mix.order.emplace(mix.resumed->order);
+      const LoaderState& at = mix.resumed->loader;
+      o.epoch = at.train ? at.train->epoch : at.epoch;
+    } else {
+      mix.order.emplace(*mix.requested,
+                        mix.samples.value_or(DefaultMixtureSamples(*mix.requested)));
+    }
+    const MixtureWindow window = mix.order->Window(o.epoch);
+    mix.window_sources.resize(static_cast<std::size_t>(window.count));
+    std::vector<Index> items(static_cast<std::size_t>(window.count));
+    mix.order->Fill(window.first, window.first + window.count, mix.window_sources.data(),
+                    items.data());
+    source = MixtureSource(mix.sources, *mix.order, window);
+  }
   const Index max_batches = args.Int("max-batches", -1);
   if (args.Has("max-batches") && max_batches < 0) {
     throw UsageError("--max-batches: must be at least 0, got " + std::to_string(max_batches));
@@ -221,7 +356,10 @@ int RunLoaderStats(const Argv& argv) {
     for (Index w = 0; w < o.num_workers; ++w) consumers.push_back(r + w * o.world_size);
   }
   std::map<Index, LoaderState> resume;
-  if (auto path = args.Str("resume")) {
+  if (mix.resumed) {
+    // Every consumer continues from the (merged) state the rule gave.
+    for (Index c : consumers) resume[c] = mix.resumed->loader;
+  } else if (auto path = args.Str("resume")) {
     resume = ResumeStates(*path, o.world_size * o.num_workers, consumers);
   }
   std::optional<std::string> save_path = args.Str("save-state");
@@ -250,6 +388,7 @@ int RunLoaderStats(const Argv& argv) {
         if (!batch) break;
         ++worker_batches;
         s.Add(*batch);
+        if (mixing) mix.delivered.Add(*batch, mix.window_sources);
         all_tokens += batch->tokens;
         ++all_batches;
         progress.Update(all_tokens, all_batches,
@@ -266,7 +405,15 @@ int RunLoaderStats(const Argv& argv) {
   progress.Done();
   if (save_path) {
     std::ofstream out(*save_path, std::ios::binary | std::ios::trunc);
-    out << LoaderStatesToJson(saved) << "\n";
+    if (mixing) {
+      out << "[";
+      for (std::size_t i = 0; i < saved.size(); ++i) {
+        out << (i ? ", " : "") << MixtureLoaderStateToJson(*mix.order, saved[i]);
+      }
+      out << "]\n";
+    } else {
+      out << LoaderStatesToJson(saved) << "\n";
+    }
     out.flush();
     if (!out) throw UsageError("--save-state: cannot write '" + *save_path + "'");
   }
@@ -332,6 +479,31 @@ int RunLoaderStats(const Argv& argv) {
     j.Key("tokens_per_second").Double(rate);
     j.Key("resumed").Bool(!resume.empty());
     j.Key("complete").Bool(complete);
+    if (mixing) {
+      const MixBy by = mix.requested->options().by;
+      const MixtureWindow window = mix.order->Window(o.epoch);
+      const std::vector<double> target = TargetShares(mix.order->current());
+      const std::vector<double> realised = mix.delivered.Realised(by);
+      j.Key("mixture").Begin();
+      j.Key("by").String(MixByName(by));
+      j.Key("epoch").Int(static_cast<Index>(o.epoch));
+      j.Key("first").Int(window.first).Key("count").Int(window.count);
+      j.Key("changed").Bool(mix.resumed && mix.resumed->changed);
+      if (mix.resumed && mix.resumed->changed) {
+        j.Key("read").Int(mix.resumed->read).Key("at").Int(mix.resumed->at);
+      }
+      j.Key("sources").BeginList();
+      for (std::size_t k = 0; k < mix.sources.size(); ++k) {
+        j.Begin();
+        j.Key("target").Double(target[k]);
+        j.Key("realised").Double(k < realised.size() ? realised[k] : 0.0);
+        j.Key("tokens").Int(k < mix.delivered.tokens.size() ? mix.delivered.tokens[k] : 0);
+        j.Key("documents").Int(k < mix.delivered.documents.size() ? mix.delivered.documents[k] : 0);
+        j.End();
+      }
+      j.End();
+      j.End();
+    }
     if (roles) RolesJson(j, *roles);
     j.End();
     std::cout << j.str() << "\n";
@@ -375,6 +547,32 @@ int RunLoaderStats(const Argv& argv) {
   }
   if (complete) std::printf("; every token delivered once");
   std::printf("\n");
+  if (mixing) {
+    const MixBy by = mix.requested->options().by;
+    const MixtureWindow window = mix.order->Window(o.epoch);
+    const std::vector<double> target = TargetShares(mix.order->current());
+    const std::vector<double> realised = mix.delivered.Realised(by);
+    std::printf("mixture of %zu sources by %s: epoch %" PRId64 " reads samples [%" PRId64
+                ", %" PRId64 ")",
+                mix.sources.size(), std::string(MixByName(by)).c_str(), static_cast<Index>(o.epoch),
+                window.first, window.first + window.count);
+    if (mix.resumed && mix.resumed->changed) {
+      std::printf("; weights changed on resume at sample %" PRId64 " (%" PRId64
+                  " documents of the window read before, kept)",
+                  mix.resumed->at, mix.resumed->read);
+    }
+    std::printf("\n%6s %9s %9s %14s %11s\n", "source", "target", "realised", "tokens", "documents");
+    for (std::size_t k = 0; k < mix.sources.size(); ++k) {
+      std::printf("%6zu %8.2f%% %8.2f%% %14" PRId64 " %11" PRId64 "\n", k, 100 * target[k],
+                  100 * (k < realised.size() ? realised[k] : 0.0),
+                  k < mix.delivered.tokens.size() ? mix.delivered.tokens[k] : 0,
+                  k < mix.delivered.documents.size() ? mix.delivered.documents[k] : 0);
+    }
+    std::printf(
+        "(target: the current weights' shares of %s; realised: of what this run "
+        "delivered)\n",
+        by == MixBy::kTokens ? "tokens" : "documents");
+  }
   if (roles) {
     PrintRoles(*roles);
     std::printf("(the ranks above are dp_ranks; a replica group reads its dp_rank's batches)\n");

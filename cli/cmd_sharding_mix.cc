@@ -20,44 +20,6 @@ namespace {
 constexpr Index kMaxListedSamples = 1000000;
 constexpr int kBarWidth = 60;
 
-std::vector<double> ParseDoubles(const std::string& flag, const std::string& text) {
-  std::vector<double> out;
-  std::stringstream stream(text);
-  std::string part;
-  while (std::getline(stream, part, ',')) {
-    std::size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != part.size()) {
-      throw UsageError(flag + ": '" + part + "' is not a number (in '" + text + "')");
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
-// "POS:w0,w1,...;POS:w0,w1,..."
-std::vector<SchedulePoint> ParseSchedule(const std::string& text) {
-  std::vector<SchedulePoint> out;
-  std::stringstream stream(text);
-  std::string point;
-  while (std::getline(stream, point, ';')) {
-    const std::size_t colon = point.find(':');
-    if (colon == std::string::npos) {
-      throw UsageError("--schedule: '" + point + "' is not POSITION:W0,W1,...");
-    }
-    SchedulePoint p;
-    p.position = ParseInt("--schedule", point.substr(0, colon));
-    p.weights = ParseDoubles("--schedule", point.substr(colon + 1));
-    out.push_back(std::move(p));
-  }
-  return out;
-}
-
 // One row of the picture: each source's share of the window as a run of its
 // letter (a, b, c, ...; '#' past 26 sources).
 std::string Bar(const std::vector<Index>& counts) {

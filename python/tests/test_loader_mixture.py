@@ -570,3 +570,111 @@ def test_torch_dataset_over_a_mixture_equal_steps_with_workers_and_new_weights()
         assert sorted(set(docs)) == list(range(400))
         firsts.append(ds.epoch)
     assert firsts == [1, 2]
+
+
+def test_cli_loader_stats_over_a_mixture_and_resume_with_new_weights(cli, tmp_path):
+    """shardkit loader-stats --mixture: realised against target shares, every
+    token of the window once; --save-state / --resume with other --weights on
+    another world size: the rest of the window, the change at the read point."""
+    rng = np.random.default_rng(9)
+    paths = []
+    for s, n in enumerate([120, 300, 60]):
+        tokens, offsets = make_source(rng, s, n, 20, 200)
+        np.save(tmp_path / f"t{s}.npy", tokens)
+        np.save(tmp_path / f"o{s}.npy", offsets)
+        paths.append(f"{tmp_path / f't{s}.npy'}:{tmp_path / f'o{s}.npy'}")
+    common = ["--mixture", ",".join(paths), "--seq-len", 256, "--batch", 2, "--quiet"]
+    common += ["--samples", 900, "--seed", 5, "--buffer", 16]
+    out = cli("loader-stats", *common, "--weights", "6,3,1", "--world", 2, "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["complete"] is True and doc["equal_steps"] is True
+    mix = doc["mixture"]
+    assert mix["by"] == "tokens" and (mix["first"], mix["count"]) == (0, 900)
+    assert [round(s["target"], 3) for s in mix["sources"]] == [0.6, 0.3, 0.1]
+    # the realised token shares, recomputed here from the sources' own lengths
+    ref = shardkit.TokenLoader.mixture(
+        [(np.load(tmp_path / f"t{s}.npy"), np.load(tmp_path / f"o{s}.npy")) for s in range(3)],
+        [6, 3, 1],
+        samples=900,
+        seed=5,
+        seq_len=256,
+        batch_size=2,
+    )
+    src, itm = ref.window_samples()
+    lengths = [np.diff(np.load(tmp_path / f"o{s}.npy")) for s in range(3)]
+    want = np.zeros(3, dtype=np.int64)
+    for s, it in zip(src.tolist(), itm.tolist()):
+        want[s] += lengths[s][it]
+    assert [s["tokens"] for s in mix["sources"]] == want.tolist()
+    assert all(abs(s["realised"] - t) < 0.05 for s, t in zip(mix["sources"], [0.6, 0.3, 0.1]))
+    text = cli("loader-stats", *common, "--weights", "6,3,1", "--world", 2)
+    assert "realised" in text.stdout and "mixture of 3 sources by tokens" in text.stdout
+
+    # stop after 3 steps, resume on 3 ranks with 1:1:8
+    state = tmp_path / "state.json"
+    head = cli(
+        "loader-stats",
+        *common,
+        "--weights",
+        "6,3,1",
+        "--world",
+        2,
+        "--max-batches",
+        3,
+        "--save-state",
+        state,
+        "--json",
+    )
+    assert head.returncode == 0, head.stderr
+    rest = cli(
+        "loader-stats", *common, "--weights", "1,1,8", "--world", 3, "--resume", state, "--json"
+    )
+    assert rest.returncode == 0, rest.stderr
+    after = json.loads(rest.stdout)["mixture"]
+    # a packer reads ahead (its buffer: 16 documents here), so the change lands
+    # after what it had read, not at the last piece delivered
+    assert after["changed"] is True and 0 < after["at"] == after["read"] < 100
+    # what was read stays: together the two runs deliver every token of the new window
+    new = shardkit.TokenLoader.mixture(
+        [(np.load(tmp_path / f"t{s}.npy"), np.load(tmp_path / f"o{s}.npy")) for s in range(3)],
+        [1, 1, 8],
+        samples=900,
+        seed=5,
+        seq_len=256,
+        batch_size=2,
+        buffer=16,  # the packing decides the read point: the CLI run's
+    )
+    new.load_state_dict(json.loads(state.read_text())[0])
+    src, itm = new.window_samples()
+    total = sum(lengths[s][it] for s, it in zip(src.tolist(), itm.tolist()))
+    first = json.loads(head.stdout)["real_tokens"]
+    assert first + json.loads(rest.stdout)["real_tokens"] == total
+    # one-line errors naming the flag
+    for args, flag in [
+        (["--weights", "1,x,1"], "--weights"),
+        (["--weights", "1,1"], "weights"),
+        (["--weights", "1,1,1", "--dir", tmp_path], "--dir"),
+        (["--weights", "1,1,1", "--no-repeat", 7], "--no-repeat"),
+        (["--weights", "1,1,1", "--by", "bytes"], "--by"),
+        (["--weights", "1,1,1", "--mode", "continuous"], "--mode"),
+    ]:
+        bad = cli("loader-stats", *common, *args)
+        assert bad.returncode == 2 and flag in bad.stderr and bad.stderr.count("\n") == 1, (
+            args,
+            bad.stderr,
+        )
+    bad = cli(
+        "loader-stats",
+        "--tokens",
+        "t",
+        "--offsets",
+        "o",
+        "--seq-len",
+        8,
+        "--batch",
+        1,
+        "--weights",
+        "1",
+    )
+    assert bad.returncode == 2 and "--weights: needs --mixture" in bad.stderr

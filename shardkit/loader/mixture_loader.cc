@@ -214,6 +214,49 @@ MixtureOrder MixtureOrder::Changed(Index at, const Mixture& like, Index keep_fro
   return MixtureOrder(std::move(pieces), samples_);
 }
 
+Index DefaultMixtureSamples(const Mixture& mixture) {
+  if (mixture.bounded()) return std::max<Index>(mixture.size(), 1);
+  Index total = 0;
+  for (Index n : mixture.sizes()) total = CheckedAdd("sizes", total, n);
+  return std::max<Index>(total, 1);
+}
+
+void MixtureDelivery::Add(const Batch& batch, std::span<const Index> window_sources) {
+  for (std::size_t k = 0; k < batch.documents.size(); ++k) {
+    const Index d = batch.documents[k];
+    if (d < 0 || d >= static_cast<Index>(window_sources.size())) {
+      ThrowOutOfRange("batch", "document " + Str(d) + " is outside the window's " +
+                                   Str(static_cast<Index>(window_sources.size())));
+    }
+    const std::size_t s = static_cast<std::size_t>(window_sources[static_cast<std::size_t>(d)]);
+    if (tokens.size() <= s) {
+      tokens.resize(s + 1, 0);
+      documents.resize(s + 1, 0);
+    }
+    tokens[s] += batch.lengths[k];
+    documents[s] += batch.starts[k] == 0 ? 1 : 0;
+  }
+}
+
+std::vector<double> MixtureDelivery::Realised(MixBy by) const {
+  const std::vector<Index>& v = by == MixBy::kTokens ? tokens : documents;
+  Index total = 0;
+  for (Index x : v) total += x;
+  std::vector<double> out(v.size(), 0.0);
+  for (std::size_t i = 0; i < v.size() && total > 0; ++i) {
+    out[i] = static_cast<double>(v[i]) / static_cast<double>(total);
+  }
+  return out;
+}
+
+std::vector<double> TargetShares(const Mixture& mixture) {
+  double total = 0;
+  for (double w : mixture.weights()) total += w;
+  std::vector<double> out;
+  for (double w : mixture.weights()) out.push_back(total > 0 ? w / total : 0.0);
+  return out;
+}
+
 // ---------------------------------------------------------------------------
 // The mixture loader's state
 

@@ -140,6 +140,27 @@ class MixtureOrder {
     std::vector<std::shared_ptr<const TokenSource>> sources, const MixtureOrder& order,
     MixtureWindow window);
 
+// The default samples per epoch: the whole mixture when a source does not
+// repeat (it ends), else the sum of the sources' sizes.
+[[nodiscard]] Index DefaultMixtureSamples(const Mixture& mixture);
+
+// What a mixture loader's batches delivered per source: tokens, and the
+// documents started (pieces that begin at token 0), against the target shares
+// of the weights (of the order's current mixture, in its `by` unit).
+struct MixtureDelivery {
+  std::vector<Index> tokens;
+  std::vector<Index> documents;
+  // Counts the pieces of `batch`; window_sources[d] is the source of window
+  // document d (MixtureOrder::Fill). Throws out_of_range naming `batch` for a
+  // document outside the window.
+  void Add(const Batch& batch, std::span<const Index> window_sources);
+  // tokens (by tokens) or documents (by samples) of each source over their
+  // sum; 0s when nothing was delivered.
+  [[nodiscard]] std::vector<double> Realised(MixBy by) const;
+};
+// The weights of `mixture` as shares (sum 1).
+[[nodiscard]] std::vector<double> TargetShares(const Mixture& mixture);
+
 // A mixture loader's state: the loader's state of its epoch's window and the
 // order it reads. JSON (version 1):
 //   {"version": 1, "kind": "mixture_loader", "epoch": E, "samples": S,
