@@ -431,7 +431,8 @@ class TokenLoader:
     @staticmethod
     def merge_states(states: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         """One state per consumer (rank x worker) of a run -> a merged state from
-        which any number of consumers delivers the rest of the epoch exactly once."""
+        which any number of consumers delivers the rest of the epoch exactly once
+        (mixture loader states merge as such, keeping their order)."""
         return _core._merge_loader_states(list(states))
 
     def __repr__(self) -> str:
@@ -584,12 +585,6 @@ class _MixtureTokenLoader(TokenLoader):
         self._loader = _core._TokenLoader(
             self._source_for(inner["epoch"]), state=inner, **self._options
         )
-
-    @staticmethod
-    def merge_states(states: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
-        """The states of every consumer of a per-rank mixture run -> one merged
-        state (any world size and worker count continue from it)."""
-        return _core._merge_mixture_loader_states(list(states))
 
     @property
     def changes(self) -> List[int]:

@@ -401,22 +401,24 @@ void init_loader(nb::module_& m) {
       "(order, loader state, changed, read, at): a mixture loader resumed from `state` with "
       "`mixture`'s weights (ResumeMixtureLoader).");
   m.def(
-      "_merge_mixture_loader_states",
-      [](nb::list states) {
-        std::vector<std::string> texts;
-        nb::object dumps = nb::module_::import_("json").attr("dumps");
-        for (nb::handle h : states) texts.push_back(nb::cast<std::string>(dumps(h)));
-        std::string merged;
-        {
-          ReleaseGil release;
-          merged = MergeMixtureLoaderStates(texts);
-        }
-        return nb::module_::import_("json").attr("loads")(merged);
-      },
-      "states"_a);
-  m.def(
       "_merge_loader_states",
-      [](nb::list states) {
+      [](nb::list states) -> nb::object {
+        // Mixture loader states (which carry their order) merge as such.
+        nb::object dumps = nb::module_::import_("json").attr("dumps");
+        std::vector<std::string> texts;
+        bool mixture = false;
+        for (nb::handle h : states) {
+          texts.push_back(nb::cast<std::string>(dumps(h)));
+          mixture = mixture || IsMixtureLoaderState(texts.back());
+        }
+        if (mixture) {
+          std::string merged;
+          {
+            ReleaseGil release;
+            merged = MergeMixtureLoaderStates(texts);
+          }
+          return nb::module_::import_("json").attr("loads")(merged);
+        }
         std::vector<LoaderState> all;
         for (nb::handle h : states) all.push_back(DictToState(h));
         LoaderState merged;

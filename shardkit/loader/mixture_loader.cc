@@ -532,10 +532,8 @@ MixtureResume ResumeMixtureLoader(const std::vector<std::shared_ptr<const TokenS
   if (!IsMixtureLoaderState(text)) {
     // A plain loader state: an order of this mixture alone (the loader checks
     // the state's fingerprint against the window).
-    if (!samples.has_value()) {
-      ThrowInvalid("samples", "required with a loader state that does not carry its mixture");
-    }
-    return MixtureResume{MixtureOrder(mixture, *samples), LoaderStateFromJson(text)};
+    return MixtureResume{MixtureOrder(mixture, samples.value_or(DefaultMixtureSamples(mixture))),
+                         LoaderStateFromJson(text)};
   }
   MixtureLoaderState s = MixtureLoaderStateFromJson(text);
   CheckSameRun(s.pieces.back(), mixture, s.samples, samples);

@@ -205,7 +205,8 @@ struct MixtureResume {
 // loader's state (MixtureLoaderStateToJson), or a plain loader state of an
 // order of `mixture` alone (then nothing changes; the loader checks its
 // fingerprint). The state's order must have `mixture`'s sources (`sources`),
-// `by`, `seed`, `repeat` and `samples` (nullopt: the state's); when its current piece has other
+// `by`, `seed`, `repeat` and `samples` (nullopt: the state's, or for a plain
+// state DefaultMixtureSamples); when its current piece has other
 // weights, schedule, interpolation or block than `mixture`, the change is
 // made at the read point of the state's window: equal steps, the pack
 // stream's documents read at the state's position (`options` give the

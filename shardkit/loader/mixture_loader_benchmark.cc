@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "shardkit/loader/loader.h"
@@ -90,6 +91,42 @@ void BM_MixtureLoaderBatches(benchmark::State& state) {
   state.SetItemsProcessed(tokens);
 }
 BENCHMARK(BM_MixtureLoaderBatches)->Arg(0)->Arg(1);
+
+// Resuming an equal-steps mixture loader in the middle of a 200k-sample window
+// of 3 sources (8 ranks x 8 rows of 2048 tokens) to its first batch: with the
+// same weights (arg 0: the state as it is) or with new ones (arg 1: the read
+// point replayed, both windows gathered, the state rebased). Both then replay
+// the packer to the state's position, as every resume does.
+void BM_MixtureLoaderResume(benchmark::State& state) {
+  const Corpus& c = MakeCorpus(3, 20000);
+  const Mixture mix = MixtureOfSources(c.sources, {5, 3, 2}, {});
+  const Mixture changed = MixtureOfSources(c.sources, {1, 1, 8}, {});
+  const Index samples = 200000;
+  const MixtureOrder order(mix, samples);
+  LoaderOptions o;
+  o.seq_len = 2048;
+  o.batch_size = 8;
+  o.world_size = 8;
+  o.shuffle = false;
+  o.equal_steps = true;
+  o.num_threads = 0;
+  const auto view = MixtureSource(c.sources, order, order.Window(0));
+  std::string text;
+  {
+    TokenLoader first(view, o);
+    const Index half = first.train_plan()->num_steps() / 2;
+    LoaderState at = first.State();
+    at.train = first.train_plan()->StateAt(half);
+    text = MixtureLoaderStateToJson(order, at);
+  }
+  const Mixture& use = state.range(0) == 1 ? changed : mix;
+  for (auto _ : state) {
+    const MixtureResume r = ResumeMixtureLoader(c.sources, use, samples, o, text);
+    TokenLoader loader(MixtureSource(c.sources, r.order, r.order.Window(0)), o, r.loader);
+    benchmark::DoNotOptimize(loader.Next());
+  }
+}
+BENCHMARK(BM_MixtureLoaderResume)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace shardkit

@@ -549,6 +549,12 @@ TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options, const Train
 }
 
 Index TrainPlan::DocumentsReadAt(Index position) const {
+  // The plan's first checkpoint is the stream at its own position (a Deferred
+  // plan's is made by its constructor): no replay for that one.
+  if (!checkpoints_.empty()) {
+    const Checkpoint& c = *checkpoints_.front();
+    if (c.epoch == options_.epoch && c.popped == position) return c.pushed;
+  }
   PackStream stream(&documents_, options_, false);
   if (position < 0 || stream.Skip(position) != position) {
     PackStream count(&documents_, options_, false);
