@@ -17,6 +17,15 @@ namespace {
 
 constexpr std::uint64_t kWindowDomain = 0x4d49585749ULL;  // "MIXWI"
 
+void CheckSamples(Index samples) {
+  if (samples < 1) ThrowInvalid("samples", "must be >= 1 per epoch, got " + Str(samples));
+  if (samples > kMaxWindowSamples) {
+    ThrowInvalid("samples", Str(samples) +
+                                " per epoch: a window takes 8 bytes per sample; at most 2^31 (" +
+                                Str(kMaxWindowSamples) + ")");
+  }
+}
+
 void CheckSources(std::span<const std::shared_ptr<const TokenSource>> sources) {
   if (sources.empty()) ThrowInvalid("sources", "no sources; give at least one");
   for (std::size_t k = 0; k < sources.size(); ++k) {
@@ -41,7 +50,7 @@ Mixture MixtureOfSources(std::span<const std::shared_ptr<const TokenSource>> sou
 }
 
 MixtureWindow MixtureEpochWindow(const Mixture& mixture, Index samples, std::uint64_t epoch) {
-  if (samples < 1) ThrowInvalid("samples", "must be >= 1 per epoch, got " + Str(samples));
+  CheckSamples(samples);
   if (epoch > static_cast<std::uint64_t>(std::numeric_limits<Index>::max() / samples)) {
     ThrowInvalid("epoch", Str(static_cast<Index>(epoch)) + " x " + Str(samples) +
                               " samples per epoch overflows a 64-bit position");
@@ -113,10 +122,6 @@ Index PieceEnd(const Mixture& m) {
   const Index b = PieceBegin(m);
   return m.size() > std::numeric_limits<Index>::max() - b ? std::numeric_limits<Index>::max()
                                                           : b + m.size();
-}
-
-void CheckSamples(Index samples) {
-  if (samples < 1) ThrowInvalid("samples", "must be >= 1 per epoch, got " + Str(samples));
 }
 
 }  // namespace
@@ -215,10 +220,10 @@ MixtureOrder MixtureOrder::Changed(Index at, const Mixture& like, Index keep_fro
 }
 
 Index DefaultMixtureSamples(const Mixture& mixture) {
-  if (mixture.bounded()) return std::max<Index>(mixture.size(), 1);
+  if (mixture.bounded()) return std::clamp<Index>(mixture.size(), 1, kMaxWindowSamples);
   Index total = 0;
   for (Index n : mixture.sizes()) total = CheckedAdd("sizes", total, n);
-  return std::max<Index>(total, 1);
+  return std::clamp<Index>(total, 1, kMaxWindowSamples);
 }
 
 void MixtureDelivery::Add(const Batch& batch, std::span<const Index> window_sources) {
@@ -422,7 +427,9 @@ MixtureLoaderState MixtureLoaderStateFromJson(std::string_view text) {
   const Json j = ParseMixtureLoaderJson(text);
   MixtureLoaderState s;
   s.samples = AsInt64(Field(j, "state", "samples"), "state.samples");
-  if (s.samples < 1) ThrowAtPath("state.samples", "must be >= 1, got " + Str(s.samples));
+  if (s.samples < 1 || s.samples > kMaxWindowSamples) {
+    ThrowAtPath("state.samples", "must be in [1, 2^31], got " + Str(s.samples));
+  }
   const Json::Array& pieces = AsArray(Field(j, "state", "mixture"), "state.mixture");
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     s.pieces.push_back(PieceFromJson(pieces[i], "state.mixture[" + std::to_string(i) + "]"));

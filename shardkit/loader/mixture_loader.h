@@ -60,14 +60,20 @@ namespace shardkit {
 [[nodiscard]] Mixture MixtureOfSources(std::span<const std::shared_ptr<const TokenSource>> sources,
                                        std::vector<double> weights, MixtureOptions options);
 
+// The most samples one epoch may read: a window holds 8 bytes per sample
+// (the gathered document ids), so 2^31 samples are 16 GiB. Larger `samples`
+// (given, or read from a state) are refused naming `samples` instead of
+// failing to allocate.
+inline constexpr Index kMaxWindowSamples = Index{1} << 31;
+
 struct MixtureWindow {
   Index first = 0;  // mixture position of the window's first sample
   Index count = 0;  // samples in the window (0 past the end of a bounded mixture)
 };
 
 // Loader epoch `epoch` of `samples` samples per epoch. Throws invalid_argument
-// naming `samples` unless samples >= 1, and `epoch` when epoch * samples
-// overflows.
+// naming `samples` unless 1 <= samples <= kMaxWindowSamples, and `epoch` when
+// epoch * samples overflows.
 [[nodiscard]] MixtureWindow MixtureEpochWindow(const Mixture& mixture, Index samples,
                                                std::uint64_t epoch);
 
@@ -94,7 +100,7 @@ void MixtureWindowSamples(const Mixture& mixture, MixtureWindow window, Index* s
 class MixtureOrder {
  public:
   // One mixture for the whole run. Throws invalid_argument naming `samples`
-  // unless samples >= 1.
+  // unless 1 <= samples <= kMaxWindowSamples.
   MixtureOrder(Mixture mixture, Index samples);
   // Pieces in order. Throws invalid_argument naming `state` unless there is
   // at least one and each begins inside the one before (begin_{i-1} <

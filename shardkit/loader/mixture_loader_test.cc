@@ -514,8 +514,26 @@ TEST(MixtureLoaderTest, WindowsAndBadInput) {
     return std::string("no error");
   };
   EXPECT_EQ(message([&] { (void)MixtureEpochWindow(bounded, 0, 0); }).rfind("samples:", 0), 0u);
+  // A window holds 8 bytes per sample: more than 2^31 per epoch is refused,
+  // given or read from a state, instead of failing to allocate.
   EXPECT_EQ(message([&] {
-              (void)MixtureEpochWindow(bounded, Index{1} << 40, 1 << 30);
+              (void)MixtureEpochWindow(bounded, kMaxWindowSamples + 1, 0);
+            }).rfind("samples:", 0),
+            0u);
+  EXPECT_EQ(message([&] { (void)MixtureOrder(bounded, Index{1} << 40); }).rfind("samples:", 0), 0u);
+  {
+    LoaderState st;
+    st.train = TrainState{};
+    std::string text = MixtureLoaderStateToJson(MixtureOrder(bounded, 4), st);
+    const std::string from = "\"samples\": 4";
+    ASSERT_NE(text.find(from), std::string::npos);
+    text.replace(text.find(from), from.size(), "\"samples\": 1099511627776");
+    EXPECT_EQ(message([&] { (void)MixtureLoaderStateFromJson(text); }).rfind("state", 0), 0u);
+    EXPECT_NE(message([&] { (void)MixtureLoaderStateFromJson(text); }).find("2^31"),
+              std::string::npos);
+  }
+  EXPECT_EQ(message([&] {
+              (void)MixtureEpochWindow(bounded, kMaxWindowSamples, std::uint64_t{1} << 33);
             }).rfind("epoch:", 0),
             0u);
   EXPECT_EQ(message([&] { (void)MixtureOfSources({}, {1}, {}); }).rfind("sources:", 0), 0u);
