@@ -52,7 +52,10 @@ def dataset(root, batch_size, **kw):
 
 def main():
     root, mode = Path(sys.argv[1]), sys.argv[2]
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    # A rank may wait long for a peer on a loaded machine (a DataLoader worker
+    # starting, a batch planned): 60 s once timed out in a full `make test`
+    # while other builds ran. A real hang still ends at the test's hard timeout.
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
     rank, world = dist.get_rank(), dist.get_world_size()
     if mode == "epochs":
         out = {}
