@@ -57,7 +57,7 @@ def cells(docs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("before")
-    ap.add_argument("after", nargs="?")
+    ap.add_argument("after", nargs="?", help="optional: without it, BEFORE is measured alone")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--docs", type=int, default=50_000)
     ap.add_argument("--cells", action="store_true", help=argparse.SUPPRESS)
@@ -65,7 +65,8 @@ def main():
     if args.cells:
         cells(args.docs)
         return
-    packages = {"before": args.before, "after": args.after}
+    # One package alone (no AFTER): its own equal-steps / per-rank figures.
+    packages = {"before": args.before, "after": args.after} if args.after else {"this": args.before}
     best, loads = {}, []
     for _ in range(args.rounds):
         for name, path in packages.items():
