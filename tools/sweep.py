@@ -257,6 +257,15 @@ CLI_FLAGS = {
         "resume": "statefile",
         "quiet": None,
         "json": None,
+        # the mixture loader (loader-stats --mixture): sources, weights, schedule
+        "mixture": "mixsources",
+        "weights": ["1,1", "1,2,3", "5,3,2", "0,0", "0,1", "-1,2", "x", "1e308,1", "nan,1", ""],
+        "by": ["tokens", "samples", "x"],
+        "samples": "int",
+        "block": "int",
+        "schedule": ["10:1,2", "0:1,0;5:0,1", "5:1,1;3:1,1", "x", ":", "9223372036854775807:1,1"],
+        "linear": None,
+        "no-repeat": ["0", "1", "0,1", "5", "-1", "x", ""],
     },
 }
 CLI_FLAGS["audit"] = CLI_FLAGS["shard"]
@@ -360,6 +369,10 @@ def cli_case(rng: random.Random, files: dict) -> list:
             ]
         elif kind == "dirfile":
             value = files[rng.choice(["parts", "dir", "missing", "lengths.txt"])]
+        elif kind == "mixsources":
+            pair = files["tokens.npy"] + ":" + files["offsets.npy"]
+            pool = [files["parts"], pair, pair, files["missing"], "a:b:c", "", files["tokens.npy"]]
+            value = ",".join(rng.choice(pool) for _ in range(rng.randint(1, 3)))
         else:
             value = rng.choice(kind)
         if rng.random() < 0.5:
