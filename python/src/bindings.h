@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/base/errors.h"
 #include "shardkit/base/index.h"
 
 namespace shardkit::python {
@@ -273,6 +274,24 @@ inline std::uint64_t ToUint64(nb::handle value, const char* name) {
 inline std::string TypeAndRepr(nb::handle value) {
   return nb::cast<std::string>(nb::str(value.type().attr("__name__"))) + " " +
          nb::cast<std::string>(nb::repr(value));
+}
+
+// A state given back as a dict (or any JSON value) as the JSON text the core's
+// codecs read: json.dumps of it; a ValueError naming `state` when it cannot
+// be written as JSON. States never have a format of their own in the bindings.
+inline std::string StateText(nb::handle state) {
+  try {
+    return nb::cast<std::string>(nb::module_::import_("json").attr("dumps")(state));
+  } catch (const nb::python_error& e) {
+    // The exception's own one-line text, not e.what() (which holds a traceback).
+    ThrowInvalid("state",
+                 "is not JSON-serialisable (" + nb::cast<std::string>(nb::str(e.value())) + ")");
+  }
+}
+
+// The core's JSON text of a state as a Python object (json.loads).
+inline nb::object JsonToPython(const std::string& text) {
+  return nb::module_::import_("json").attr("loads")(text);
 }
 
 // A str argument; TypeError naming `name` and the value otherwise (instead of

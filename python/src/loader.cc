@@ -34,17 +34,10 @@ struct PySource {
 // state_dict() is json.loads of the core's JSON text, and a dict given back
 // is json.dumps'd and read by the core: the binding holds no format of its own.
 
-nb::object StateToDict(const LoaderState& s) {
-  return nb::module_::import_("json").attr("loads")(LoaderStateToJson(s));
-}
+nb::object StateToDict(const LoaderState& s) { return JsonToPython(LoaderStateToJson(s)); }
 
 LoaderState DictToState(nb::handle h) {
-  std::string text;
-  try {
-    text = nb::cast<std::string>(nb::module_::import_("json").attr("dumps")(h));
-  } catch (const nb::python_error& e) {
-    ThrowInvalid("state", std::string("is not JSON-serialisable (") + e.what() + ")");
-  }
+  const std::string text = StateText(h);
   ReleaseGil release;
   return LoaderStateFromJson(text);
 }
@@ -359,7 +352,7 @@ void init_loader(nb::module_& m) {
           ReleaseGil release;
           text = MixtureLoaderStateToJson(order, s);
         }
-        return nb::module_::import_("json").attr("loads")(text);
+        return JsonToPython(text);
       },
       "order"_a, "state"_a, "A mixture loader's state: the loader's state and its order.");
   m.def(
@@ -370,12 +363,7 @@ void init_loader(nb::module_& m) {
          bool equal_steps, const std::string& mode, const std::string& cost) {
         std::vector<std::shared_ptr<const TokenSource>> views;
         for (nb::handle h : sources) views.push_back(nb::cast<const PySource&>(h).source);
-        std::string text;
-        try {
-          text = nb::cast<std::string>(nb::module_::import_("json").attr("dumps")(state));
-        } catch (const nb::python_error& e) {
-          ThrowInvalid("state", std::string("is not JSON-serialisable (") + e.what() + ")");
-        }
+        const std::string text = StateText(state);
         LoaderOptions o;
         o.seq_len = seq_len;
         o.batch_size = batch_size;
@@ -403,12 +391,12 @@ void init_loader(nb::module_& m) {
   m.def(
       "_merge_loader_states",
       [](nb::list states) -> nb::object {
-        // Mixture loader states (which carry their order) merge as such.
-        nb::object dumps = nb::module_::import_("json").attr("dumps");
+        // Mixture loader states (which carry their order) merge as such. Each
+        // state is written as JSON once and read by the core from that text.
         std::vector<std::string> texts;
         bool mixture = false;
         for (nb::handle h : states) {
-          texts.push_back(nb::cast<std::string>(dumps(h)));
+          texts.push_back(StateText(h));
           mixture = mixture || IsMixtureLoaderState(texts.back());
         }
         if (mixture) {
@@ -417,13 +405,13 @@ void init_loader(nb::module_& m) {
             ReleaseGil release;
             merged = MergeMixtureLoaderStates(texts);
           }
-          return nb::module_::import_("json").attr("loads")(merged);
+          return JsonToPython(merged);
         }
-        std::vector<LoaderState> all;
-        for (nb::handle h : states) all.push_back(DictToState(h));
         LoaderState merged;
         {
           ReleaseGil release;
+          std::vector<LoaderState> all;
+          for (const std::string& text : texts) all.push_back(LoaderStateFromJson(text));
           merged = MergeLoaderStates(all);
         }
         return StateToDict(merged);

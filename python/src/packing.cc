@@ -146,12 +146,7 @@ void init_packing(nb::module_& m) {
               return;
             }
             // The state goes through the core codec (shardkit/loader/loader_state.h).
-            std::string text;
-            try {
-              text = nb::cast<std::string>(nb::module_::import_("json").attr("dumps")(state));
-            } catch (const nb::python_error& e) {
-              ThrowInvalid("state", std::string("is not JSON-serialisable (") + e.what() + ")");
-            }
+            const std::string text = StateText(state);
             // The constructor applies the restore checks (PackerStateFits is them).
             new (self) StreamingPacker(o, PackerStateFromJson(text));
           },
@@ -188,9 +183,7 @@ void init_packing(nb::module_& m) {
       .def_prop_ro("efficiency", &StreamingPacker::efficiency)
       .def("take_dropped", &StreamingPacker::TakeDropped)
       .def("state",
-           [](const StreamingPacker& s) {
-             return nb::module_::import_("json").attr("loads")(PackerStateToJson(s.State()));
-           })
+           [](const StreamingPacker& s) { return JsonToPython(PackerStateToJson(s.State())); })
       .def(
           "state_json", [](const StreamingPacker& s) { return PackerStateToJson(s.State()); },
           "The state as the core's JSON text (state() is json.loads of it).");
