@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <bit>
 #include <numeric>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "shardkit/sharding/permutation.h"
 
@@ -119,45 +122,155 @@ Index MinBlock(const Change& c) {
   return static_cast<Index>((c.total + lo - 1) / lo);
 }
 
-// Hamilton rounding of tau * q_k / total, added to base into out.
-void Hamilton(Index tau, const MixSegment& seg, Index* out) {
-  const std::size_t k = seg.q.size();
-  Index floors = 0;
-  thread_local std::vector<std::uint64_t> rem;
-  thread_local std::vector<std::uint32_t> order;
-  rem.resize(k);
-  const std::uint64_t t = static_cast<std::uint64_t>(tau);
-  std::uint64_t max_q = 0;
-  for (std::uint64_t q : seg.q) max_q = std::max(max_q, q);
-  if (max_q == 0 || t <= std::numeric_limits<std::uint64_t>::max() / max_q) {
-    // tau * q fits in 64 bits: a 64-bit division, several times faster.
-    for (std::size_t i = 0; i < k; ++i) {
-      const std::uint64_t p = t * seg.q[i];
-      const Index f = static_cast<Index>(p / seg.total);
-      rem[i] = p % seg.total;
-      out[i] = seg.counts[i] + f;
-      floors += f;
-    }
-  } else {
-    for (std::size_t i = 0; i < k; ++i) {
-      const u128 p = static_cast<u128>(t) * seg.q[i];
-      const Index f = static_cast<Index>(p / seg.total);
-      rem[i] = static_cast<std::uint64_t>(p % seg.total);
-      out[i] = seg.counts[i] + f;
-      floors += f;
-    }
+// round(tau * p / total), halves up, for one of a segment's cumulative
+// shares p (<= total): floor((2 tau p + total) / (2 total)). A shift when the
+// total is a power of two (quantized shares), 64-bit arithmetic when it
+// fits, else 128-bit.
+Index RoundShare(std::uint64_t tau, std::uint64_t p, const MixSegment& seg) {
+  const std::uint64_t total = seg.total;
+  if ((total & (total - 1)) == 0) {
+    return static_cast<Index>((static_cast<u128>(tau) * p + (total >> 1)) >>
+                              std::countr_zero(total));
   }
-  const Index r = tau - floors;  // < number of sources with a positive remainder
-  if (r <= 0) return;
-  order.resize(k);
-  std::iota(order.begin(), order.end(), 0u);
-  auto larger = [&](std::uint32_t a, std::uint32_t b) {
-    return rem[a] != rem[b] ? rem[a] > rem[b] : a < b;
-  };
-  std::nth_element(order.begin(), order.begin() + (r - 1), order.end(), larger);
-  for (Index j = 0; j < r; ++j) ++out[order[j]];
+  if (p == 0) return 0;
+  if (tau <= (std::numeric_limits<std::uint64_t>::max() / 2 - total) / p) {
+    return static_cast<Index>((2 * tau * p + total) / (2 * total));
+  }
+  return static_cast<Index>((2 * static_cast<u128>(tau) * p + total) / (2 * static_cast<u128>(total)));
 }
 
+// Cumulative rounding: the count of sources [0, i) at tau is
+// round(tau * P_i / Q), so source i has the difference of two roundings,
+// plus the segment's start counts; into out (K).
+void SegmentCounts(Index tau, const MixSegment& seg, Index* out) {
+  const std::uint64_t t = static_cast<std::uint64_t>(tau);
+  Index before = 0;
+  for (std::size_t i = 0; i + 1 < seg.prefix.size(); ++i) {
+    const Index upto = RoundShare(t, seg.prefix[i + 1], seg);
+    out[i] = seg.counts[i] + (upto - before);
+    before = upto;
+  }
+}
+
+// Source i's count at tau (one entry of SegmentCounts), O(1).
+Index SegmentCount(Index tau, const MixSegment& seg, std::size_t i) {
+  const std::uint64_t t = static_cast<std::uint64_t>(tau);
+  return seg.counts[i] + RoundShare(t, seg.prefix[i + 1], seg) - RoundShare(t, seg.prefix[i], seg);
+}
+
+// sum over x in [0, n) of floor((a x + b) / m), m >= 1: the Euclid-like
+// reduction (swap the roles of a and m each round), O(log m).
+u128 FloorSum(std::uint64_t n, std::uint64_t m, std::uint64_t a, std::uint64_t b) {
+  u128 sum = 0;
+  while (n > 0) {
+    if (a >= m) {
+      sum += static_cast<u128>(a / m) * (static_cast<u128>(n) * (n - 1) / 2);
+      a %= m;
+    }
+    if (b >= m) {
+      sum += static_cast<u128>(b / m) * n;
+      b %= m;
+    }
+    const u128 y = static_cast<u128>(a) * n + b;
+    if (y < m) break;
+    n = static_cast<std::uint64_t>(y / m);
+    b = static_cast<std::uint64_t>(y % m);
+    std::swap(m, a);
+  }
+  return sum;
+}
+
+// The largest partial quotient of g / n's continued fraction (0 < g < n).
+std::int64_t LargestQuotient(std::int64_t g, std::int64_t n) {
+  std::int64_t largest = 0;
+  while (g != 0) {
+    largest = std::max(largest, n / g);
+    std::tie(n, g) = std::pair(g, n % g);
+  }
+  return largest;
+}
+
+// The multiplier of a block of n slots: coprime to n, g / n with small
+// continued-fraction terms (at most 5 when one is found near n / golden
+// ratio, which is the usual case; else the smallest largest term seen), so
+// the multiples of g are evenly spread mod n at every scale: the positions of
+// any run of consecutive slots leave gaps of at most three lengths, none much
+// longer than the mean. Searched once per block length (at construction).
+std::int64_t SpreadMultiplier(std::int64_t n) {
+  if (n <= 2) return n - 1 > 0 ? 1 : 0;
+  constexpr double kGolden = 0.6180339887498949;
+  constexpr std::int64_t kGood = 5, kTries = std::int64_t{1} << 14;
+  const auto near = std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(std::llround(static_cast<double>(n) * kGolden)), 1, n - 1);
+  std::int64_t best = 1, best_quotient = n;
+  for (std::int64_t t = 0, step = 0; t < kTries; ++t, step = step > 0 ? -step : 1 - step) {
+    const std::int64_t g = near + step;
+    if (g < 1 || g >= n || std::gcd(g, n) != 1) continue;
+    const std::int64_t q = LargestQuotient(g, n);
+    if (q < best_quotient) {
+      best = g;
+      best_quotient = q;
+      if (q <= kGood) break;
+    }
+  }
+  return best;
+}
+
+std::int64_t InverseMod(std::int64_t g, std::int64_t n) {
+  std::int64_t r0 = n, r1 = g, s0 = 0, s1 = 1;
+  while (r1 != 0) {
+    const std::int64_t q = r0 / r1;
+    std::tie(r0, r1) = std::pair(r1, r0 - q * r1);
+    std::tie(s0, s1) = std::pair(s1, s0 - q * s1);
+  }
+  return s0 < 0 ? s0 + n : s0;
+}
+
+}  // namespace
+
+// A block's order: slot s sits at position (g * s + d) mod length, so a
+// source's consecutive slots are g apart (mod length) and its positions are
+// spread like the multiples of an irrational rotation; position j holds slot
+// ginv * (j - d) mod length.
+struct Mixture::Rotation {
+  std::uint64_t g = 0, ginv = 0, d = 0, length = 1;
+
+  Rotation() = default;
+  // Block `block` of n slots whose spread multiplier is (g, its inverse): the
+  // key picks the offset d and the direction (g or n - g).
+  Rotation(std::uint64_t key, Index block, Index n, std::int64_t g_n, std::int64_t ginv_n)
+      : length(static_cast<std::uint64_t>(n)) {
+    if (n <= 1) return;
+    const std::uint64_t h = Mix64(key ^ Mix64(static_cast<std::uint64_t>(block)));
+    d = h % length;
+    g = static_cast<std::uint64_t>(g_n);
+    ginv = static_cast<std::uint64_t>(ginv_n);
+    if ((Mix64(h) & 1) != 0) {
+      g = length - g;
+      ginv = length - ginv;
+    }
+  }
+  // The slot at block position j (0 <= j < length).
+  [[nodiscard]] Index Slot(Index j) const {
+    const std::uint64_t shifted = (static_cast<std::uint64_t>(j) + length - d) % length;
+    return static_cast<Index>(static_cast<u128>(shifted) * ginv % length);
+  }
+  // How many of slots [lo, hi) sit at positions below j: the x in [0, hi - lo)
+  // with y mod L < j, y = g x + (g lo + d) mod L, and y mod L < j exactly when
+  // floor(y / L) - floor((y - j) / L) = 1: two floor sums.
+  [[nodiscard]] Index Before(Index j, Index lo, Index hi) const {
+    if (j <= 0 || hi <= lo) return 0;
+    if (static_cast<std::uint64_t>(j) >= length) return hi - lo;
+    const auto n = static_cast<std::uint64_t>(hi - lo);
+    const auto c = static_cast<std::uint64_t>(
+        (static_cast<u128>(g) * static_cast<std::uint64_t>(lo) + d) % length);
+    return static_cast<Index>(FloorSum(n, length, g, c) -
+                              FloorSum(n, length, g, c + length - static_cast<std::uint64_t>(j)) +
+                              n);
+  }
+};
+
+namespace {
 }  // namespace
 
 MixBy ParseMixBy(std::string_view name) {
@@ -198,6 +311,7 @@ struct Mixture::BlockInfo {
   std::vector<Index> counts;  // per-source counts in the block
   std::vector<Index> prefix;  // slot prefix sums, K + 1
   std::vector<Index> next;    // per-source counts after the block
+  Rotation rotation;
 };
 
 Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureOptions options)
@@ -363,13 +477,15 @@ Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureO
     seg.begin = begin;
     seg.q = std::move(c.q);
     seg.total = c.total;
+    seg.prefix.resize(static_cast<std::size_t>(k) + 1);
+    for (Index i = 0; i < k; ++i) seg.prefix[i + 1] = seg.prefix[i] + seg.q[i];
     segments_.push_back(std::move(seg));
   }
   segments_.front().counts = options_.start;
   for (std::size_t j = 1; j < segments_.size(); ++j) {
     segments_[j].counts.resize(k);
-    Hamilton(segments_[j].begin - segments_[j - 1].begin, segments_[j - 1],
-             segments_[j].counts.data());
+    SegmentCounts(segments_[j].begin - segments_[j - 1].begin, segments_[j - 1],
+                  segments_[j].counts.data());
   }
 
   order_key_ =
@@ -380,6 +496,8 @@ Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureO
         Mix64(options_.seed ^ Mix64(0x534f55524345ULL + static_cast<std::uint64_t>(i)));
   }
 
+  spread_ = SpreadMultiplier(block_);
+  spread_inverse_ = block_ > 1 ? InverseMod(spread_, block_) : 0;
   const Index plan_size = FindStop();
   if (options_.skip > plan_size) {
     ThrowInvalid("skip", Str(options_.skip) + " is past the end of the plan (" + Str(plan_size) +
@@ -393,7 +511,7 @@ void Mixture::Cumulative(Index b, Index* out) const {
   auto it = std::upper_bound(segments_.begin(), segments_.end(), position,
                              [](Index p, const MixSegment& s) { return p < s.begin; });
   const MixSegment& seg = *(it - 1);
-  Hamilton(position - seg.begin, seg, out);
+  SegmentCounts(position - seg.begin, seg, out);
 }
 
 Index Mixture::FindStop() const {
@@ -445,6 +563,10 @@ Index Mixture::FindStop() const {
     self->cut_counts_.clear();
     return lo * block_;
   }
+  self->cut_prefix_.assign(k + 1, 0);
+  for (Index i = 0; i < k; ++i) self->cut_prefix_[i + 1] = cut_prefix_[i] + cut_counts_[i];
+  self->cut_spread_ = SpreadMultiplier(length);
+  self->cut_spread_inverse_ = length > 1 ? InverseMod(cut_spread_, length) : 0;
   return lo * block_ + length;
 }
 
@@ -460,9 +582,10 @@ void Mixture::BlockCounts(Index b, Index* out) const {
   for (Index i = 0; i < k; ++i) out[i] -= lo[i];
 }
 
-Index Mixture::SourceOfSlot(const BlockInfo& info, Index slot) {
-  return std::upper_bound(info.prefix.begin() + 1, info.prefix.end(), slot) - info.prefix.begin() -
-         1;
+Mixture::Rotation Mixture::RotationOf(Index b, Index length) const {
+  return b == cut_block_
+             ? Rotation(order_key_, b, length, cut_spread_, cut_spread_inverse_)
+             : Rotation(order_key_, b, length, spread_, spread_inverse_);
 }
 
 void Mixture::ComputeBlock(Index b, BlockInfo* info, const std::vector<Index>* known) const {
@@ -487,6 +610,7 @@ void Mixture::ComputeBlock(Index b, BlockInfo* info, const std::vector<Index>* k
   info->prefix[0] = 0;
   for (Index i = 0; i < k; ++i) info->prefix[i + 1] = info->prefix[i] + info->counts[i];
   info->length = info->prefix[k];
+  info->rotation = RotationOf(b, info->length);
 }
 
 Index Mixture::SourceItem(Index source, Index c) const {
@@ -494,74 +618,63 @@ Index Mixture::SourceItem(Index source, Index c) const {
   return Permutation(n, source_keys_[source], static_cast<std::uint64_t>(c / n)).Forward(c % n);
 }
 
-// Per-source counts of the block's positions [0, first), by listing the
-// shorter side of the split (at most half the block).
-void Mixture::HeadCounts(const BlockInfo& info, const Permutation& order, Index first,
-                         Index* seen) const {
+// Per-source counts of the block's positions [0, first): K + 1 floor-sum
+// counts of the slots below each source's first slot.
+void Mixture::HeadCounts(const BlockInfo& info, Index first, Index* seen) const {
   const Index k = num_sources();
-  const bool head = first <= info.length - first;
-  const Index lo = head ? 0 : first, hi = head ? first : info.length;
-  std::fill(seen, seen + k, 0);
-  Index buffer[512];
-  for (Index q = lo; q < hi; q += 512) {
-    const Index count = std::min<Index>(hi - q, 512);
-    order.Fill(q, 1, count, buffer);
-    for (Index j = 0; j < count; ++j) ++seen[SourceOfSlot(info, buffer[j])];
-  }
-  if (!head) {
-    for (Index i = 0; i < k; ++i) seen[i] = info.counts[i] - seen[i];
+  for (Index i = 0; i < k; ++i) {
+    seen[i] = info.rotation.Before(first, info.prefix[i], info.prefix[i + 1]);
   }
 }
 
-// The rank of block position `first` among the positions of `source` (whose
-// slot is `source`'s) in the block: the number of them before `first`. The
-// cheapest of three counts: Inverse of each of the source's slots (count
-// scalar evaluations), or a vectorised scan of the positions before `first`
-// or of those after it.
-Index Mixture::RankInBlock(const BlockInfo& info, const Permutation& order, Index first,
-                           Index source) {
-  const Index lo = info.prefix[source], hi = info.prefix[source + 1];
-  const Index count = hi - lo;
-  const Index before = first, after = info.length - first - 1;
-  // One scalar Inverse costs about as much as this many vectorised Forwards.
-  constexpr Index kScalarCost = 8;
-  if (count <= 1) return 0;
-  if (count * kScalarCost <= std::min(before, after)) {
-    Index rank = 0;
-    for (Index s = lo; s < hi; ++s) rank += order.Inverse(s) < first ? 1 : 0;
-    return rank;
-  }
-  const bool head = before <= after;
-  const Index a = head ? 0 : first + 1, b = head ? first : info.length;
-  Index seen = 0;
-  Index buffer[512];
-  for (Index q = a; q < b; q += 512) {
-    const Index n = std::min<Index>(b - q, 512);
-    order.Fill(q, 1, n, buffer);
-    for (Index j = 0; j < n; ++j) {
-      seen += static_cast<Index>(static_cast<std::uint64_t>(buffer[j] - lo) <
-                                 static_cast<std::uint64_t>(count));
+MixSample Mixture::LookupIn(const BlockInfo& info, Index p) const {
+  const Index j = p - info.index * block_;
+  const Index slot = info.rotation.Slot(j);
+  const Index source =
+      std::upper_bound(info.prefix.begin() + 1, info.prefix.end(), slot) - info.prefix.begin() - 1;
+  const Index rank = info.rotation.Before(j, info.prefix[source], info.prefix[source + 1]);
+  return {source, SourceItem(source, info.cum[source] + rank)};
+}
+
+// Without the block's O(K) arrays: every slot prefix and count is O(1) from
+// the segment's cumulative shares (or the cut block's stored prefix).
+MixSample Mixture::Lookup(Index p) const {
+  const Index b = p / block_;
+  const Index j = p - b * block_;
+  const Index t0 = b * block_;
+  auto it = std::upper_bound(segments_.begin(), segments_.end(), t0,
+                             [](Index x, const MixSegment& s) { return x < s.begin; });
+  const MixSegment& seg = *(it - 1);
+  const Index tau = t0 - seg.begin;
+  const bool cut = b == cut_block_;
+  const auto t = static_cast<std::uint64_t>(tau);
+  const auto t1 = static_cast<std::uint64_t>(tau + block_);
+  auto prefix = [&](Index i) {
+    if (cut) return cut_prefix_[i];
+    const std::uint64_t p_i = seg.prefix[i];
+    return RoundShare(t1, p_i, seg) - RoundShare(t, p_i, seg);
+  };
+  const Index k = num_sources();
+  const Rotation rotation = RotationOf(b, cut ? cut_prefix_[k] : block_);
+  const Index slot = rotation.Slot(j);
+  Index lo = 0, hi = k - 1;  // the last source whose first slot is <= slot
+  while (lo < hi) {
+    const Index mid = lo + (hi - lo + 1) / 2;
+    if (prefix(mid) <= slot) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
     }
   }
-  return head ? seen : count - 1 - seen;
-}
-
-MixSample Mixture::Lookup(Index p, BlockInfo* info) const {
-  const Index b = p / block_;
-  if (info->index != b) ComputeBlock(b, info);
-  const Permutation order(info->length, order_key_, static_cast<std::uint64_t>(b));
-  const Index first = p - b * block_;
-  const Index source = SourceOfSlot(*info, order.Forward(first));
-  const Index rank = RankInBlock(*info, order, first, source);
-  return {source, SourceItem(source, info->cum[source] + rank)};
+  const Index rank = rotation.Before(j, prefix(lo), prefix(lo + 1));
+  return {lo, SourceItem(lo, SegmentCount(tau, seg, static_cast<std::size_t>(lo)) + rank)};
 }
 
 MixSample Mixture::At(Index position) const {
   if (position < 0 || position >= size_) {
     ThrowOutOfRange("position", Str(position) + " is outside [0, " + Str(size_) + ")");
   }
-  BlockInfo info;
-  return Lookup(position + options_.skip, &info);
+  return Lookup(position + options_.skip);
 }
 
 void Mixture::Take(std::span<const Index> positions, Index* sources, Index* items) const {
@@ -571,51 +684,24 @@ void Mixture::Take(std::span<const Index> positions, Index* sources, Index* item
                                       ") is outside [0, " + Str(size_) + ")");
     }
   }
-  // A run of entries in one block pays the block's counts once. A dense run
-  // (at least 1/32 of the block's positions, blocks up to 2^20) lists the
-  // whole block once instead: every position's source and rank in O(B).
-  constexpr Index kDenseBlock = Index{1} << 20;
-  constexpr Index kDenseRatio = 32;
+  // A run of entries in one block computes the block's arrays (O(K)) once
+  // when the run is long enough to pay for them; shorter runs use the O(log
+  // K) closed forms per entry.
   const Index k = num_sources();
   BlockInfo info;
-  std::vector<std::int32_t> table, source_at;
-  std::vector<Index> rank_at, seen;
   const std::size_t n = positions.size();
   std::size_t j = 0;
   while (j < n) {
     const Index b = (positions[j] + options_.skip) / block_;
     std::size_t e = j + 1;
     while (e < n && (positions[e] + options_.skip) / block_ == b) ++e;
-    if (info.index != b) ComputeBlock(b, &info);
-    const Index run = static_cast<Index>(e - j);
-    if (info.length > kDenseBlock || run * kDenseRatio < info.length) {
-      for (; j < e; ++j) {
-        const MixSample s = Lookup(positions[j] + options_.skip, &info);
-        sources[j] = s.source;
-        items[j] = s.item;
-      }
-      continue;
-    }
-    const Permutation order(info.length, order_key_, static_cast<std::uint64_t>(b));
-    table.resize(info.length);
-    for (Index i = 0; i < k; ++i) {
-      std::fill(table.begin() + info.prefix[i], table.begin() + info.prefix[i + 1],
-                static_cast<std::int32_t>(i));
-    }
-    rank_at.resize(info.length);
-    order.Fill(0, 1, info.length, rank_at.data());  // slots, replaced by ranks
-    source_at.resize(info.length);
-    seen.assign(k, 0);
-    for (Index q = 0; q < info.length; ++q) {
-      const std::int32_t source = table[rank_at[q]];
-      source_at[q] = source;
-      rank_at[q] = seen[source]++;
-    }
+    const bool arrays = static_cast<Index>(e - j) * 8 >= k;
+    if (arrays && info.index != b) ComputeBlock(b, &info);
     for (; j < e; ++j) {
-      const Index q = positions[j] + options_.skip - b * block_;
-      const Index source = source_at[q];
-      sources[j] = source;
-      items[j] = SourceItem(source, info.cum[source] + rank_at[q]);
+      const Index p = positions[j] + options_.skip;
+      const MixSample s = arrays ? LookupIn(info, p) : Lookup(p);
+      sources[j] = s.source;
+      items[j] = s.item;
     }
   }
 }
@@ -629,7 +715,7 @@ void Mixture::Fill(Index begin, Index end, Index* sources, Index* items) const {
   }
   const Index k = num_sources();
   BlockInfo info;
-  std::vector<Index> next(k);  // walk index of each source's next sample
+  std::vector<Index> next(k);  // each source's samples of the block before the next position
   std::vector<Index> known;    // counts before the next block, when known
   // Blocks up to kTableBlock: a slot -> source table and each source's items
   // of the block, both filled vectorised; larger blocks go sample by sample.
@@ -646,9 +732,14 @@ void Mixture::Fill(Index begin, Index end, Index* sources, Index* items) const {
     ComputeBlock(b, &info, known.empty() ? nullptr : &known);
     const Index first = p - b * block_;
     const Index count = std::min(stop - p, info.length - first);
-    const Permutation order(info.length, order_key_, static_cast<std::uint64_t>(b));
-    HeadCounts(info, order, first, next.data());
-    order.Fill(first, 1, count, items + out);  // slots, replaced below
+    if (first > 0) {
+      HeadCounts(info, first, next.data());
+    } else {
+      std::fill(next.begin(), next.end(), 0);
+    }
+    const auto length = static_cast<std::uint64_t>(info.length);
+    const std::uint64_t step = info.rotation.ginv;
+    auto slot = static_cast<std::uint64_t>(info.rotation.Slot(first));
     if (info.length <= kTableBlock) {
       table.resize(info.length);
       walk_items.resize(info.length);
@@ -669,17 +760,21 @@ void Mixture::Fill(Index begin, Index end, Index* sources, Index* items) const {
           dst += in_epoch;
           c += in_epoch;
         }
-        next[i] += info.prefix[i];  // now the slot offset of the next item
+        next[i] += info.prefix[i];  // now the offset of its next item in walk_items
       }
       for (Index j = 0; j < count; ++j) {
-        const std::int32_t source = table[items[out + j]];
+        const std::int32_t source = table[slot];
         sources[out + j] = source;
         items[out + j] = walk_items[next[source]++];
+        slot += step;
+        if (slot >= length) slot -= length;
       }
     } else {
       for (Index i = 0; i < k; ++i) next[i] += info.cum[i];
       for (Index j = 0; j < count; ++j) {
-        const Index source = SourceOfSlot(info, items[out + j]);
+        const Index source =
+            std::upper_bound(info.prefix.begin() + 1, info.prefix.end(), static_cast<Index>(slot)) -
+            info.prefix.begin() - 1;
         const Index c = next[source]++;
         const Index n = sizes_[source];
         const Index epoch = c / n;
@@ -689,6 +784,8 @@ void Mixture::Fill(Index begin, Index end, Index* sources, Index* items) const {
         }
         sources[out + j] = source;
         items[out + j] = walks[source]->Forward(c - epoch * n);
+        slot += step;
+        if (slot >= length) slot -= length;
       }
     }
     known = info.next;
@@ -712,8 +809,7 @@ std::vector<Index> Mixture::Consumed(Index position) const {
   }
   BlockInfo info;
   ComputeBlock(b, &info);
-  const Permutation order(info.length, order_key_, static_cast<std::uint64_t>(b));
-  HeadCounts(info, order, first, out.data());
+  HeadCounts(info, first, out.data());
   for (Index i = 0; i < k; ++i) out[i] += info.cum[i];
   return out;
 }

@@ -12,21 +12,23 @@
 //
 // Blocks: positions are cut into blocks of B samples. Within a segment of
 // constant shares that starts at local position t0 (a block boundary) with
-// per-source counts S_k, the count of source k before t0 + tau (tau a multiple
-// of B) is S_k + H_k(tau), where H is the largest-remainder (Hamilton)
-// rounding of the targets tau * q_k / Q: floor(tau q_k / Q) plus one for the
-// r = tau - sum floor(...) sources with the largest remainders
-// (tau q_k mod Q, ties to the lower k). So every block's per-source counts
-// are fixed, and at every block boundary |count - target| < 1 for every
-// source within the segment. REQUIRES B * q_k >= Q for every positive share
-// (checked: `block`); that is what makes every block count non-negative.
-// And B <= kMaxBlock = 2^28 (checked: `block`, or `weights` / `schedule` when
-// a share below 1 / 2^28 would need a larger block): work inside a block is
-// up to B / 2 per lookup, so this bounds every call's work per sample.
-// Inside a block the B slots are grouped by source (source 0 first) and
-// position j of block b holds the source of slot
-// Permutation(B, key(seed), b).Forward(j); a source's samples within the
-// block take its next items in position order.
+// per-source counts S_k, the count of sources [0, k) before t0 + tau (tau a
+// multiple of B) is sum_{j<k} S_j + round(tau * P_k / Q) (halves up), P_k =
+// q_0 + ... + q_{k-1} (cumulative rounding: each source's count is the
+// difference of two roundings, each within 1/2). So every block's per-source counts are fixed, and at every block
+// boundary |count - target| < 1 for every source within the segment (the
+// rounding is carried, never accumulated). REQUIRES B * q_k >= Q for every
+// positive share (checked: `block`); that is what makes every block count
+// non-negative. And B <= kMaxBlock = 2^28 (checked: `block`, or `weights` /
+// `schedule` when a share below 1 / 2^28 would need a larger block).
+// Inside a block of length L the slots are grouped by source (source 0
+// first) and position j holds the source of slot (a * j + c) mod L: a keyed
+// rotation (c from the key and the block; a coprime to L near L times one of
+// four badly approximable ratios, also chosen by the key), which spreads every
+// source evenly over the block (its gaps take at most three lengths). A
+// source's samples within the block take its next items in position order,
+// and the number of them before position j is a difference of two floor sums
+// (O(log L)), so a lookup never scans the block.
 //
 // Schedules: points (position, weights), positions in samples from the start
 // of the run, ascending. `weights` hold before the first point. Step: a
@@ -54,15 +56,15 @@
 // every source from where it stopped: nothing repeated or skipped within any
 // source's epoch.
 //
-// Cost: O(K * segments) memory. Per-source counts at a block boundary are
-// O(K) (Cumulative). At = the block's counts (O(K), shared by a run of
-// positions in one block through Take) + the slot's source (O(log K)) + the
-// sample's rank among its source's samples of the block: the cheapest of c
-// scalar Inverse evaluations (c = the source's count in the block) and a
-// vectorised scan of at most B / 2 positions, so O(K + min(c, B / 2)) in all.
-// Consumed inside a block scans at most B / 2 positions; Fill of consecutive
-// positions is O(K) per block plus O(1) per sample (O(log K) in blocks over
-// 2^20).
+// Cost: O(K * segments) memory. At: the segment (O(log segments)), the
+// slot's source by binary search over the block's cumulative counts, each
+// O(1) in closed form (O(log K)), the sample's rank among its source's
+// samples of the block (two floor sums, O(log B)) and one item of the
+// source's walk: O(log K + log B), no O(K) or O(B) work. Per-source counts:
+// at a block boundary O(K) (Cumulative), anywhere O(K log B) (Consumed).
+// Fill of consecutive positions is O(K) per block plus O(1) per sample
+// (O(log K) in blocks over 2^20); Take reuses a block's counts for a run of
+// entries in it.
 //
 // Thread-safety: immutable after construction; share freely.
 #ifndef SHARDKIT_SHARDING_MIXTURE_H_
@@ -141,6 +143,7 @@ struct MixSegment {
   std::vector<std::uint64_t> q;  // integer shares, sum == total
   std::uint64_t total = 0;       // Q
   std::vector<Index> counts;     // per-source counts before `begin`
+  std::vector<std::uint64_t> prefix;  // P_k = q_0 + ... + q_{k-1}, K + 1 entries
 };
 
 class Mixture {
@@ -149,9 +152,10 @@ class Mixture {
   // multiple of the block.
   static constexpr Index kMaxSamples = Index{1} << 62;
   static constexpr int kLinearSteps = 16;
-  // The largest block, given or needed by the shares: a lookup inside a block
-  // scans up to half of it, so this bounds the work per sample (a share below
-  // 1 / 2^28 of the total, or block=2^53 + 1, is refused naming the parameter).
+  // The largest block, given or needed by the shares (a share below 1 / 2^28
+  // of the total, or block=2^53 + 1, is refused naming the parameter): Fill
+  // and Take list up to a block of scratch, and the floor sums of a lookup
+  // stay in 64 bits.
   static constexpr Index kMaxBlock = Index{1} << 28;
 
   // Validates everything here. Throws invalid_argument naming the parameter:
@@ -181,9 +185,8 @@ class Mixture {
   // 0 <= i < size().
   [[nodiscard]] MixSample At(Index position) const;
   // sources[j], items[j] = At(positions[j]) for every j. A run of entries in
-  // one block computes the block's counts once; a dense run (>= 1/32 of the
-  // block, blocks up to 2^20) lists the block once, O(B), then O(1) per
-  // entry. Throws out_of_range naming `position` (and the entry) before
+  // one block long enough to pay for it computes the block's counts once
+  // (O(K)), then O(log K + log B) per entry. Throws out_of_range naming `position` (and the entry) before
   // writing anything.
   void Take(std::span<const Index> positions, Index* sources, Index* items) const;
   // out[j] = At(begin + j) for j in [0, end - begin). Throws out_of_range
@@ -220,16 +223,18 @@ class Mixture {
   void Cumulative(Index b, Index* out) const;
 
  private:
-  struct BlockInfo;  // counts and slot prefixes of one block
+  struct Rotation;   // the order of one block's slots
+  struct BlockInfo;  // counts, slot prefixes and rotation of one block
   // `known`: the counts before block b when the caller has them.
   void ComputeBlock(Index b, BlockInfo* info, const std::vector<Index>* known = nullptr) const;
-  static Index SourceOfSlot(const BlockInfo& info, Index slot);
-  static Index RankInBlock(const BlockInfo& info, const Permutation& order, Index first,
-                           Index source);
-  // The sample at plan position p; `info` holds block p / block() on return
-  // (reused when it already does).
-  MixSample Lookup(Index p, BlockInfo* info) const;
-  void HeadCounts(const BlockInfo& info, const Permutation& order, Index first, Index* seen) const;
+  // The sample at plan position p in O(log K + log B), from closed forms.
+  MixSample Lookup(Index p) const;
+  // The sample at plan position p of block info->index (computed).
+  MixSample LookupIn(const BlockInfo& info, Index p) const;
+  // The order of block b of `length` slots.
+  [[nodiscard]] Rotation RotationOf(Index b, Index length) const;
+  // Per-source counts of the block's positions [0, first), into seen (K).
+  void HeadCounts(const BlockInfo& info, Index first, Index* seen) const;
   Index FindStop() const;
 
   std::vector<Index> sizes_;
@@ -244,6 +249,10 @@ class Mixture {
   // per-source counts.
   Index cut_block_ = -1;
   std::vector<Index> cut_counts_;
+  std::vector<Index> cut_prefix_;  // slot prefix sums of the cut block, K + 1
+  // Spread multipliers (and inverses) of full blocks and of the cut block.
+  std::int64_t spread_ = 0, spread_inverse_ = 0;
+  std::int64_t cut_spread_ = 0, cut_spread_inverse_ = 0;
   bool bounded_ = false;  // a non-repeating source stops the mixture
 };
 

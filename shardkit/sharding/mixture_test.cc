@@ -22,24 +22,21 @@ std::vector<MixSample> Sequence(const Mixture& m, Index n) {
   return out;
 }
 
-// Textbook largest remainder over exact rationals: each source's quota is
-// tau * q / total; sort all sources by (remainder desc, index asc) and give
-// the leftover seats to the first ones.
+// Cumulative rounding, written from the spec over exact rationals: sources
+// [0, i) together have round(tau * (q_0 + ... + q_{i-1}) / total) samples
+// (halves up).
 std::vector<Index> Reference(Index tau, const MixSegment& seg) {
   const std::size_t k = seg.q.size();
   std::vector<Index> out(k);
-  std::vector<std::pair<u128, std::size_t>> rems;
-  Index seats = 0;
+  u128 share = 0;
+  Index before = 0;
   for (std::size_t i = 0; i < k; ++i) {
-    const u128 p = static_cast<u128>(tau) * seg.q[i];
-    out[i] = seg.counts[i] + static_cast<Index>(p / seg.total);
-    seats += static_cast<Index>(p / seg.total);
-    rems.push_back({p % seg.total, i});
+    share += seg.q[i];
+    const u128 twice = 2 * static_cast<u128>(tau) * share;  // 2 x the exact quota
+    const auto upto = static_cast<Index>((twice + seg.total) / (2 * static_cast<u128>(seg.total)));
+    out[i] = seg.counts[i] + upto - before;
+    before = upto;
   }
-  std::sort(rems.begin(), rems.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  });
-  for (Index j = 0; j < tau - seats; ++j) ++out[rems[j].second];
   return out;
 }
 
@@ -70,7 +67,7 @@ std::vector<double> RandomWeights(std::mt19937_64& rng, Index k) {
   return w;
 }
 
-TEST(MixtureTest, BlockCountsAreTheLargestRemainderOfTheSharesAndErrorStaysBelowOne) {
+TEST(MixtureTest, BlockCountsAreTheCumulativeRoundingOfTheSharesAndErrorStaysBelowOne) {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
     const Index k = 1 + static_cast<Index>(rng() % (trial < 20 ? 1000 : 12));
@@ -133,6 +130,54 @@ TEST(MixtureTest, RandomAccessEqualsSequentialAndConsumedCountsTheSequence) {
     }
     // Determinism: another object with the same parameters gives the same.
     ASSERT_EQ(Sequence(Mixture(sizes, w, o), n), seq);
+  }
+}
+
+// The order inside a block is a keyed rotation of its slots: every source's
+// positions in a block are evenly spread (the gaps between consecutive ones
+// take at most three lengths, the third the sum of the other two), so every
+// stretch of a block holds each source within a few samples of its share.
+TEST(MixtureTest, EverySourceIsSpreadEvenlyOverEachBlock) {
+  std::mt19937_64 rng(21);
+  std::set<Index> multipliers;
+  for (int trial = 0; trial < 300; ++trial) {
+    const Index k = 1 + static_cast<Index>(rng() % 12);
+    std::vector<Index> sizes(k);
+    for (auto& n : sizes) n = 1 + static_cast<Index>(rng() % 10000);
+    MixtureOptions o;
+    o.seed = rng();
+    o.block = 1 + static_cast<Index>(rng() % 5000);
+    const auto w = RandomWeights(rng, k);
+    try {
+      (void)Mixture(sizes, w, o);
+    } catch (const std::invalid_argument&) {
+      o.block.reset();  // too small for the shares
+    }
+    const Mixture m(sizes, w, o);
+    const Index b = static_cast<Index>(rng() % 1000);
+    std::vector<Index> s(m.block()), it(m.block()), counts(k);
+    m.Fill(b * m.block(), (b + 1) * m.block(), s.data(), it.data());
+    m.BlockCounts(b, counts.data());
+    for (Index i = 0; i < k; ++i) {
+      std::vector<Index> at;
+      for (Index j = 0; j < m.block(); ++j) {
+        if (s[j] == i) at.push_back(j);
+      }
+      ASSERT_EQ(static_cast<Index>(at.size()), counts[i]);
+      std::set<Index> gaps;
+      for (std::size_t g = 1; g < at.size(); ++g) gaps.insert(at[g] - at[g - 1]);
+      ASSERT_LE(gaps.size(), 3u) << "trial " << trial << " source " << i;
+      if (gaps.size() == 3) {
+        ASSERT_EQ(*gaps.rbegin(), *gaps.begin() + *std::next(gaps.begin()));
+      }
+      // No clumps: the largest gap is at most 4 x the mean gap (the
+      // ratios' continued fractions have terms 1 and 2).
+      if (at.size() >= 2 && counts[i] * 4 <= m.block()) {
+        EXPECT_LE(*gaps.rbegin(), 4 * CeilDiv(m.block(), counts[i]))
+            << "trial " << trial << " source " << i << " block " << m.block() << " count "
+            << counts[i] << " gaps " << *gaps.begin() << " " << *gaps.rbegin();
+      }
+    }
   }
 }
 
