@@ -41,8 +41,9 @@ std::string Bar(const std::vector<Index>& counts) {
 int RunMix(const Argv& argv) {
   Args args("mix",
             "A mixture of sources with exact proportions: every block of B samples\n"
-            "holds fixed per-source counts (largest remainder of the weights, carried\n"
-            "over the run), each source walks its own shuffled order per epoch.\n"
+            "holds fixed per-source counts (cumulative rounding of the weights, carried\n"
+            "over the run), spread evenly inside the block; each source walks its own\n"
+            "shuffled order per epoch.\n"
             "Prints realised against target proportions over [start, stop), each\n"
             "source's epochs consumed and a picture of the proportions over windows.");
   args.Flag("sizes", "N0,N1,...", "items in each source (required)")

@@ -24,11 +24,11 @@ equivalent :class:`shardkit.ShardPlan`.
 Mixing sources (:class:`Mixture`): one global order of (source, item) samples with exact proportions.
 
 Every block of ``block`` consecutive samples holds a fixed count of each source
-(largest-remainder rounding of the weights, carried over the run, so each source's
-count is within one sample of its target at every block boundary); inside a block
-the order is a keyed permutation; each source walks its own keyed permutation, one
-per epoch of that source. Nothing is materialised: any sample is computed from its
-position.
+(cumulative rounding of the weights, carried over the run, so each source's count
+is within one sample of its target at every block boundary); inside a block the
+order is a keyed rotation that spreads every source evenly; each source walks its
+own keyed permutation, one per epoch of that source. Nothing is materialised: any
+sample is computed from its position in O(log K + log block).
 
 >>> import shardkit
 >>> mix = shardkit.Mixture([1000, 50], [3, 1], block=4, seed=0)

@@ -1,7 +1,9 @@
 """shardkit.Mixture against a brute-force reference written here from the spec
-(largest remainder over exact fractions, per block), and its state rules."""
+(cumulative rounding over exact fractions, per block; the block's order a
+rotation that spreads every source), and its state rules."""
 
 import json
+import math
 import random
 from fractions import Fraction
 
@@ -12,15 +14,14 @@ import shardkit
 
 
 def reference_cumulative(tau, shares, base):
-    """Largest remainder of tau * share over exact fractions; ties to the lower
-    source; added to base."""
-    quotas = [tau * s for s in shares]
-    floors = [q.numerator // q.denominator for q in quotas]
-    left = tau - sum(floors)
-    order = sorted(range(len(shares)), key=lambda k: (-(quotas[k] - floors[k]), k))
-    out = [b + f for b, f in zip(base, floors)]
-    for k in order[:left]:
-        out[k] += 1
+    """Cumulative rounding over exact fractions: sources [0, k) together get
+    round(tau * (s_0 + ... + s_{k-1})) samples, halves up; added to base."""
+    out, before, running = [], 0, Fraction(0)
+    for b, s in zip(base, shares):
+        running += s
+        upto = math.floor(tau * running + Fraction(1, 2))
+        out.append(b + upto - before)
+        before = upto
     return out
 
 

@@ -1,9 +1,9 @@
 #include "shardkit/sharding/mixture.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
-#include <bit>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -136,7 +136,8 @@ Index RoundShare(std::uint64_t tau, std::uint64_t p, const MixSegment& seg) {
   if (tau <= (std::numeric_limits<std::uint64_t>::max() / 2 - total) / p) {
     return static_cast<Index>((2 * tau * p + total) / (2 * total));
   }
-  return static_cast<Index>((2 * static_cast<u128>(tau) * p + total) / (2 * static_cast<u128>(total)));
+  return static_cast<Index>((2 * static_cast<u128>(tau) * p + total) /
+                            (2 * static_cast<u128>(total)));
 }
 
 // Cumulative rounding: the count of sources [0, i) at tau is
@@ -158,23 +159,25 @@ Index SegmentCount(Index tau, const MixSegment& seg, std::size_t i) {
   return seg.counts[i] + RoundShare(t, seg.prefix[i + 1], seg) - RoundShare(t, seg.prefix[i], seg);
 }
 
-// sum over x in [0, n) of floor((a x + b) / m), m >= 1: the Euclid-like
-// reduction (swap the roles of a and m each round), O(log m).
-u128 FloorSum(std::uint64_t n, std::uint64_t m, std::uint64_t a, std::uint64_t b) {
-  u128 sum = 0;
+// sum over x in [0, n) of floor((a x + b) / m), m >= 1, every argument
+// below 2^30 (blocks are at most 2^28 slots), so every product and the sum
+// fit in 64 bits: the Euclid-like reduction (swap the roles of a and m each
+// round), O(log m).
+std::uint64_t FloorSum(std::uint64_t n, std::uint64_t m, std::uint64_t a, std::uint64_t b) {
+  std::uint64_t sum = 0;
   while (n > 0) {
     if (a >= m) {
-      sum += static_cast<u128>(a / m) * (static_cast<u128>(n) * (n - 1) / 2);
+      sum += (a / m) * (n * (n - 1) / 2);
       a %= m;
     }
     if (b >= m) {
-      sum += static_cast<u128>(b / m) * n;
+      sum += (b / m) * n;
       b %= m;
     }
-    const u128 y = static_cast<u128>(a) * n + b;
+    const std::uint64_t y = a * n + b;
     if (y < m) break;
-    n = static_cast<std::uint64_t>(y / m);
-    b = static_cast<std::uint64_t>(y % m);
+    n = y / m;
+    b = y % m;
     std::swap(m, a);
   }
   return sum;
@@ -203,7 +206,7 @@ std::int64_t SpreadMultiplier(std::int64_t n) {
   const auto near = std::clamp<std::int64_t>(
       static_cast<std::int64_t>(std::llround(static_cast<double>(n) * kGolden)), 1, n - 1);
   std::int64_t best = 1, best_quotient = n;
-  for (std::int64_t t = 0, step = 0; t < kTries; ++t, step = step > 0 ? -step : 1 - step) {
+  for (std::int64_t t = 0, step = 0; t<kTries; ++t, step = step> 0 ? -step : 1 - step) {
     const std::int64_t g = near + step;
     if (g < 1 || g >= n || std::gcd(g, n) != 1) continue;
     const std::int64_t q = LargestQuotient(g, n);
@@ -270,8 +273,7 @@ struct Mixture::Rotation {
   }
 };
 
-namespace {
-}  // namespace
+namespace {}  // namespace
 
 MixBy ParseMixBy(std::string_view name) {
   if (name == "samples") return MixBy::kSamples;
@@ -583,9 +585,8 @@ void Mixture::BlockCounts(Index b, Index* out) const {
 }
 
 Mixture::Rotation Mixture::RotationOf(Index b, Index length) const {
-  return b == cut_block_
-             ? Rotation(order_key_, b, length, cut_spread_, cut_spread_inverse_)
-             : Rotation(order_key_, b, length, spread_, spread_inverse_);
+  return b == cut_block_ ? Rotation(order_key_, b, length, cut_spread_, cut_spread_inverse_)
+                         : Rotation(order_key_, b, length, spread_, spread_inverse_);
 }
 
 void Mixture::ComputeBlock(Index b, BlockInfo* info, const std::vector<Index>* known) const {
@@ -684,18 +685,37 @@ void Mixture::Take(std::span<const Index> positions, Index* sources, Index* item
                                       ") is outside [0, " + Str(size_) + ")");
     }
   }
-  // A run of entries in one block computes the block's arrays (O(K)) once
-  // when the run is long enough to pay for them; shorter runs use the O(log
-  // K) closed forms per entry.
+  // A run of entries in one block: when they are dense (their span at most
+  // 32 x the entries) Fill lists the span, O(K) + O(1) per position; else
+  // the block's arrays (O(K)) once when the run is long enough to pay for
+  // them, or the O(log K + log B) closed forms per entry.
+  constexpr Index kDenseRatio = 32;
   const Index k = num_sources();
   BlockInfo info;
+  std::vector<Index> span_sources, span_items;
   const std::size_t n = positions.size();
   std::size_t j = 0;
   while (j < n) {
     const Index b = (positions[j] + options_.skip) / block_;
     std::size_t e = j + 1;
-    while (e < n && (positions[e] + options_.skip) / block_ == b) ++e;
-    const bool arrays = static_cast<Index>(e - j) * 8 >= k;
+    Index lo = positions[j], hi = positions[j];
+    while (e < n && (positions[e] + options_.skip) / block_ == b) {
+      lo = std::min(lo, positions[e]);
+      hi = std::max(hi, positions[e]);
+      ++e;
+    }
+    const auto run = static_cast<Index>(e - j);
+    if (run > 1 && hi - lo + 1 <= kDenseRatio * run) {
+      span_sources.resize(hi - lo + 1);
+      span_items.resize(hi - lo + 1);
+      Fill(lo, hi + 1, span_sources.data(), span_items.data());
+      for (; j < e; ++j) {
+        sources[j] = span_sources[positions[j] - lo];
+        items[j] = span_items[positions[j] - lo];
+      }
+      continue;
+    }
+    const bool arrays = run * 8 >= k;
     if (arrays && info.index != b) ComputeBlock(b, &info);
     for (; j < e; ++j) {
       const Index p = positions[j] + options_.skip;

@@ -15,20 +15,17 @@
 // per-source counts S_k, the count of sources [0, k) before t0 + tau (tau a
 // multiple of B) is sum_{j<k} S_j + round(tau * P_k / Q) (halves up), P_k =
 // q_0 + ... + q_{k-1} (cumulative rounding: each source's count is the
-// difference of two roundings, each within 1/2). So every block's per-source counts are fixed, and at every block
-// boundary |count - target| < 1 for every source within the segment (the
-// rounding is carried, never accumulated). REQUIRES B * q_k >= Q for every
-// positive share (checked: `block`); that is what makes every block count
-// non-negative. And B <= kMaxBlock = 2^28 (checked: `block`, or `weights` /
-// `schedule` when a share below 1 / 2^28 would need a larger block).
-// Inside a block of length L the slots are grouped by source (source 0
-// first) and position j holds the source of slot (a * j + c) mod L: a keyed
-// rotation (c from the key and the block; a coprime to L near L times one of
-// four badly approximable ratios, also chosen by the key), which spreads every
-// source evenly over the block (its gaps take at most three lengths). A
-// source's samples within the block take its next items in position order,
-// and the number of them before position j is a difference of two floor sums
-// (O(log L)), so a lookup never scans the block.
+// difference of two roundings, each within 1/2). So every block's per-source counts are fixed, and
+// at every block boundary |count - target| < 1 for every source within the segment (the rounding is
+// carried, never accumulated). REQUIRES B * q_k >= Q for every positive share (checked: `block`);
+// that is what makes every block count non-negative. And B <= kMaxBlock = 2^28 (checked: `block`,
+// or `weights` / `schedule` when a share below 1 / 2^28 would need a larger block). Inside a block
+// of length L the slots are grouped by source (source 0 first) and position j holds the source of
+// slot (a * j + c) mod L: a keyed rotation (c from the key and the block; a coprime to L near L
+// times one of four badly approximable ratios, also chosen by the key), which spreads every source
+// evenly over the block (its gaps take at most three lengths). A source's samples within the block
+// take its next items in position order, and the number of them before position j is a difference
+// of two floor sums (O(log L)), so a lookup never scans the block.
 //
 // Schedules: points (position, weights), positions in samples from the start
 // of the run, ascending. `weights` hold before the first point. Step: a
@@ -139,10 +136,10 @@ struct MixtureState {
 
 // A constant-share piece of the run (what the schedule and resume became).
 struct MixSegment {
-  Index begin = 0;               // local position (a multiple of block)
-  std::vector<std::uint64_t> q;  // integer shares, sum == total
-  std::uint64_t total = 0;       // Q
-  std::vector<Index> counts;     // per-source counts before `begin`
+  Index begin = 0;                    // local position (a multiple of block)
+  std::vector<std::uint64_t> q;       // integer shares, sum == total
+  std::uint64_t total = 0;            // Q
+  std::vector<Index> counts;          // per-source counts before `begin`
   std::vector<std::uint64_t> prefix;  // P_k = q_0 + ... + q_{k-1}, K + 1 entries
 };
 
@@ -184,10 +181,11 @@ class Mixture {
   // Sample at local position i. Throws out_of_range naming `position` unless
   // 0 <= i < size().
   [[nodiscard]] MixSample At(Index position) const;
-  // sources[j], items[j] = At(positions[j]) for every j. A run of entries in
-  // one block long enough to pay for it computes the block's counts once
-  // (O(K)), then O(log K + log B) per entry. Throws out_of_range naming `position` (and the entry) before
-  // writing anything.
+  // sources[j], items[j] = At(positions[j]) for every j. A dense run of
+  // entries in one block (span at most 32 x the entries) is listed once
+  // through Fill; a long sparse run computes the block's counts once (O(K));
+  // otherwise O(log K + log B) per entry. Throws out_of_range naming
+  // `position` (and the entry) before writing anything.
   void Take(std::span<const Index> positions, Index* sources, Index* items) const;
   // out[j] = At(begin + j) for j in [0, end - begin). Throws out_of_range
   // naming `start` / `stop` unless 0 <= begin <= end <= size().
