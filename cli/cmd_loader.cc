@@ -193,8 +193,10 @@ int RunLoaderStats(const Argv& argv) {
             "with --mixture: samples per epoch (default: the whole mixture when a source\n"
             "does not repeat, else the sum of the sources' documents; on --resume the state's)")
       .Flag("block", "B", "with --mixture: samples per block (default: the smallest valid)")
-      .Flag("schedule", "P:W,..;..", "with --mixture: weights from sample position P on")
+      .Flag("schedule", "P:W,..;..", "with --mixture: weights from position P on")
       .Flag("linear", "", "with --mixture: move the weights linearly between schedule points")
+      .Flag("schedule-unit", "NAME",
+            "with --mixture: samples (default) | tokens: schedule positions count tokens")
       .Flag("no-repeat", "K0,K1,...",
             "with --mixture: sources that end the mixture when they run out")
       .Flag("mode", "NAME",
@@ -213,7 +215,7 @@ int RunLoaderStats(const Argv& argv) {
   MixtureRun mix;
   const bool mixing = args.Has("mixture");
   for (const char* flag :
-       {"weights", "by", "samples", "block", "schedule", "linear", "no-repeat"}) {
+       {"weights", "by", "samples", "block", "schedule", "linear", "schedule-unit", "no-repeat"}) {
     if (!mixing && args.Has(flag)) throw UsageError(std::string("--") + flag + ": needs --mixture");
   }
   if (mixing) {
@@ -276,6 +278,7 @@ int RunLoaderStats(const Argv& argv) {
     if (auto b = args.Int("block")) mo.block = *b;
     if (auto sch = args.Str("schedule")) mo.schedule = ParseSchedule(*sch);
     if (args.Has("linear")) mo.interpolation = Interpolation::kLinear;
+    mo.schedule_unit = ParseMixBy(args.Str("schedule-unit", "samples"), "--schedule-unit");
     if (args.Has("no-repeat")) {
       mo.repeat.assign(mix.sources.size(), true);
       for (std::int64_t k : args.IntList("no-repeat")) {

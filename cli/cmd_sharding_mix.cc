@@ -49,11 +49,15 @@ int RunMix(const Argv& argv) {
   args.Flag("sizes", "N0,N1,...", "items in each source (required)")
       .Flag("weights", "W0,W1,...", "weight of each source (required)")
       .Flag("by", "NAME", "samples (default) | tokens (weights are shares of tokens)")
-      .Flag("lengths", "F0,F1,...", "by tokens: one file of item lengths per source")
+      .Flag("lengths", "F0,F1,...",
+            "by tokens or --schedule-unit tokens: one file of item lengths per source")
       .Flag("block", "B", "samples per block (default: the smallest valid, at least 1024)")
       .Flag("seed", "S", "seed of the block orders and the source walks (default 0)")
       .Flag("schedule", "P:W,..;..", "weights from position P on, e.g. '100000:1,0;200000:1,1'")
       .Flag("linear", "", "move the weights linearly between schedule points")
+      .Flag("schedule-unit", "NAME",
+            "samples (default) | tokens: schedule positions count tokens (each source's\n"
+            "samples x its mean length; needs --lengths)")
       .Flag("no-repeat", "K0,K1,...", "sources that stop the mixture when they run out")
       .Flag("start", "P", "first sample of the report window (default 0)")
       .Flag("stop", "P", "end of the report window (default: 100 blocks, or the end)")
@@ -79,6 +83,7 @@ int RunMix(const Argv& argv) {
   o.seed = args.Uint("seed", 0);
   if (auto s = args.Str("schedule")) o.schedule = ParseSchedule(*s);
   o.interpolation = args.Has("linear") ? Interpolation::kLinear : Interpolation::kStep;
+  o.schedule_unit = ParseMixBy(args.Str("schedule-unit", "samples"), "--schedule-unit");
   if (args.Has("no-repeat")) {
     o.repeat.assign(sizes.size(), true);
     for (std::int64_t k : args.IntList("no-repeat")) {
@@ -116,6 +121,7 @@ int RunMix(const Argv& argv) {
     j.Key("sources").Int(k).Key("sizes").IntList(mix.sizes());
     j.Key("weights").DoubleList(mix.weights());
     j.Key("by").String(MixByName(o.by));
+    j.Key("schedule_unit").String(MixByName(o.schedule_unit));
     j.Key("block").Int(mix.block());
     j.Key("bounded").Bool(mix.bounded());
     j.Key("samples").Int(mix.size());

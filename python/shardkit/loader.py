@@ -280,6 +280,7 @@ class TokenLoader:
         seed: int = 0,
         schedule: Any = None,
         interpolation: str = "step",
+        schedule_unit: str = "samples",
         repeat: Any = True,
         epoch: int = 0,
         token_dtype: str = "int32",
@@ -287,8 +288,10 @@ class TokenLoader:
     ) -> "TokenLoader":
         """A loader over several token sources mixed with ``weights``: the order
         stage is a :class:`shardkit.Mixture` (``by``, ``block``, ``seed``,
-        ``schedule``, ``interpolation``, ``repeat`` as there; ``by="tokens"``,
-        the default, makes the weights shares of the tokens the model sees).
+        ``schedule``, ``interpolation``, ``schedule_unit``, ``repeat`` as there;
+        ``by="tokens"``, the default, makes the weights shares of the tokens the
+        model sees; ``schedule_unit="tokens"`` puts the schedule's positions in
+        tokens).
         ``sources``: a list of ``(tokens, offsets)`` pairs (paths or arrays) or
         directories. Epoch ``e`` reads the mixture's samples
         ``[e * samples, (e + 1) * samples)`` (``samples`` default: the whole
@@ -309,6 +312,7 @@ class TokenLoader:
             seed=seed,
             schedule=schedule,
             interpolation=interpolation,
+            schedule_unit=schedule_unit,
             repeat=repeat,
             epoch=epoch,
             token_dtype=token_dtype,
@@ -459,6 +463,7 @@ class _MixtureTokenLoader(TokenLoader):
         seed: int,
         schedule: Any,
         interpolation: str,
+        schedule_unit: str,
         repeat: Any,
         epoch: int,
         token_dtype: str,
@@ -490,17 +495,20 @@ class _MixtureTokenLoader(TokenLoader):
             else:
                 opened.append(_open_source(entry, None, token_dtype))
         self._sources = opened
-        # by="tokens": a source's token total is what its sample share uses.
+        # by="tokens": a source's token total is what its sample share uses (and
+        # what a schedule in tokens counts with).
         totals = [np.array([s.num_tokens], dtype=np.int64) for s in opened]
+        need_totals = by == "tokens" or schedule_unit == "tokens"
         self.mixture = Mixture(
             [s.num_documents for s in opened],
             weights,
             by=by,
-            lengths=totals if by == "tokens" else None,
+            lengths=totals if need_totals else None,
             block=block,
             seed=seed,
             schedule=schedule,
             interpolation=interpolation,
+            schedule_unit=schedule_unit,
             repeat=repeat,
         )
         self._samples_given = samples is not None  # else a state's samples win on resume

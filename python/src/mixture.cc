@@ -84,7 +84,7 @@ std::vector<Index> ToTokens(const std::vector<FloatArray>& lengths) {
 
 StateDict StateToDict(const MixtureState& s) {
   StateDict d;
-  d["version"] = 1;
+  d["version"] = 2;
   d["kind"] = "mixture";
   d["position"] = s.position;
   d["consumed"] = s.consumed;
@@ -97,6 +97,7 @@ StateDict StateToDict(const MixtureState& s) {
   d["seed"] = o.seed;
   d["schedule"] = FromSchedule(o.schedule);
   d["interpolation"] = std::string(InterpolationName(o.interpolation));
+  d["schedule_unit"] = std::string(MixByName(o.schedule_unit));
   d["repeat"] = std::vector<bool>(o.repeat.begin(), o.repeat.end());
   d["origin"] = o.origin;
   d["start"] = o.start;
@@ -108,8 +109,12 @@ MixtureState DictToState(nb::handle h) {
   if (!nb::isinstance<nb::dict>(h)) ThrowInvalid("state", "expected a dict from state_dict()");
   nb::dict d = nb::borrow<nb::dict>(h);
   try {
-    if (nb::cast<Index>(d["version"]) != 1 || nb::cast<std::string>(d["kind"]) != "mixture") {
-      ThrowInvalid("state", "not a version 1 mixture state");
+    if (nb::cast<std::string>(d["kind"]) != "mixture") ThrowInvalid("state", "not a mixture state");
+    if (nb::cast<Index>(d["version"]) != 2) {
+      ThrowInvalid("state", "a version " + std::to_string(nb::cast<Index>(d["version"])) +
+                                " mixture state; this shardkit reads version 2 (version 1 mixtures "
+                                "had other per-block orders, so such a state cannot be resumed "
+                                "exactly)");
     }
     MixtureState s;
     s.position = nb::cast<Index>(d["position"]);
@@ -123,6 +128,7 @@ MixtureState DictToState(nb::handle h) {
     o.seed = nb::cast<std::uint64_t>(d["seed"]);
     o.schedule = ToScheduleList(d["schedule"]);
     o.interpolation = ParseInterpolation(nb::cast<std::string>(d["interpolation"]));
+    o.schedule_unit = ParseMixBy(nb::cast<std::string>(d["schedule_unit"]), "state");
     for (nb::handle f : nb::borrow<nb::list>(d["repeat"])) o.repeat.push_back(nb::cast<bool>(f));
     o.origin = nb::cast<Index>(d["origin"]);
     o.start = nb::cast<std::vector<Index>>(d["start"]);
@@ -146,7 +152,7 @@ void init_mixture(nb::module_& m) {
           [](Mixture* self, IntSequence sizes_arg, FloatArray weights, const std::string& by,
              std::optional<std::vector<FloatArray>> lengths, OptionalInt block, Int seed,
              std::optional<Schedule> schedule, const std::string& interpolation,
-             std::variant<bool, std::vector<bool>> repeat) {
+             std::variant<bool, std::vector<bool>> repeat, const std::string& schedule_unit) {
             // Integers checked as everywhere (bindings.h): one line naming the
             // parameter and the value, not nanobind's signature dump.
             std::vector<Index> sizes = ToIndices(sizes_arg, "sizes");
@@ -157,13 +163,15 @@ void init_mixture(nb::module_& m) {
             o.seed = ToUint64(seed, "seed");
             if (schedule.has_value()) o.schedule = ToSchedule(*schedule);
             o.interpolation = ParseInterpolation(interpolation);
+            o.schedule_unit = ParseMixBy(schedule_unit, "schedule_unit");
             o.repeat = ToRepeat(repeat, static_cast<Index>(sizes.size()));
             std::vector<double> w = ToDoubles(weights, "weights");
             new (self) Mixture(std::move(sizes), std::move(w), std::move(o));
           },
           "sizes"_a.none(), "weights"_a.none(), nb::kw_only(), "by"_a = "samples",
           "lengths"_a = nb::none(), "block"_a.none() = nb::none(), "seed"_a.none() = 0,
-          "schedule"_a = nb::none(), "interpolation"_a = "step", "repeat"_a = true)
+          "schedule"_a = nb::none(), "interpolation"_a = "step", "repeat"_a = true,
+          "schedule_unit"_a = "samples")
       .def("__len__", &Mixture::size)
       .def_prop_ro("num_sources", &Mixture::num_sources)
       .def_prop_ro("sizes", &Mixture::sizes)

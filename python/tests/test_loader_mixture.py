@@ -147,6 +147,37 @@ def test_token_weights_are_what_the_model_sees():
     assert abs(shares[0] - 0.25) < 0.02 and abs(shares[1] - 0.5) < 0.02, shares
 
 
+def test_schedule_in_tokens_switches_where_the_nominal_tokens_reach_the_point():
+    """schedule_unit="tokens": source 0 alone until the nominal tokens drawn
+    (documents x mean length) reach the point, then source 1 alone; the
+    switch is the first block boundary at or past it (recomputed here from the
+    sources' own lengths)."""
+    sources = corpus(6, [2000, 2000])
+    mean0 = (sources[0][1][-1]) / 2000
+    point, block = 30_000, 64
+    loader = shardkit.TokenLoader.mixture(
+        sources,
+        [1, 0],
+        by="samples",
+        schedule=[(point, [0, 1])],
+        schedule_unit="tokens",
+        block=block,
+        samples=1500,
+        seq_len=64,
+        batch_size=4,
+        equal_steps=False,
+    )
+    order = sorted({(d, s) for d, st, ln, s, it in run(loader)})
+    kinds = [s for _, s in order]
+    switch = kinds.index(1)
+    assert set(kinds[:switch]) == {0} and set(kinds[switch:]) == {1}
+    assert switch % block == 0
+    assert switch * mean0 >= point > (switch - block) * mean0
+    # the same through a Mixture: the segment begins there
+    mix = loader.mixture
+    assert [b for b, _ in mix.segments] == [0, switch]
+
+
 def test_resume_equals_uninterrupted_and_another_mixture_is_refused():
     sources = corpus(3, [50, 200])
     kw = dict(seed=5, samples=500, seq_len=48, batch_size=2, world_size=2, rank=1)

@@ -142,6 +142,47 @@ def test_schedule_step_and_linear():
     assert len(shares) == 17
 
 
+def test_schedule_in_tokens_lands_where_the_nominal_tokens_reach_each_point():
+    rng = random.Random(9)
+    for trial in range(40):
+        k = rng.randint(1, 4)
+        sizes = [rng.randint(1, 300) for _ in range(k)]
+        lengths = [np.array([rng.randint(1, 900) for _ in range(n)]) for n in sizes]
+        means = [Fraction(int(x.sum()), len(x)) for x in lengths]
+        points, t = [], 0
+        for _ in range(3):
+            t += rng.randint(600_000, 2_000_000)  # more than a block's tokens apart
+            points.append((t, [rng.randint(1, 5) for _ in range(k)]))
+        mix = shardkit.Mixture(
+            sizes,
+            [1] * k,
+            lengths=lengths,
+            schedule=points,
+            schedule_unit="tokens",
+            block=512,
+            seed=trial,
+        )
+
+        def nominal(position):
+            return sum(c * m for c, m in zip(mix.consumed(position), means))
+
+        begins = [b for b, _ in mix.segments]
+        assert len(begins) == 4, trial
+        for (target, _), b in zip(points, begins[1:]):
+            assert nominal(b) >= target > nominal(b - 512), (trial, b)
+        # the state carries the unit; resuming unchanged gives the same samples
+        state = mix.state_dict(begins[1] - 7)
+        assert state["schedule_unit"] == "tokens"
+        again = shardkit.Mixture.from_state(state)
+        want = mix.numpy(begins[1] - 7, begins[1] + 50)
+        got = again.numpy(0, 57)
+        assert (want[0] == got[0]).all() and (want[1] == got[1]).all()
+    with pytest.raises(ValueError, match="lengths: a schedule in tokens"):
+        shardkit.Mixture([3, 4], [1, 1], schedule=[(9, [1, 0])], schedule_unit="tokens")
+    with pytest.raises(ValueError, match="schedule_unit: unknown value 'bytes'"):
+        shardkit.Mixture([3, 4], [1, 1], schedule_unit="bytes")
+
+
 def test_token_weights_give_token_proportions():
     rng = np.random.default_rng(5)
     lengths = [rng.integers(1, 2000, 400), rng.integers(1, 50, 3000), rng.integers(1, 500, 900)]
@@ -200,3 +241,44 @@ def test_cli_mix_json_and_errors(cli):
     assert r.stderr.count("\n") == 1 and "--block: 2" in r.stderr
     r = cli("mix", "--sizes", "3,3", "--weights", "1,x")
     assert r.returncode == 2 and "--weights" in r.stderr
+
+
+def test_cli_mix_schedule_in_tokens(cli, tmp_path):
+    # source 0: 100 items of 10 tokens, source 1: 100 of 1000; 1e6 nominal
+    # tokens at 505 per sample is sample 1980.2, so the change begins at the
+    # first boundary of 100 past it: 2000.
+    np.save(tmp_path / "a.npy", np.full(100, 10, dtype=np.int64))
+    np.save(tmp_path / "b.npy", np.full(100, 1000, dtype=np.int64))
+    lengths = f"{tmp_path / 'a.npy'},{tmp_path / 'b.npy'}"
+    args = ["mix", "--sizes", "100,100", "--weights", "1,1", "--block", "100"]
+    args += ["--schedule", "1000000:0,1", "--schedule-unit", "tokens", "--json"]
+    r = cli(*args, "--lengths", lengths)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["schedule_unit"] == "tokens"
+    assert [s["begin"] for s in out["segments"]] == [0, 2000]
+    r = cli(*args)
+    assert r.returncode != 0 and r.stderr.count("\n") == 1
+    assert "lengths: a schedule in tokens needs" in r.stderr
+    r = cli("mix", "--sizes", "3,3", "--weights", "1,1", "--schedule-unit", "bytes")
+    assert r.returncode != 0 and "--schedule-unit: unknown value 'bytes'" in r.stderr
+
+
+def test_states_of_the_earlier_orders_are_refused_naming_the_version():
+    mix = shardkit.Mixture([10, 20], [1, 2], seed=1)
+    state = mix.state_dict(7)
+    assert state["version"] == 2
+    state["version"] = 1
+    with pytest.raises(ValueError, match="state: a version 1 mixture state; this shardkit reads"):
+        shardkit.Mixture.from_state(state)
+    sources = [
+        (np.arange(40, dtype=np.int32), np.arange(0, 41, 4, dtype=np.int64)),
+        (np.arange(60, dtype=np.int32), np.arange(0, 61, 6, dtype=np.int64)),
+    ]
+    loader = shardkit.TokenLoader.mixture(sources, [1, 1], seq_len=8, batch_size=2)
+    next(iter(loader))
+    old = loader.state_dict()
+    assert old["version"] == 2
+    old["version"] = 1
+    with pytest.raises(ValueError, match="a version 1 mixture loader state"):
+        shardkit.TokenLoader.mixture(sources, [1, 1], seq_len=8, batch_size=2).load_state_dict(old)

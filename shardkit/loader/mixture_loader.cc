@@ -44,7 +44,9 @@ Mixture MixtureOfSources(std::span<const std::shared_ptr<const TokenSource>> sou
   options.tokens.clear();
   for (const auto& source : sources) {
     sizes.push_back(source->num_documents());
-    if (options.by == MixBy::kTokens) options.tokens.push_back(source->num_tokens());
+    if (options.by == MixBy::kTokens || options.schedule_unit == MixBy::kTokens) {
+      options.tokens.push_back(source->num_tokens());
+    }
   }
   return Mixture(std::move(sizes), std::move(weights), std::move(options));
 }
@@ -199,15 +201,7 @@ MixtureState MixtureOrder::StateAt(Index at) const {
 }
 
 MixtureOrder MixtureOrder::Changed(Index at, const Mixture& like, Index keep_from) const {
-  const MixtureState state = StateAt(at);
-  MixtureOptions options = state.options;
-  options.origin = state.position;
-  options.start = state.consumed;
-  options.skip = 0;
-  options.schedule = like.options().schedule;
-  options.interpolation = like.options().interpolation;
-  options.block = like.options().block;
-  Mixture next(state.sizes, like.weights(), std::move(options));
+  Mixture next = Mixture::Continue(StateAt(at), like.weights(), like.options());
   std::vector<Mixture> pieces;
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     if (PieceBegin(pieces_[i]) >= at) break;  // replaced by the change
@@ -267,7 +261,9 @@ std::vector<double> TargetShares(const Mixture& mixture) {
 
 namespace {
 
-constexpr int kMixtureLoaderStateVersion = 1;
+// Version 2: the mixture's cumulative rounding and spread rotation (version 1
+// states were made with other orders) and the schedule's unit.
+constexpr int kMixtureLoaderStateVersion = 2;
 
 std::string WeightText(double w) {
   char buf[64];
@@ -333,6 +329,7 @@ Json PieceToJson(const Mixture& m) {
   }
   j.Set("schedule", std::move(schedule));
   j.Set("interpolation", Json::String(std::string(InterpolationName(o.interpolation))));
+  j.Set("schedule_unit", Json::String(std::string(MixByName(o.schedule_unit))));
   Json repeat = Json::MakeArray();
   for (bool r : o.repeat) repeat.Push(Json::Bool(r));
   j.Set("repeat", std::move(repeat));
@@ -346,7 +343,7 @@ Mixture PieceFromJson(const Json& j, const std::string& path) {
   ExpectType(j, path, Json::Type::kObject);
   ExpectOnlyKeys(j, path,
                  {"sizes", "weights", "by", "tokens", "block", "seed", "schedule", "interpolation",
-                  "repeat", "origin", "start", "skip"});
+                  "schedule_unit", "repeat", "origin", "start", "skip"});
   MixtureOptions o;
   const std::vector<Index> sizes = ReadIndexList(Field(j, path, "sizes"), path + ".sizes");
   const std::vector<double> weights = ReadWeightList(Field(j, path, "weights"), path + ".weights");
@@ -364,6 +361,8 @@ Mixture PieceFromJson(const Json& j, const std::string& path) {
   }
   o.interpolation =
       ParseInterpolation(AsString(Field(j, path, "interpolation"), path + ".interpolation"));
+  o.schedule_unit =
+      ParseMixBy(AsString(Field(j, path, "schedule_unit"), path + ".schedule_unit"), "state");
   const Json::Array& repeat = AsArray(Field(j, path, "repeat"), path + ".repeat");
   for (std::size_t i = 0; i < repeat.size(); ++i) {
     o.repeat.push_back(AsBool(repeat[i], path + ".repeat[" + std::to_string(i) + "]"));
@@ -382,9 +381,17 @@ Json ParseMixtureLoaderJson(std::string_view text) {
   Json j = ParseJson(text, "state");
   ExpectType(j, "state", Json::Type::kObject);
   ExpectOnlyKeys(j, "state", {"version", "kind", "epoch", "samples", "mixture", "loader"});
-  if (AsInt64(Field(j, "state", "version"), "state.version") != kMixtureLoaderStateVersion ||
-      AsString(Field(j, "state", "kind"), "state.kind") != "mixture_loader") {
-    ThrowInvalid("state", "not a version 1 mixture loader state");
+  if (AsString(Field(j, "state", "kind"), "state.kind") != "mixture_loader") {
+    ThrowInvalid("state", "not a mixture loader state");
+  }
+  const Index version = AsInt64(Field(j, "state", "version"), "state.version");
+  if (version != kMixtureLoaderStateVersion) {
+    ThrowInvalid("state",
+                 "a version " + Str(version) +
+                     " mixture loader state; this shardkit reads version " +
+                     Str(kMixtureLoaderStateVersion) +
+                     " (version 1 mixtures had other per-block orders, so such a state cannot "
+                     "be resumed exactly)");
   }
   return j;
 }
@@ -489,7 +496,7 @@ void CheckSameRun(const Mixture& state, const Mixture& mixture, Index state_samp
     ThrowInvalid("by", "the state's mixture is by " + std::string(MixByName(a.by)) +
                            ", this loader's by " + std::string(MixByName(b.by)));
   }
-  if (a.tokens != b.tokens) {
+  if (!a.tokens.empty() && !b.tokens.empty() && a.tokens != b.tokens) {
     ThrowInvalid("sources", "the state's mixture has other token counts than this loader's");
   }
   if (a.seed != b.seed) {
@@ -514,7 +521,8 @@ bool SamePlan(const Mixture& state, const Mixture& mixture) {
   const MixtureOptions& a = state.options();
   const MixtureOptions& b = mixture.options();
   return state.weights() == mixture.weights() && SameSchedule(a.schedule, b.schedule) &&
-         a.interpolation == b.interpolation && a.block == b.block;
+         a.schedule_unit == b.schedule_unit && a.interpolation == b.interpolation &&
+         a.block == b.block;
 }
 
 TrainOptions PackingOptions(const LoaderOptions& o, std::uint64_t epoch) {

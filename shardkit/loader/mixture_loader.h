@@ -168,13 +168,15 @@ struct MixtureDelivery {
 [[nodiscard]] std::vector<double> TargetShares(const Mixture& mixture);
 
 // A mixture loader's state: the loader's state of its epoch's window and the
-// order it reads. JSON (version 1):
-//   {"version": 1, "kind": "mixture_loader", "epoch": E, "samples": S,
+// order it reads. JSON (version 2; version 1 states, made with the mixture's
+// earlier per-block orders, are refused naming `state`):
+//   {"version": 2, "kind": "mixture_loader", "epoch": E, "samples": S,
 //    "mixture": [PIECE, ...], "loader": <the loader's state>}
 //   PIECE = {"sizes": [...], "weights": ["0.5", ...], "by": "samples",
 //            "tokens": [...], "block": null or B, "seed": S,
 //            "schedule": [[position, [weight, ...]], ...],
-//            "interpolation": "step", "repeat": [bool, ...],
+//            "interpolation": "step", "schedule_unit": "samples",
+//            "repeat": [bool, ...],
 //            "origin": O, "start": [...], "skip": K}
 // Weights are strings (the shortest text that reads back as the same
 // double: the core's JSON holds integers only). "loader" is the

@@ -275,10 +275,10 @@ struct Mixture::Rotation {
 
 namespace {}  // namespace
 
-MixBy ParseMixBy(std::string_view name) {
+MixBy ParseMixBy(std::string_view name, std::string_view param) {
   if (name == "samples") return MixBy::kSamples;
   if (name == "tokens") return MixBy::kTokens;
-  ThrowInvalid("by", "unknown value '" + std::string(name) + "' (expected samples or tokens)");
+  ThrowInvalid(param, "unknown value '" + std::string(name) + "' (expected samples or tokens)");
 }
 
 std::string_view MixByName(MixBy by) { return by == MixBy::kSamples ? "samples" : "tokens"; }
@@ -327,9 +327,11 @@ Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureO
   }
   CheckWeights("weights", weights_, k);
   const bool tokens = options_.by == MixBy::kTokens;
-  if (tokens) {
+  const bool token_positions = options_.schedule_unit == MixBy::kTokens;
+  if (tokens || token_positions) {
     if (static_cast<Index>(options_.tokens.size()) != k) {
-      ThrowInvalid("lengths", "by tokens needs the lengths of every source: expected " + Str(k) +
+      ThrowInvalid("lengths", std::string(tokens ? "by tokens" : "a schedule in tokens") +
+                                  " needs the lengths of every source: expected " + Str(k) +
                                   " sources, got " +
                                   Str(static_cast<Index>(options_.tokens.size())));
     }
@@ -363,10 +365,30 @@ Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureO
   }
   if (options_.skip < 0) ThrowInvalid("skip", "must be >= 0, got " + Str(options_.skip));
 
-  // Control points: (origin, weights), then the schedule's points at or after
-  // the origin (one at the origin replaces the weights).
+  // Schedule positions in tokens are nominal: each source's count times its
+  // mean length (tokens / items), summed; the origin's is that of `start`.
+  std::vector<long double> mean(k, 0);
+  long double origin_tokens = 0;
+  if (token_positions) {
+    for (Index i = 0; i < k; ++i) {
+      if (sizes_[i] > 0) {
+        mean[i] =
+            static_cast<long double>(options_.tokens[i]) / static_cast<long double>(sizes_[i]);
+      }
+      origin_tokens += static_cast<long double>(options_.start[i]) * mean[i];
+    }
+  }
+  // Where the run stands in the schedule's unit, and whether a point lies
+  // before it (ignored) or at it (replaces the weights).
+  const long double here =
+      token_positions ? origin_tokens : static_cast<long double>(options_.origin);
+  // Control points: (here, weights), then the schedule's points at or after
+  // it (one at it replaces the weights).
   std::vector<SchedulePoint> points;
-  points.push_back({options_.origin, weights_});
+  points.push_back({token_positions ? static_cast<Index>(std::min<long double>(
+                                          origin_tokens, static_cast<long double>(kMaxStart)))
+                                    : options_.origin,
+                    weights_});
   Index previous = -1;
   for (std::size_t j = 0; j < options_.schedule.size(); ++j) {
     const SchedulePoint& p = options_.schedule[j];
@@ -377,8 +399,8 @@ Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureO
     }
     previous = p.position;
     CheckWeights("schedule", p.weights, k);
-    if (p.position < options_.origin) continue;
-    if (p.position == options_.origin) {
+    if (static_cast<long double>(p.position) < here) continue;
+    if (static_cast<long double>(p.position) == here) {
       points.front().weights = p.weights;
     } else {
       points.push_back(p);
@@ -468,12 +490,40 @@ Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureO
     block_ = std::max(needed, kDefaultBlock);
   }
 
-  // Segments at block boundaries (local positions); a later change that
-  // rounds to the same boundary wins.
+  // Segments at block boundaries (local positions): a change at sample
+  // position P begins at the first boundary at or after P; one at token
+  // position T at the first boundary where the nominal tokens drawn reach T
+  // (binary search over the boundaries of the segment before it, whose counts
+  // only grow). A later change that lands on the same boundary wins.
+  const Index last_block = kMaxSamples / block_;
+  std::vector<Index> counts(k);
+  auto nominal = [&](const MixSegment& seg, Index b) {
+    SegmentCounts(b * block_ - seg.begin, seg, counts.data());
+    long double t = 0;
+    for (Index i = 0; i < k; ++i) t += static_cast<long double>(counts[i]) * mean[i];
+    return t;
+  };
   for (Change& c : changes) {
-    const Index local = c.position - options_.origin;
-    const Index begin =
-        local <= 0 ? 0 : std::min(CeilDiv(local, block_), kMaxSamples / block_) * block_;
+    Index begin = 0;
+    if (!segments_.empty()) {
+      if (token_positions) {
+        const MixSegment& before = segments_.back();
+        const auto target = static_cast<long double>(c.position);
+        Index lo = before.begin / block_, hi = last_block;  // the first reaching it
+        while (lo < hi) {
+          const Index mid = lo + (hi - lo) / 2;
+          if (nominal(before, mid) >= target) {
+            hi = mid;
+          } else {
+            lo = mid + 1;
+          }
+        }
+        begin = lo * block_;
+      } else {
+        const Index local = c.position - options_.origin;
+        begin = local <= 0 ? 0 : std::min(CeilDiv(local, block_), last_block) * block_;
+      }
+    }
     if (!segments_.empty() && segments_.back().begin == begin) segments_.pop_back();
     MixSegment seg;
     seg.begin = begin;
@@ -481,13 +531,13 @@ Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureO
     seg.total = c.total;
     seg.prefix.resize(static_cast<std::size_t>(k) + 1);
     for (Index i = 0; i < k; ++i) seg.prefix[i + 1] = seg.prefix[i] + seg.q[i];
+    if (segments_.empty()) {
+      seg.counts = options_.start;
+    } else {
+      seg.counts.resize(k);
+      SegmentCounts(begin - segments_.back().begin, segments_.back(), seg.counts.data());
+    }
     segments_.push_back(std::move(seg));
-  }
-  segments_.front().counts = options_.start;
-  for (std::size_t j = 1; j < segments_.size(); ++j) {
-    segments_[j].counts.resize(k);
-    SegmentCounts(segments_[j].begin - segments_[j - 1].begin, segments_[j - 1],
-                  segments_[j].counts.data());
   }
 
   order_key_ =
@@ -880,15 +930,24 @@ Mixture Mixture::FromState(const MixtureState& state, std::optional<std::vector<
     }
     return same;
   }
+  MixtureOptions plan = state.options;
+  if (schedule.has_value()) plan.schedule = std::move(*schedule);
+  return Continue(state, weights.has_value() ? std::move(*weights) : state.weights, plan);
+}
+
+Mixture Mixture::Continue(const MixtureState& state, std::vector<double> weights,
+                          const MixtureOptions& plan) {
   MixtureOptions options = state.options;
   options.origin = state.position;
   options.start = state.consumed;
   options.skip = 0;
-  if (schedule.has_value()) options.schedule = std::move(*schedule);
+  options.schedule = plan.schedule;
+  options.schedule_unit = plan.schedule_unit;
+  options.interpolation = plan.interpolation;
   // The block was chosen for the old shares; the new ones pick their own
-  // unless the user fixed it.
-  return Mixture(state.sizes, weights.has_value() ? std::move(*weights) : state.weights,
-                 std::move(options));
+  // unless the plan fixes it.
+  options.block = plan.block;
+  return Mixture(state.sizes, std::move(weights), std::move(options));
 }
 
 MixReport ReportMixture(const Mixture& mixture, Index begin, Index end, Index windows) {

@@ -27,13 +27,17 @@
 // take its next items in position order, and the number of them before position j is a difference
 // of two floor sums (O(log L)), so a lookup never scans the block.
 //
-// Schedules: points (position, weights), positions in samples from the start
-// of the run, ascending. `weights` hold before the first point. Step: a
-// point's weights hold from its position on. Linear: between two points the
-// shares move linearly, realised as kLinearSteps equal constant steps (each
-// takes the shares at its middle). Every change takes effect at the first
-// block boundary at or after its position, and starts a new segment (the
-// error bound restarts from the realised counts).
+// Schedules: points (position, weights), positions in samples (or tokens,
+// schedule_unit) from the start of the run, ascending. `weights` hold before the first point. Step:
+// a point's weights hold from its position on. Linear: between two points the shares move linearly,
+// realised as kLinearSteps equal constant steps (each takes the shares at its middle). Every change
+// takes effect at the first block boundary at or after its position, and starts a new segment (the
+// error bound restarts from the realised counts). In tokens, a point takes
+// effect at the first block boundary where the nominal tokens drawn (each
+// source's count x its mean length tokens / items, summed) reach its
+// position: exact for the counts, within one sample's worth per source of
+// any real prefix of documents drawn, and the same on every resume (the
+// origin's nominal tokens come from its start counts).
 //
 // Sources' items: source k walks its own keyed Permutation of [0, n_k), a new
 // one per epoch of that source (the c-th item taken from source k is
@@ -82,14 +86,14 @@ enum class MixBy { kSamples, kTokens };
 enum class Interpolation { kStep, kLinear };
 
 // "samples" / "tokens", "step" / "linear". Parse throws invalid_argument
-// naming `by` / `interpolation` and the value.
-[[nodiscard]] MixBy ParseMixBy(std::string_view name);
+// naming `by` (or `param`) / `interpolation` and the value.
+[[nodiscard]] MixBy ParseMixBy(std::string_view name, std::string_view param = "by");
 [[nodiscard]] std::string_view MixByName(MixBy by);
 [[nodiscard]] Interpolation ParseInterpolation(std::string_view name);
 [[nodiscard]] std::string_view InterpolationName(Interpolation interpolation);
 
 struct SchedulePoint {
-  Index position = 0;           // global sample position
+  Index position = 0;           // global position, in MixtureOptions::schedule_unit
   std::vector<double> weights;  // one per source
 };
 
@@ -102,6 +106,9 @@ struct MixtureOptions {
   std::uint64_t seed = 0;
   std::vector<SchedulePoint> schedule;
   Interpolation interpolation = Interpolation::kStep;
+  // The unit of schedule positions: samples, or tokens (nominal: the sum over
+  // sources of count x mean length, which needs `tokens` whatever `by` is).
+  MixBy schedule_unit = MixBy::kSamples;
   // One flag per source, or empty (every source repeats).
   std::vector<bool> repeat;
   // Resume: the global position of this mixture's sample 0 (schedule
@@ -211,6 +218,12 @@ class Mixture {
   [[nodiscard]] static Mixture FromState(
       const MixtureState& state, std::optional<std::vector<double>> weights = std::nullopt,
       std::optional<std::vector<SchedulePoint>> schedule = std::nullopt);
+  // A new plan from the state's position with `weights` and the schedule,
+  // schedule unit, interpolation and block of `plan` (its other options are
+  // the state's): every source continues from its consumed count. What
+  // FromState does with new weights or a new schedule.
+  [[nodiscard]] static Mixture Continue(const MixtureState& state, std::vector<double> weights,
+                                        const MixtureOptions& plan);
 
   // The c-th item (0-based, over all epochs) of source k's walk.
   [[nodiscard]] Index SourceItem(Index source, Index c) const;

@@ -324,6 +324,107 @@ TEST(MixtureTest, LinearScheduleMovesSharesInSteps) {
   EXPECT_EQ(m.Consumed(170000)[0], m.Consumed(160000)[0]);
 }
 
+// A schedule in tokens: a point at token position T takes effect at the
+// first block boundary where the nominal tokens drawn (each source's count x
+// its mean length) reach T, checked here from Consumed and the means, over
+// random configurations (by samples or tokens, step or linear), and a resume
+// from a random position lands every later point on the same boundary.
+TEST(MixtureTest, TokenScheduleChangesAtTheFirstBoundaryWhereNominalTokensReachThePoint) {
+  std::mt19937_64 rng(31);
+  int changes = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    const Index k = 1 + static_cast<Index>(rng() % 5);
+    std::vector<Index> sizes(k);
+    MixtureOptions o;
+    o.seed = rng();
+    o.schedule_unit = MixBy::kTokens;
+    o.by = trial % 2 == 0 ? MixBy::kSamples : MixBy::kTokens;
+    for (Index i = 0; i < k; ++i) {
+      sizes[i] = 1 + static_cast<Index>(rng() % 500);
+      // Mean lengths up to 3000 (by tokens up to 50, so that every share
+      // fits a block of 1024).
+      const Index longest = o.by == MixBy::kSamples ? 3000 : 50;
+      o.tokens.push_back(sizes[i] * (1 + static_cast<Index>(rng() % longest)));
+    }
+    o.block = o.by == MixBy::kSamples ? 64 * (1 + static_cast<Index>(rng() % 8)) : 1024;
+    Index t = 0;
+    for (int p = 0; p < 3; ++p) {
+      // More than a block's worth of tokens apart (blocks <= 512 samples of
+      // mean length <= 3000), so no two points land on one boundary.
+      t += 1600000 + static_cast<Index>(rng() % 3000000);
+      std::vector<double> w(k);
+      for (auto& x : w) x = static_cast<double>(1 + rng() % 4);
+      o.schedule.push_back({t, w});
+    }
+    o.interpolation = trial % 5 == 4 ? Interpolation::kLinear : Interpolation::kStep;
+    std::vector<double> w0(k, 1.0);
+    Mixture m(sizes, w0, o);
+    auto nominal = [&](const Mixture& mix, Index position) {
+      const std::vector<Index> c = mix.Consumed(position);
+      long double total = 0;
+      for (Index i = 0; i < k; ++i) {
+        total += static_cast<long double>(c[i]) * o.tokens[i] / static_cast<long double>(sizes[i]);
+      }
+      return total;
+    };
+    // The points after the mixture's origin each begin a segment where the
+    // (global) nominal tokens first reach them.
+    auto check = [&](const Mixture& mix) {
+      const long double origin = nominal(mix, 0);
+      std::vector<Index> later;
+      for (const SchedulePoint& p : o.schedule) {
+        if (static_cast<long double>(p.position) > origin) later.push_back(p.position);
+      }
+      ASSERT_EQ(mix.segments().size(), later.size() + 1) << "trial " << trial;
+      for (std::size_t j = 1; j < mix.segments().size(); ++j) {
+        const Index begin = mix.segments()[j].begin - mix.options().skip;
+        const auto target = static_cast<long double>(later[j - 1]);
+        ASSERT_GE(nominal(mix, begin), target) << "trial " << trial << " point " << j;
+        ASSERT_LT(nominal(mix, begin - mix.block()), target) << "trial " << trial << " point " << j;
+        ++changes;
+      }
+    };
+    if (o.interpolation == Interpolation::kStep) {
+      check(m);
+    } else {
+      // 16 steps between points, each its own segment.
+      ASSERT_GE(m.segments().size(), 2u);
+      for (std::size_t j = 1; j < m.segments().size(); ++j) {
+        ASSERT_GT(m.segments()[j].begin, m.segments()[j - 1].begin);
+      }
+      continue;
+    }
+    // Resume from a random position: unchanged, the same samples; with the
+    // weights restated (a new plan from there, re-blocked at the position),
+    // the later points still take effect where the global nominal tokens
+    // reach them.
+    const Index at = static_cast<Index>(rng() % (m.segments().back().begin + 2 * m.block()));
+    const MixtureState state = m.State(at);
+    const Mixture same = Mixture::FromState(state);
+    const Index n = 3000;
+    std::vector<Index> s1(n), i1(n), s2(n), i2(n);
+    m.Fill(at, at + n, s1.data(), i1.data());
+    same.Fill(0, n, s2.data(), i2.data());
+    ASSERT_EQ(s1, s2);
+    ASSERT_EQ(i1, i2);
+    const Mixture changed = Mixture::FromState(state, w0);
+    ASSERT_EQ(changed.options().skip, 0);
+    check(changed);
+  }
+  EXPECT_GE(changes, 100);
+  // Needs the sources' tokens whatever `by` is.
+  MixtureOptions bad;
+  bad.schedule_unit = MixBy::kTokens;
+  bad.schedule = {{100, {1.0, 0.0}}};
+  try {
+    Mixture({10, 20}, {1, 1}, bad);
+    ADD_FAILURE() << "accepted a token schedule without lengths";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("lengths: a schedule in tokens needs", 0), 0u)
+        << e.what();
+  }
+}
+
 TEST(MixtureTest, TokenWeightsBecomeSampleSharesByMeanLength) {
   MixtureOptions o;
   o.by = MixBy::kTokens;
