@@ -172,6 +172,7 @@ CLI_FLAGS = {
         "seed": "int",
         "schedule": ["100:1,0;200:1,1", "0:1,1", "x", "100:1;50:1,0", "-1:1,1"],
         "linear": None,
+        "schedule-unit": ["samples", "tokens", "x"],
         "no-repeat": ["0", "1", "0,1", "5", "-1", "x"],
         "start": "int",
         "stop": "int",
@@ -265,6 +266,7 @@ CLI_FLAGS = {
         "block": "int",
         "schedule": ["10:1,2", "0:1,0;5:0,1", "5:1,1;3:1,1", "x", ":", "9223372036854775807:1,1"],
         "linear": None,
+        "schedule-unit": ["samples", "tokens", "x"],
         "no-repeat": ["0", "1", "0,1", "5", "-1", "x", ""],
     },
 }

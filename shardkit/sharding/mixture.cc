@@ -273,8 +273,6 @@ struct Mixture::Rotation {
   }
 };
 
-namespace {}  // namespace
-
 MixBy ParseMixBy(std::string_view name, std::string_view param) {
   if (name == "samples") return MixBy::kSamples;
   if (name == "tokens") return MixBy::kTokens;
