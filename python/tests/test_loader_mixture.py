@@ -851,8 +851,9 @@ def test_torchrun_four_ranks_killed_then_three_resume_with_new_weights(tmp_path)
     # about one sample per source (under 0.01 of ~290 samples), and by tokens
     # a source's sample share is its weight over its mean document length, so
     # the tokens of the ~290 documents drawn (lengths 50..150) spread the
-    # shares by about 0.01 (0.026 the largest of 300 mixture seeds, measured
-    # with this corpus).
+    # shares by about 0.01 (the largest of 300 mixture seeds with this corpus:
+    # 0.021 with the cumulative rounding, 0.026 with the largest remainder
+    # before it).
     lo, hi = last + 1 + buffer + block, count - block
     assert hi - lo > 200, (lo, hi)
     tokens = np.bincount(src[lo:hi], weights=length[lo:hi], minlength=3)
