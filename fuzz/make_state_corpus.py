@@ -75,6 +75,42 @@ def main():
     next(it)
     write("train_plan", bfd | b2, eq.state_dict())
 
+    # Mixture loader states over three sources that are each the data set
+    # (the harness resumes them over the same three); bit 3: resume with
+    # weights 1:2:1 instead of the state's.
+    sources = [(tokens, offsets)] * 3
+    for name, flags, kw, steps in [
+        ("mixture_equal_steps", bfd | b2, dict(weights=[3, 1, 1], block=16), 2),
+        ("mixture_new_weights", bfd | b2 | 8, dict(weights=[3, 1, 1], block=16), 3),
+        (
+            "mixture_per_rank_schedule",
+            bfd | b2,
+            dict(
+                weights=[1, 1, 1],
+                by="samples",
+                equal_steps=False,
+                schedule=[(2000, [0, 1, 1])],
+                schedule_unit="tokens",
+                repeat=[True, False, True],
+            ),
+            1,
+        ),
+    ]:
+        loader = shardkit.TokenLoader.mixture(
+            sources,
+            kw.pop("weights"),
+            seq_len=32,
+            batch_size=2,
+            samples=100,
+            seed=4,
+            num_threads=0,
+            **kw,
+        )
+        it = iter(loader)
+        for _ in range(steps):
+            next(it, None)
+        write(name, flags, loader.state_dict())
+
     packer = shardkit.StreamingPacker(32, algorithm="bfd", oversize="split", buffer=8)
     for i in range(11):
         packer.push(i, (i * 37 + 11) % 97)

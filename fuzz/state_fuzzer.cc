@@ -23,6 +23,14 @@
 // The data set is fixed (Documents() below: 40 documents of 0 to 96 tokens,
 // token p of document d is d * 1000 + p); fuzz/corpus/state/ holds states
 // saved from it by fuzz/make_state_corpus.py.
+//
+// A mixture loader's state (kind "mixture_loader", whatever the options byte)
+// goes through its own reader, must round-trip, and is resumed over three
+// sources that are each the data set (item i of any source is document i),
+// with its own weights or, with bit 3, weights 1:2:1 (a change at the read
+// point): the loader must deliver only pieces of its window's documents, with
+// those documents' tokens, no token of the window twice, and a state its
+// reader accepts. Windows above kMaxWindow samples are read, not run.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -35,6 +43,7 @@
 #include "shardkit/base/json.h"
 #include "shardkit/loader/loader.h"
 #include "shardkit/loader/loader_state.h"
+#include "shardkit/loader/mixture_loader.h"
 #include "shardkit/loader/token_source.h"
 #include "shardkit/packing/packing.h"
 
@@ -47,6 +56,7 @@ constexpr Index kDocuments = 40;
 constexpr Index kMaxSeqLen = 512;    // larger states are read, not run
 constexpr Index kMaxConsumers = 64;  // likewise
 constexpr Index kMaxBatches = 4096;
+constexpr Index kMaxWindow = 4096;
 
 Index DocumentLength(Index d) { return (d * 37 + 11) % 97; }
 
@@ -87,6 +97,8 @@ struct Delivered {
 
 // Every piece of the batch is a piece of a document, and the row holds that
 // piece's own tokens.
+// `delivered` null: tokens may repeat (a mixture window holds a document of
+// the data set once per sample that drew it).
 void CheckBatch(const shardkit::Batch& b, Delivered* delivered) {
   const auto& data = Documents();
   const std::size_t pieces = b.documents.size();
@@ -105,7 +117,7 @@ void CheckBatch(const shardkit::Batch& b, Delivered* delivered) {
           start > DocumentLength(doc) - length) {
         __builtin_trap();
       }
-      delivered->Mark(doc, start, length);
+      if (delivered != nullptr) delivered->Mark(doc, start, length);
       tokens += length;
       if (length > 0) row_pieces.push_back(i);
     }
@@ -354,13 +366,120 @@ void FuzzPackerState(std::uint8_t flags, std::string_view text) {
   (void)shardkit::PackerStateFromJson(shardkit::PackerStateToJson(packer->State()));
 }
 
+// Three sources, each the data set.
+const std::vector<std::shared_ptr<const shardkit::TokenSource>>& MixtureSources() {
+  static const auto* sources =
+      new std::vector<std::shared_ptr<const shardkit::TokenSource>>(3, Documents().source);
+  return *sources;
+}
+
+void FuzzMixtureLoaderState(std::uint8_t flags, std::string_view text) {
+  shardkit::MixtureLoaderState state;
+  try {
+    state = shardkit::MixtureLoaderStateFromJson(text);
+  } catch (const std::invalid_argument&) {
+    return;
+  }
+  const shardkit::MixtureOrder order(state.pieces, state.samples);  // FromJson checked it
+  const std::string once = shardkit::MixtureLoaderStateToJson(order, state.loader);
+  const shardkit::MixtureLoaderState back = shardkit::MixtureLoaderStateFromJson(once);
+  if (shardkit::MixtureLoaderStateToJson(shardkit::MixtureOrder(back.pieces, back.samples),
+                                         back.loader) != once) {
+    __builtin_trap();
+  }
+  if (state.samples > kMaxWindow) return;
+  const shardkit::LoaderState& ls = state.loader;
+  if (!ls.train && (ls.seq_len < 1 || ls.seq_len > kMaxSeqLen || ls.consumers > kMaxConsumers)) {
+    return;
+  }
+
+  // The run asked for: the state's current plan (or new weights), fresh.
+  shardkit::MixtureOptions mo = order.current().options();
+  mo.origin = 0;
+  mo.start.clear();
+  mo.skip = 0;
+  std::vector<double> weights = order.current().weights();
+  if (flags & 8) {  // 1:2:1 (for three sources): a change at the read point
+    weights.assign(weights.size(), 1.0);
+    weights[1 % weights.size()] = 2.0;
+  }
+  shardkit::LoaderOptions o;
+  o.algorithm = static_cast<shardkit::PackAlgorithm>((flags >> 1) & 3);
+  o.num_threads = (flags & 16) ? 1 : 0;
+  o.batch_size = ((flags >> 5) & 3) + 1;
+  if (flags & 128) o.buffer = 8;
+  o.shuffle = false;
+  o.seed = order.current().options().seed;  // a mixture loader's seed is its mixture's
+  if (ls.train) {
+    o.equal_steps = true;
+    o.seq_len = 32;
+  } else {
+    o.seq_len = ls.seq_len;
+    if (ls.consumers > 0) {
+      o.world_size = ls.consumers;
+      o.rank = ls.consumer >= 0 && ls.consumer < ls.consumers ? ls.consumer : 0;
+    }
+  }
+  std::optional<shardkit::MixtureResume> resume;
+  std::shared_ptr<const shardkit::TokenSource> view;
+  shardkit::MixtureWindow window;
+  std::optional<shardkit::TokenLoader> loader;
+  try {
+    const shardkit::Mixture requested =
+        shardkit::MixtureOfSources(MixtureSources(), weights, std::move(mo));
+    resume.emplace(
+        shardkit::ResumeMixtureLoader(MixtureSources(), requested, std::nullopt, o, text));
+    o.epoch = resume->loader.train ? resume->loader.train->epoch : resume->loader.epoch;
+    window = resume->order.Window(o.epoch);
+    if (window.count > kMaxWindow) return;
+    view = shardkit::MixtureSource(MixtureSources(), resume->order, window);
+    loader.emplace(view, o, resume->loader);
+  } catch (const std::invalid_argument&) {
+    return;
+  } catch (const std::out_of_range&) {
+    return;
+  }
+  // Window document w is item items[w] (document items[w] of the data set).
+  std::vector<Index> sources(static_cast<std::size_t>(window.count));
+  std::vector<Index> items(static_cast<std::size_t>(window.count));
+  resume->order.Fill(window.first, window.first + window.count, sources.data(), items.data());
+  std::vector<std::vector<bool>> seen(items.size());
+  for (std::size_t w = 0; w < items.size(); ++w) {
+    if (items[w] < 0 || items[w] >= kDocuments) __builtin_trap();
+    seen[w].assign(static_cast<std::size_t>(DocumentLength(items[w])), false);
+  }
+  for (Index n = 0; n < kMaxBatches; ++n) {
+    const auto batch = loader->Next();
+    if (!batch) break;
+    shardkit::Batch as_data = *batch;
+    for (std::size_t i = 0; i < as_data.documents.size(); ++i) {
+      const Index w = as_data.documents[i];
+      if (w < 0 || w >= window.count) __builtin_trap();  // outside the window
+      as_data.documents[i] = items[static_cast<std::size_t>(w)];
+      for (Index p = batch->starts[i]; p < batch->starts[i] + batch->lengths[i]; ++p) {
+        if (p < 0 || p >= static_cast<Index>(seen[static_cast<std::size_t>(w)].size())) {
+          __builtin_trap();
+        }
+        if (seen[static_cast<std::size_t>(w)][static_cast<std::size_t>(p)]) __builtin_trap();
+        seen[static_cast<std::size_t>(w)][static_cast<std::size_t>(p)] = true;
+      }
+    }
+    CheckBatch(as_data, nullptr);
+  }
+  const std::string saved = shardkit::MixtureLoaderStateToJson(resume->order, loader->State());
+  if (!shardkit::IsMixtureLoaderState(saved)) __builtin_trap();
+  (void)shardkit::MixtureLoaderStateFromJson(saved);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1 || size > 64 * 1024) return 0;
   const std::uint8_t flags = data[0];
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-  if (flags & 1) {
+  if (shardkit::IsMixtureLoaderState(text)) {
+    FuzzMixtureLoaderState(flags, text);
+  } else if (flags & 1) {
     FuzzPackerState(flags, text);
   } else {
     FuzzLoaderStates(flags, text);

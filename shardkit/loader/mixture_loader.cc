@@ -441,10 +441,17 @@ MixtureLoaderState MixtureLoaderStateFromJson(std::string_view text) {
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     s.pieces.push_back(PieceFromJson(pieces[i], "state.mixture[" + std::to_string(i) + "]"));
   }
-  (void)MixtureOrder(s.pieces, s.samples);  // the pieces hold together
+  const MixtureOrder order(s.pieces, s.samples);  // the pieces hold together
   s.loader = LoaderStateFromJson(WriteJson(Field(j, "state", "loader")));
   if (AsUint64(Field(j, "state", "epoch"), "state.epoch") != StateEpoch(s.loader)) {
     ThrowAtPath("state.epoch", "differs from the loader state's epoch");
+  }
+  // The epoch's window is in the order (a state whose window begins before
+  // its first piece was read, then failed in the writer: fuzzed).
+  try {
+    (void)order.Window(StateEpoch(s.loader));
+  } catch (const std::invalid_argument& e) {
+    ThrowInvalid("state", e.what());
   }
   return s;
 }

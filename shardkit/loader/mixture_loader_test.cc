@@ -437,6 +437,39 @@ TEST(MixtureLoaderTest, UnchangedWeightsResumeTheUninterruptedRunByteForByte) {
   }
 }
 
+// Regression (state fuzzer): a state whose epoch's window begins before its
+// order's first piece (origin moved past 0) was read, then the writer threw
+// from MixtureOrder::Window; the reader refuses it naming state and epoch.
+TEST(MixtureLoaderTest, RegressionAStateWhoseWindowIsBeforeItsOrderIsRefused) {
+  std::mt19937_64 rng(12);
+  const Corpus corpus = MakeCorpus(rng, {30, 80}, 40);
+  MixtureOptions mo;
+  mo.seed = 3;
+  const Mixture mix = MixtureOfSources(corpus.views(), {1, 2}, mo);
+  const MixtureOrder order(mix, 100);
+  LoaderOptions o;
+  o.seq_len = 32;
+  o.batch_size = 2;
+  o.shuffle = false;
+  TokenLoader loader(MixtureSource(corpus.views(), order, order.Window(0)), o);
+  ASSERT_NE(loader.Next(), nullptr);
+  std::string text = MixtureLoaderStateToJson(order, loader.State());
+  ASSERT_NO_THROW((void)MixtureLoaderStateFromJson(text));
+  const std::size_t at = text.find("\"origin\": 0");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, 11, "\"origin\": 1");
+  try {
+    (void)MixtureLoaderStateFromJson(text);
+    ADD_FAILURE() << "accepted a window before the order";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("state: epoch: 0 begins at sample 0, before this "
+                                          "loader's order (from sample 1",
+                                          0),
+              0u)
+        << e.what();
+  }
+}
+
 TEST(MixtureLoaderTest, ResumeRefusesAnotherRunAndOneConsumerOfMany) {
   std::mt19937_64 rng(6);
   const Corpus corpus = MakeCorpus(rng, {30, 80}, 40);
