@@ -332,10 +332,12 @@ void init_loader(nb::module_& m) {
       .def(
           "numpy",
           [](const MixtureOrder& o, Index start, Index stop) {
-            if (stop < start) ThrowOutOfRange("stop", std::to_string(stop) + " is before start");
+            o.CheckWindow(start, stop);  // before stop - start sizes the arrays
             std::int64_t *sources = nullptr, *items = nullptr;
-            auto a = NewArray<std::int64_t>(static_cast<std::size_t>(stop - start), &sources);
-            auto b = NewArray<std::int64_t>(static_cast<std::size_t>(stop - start), &items);
+            auto a =
+                NewArrayFor<std::int64_t>("stop", static_cast<std::size_t>(stop - start), &sources);
+            auto b =
+                NewArrayFor<std::int64_t>("stop", static_cast<std::size_t>(stop - start), &items);
             {
               ReleaseGil release;
               o.Fill(start, stop, sources, items);

@@ -389,3 +389,19 @@ def test_regression_mixture_methods_name_their_argument(method):
         with pytest.raises(IndexError) as excinfo:
             call(2**62)
         _one_line(excinfo, r"^block: 4611686018427387904 is not a block of the mixture$")
+
+
+def test_mixture_order_numpy_checks_the_window_before_sizing_arrays():
+    # stop - start of hostile positions overflowed (or sized an absurd array)
+    # before the core checked the window.
+    from shardkit import _core
+
+    order = _core._MixtureOrder(shardkit.Mixture([10, 20], [1, 1]), 100)
+    with pytest.raises(IndexError, match=r"window: \[-9223372036854775808, "):
+        order.numpy(-(2**63), 2**63 - 1)
+    with pytest.raises(IndexError, match=r"window: \[5, 3\) is outside"):
+        order.numpy(5, 3)
+    with pytest.raises(ValueError, match="stop: an array of 4611686018427387904 elements"):
+        order.numpy(0, 2**62)
+    sources, items = order.numpy(0, 10)
+    assert len(sources) == len(items) == 10

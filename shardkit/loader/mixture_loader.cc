@@ -173,11 +173,15 @@ MixtureWindow MixtureOrder::Window(std::uint64_t epoch) const {
   return w;
 }
 
-void MixtureOrder::Fill(Index begin, Index end, Index* sources, Index* items) const {
+void MixtureOrder::CheckWindow(Index begin, Index end) const {
   if (begin < start() || end < begin || end > size()) {
     ThrowOutOfRange("window", "[" + Str(begin) + ", " + Str(end) + ") is outside the order's [" +
                                   Str(start()) + ", " + Str(size()) + ")");
   }
+}
+
+void MixtureOrder::Fill(Index begin, Index end, Index* sources, Index* items) const {
+  CheckWindow(begin, end);
   for (std::size_t i = 0; i < pieces_.size() && begin < end; ++i) {
     const Index b = PieceBegin(pieces_[i]);
     const Index e = i + 1 < pieces_.size() ? PieceBegin(pieces_[i + 1]) : PieceEnd(pieces_[i]);

@@ -123,8 +123,10 @@ class MixtureOrder {
   // that this order no longer holds).
   [[nodiscard]] MixtureWindow Window(std::uint64_t epoch) const;
   // (source, item) of global positions [begin, end). Throws out_of_range
-  // naming `window` outside [start(), size()].
+  // naming `window` outside [start(), size()] (CheckWindow, which callers that
+  // allocate the output call first).
   void Fill(Index begin, Index end, Index* sources, Index* items) const;
+  void CheckWindow(Index begin, Index end) const;
   // The per-source consumed counts before global position `at`.
   [[nodiscard]] MixtureState StateAt(Index at) const;
 
