@@ -21,9 +21,9 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
+from mixture_common import batch_pieces
 from shardkit.torch import TokenDataLoader, TokenDataset
 from torchrun_common import (
     gather_states,
@@ -58,21 +58,9 @@ def dataset(root, weights):
 def pieces(batch, bad):
     """(document, start, length, source, item) of every piece of a batch; the
     pieces whose tokens are not their item's are counted in bad[0]."""
-    ids = batch["input_ids"].numpy()
-    out, t, row_prev = [], 0, -1
-    for d, st, ln, row, s, it in zip(
-        batch["documents"].tolist(),
-        batch["starts"].tolist(),
-        batch["lengths"].tolist(),
-        batch["rows"].tolist(),
-        batch["sources"].tolist(),
-        batch["items"].tolist(),
-    ):
-        if row != row_prev:
-            t, row_prev = 0, row
-        want = s * 1_000_000 + it * 1000 + np.arange(st, st + ln)
-        bad[0] += not np.array_equal(ids[row, t : t + ln], want)
-        t += ln
+    out = []
+    for d, st, ln, s, it, ok in batch_pieces(batch):
+        bad[0] += not ok
         out.append([d, st, ln, s, it])
     return out
 

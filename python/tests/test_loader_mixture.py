@@ -14,20 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mixture_common import batch_pieces, make_source, write_sources
 
 import shardkit
 
 HERE = Path(__file__).resolve().parent
-
-
-def make_source(rng, source, docs, lo=5, hi=60):
-    lengths = rng.integers(lo, hi + 1, docs)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    # token k of document d of source s names it: s * 1e6 + d * 1000 + k
-    doc = np.repeat(np.arange(docs), lengths)
-    k = np.arange(offsets[-1]) - offsets[doc]
-    tokens = (source * 1_000_000 + doc * 1000 + k).astype(np.int32)
-    return tokens, offsets
 
 
 def corpus(seed, sizes):
@@ -42,21 +33,8 @@ def run(loader):
     loader.batches = 0
     for batch in loader:
         loader.batches += 1
-        ids = batch["input_ids"]
-        t, row_prev = 0, -1
-        for d, st, ln, row, s, it in zip(
-            batch["documents"].tolist(),
-            batch["starts"].tolist(),
-            batch["lengths"].tolist(),
-            batch["rows"].tolist(),
-            batch["sources"].tolist(),
-            batch["items"].tolist(),
-        ):
-            if row != row_prev:
-                t, row_prev = 0, row
-            want = s * 1_000_000 + it * 1000 + np.arange(st, st + ln)
-            assert (ids[row, t : t + ln] == want).all()
-            t += ln
+        for d, st, ln, s, it, ok in batch_pieces(batch):
+            assert ok, (d, st, ln, s, it)
             out.append((d, st, ln, s, it))
     return out
 
@@ -278,12 +256,8 @@ def test_docs_loader_mixture_example_runs(tmp_path):
 
 def test_torchrun_four_ranks_equal_steps_over_three_sources(tmp_path):
     pytest.importorskip("torch")
-    rng = np.random.default_rng(8)
     sizes = [300, 500, 80]
-    for s, n in enumerate(sizes):
-        tokens, offsets = make_source(rng, s, n, 50, 150)
-        np.save(tmp_path / f"tokens{s}.npy", tokens)
-        np.save(tmp_path / f"offsets{s}.npy", offsets)
+    write_sources(tmp_path, sizes, 50, 150, seed=8)
     torchrun = Path(sys.executable).with_name("torchrun")
     # --standalone: the rendezvous takes a free loopback port (localhost:0)
     env = dict(os.environ, PYTHONPATH=str(HERE.parent), OMP_NUM_THREADS="1")
@@ -343,24 +317,9 @@ def walk(sizes, seed, source, count):
 def pieces_of(loader, n=None):
     """(document, start, length, source, item) of up to n batches (tokens checked)."""
     out = []
-    it = iter(loader)
-    for i, batch in enumerate(it):
-        ids = batch["input_ids"]
-        t, row_prev = 0, -1
-        for d, st, ln, row, s, itm in zip(
-            batch["documents"].tolist(),
-            batch["starts"].tolist(),
-            batch["lengths"].tolist(),
-            batch["rows"].tolist(),
-            batch["sources"].tolist(),
-            batch["items"].tolist(),
-        ):
-            if row != row_prev:
-                t, row_prev = 0, row
-            assert (
-                ids[row, t : t + ln] == s * 1_000_000 + itm * 1000 + np.arange(st, st + ln)
-            ).all()
-            t += ln
+    for i, batch in enumerate(loader):
+        for d, st, ln, s, itm, ok in batch_pieces(batch):
+            assert ok, (d, st, ln, s, itm)
             out.append((d, st, ln, s, itm))
         if n is not None and i + 1 >= n:
             break
@@ -752,12 +711,8 @@ def test_torchrun_four_ranks_killed_then_three_resume_with_new_weights(tmp_path)
     no item of a repeating source twice within one of its epochs, and the token
     shares after the change follow the new weights."""
     pytest.importorskip("torch")
-    rng = np.random.default_rng(8)
     sizes = [300, 500, 80]
-    for s, n in enumerate(sizes):
-        tokens, offsets = make_source(rng, s, n, 50, 150)
-        np.save(tmp_path / f"tokens{s}.npy", tokens)
-        np.save(tmp_path / f"offsets{s}.npy", offsets)
+    write_sources(tmp_path, sizes, 50, 150, seed=8)
     offsets = [np.load(tmp_path / f"offsets{s}.npy") for s in range(3)]
     old_weights, new_weights = [0.2, 0.5, 0.3], [0.6, 0.2, 0.2]
     buffer = block = 64  # the worker's BUFFER and BLOCK
