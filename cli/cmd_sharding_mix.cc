@@ -141,9 +141,11 @@ int RunMix(const Argv& argv) {
       j.Begin().Key("begin").Int(s.begin).Key("shares").DoubleList(shares).End();
     }
     j.End();
+    const bool nominal = !o.tokens.empty();
     j.Key("windows").BeginList();
     for (const MixWindow& w : r.windows) {
       j.Begin().Key("begin").Int(w.begin).Key("end").Int(w.end);
+      if (nominal) j.Key("tokens").Double(mix.NominalTokens(w.begin));
       j.Key("counts").IntList(w.counts).Key("target").DoubleList(w.target).End();
     }
     j.End();
@@ -171,9 +173,18 @@ int RunMix(const Argv& argv) {
                 mix.sizes()[i], 100 * r.target[i], 100 * r.realised[i], r.consumed[i], r.epochs[i]);
   }
   if (!r.windows.empty()) {
-    std::printf("\nproportions over the window (one letter per source: a = 0, b = 1, ...)\n");
+    // With lengths, each window's start also in nominal tokens (the unit of
+    // a schedule in tokens).
+    const bool nominal = !o.tokens.empty();
+    std::printf("\nproportions over the window (one letter per source: a = 0, b = 1, ...)%s\n",
+                nominal ? "; sample position, nominal tokens" : "");
     for (const MixWindow& w : r.windows) {
-      std::printf("%14" PRId64 " |%s|\n", w.begin, Bar(w.counts).c_str());
+      if (nominal) {
+        std::printf("%14" PRId64 " %12.4g |%s|\n", w.begin, mix.NominalTokens(w.begin),
+                    Bar(w.counts).c_str());
+      } else {
+        std::printf("%14" PRId64 " |%s|\n", w.begin, Bar(w.counts).c_str());
+      }
     }
   }
   if (list) {

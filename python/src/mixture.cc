@@ -255,6 +255,24 @@ void init_mixture(nb::module_& m) {
           },
           "position"_a.none(), "Items taken from each source before ``position``.")
       .def(
+          "nominal_tokens",
+          [](const Mixture& mix, Int position) {
+            return mix.NominalTokens(ToIndex(position, "position"));
+          },
+          "position"_a.none(),
+          "Tokens drawn before ``position`` counted at each source's mean length (the unit "
+          "of a schedule in tokens; needs ``lengths``).")
+      .def(
+          "position_of_tokens",
+          [](const Mixture& mix, double tokens) {
+            ReleaseGil release;
+            return mix.PositionOfTokens(tokens);
+          },
+          "tokens"_a,
+          "The first position (0 or a block boundary) where nominal_tokens reaches "
+          "``tokens``: where a schedule point at that token position takes effect; len() "
+          "when the mixture ends before.")
+      .def(
           "target",
           [](const Mixture& mix, Int position) {
             return mix.Target(ToIndex(position, "position"));

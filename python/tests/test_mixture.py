@@ -170,6 +170,13 @@ def test_schedule_in_tokens_lands_where_the_nominal_tokens_reach_each_point():
         assert len(begins) == 4, trial
         for (target, _), b in zip(points, begins[1:]):
             assert nominal(b) >= target > nominal(b - 512), (trial, b)
+        # the same numbers through the mixture: nominal_tokens, and
+        # position_of_tokens answers where a point at T lands
+        for p in [0, 1, 511, 512, begins[-1] + 77]:
+            assert mix.nominal_tokens(p) == pytest.approx(float(nominal(p)), rel=1e-12)
+        no_schedule = shardkit.Mixture(sizes, [1] * k, lengths=lengths, block=512, seed=trial)
+        for target, _ in points[:1]:
+            assert no_schedule.position_of_tokens(target) == begins[1], trial
         # the state carries the unit; resuming unchanged gives the same samples
         state = mix.state_dict(begins[1] - 7)
         assert state["schedule_unit"] == "tokens"
@@ -179,6 +186,13 @@ def test_schedule_in_tokens_lands_where_the_nominal_tokens_reach_each_point():
         assert (want[0] == got[0]).all() and (want[1] == got[1]).all()
     with pytest.raises(ValueError, match="lengths: a schedule in tokens"):
         shardkit.Mixture([3, 4], [1, 1], schedule=[(9, [1, 0])], schedule_unit="tokens")
+    with pytest.raises(ValueError, match="lengths: nominal tokens need the lengths"):
+        shardkit.Mixture([3, 4], [1, 1]).nominal_tokens(5)
+    lens = [np.full(3, 10), np.full(4, 20)]
+    with pytest.raises(ValueError, match="tokens: must be >= 0"):
+        shardkit.Mixture([3, 4], [1, 1], lengths=lens).position_of_tokens(-1.0)
+    ends = shardkit.Mixture([3, 4], [1, 1], lengths=lens, repeat=[False, True])
+    assert ends.position_of_tokens(1e12) == len(ends)
     with pytest.raises(ValueError, match="schedule_unit: unknown value 'bytes'"):
         shardkit.Mixture([3, 4], [1, 1], schedule_unit="bytes")
 
@@ -257,6 +271,8 @@ def test_cli_mix_schedule_in_tokens(cli, tmp_path):
     out = json.loads(r.stdout)
     assert out["schedule_unit"] == "tokens"
     assert [s["begin"] for s in out["segments"]] == [0, 2000]
+    # each window's start in nominal tokens: 505 per sample before the change
+    assert out["windows"][1]["tokens"] == out["windows"][1]["begin"] * 505
     r = cli(*args)
     assert r.returncode != 0 and r.stderr.count("\n") == 1
     assert "lengths: a schedule in tokens needs" in r.stderr

@@ -365,14 +365,19 @@ Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureO
 
   // Schedule positions in tokens are nominal: each source's count times its
   // mean length (tokens / items), summed; the origin's is that of `start`.
-  std::vector<long double> mean(k, 0);
+  if (static_cast<Index>(options_.tokens.size()) == k) {
+    mean_.assign(k, 0);
+    for (Index i = 0; i < k; ++i) {
+      if (sizes_[i] > 0) {
+        mean_[i] =
+            static_cast<long double>(options_.tokens[i]) / static_cast<long double>(sizes_[i]);
+      }
+    }
+  }
+  const std::vector<long double>& mean = mean_;
   long double origin_tokens = 0;
   if (token_positions) {
     for (Index i = 0; i < k; ++i) {
-      if (sizes_[i] > 0) {
-        mean[i] =
-            static_cast<long double>(options_.tokens[i]) / static_cast<long double>(sizes_[i]);
-      }
       origin_tokens += static_cast<long double>(options_.start[i]) * mean[i];
     }
   }
@@ -880,6 +885,44 @@ std::vector<Index> Mixture::Consumed(Index position) const {
   HeadCounts(info, first, out.data());
   for (Index i = 0; i < k; ++i) out[i] += info.cum[i];
   return out;
+}
+
+double Mixture::NominalTokens(Index position) const {
+  if (mean_.empty()) {
+    ThrowInvalid("lengths", "nominal tokens need the lengths (token counts) of every source");
+  }
+  const std::vector<Index> c = Consumed(position);
+  long double t = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) t += static_cast<long double>(c[i]) * mean_[i];
+  return static_cast<double>(t);
+}
+
+Index Mixture::PositionOfTokens(double tokens) const {
+  if (mean_.empty()) {
+    ThrowInvalid("lengths", "nominal tokens need the lengths (token counts) of every source");
+  }
+  if (!(tokens >= 0)) ThrowInvalid("tokens", "must be >= 0, got " + Num(tokens));
+  if (NominalTokens(0) >= tokens) return 0;
+  const Index k = num_sources();
+  std::vector<Index> c(k);
+  auto reaches = [&](Index b) {  // plan block boundary b
+    Cumulative(b, c.data());
+    long double t = 0;
+    for (Index i = 0; i < k; ++i) t += static_cast<long double>(c[i]) * mean_[i];
+    return t >= static_cast<long double>(tokens);
+  };
+  const Index plan_end = size_ + options_.skip;
+  Index lo = CeilDiv(options_.skip, block_), hi = plan_end / block_;
+  if (lo > hi || !reaches(hi)) return size_;  // not before the end
+  while (lo < hi) {
+    const Index mid = lo + (hi - lo) / 2;
+    if (reaches(mid)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return std::min(lo * block_ - options_.skip, size_);
 }
 
 std::vector<double> Mixture::Target(Index position) const {

@@ -201,6 +201,17 @@ class Mixture {
   // Items taken from each source before local position `position` (the
   // start counts included). Throws out_of_range unless 0 <= position <= size().
   [[nodiscard]] std::vector<Index> Consumed(Index position) const;
+  // The nominal tokens drawn before local position `position` (from the
+  // plan's start, resumes included): sum over sources of consumed x mean
+  // length (tokens / items), the unit of a schedule in tokens. Throws
+  // invalid_argument naming `lengths` when the mixture has no token counts,
+  // out_of_range naming `position` unless 0 <= position <= size().
+  [[nodiscard]] double NominalTokens(Index position) const;
+  // The first local position p (0 or a block boundary) where
+  // NominalTokens(p) >= tokens; size() when the mixture ends before. O(K log
+  // blocks). Throws as NominalTokens, invalid_argument naming `tokens` when
+  // negative.
+  [[nodiscard]] Index PositionOfTokens(double tokens) const;
   // The target (real-valued) counts of each source before `position` within
   // its segment plus the segment's start counts: what Consumed approximates.
   [[nodiscard]] std::vector<double> Target(Index position) const;
@@ -261,6 +272,8 @@ class Mixture {
   Index cut_block_ = -1;
   std::vector<Index> cut_counts_;
   std::vector<Index> cut_prefix_;  // slot prefix sums of the cut block, K + 1
+  // Mean length of each source (tokens / items), when the tokens are known.
+  std::vector<long double> mean_;
   // Spread multipliers (and inverses) of full blocks and of the cut block.
   std::int64_t spread_ = 0, spread_inverse_ = 0;
   std::int64_t cut_spread_ = 0, cut_spread_inverse_ = 0;
