@@ -94,7 +94,7 @@ def test_ranks_deliver_the_mixture_window_exactly_once_with_exact_block_counts(e
         itm = np.array([by[d][0][3] for d in range(samples)])
         want_s, want_i = mix.numpy(first, first + samples)
         assert (src == want_s).all() and (itm == want_i).all()
-        # exact counts in every whole block: the largest remainder of 2:5:1
+        # exact counts in every whole block (the cumulative rounding of 2:5:1)
         for b in range(first // 64 + 1, (first + samples) // 64):
             block = src[b * 64 - first : (b + 1) * 64 - first]
             assert np.bincount(block, minlength=3).tolist() == mix.block_counts(b)
