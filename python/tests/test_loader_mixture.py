@@ -5,16 +5,15 @@ and the sources' walks (every item once per epoch of its source)."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 from mixture_common import batch_pieces, make_source, write_sources
+from torchrun_launch import finish, kill_after_checkpoint, launch
 
 import shardkit
 
@@ -258,29 +257,7 @@ def test_torchrun_four_ranks_equal_steps_over_three_sources(tmp_path):
     pytest.importorskip("torch")
     sizes = [300, 500, 80]
     write_sources(tmp_path, sizes, 50, 150, seed=8)
-    torchrun = Path(sys.executable).with_name("torchrun")
-    # --standalone: the rendezvous takes a free loopback port (localhost:0)
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent), OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(
-        [
-            str(torchrun),
-            "--standalone",
-            "--nproc-per-node=4",
-            str(HERE / "mixture_torchrun_worker.py"),
-            str(tmp_path),
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate(timeout=10)
-        raise AssertionError("hang: killed after 240 s\n" + out.decode()[-3000:])
-    assert proc.returncode == 0, out.decode()[-3000:]
+    finish(launch("mixture_torchrun_worker.py", 4, tmp_path), 240)
     runs = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(4)]
     assert len({r["steps"] for r in runs}) == 1 and runs[0]["steps"] > 0  # equal steps
     pieces = [tuple(p) for r in runs for p in r["pieces"]]
@@ -298,6 +275,15 @@ def test_torchrun_four_ranks_equal_steps_over_three_sources(tmp_path):
     weights = [0.2, 0.5, 0.3]
     for s in range(3):  # exact counts per block; lengths in [50, 150] vary the tokens
         assert abs(tokens[s] / total - weights[s]) < 0.03, (s, tokens)
+
+
+def tiled_window(pieces, src, itm, sources):
+    """Every document of a window (document d is item itm[d] of source src[d])
+    tiled exactly once by the pieces, each piece naming its document's item."""
+    for d, st, ln, s, it in pieces:
+        assert (s, it) == (src[d], itm[d]), (d, s, it)
+    by = whole(pieces, lambda s, it: int(sources[s][1][it + 1] - sources[s][1][it]))
+    assert sorted(by) == list(range(len(src)))
 
 
 def walk(sizes, seed, source, count):
@@ -396,19 +382,7 @@ def test_resume_with_new_weights_keeps_what_was_read_and_continues_every_source(
             if equal:
                 assert ld.num_steps == new[0].num_steps
         # every document of the window tiled exactly once across the change
-        by = defaultdict(list)
-        for d, st, ln, s, it in before + after:
-            assert (s, it) == (src[d], itm[d])
-            by[d].append((st, ln))
-        assert sorted(by) == list(range(len(src)))
-        for d, ps in by.items():
-            ps.sort()
-            at_tok = 0
-            for st, ln in ps:
-                assert st == at_tok, (trial, d)
-                at_tok += ln
-            s, it = src[d], itm[d]
-            assert at_tok == sources[s][1][it + 1] - sources[s][1][it]
+        tiled_window(before + after, src, itm, sources)
         # every source continues its walk from its count before the window
         c0 = shardkit.Mixture(sizes, w0, by="samples", block=64, seed=seed).consumed(first)
         for s in range(k):
@@ -521,25 +495,10 @@ def test_torch_dataset_over_a_mixture_equal_steps_with_workers_and_new_weights()
             states.append(json.loads(json.dumps(dl.state_dict())))
         return batches, pieces, states
 
-    def tiled(pieces, src, itm):
-        by = defaultdict(list)
-        for d, st, ln, s, it in pieces:
-            assert (s, it) == (src[d], itm[d])
-            by[d].append((st, ln))
-        assert sorted(by) == list(range(len(src)))
-        for d, ps in by.items():
-            ps.sort()
-            at = 0
-            for st, ln in ps:
-                assert st == at
-                at += ln
-            s, it = src[d], itm[d]
-            assert at == sources[s][1][it + 1] - sources[s][1][it]
-
     full, pieces, _ = run([1, 2, 1], world=2, workers=2)
     assert len(set(full)) == 1 and full[0] > 3
     ref = shardkit.TokenLoader.mixture(sources, [1, 2, 1], **kw)
-    tiled(pieces, *ref.window_samples())
+    tiled_window(pieces, *ref.window_samples(), sources)
 
     head, before, states = run([1, 2, 1], world=2, workers=2, stop=3)
     assert head == [3, 3] and states[0] == states[1]  # one state, the same on every rank
@@ -550,7 +509,7 @@ def test_torch_dataset_over_a_mixture_equal_steps_with_workers_and_new_weights()
     changed, read, at = new.last_resume
     assert changed and read > 0
     src, itm = new.window_samples()
-    tiled(before + after, src, itm)
+    tiled_window(before + after, src, itm, sources)
     assert all(s != 1 for d, *_, s, _ in after if d >= read)  # weight 0 after the change
     # epochs through the DataLoader: a pass ends at the next epoch's start
     ds = TokenDataset.mixture(sources, [1, 2, 1], rank=0, world_size=1, **kw)
@@ -672,32 +631,10 @@ def test_cli_loader_stats_over_a_mixture_and_resume_with_new_weights(cli, tmp_pa
 
 
 def _torchrun_mixture_resume(root, nproc, mode, weights):
-    """torchrun (gloo, loopback) of mixture_resume_torchrun_worker.py, in its
-    own process group (the test kills the group on a timeout)."""
-    torchrun = Path(sys.executable).with_name("torchrun")
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent), OMP_NUM_THREADS="1")
-    return subprocess.Popen(
-        [
-            str(torchrun),
-            "--standalone",  # the rendezvous takes a free loopback port
-            f"--nproc-per-node={nproc}",
-            str(HERE / "mixture_resume_torchrun_worker.py"),
-            str(root),
-            mode,
-            ",".join(map(str, weights)),
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    """torchrun of mixture_resume_torchrun_worker.py (torchrun_launch.launch)."""
+    return launch(
+        "mixture_resume_torchrun_worker.py", nproc, root, mode, ",".join(map(str, weights))
     )
-
-
-def _kill_group(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def test_torchrun_four_ranks_killed_then_three_resume_with_new_weights(tmp_path):
@@ -720,40 +657,17 @@ def test_torchrun_four_ranks_killed_then_three_resume_with_new_weights(tmp_path)
     # Phase 1: 4 processes, killed after their checkpoint. Generous timeouts
     # (a loaded machine); each wait ends as soon as its event happens.
     marker = tmp_path / "checkpoint.json"
-    for attempt in range(2):
-        first = _torchrun_mixture_resume(tmp_path, 4, "first", old_weights)
-        deadline = time.time() + 300
-        while not marker.exists() and time.time() < deadline and first.poll() is None:
-            time.sleep(0.05)
-        if marker.exists():
-            break
-        _kill_group(first)
-        out = first.communicate(timeout=30)[0].decode()
-        # gloo connecting its processes (connectFullMesh: a loopback connection
-        # refused or reset under load) may fail once before the first step
-        if attempt == 1 or "connectFullMesh" not in out:
-            raise AssertionError("no checkpoint\n" + out[-3000:])
-    try:
-        time.sleep(0.3)
-        assert first.poll() is None, "the first run must still be running when killed"
-    finally:
-        _kill_group(first)
-        first.wait(timeout=30)
+    kill_after_checkpoint(
+        lambda: _torchrun_mixture_resume(tmp_path, 4, "first", old_weights), marker, retry=True
+    )
     checkpoint = json.loads(marker.read_text())
     assert checkpoint["world"] == 4 and checkpoint["state"]["kind"] == "mixture_loader"
 
     # Phase 2: 3 processes, the new weights, to the end of the epoch.
-    for attempt in range(2):
-        second = _torchrun_mixture_resume(tmp_path, 3, "resume", new_weights)
-        try:
-            out = second.communicate(timeout=400)[0].decode()
-        except subprocess.TimeoutExpired:
-            _kill_group(second)
-            out = second.communicate(timeout=30)[0].decode()
-            raise AssertionError("hang: killed after 400 s\n" + out[-3000:])
-        if second.returncode == 0 or attempt == 1 or "connectFullMesh" not in out:
-            break
-    assert second.returncode == 0, out[-3000:]
+    def second():
+        return _torchrun_mixture_resume(tmp_path, 3, "resume", new_weights)
+
+    finish(second(), 400, second)
     runs = [json.loads((tmp_path / f"resumed-{r}.json").read_text()) for r in range(3)]
 
     # equal steps: phase 1 checkpointed one state for all 4 ranks after 6

@@ -6,18 +6,15 @@ another seed fails on every rank within seconds. Every launch has a hard
 timeout. The worker is train_torchrun_worker.py."""
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("torch")
+
+import torchrun_launch  # noqa: E402
+from torchrun_launch import finish, kill_after_checkpoint  # noqa: E402
 
 import shardkit  # noqa: E402
 
@@ -37,61 +34,8 @@ def corpus(tmp_path_factory):
     return root, lengths
 
 
-def free_port():
-    """A loopback port no one listens on now (for torchrun's store)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(root, nproc, *args):
-    torchrun = Path(sys.executable).with_name("torchrun")
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent), OMP_NUM_THREADS="1")
-    port = str(free_port())
-    return subprocess.Popen(
-        [
-            str(torchrun),
-            "--standalone",
-            f"--nproc-per-node={nproc}",
-            f"--master-port={port}",
-            str(HERE / "train_torchrun_worker.py"),
-            str(root),
-            *map(str, args),
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def kill_group(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def wait(proc, timeout):
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        out, _ = proc.communicate(timeout=30)
-        raise AssertionError("hang: killed after %d s\n%s" % (timeout, out.decode()[-3000:]))
-    return out
-
-
-def finish(proc, timeout, relaunch=None):
-    """Waits for a launch (hard timeout) and asserts it succeeded. A launch
-    that failed while gloo connected its processes (connectFullMesh: a
-    loopback connection refused or reset on a loaded machine, before the
-    first step) runs once more through `relaunch`."""
-    out = wait(proc, timeout)
-    if proc.returncode != 0 and relaunch is not None and b"connectFullMesh" in out:
-        proc = relaunch()
-        out = wait(proc, timeout)
-    assert proc.returncode == 0, out.decode()[-3000:]
+    return torchrun_launch.launch("train_torchrun_worker.py", nproc, root, *args)
 
 
 def tiles(lengths, pieces):
@@ -140,21 +84,8 @@ def test_two_epochs_all_modes_and_worker_counts_equal_steps_exactly_once(corpus)
 
 def test_sigkill_mid_epoch_then_resume_on_3_processes_and_on_4_with_another_batch(corpus):
     root, lengths = corpus
-    first = launch(root, 4, "first")
     marker = root / "checkpoint.json"
-    # Generous: the wait ends as soon as the checkpoint is there.
-    deadline = time.time() + 300
-    while not marker.exists() and time.time() < deadline and first.poll() is None:
-        time.sleep(0.05)
-    try:
-        if not marker.exists():
-            kill_group(first)
-            raise AssertionError(first.communicate(timeout=30)[0].decode()[-3000:])
-        time.sleep(0.3)
-        assert first.poll() is None, "the first run must still be running when killed"
-    finally:
-        kill_group(first)
-        first.wait(timeout=30)
+    kill_after_checkpoint(lambda: launch(root, 4, "first"), marker)
     checkpoint = json.loads(marker.read_text())
     assert checkpoint["state"]["kind"] == "train_plan"
     for nproc, batch in [(3, 2), (4, 3)]:
@@ -188,30 +119,10 @@ def test_docs_ddp_loop_runs_under_torchrun(corpus, tmp_path):
     block = text.split("<!-- ddp-loop -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     script = tmp_path / "ddp_loop.py"
     script.write_text(block)
-    torchrun = Path(sys.executable).with_name("torchrun")
-    env = dict(
-        os.environ,
-        PYTHONPATH=str(HERE.parent),
-        OMP_NUM_THREADS="1",
-        TOKENS=str(root / "tokens.npy"),
-        OFFSETS=str(root / "offsets.npy"),
-    )
+    env = dict(TOKENS=str(root / "tokens.npy"), OFFSETS=str(root / "offsets.npy"))
 
     def launch_docs():
-        return subprocess.Popen(
-            [
-                str(torchrun),
-                "--standalone",
-                "--nproc-per-node=2",
-                f"--master-port={free_port()}",
-                str(script),
-            ],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        return torchrun_launch.launch(script, 2, cwd=tmp_path, env=env)
 
     for _ in range(2):  # fresh, then resumed from checkpoint.pt
         finish(launch_docs(), 600, launch_docs)
