@@ -254,13 +254,20 @@ std::optional<std::string> Unsealed(const Json& state) {
   return shardkit::WriteJson(out);
 }
 
-void FuzzLoaderStates(std::uint8_t flags, std::string_view text) {
+// The loader options of the options byte but oversize (bit 3), which the
+// mixture loader reads as "new weights".
+shardkit::LoaderOptions LoaderOptionsOf(std::uint8_t flags) {
   shardkit::LoaderOptions o;
   o.algorithm = static_cast<shardkit::PackAlgorithm>((flags >> 1) & 3);
-  o.oversize = (flags & 8) ? shardkit::Oversize::kDrop : shardkit::Oversize::kSplit;
   o.num_threads = (flags & 16) ? 1 : 0;
   o.batch_size = ((flags >> 5) & 3) + 1;
   if (flags & 128) o.buffer = 8;
+  return o;
+}
+
+void FuzzLoaderStates(std::uint8_t flags, std::string_view text) {
+  shardkit::LoaderOptions o = LoaderOptionsOf(flags);
+  o.oversize = (flags & 8) ? shardkit::Oversize::kDrop : shardkit::Oversize::kSplit;
 
   std::vector<std::string> texts{std::string(text)};
   try {
@@ -403,11 +410,7 @@ void FuzzMixtureLoaderState(std::uint8_t flags, std::string_view text) {
     weights.assign(weights.size(), 1.0);
     weights[1 % weights.size()] = 2.0;
   }
-  shardkit::LoaderOptions o;
-  o.algorithm = static_cast<shardkit::PackAlgorithm>((flags >> 1) & 3);
-  o.num_threads = (flags & 16) ? 1 : 0;
-  o.batch_size = ((flags >> 5) & 3) + 1;
-  if (flags & 128) o.buffer = 8;
+  shardkit::LoaderOptions o = LoaderOptionsOf(flags);  // oversize split: bit 3 is the weights
   o.shuffle = false;
   o.seed = order.current().options().seed;  // a mixture loader's seed is its mixture's
   if (ls.train) {

@@ -374,13 +374,7 @@ Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureO
       }
     }
   }
-  const std::vector<long double>& mean = mean_;
-  long double origin_tokens = 0;
-  if (token_positions) {
-    for (Index i = 0; i < k; ++i) {
-      origin_tokens += static_cast<long double>(options_.start[i]) * mean[i];
-    }
-  }
+  const long double origin_tokens = token_positions ? Nominal(options_.start.data()) : 0;
   // Where the run stands in the schedule's unit, and whether a point lies
   // before it (ignored) or at it (replaces the weights).
   const long double here =
@@ -502,9 +496,7 @@ Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureO
   std::vector<Index> counts(k);
   auto nominal = [&](const MixSegment& seg, Index b) {
     SegmentCounts(b * block_ - seg.begin, seg, counts.data());
-    long double t = 0;
-    for (Index i = 0; i < k; ++i) t += static_cast<long double>(counts[i]) * mean[i];
-    return t;
+    return Nominal(counts.data());
   };
   for (Change& c : changes) {
     Index begin = 0;
@@ -887,14 +879,18 @@ std::vector<Index> Mixture::Consumed(Index position) const {
   return out;
 }
 
+long double Mixture::Nominal(const Index* counts) const {
+  long double t = 0;
+  for (std::size_t i = 0; i < mean_.size(); ++i)
+    t += static_cast<long double>(counts[i]) * mean_[i];
+  return t;
+}
+
 double Mixture::NominalTokens(Index position) const {
   if (mean_.empty()) {
     ThrowInvalid("lengths", "nominal tokens need the lengths (token counts) of every source");
   }
-  const std::vector<Index> c = Consumed(position);
-  long double t = 0;
-  for (std::size_t i = 0; i < c.size(); ++i) t += static_cast<long double>(c[i]) * mean_[i];
-  return static_cast<double>(t);
+  return static_cast<double>(Nominal(Consumed(position).data()));
 }
 
 Index Mixture::PositionOfTokens(double tokens) const {
@@ -907,9 +903,7 @@ Index Mixture::PositionOfTokens(double tokens) const {
   std::vector<Index> c(k);
   auto reaches = [&](Index b) {  // plan block boundary b
     Cumulative(b, c.data());
-    long double t = 0;
-    for (Index i = 0; i < k; ++i) t += static_cast<long double>(c[i]) * mean_[i];
-    return t >= static_cast<long double>(tokens);
+    return Nominal(c.data()) >= static_cast<long double>(tokens);
   };
   const Index plan_end = size_ + options_.skip;
   Index lo = CeilDiv(options_.skip, block_), hi = plan_end / block_;

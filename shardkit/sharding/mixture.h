@@ -255,6 +255,8 @@ class Mixture {
   MixSample LookupIn(const BlockInfo& info, Index p) const;
   // The order of block b of `length` slots.
   [[nodiscard]] Rotation RotationOf(Index b, Index length) const;
+  // Sum of counts[i] x mean_[i] (REQUIRES mean_ set, K counts).
+  [[nodiscard]] long double Nominal(const Index* counts) const;
   // Per-source counts of the block's positions [0, first), into seen (K).
   void HeadCounts(const BlockInfo& info, Index first, Index* seen) const;
   Index FindStop() const;
