@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -25,6 +26,16 @@ std::string Short(double v) {
     std::snprintf(buf, sizeof buf, "%.4g", v);
   }
   return buf;
+}
+
+// The step of an axis's ticks: 1, 2, 2.5 or 5 times a power of ten, the
+// smallest with at most 5 steps up to `max_value` (> 0).
+double TickStep(double max_value) {
+  const double power = std::pow(10.0, std::floor(std::log10(max_value / 5)));
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+    if (max_value <= 5 * m * power) return m * power;
+  }
+  return 10 * power;
 }
 
 // One coloured square and name per series along the bottom edge.
@@ -78,6 +89,11 @@ std::string SvgBars(const std::string& title, const std::vector<std::string>& ca
     for (double v : s.values) max_value = std::max(max_value, v);
   }
   if (max_value <= 0) max_value = 1;
+  // The axis ends at a whole number of round steps, so every tick reads
+  // exactly (3, 6, 9, not 2.99, 5.981, 8.971).
+  const double step = TickStep(max_value);
+  const int ticks = static_cast<int>(std::ceil(max_value / step - 1e-9));
+  max_value = step * ticks;
   const double plot_w = width - left - right, plot_h = height - top - bottom;
   const double group_w = plot_w / std::max<size_t>(1, categories.size());
   const double bar_w = group_w * 0.8 / std::max<size_t>(1, series.size());
@@ -86,8 +102,8 @@ std::string SvgBars(const std::string& title, const std::vector<std::string>& ca
                     Num(height) + "' font-family='sans-serif' font-size='11'>";
   svg += "<text x='" + Num(left) + "' y='18' font-size='14' font-weight='bold'>" + Escape(title) +
          "</text>";
-  for (int t = 0; t <= 4; ++t) {
-    double v = max_value * t / 4;
+  for (int t = 0; t <= ticks; ++t) {
+    double v = step * t;
     svg += "<line x1='" + Num(left) + "' x2='" + Num(width - right) + "' y1='" + Num(y(v)) +
            "' y2='" + Num(y(v)) + "' stroke='#ddd'/>";
     svg += "<text x='" + Num(left - 4) + "' y='" + Num(y(v) + 4) + "' text-anchor='end'>" +

@@ -225,12 +225,18 @@ Index DefaultMixtureSamples(const Mixture& mixture) {
 }
 
 void MixtureDelivery::Add(const Batch& batch, std::span<const Index> window_sources) {
+  Add(batch, window_sources, 0, static_cast<Index>(window_sources.size()));
+}
+
+void MixtureDelivery::Add(const Batch& batch, std::span<const Index> window_sources, Index first,
+                          Index end) {
   for (std::size_t k = 0; k < batch.documents.size(); ++k) {
     const Index d = batch.documents[k];
     if (d < 0 || d >= static_cast<Index>(window_sources.size())) {
       ThrowOutOfRange("batch", "document " + Str(d) + " is outside the window's " +
                                    Str(static_cast<Index>(window_sources.size())));
     }
+    if (d < first || d >= end) continue;
     const std::size_t s = static_cast<std::size_t>(window_sources[static_cast<std::size_t>(d)]);
     if (tokens.size() <= s) {
       tokens.resize(s + 1, 0);
