@@ -17,6 +17,8 @@ non-blank line before it):
   and test_fragments_say_what_they_need lists them all.
 - `<!-- file: path -->`: the block is that file of the repository as it is
   (another test builds and runs the file).
+- `<!-- tested: path::test_name -->`: that test reads the block from the page
+  and runs it (with more than a plain run, e.g. a resume); not run twice.
 
 Anything else fails: a new block must run, or say why not. Blocks run with a
 hard timeout in a scratch folder holding the example files the pages name
@@ -39,7 +41,7 @@ from conftest import ROOT, cli_path
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TIMEOUT = 180
 FENCE = re.compile(r"^```(\S*)\s*$")
-MARK = re.compile(r"^<!--\s*(fragment|file):\s*(.*?)\s*-->$")
+MARK = re.compile(r"^<!--\s*(fragment|file|tested):\s*(.*?)\s*-->$")
 TORCHRUN = re.compile(r"^#\s*((?:\w+=\S+\s+)*)torchrun\s+(.*?)\s*(\S+\.py)\s*$")
 
 
@@ -48,7 +50,7 @@ class Block:
     page: str
     line: int  # of the opening fence, 1-based
     lang: str
-    mark: str  # "", "fragment" or "file"
+    mark: str  # "", "fragment", "file" or "tested"
     reason: str
     code: str
 
@@ -235,6 +237,15 @@ def test_fragments_say_what_they_need():
     for b in fragments:
         print(f"fragment {b.id} (```{b.lang}): {b.reason}")
         assert len(b.reason) >= 10, f"{b.id}: a fragment must say what it needs"
+
+
+def test_blocks_tested_elsewhere_are_read_there():
+    tested = [b for b in BLOCKS if b.mark == "tested"]
+    for b in tested:
+        path, name = b.reason.split("::")
+        source = (ROOT / path).read_text()
+        assert f"def {name}(" in source, f"{b.id}: no test {b.reason}"
+        assert b.page.split("/")[-1] in source, f"{b.id}: {path} does not read {b.page}"
 
 
 def test_shown_files_are_the_files():
