@@ -93,7 +93,8 @@ RUN = [b for b in BLOCKS if not b.mark and b.lang in ("python", "sh", "console")
 
 
 def write_source(docs, low, high, rng, vocab=1000):
-    """Token and offset .npy files of `docs` documents with lengths in [low, high)."""
+    """Tokens (ids below `vocab`) and offsets of `docs` documents with lengths
+    in [low, high)."""
     lengths = rng.integers(low, high, docs)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     tokens = rng.integers(0, vocab, offsets[-1]).astype(np.uint16)
