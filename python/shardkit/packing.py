@@ -279,19 +279,13 @@ def balance_ranks(
         try:
             costs = [float(c) for c in np.asarray(packing, dtype=np.float64).ravel()]
         except (TypeError, ValueError) as e:
-            raise type(e)(f"packing: expected numbers, got {packing!r:.80} ({e})") from None
-    try:
-        return _core._balance_ranks(
-            costs,
-            _core._index(world_size, "world_size"),
-            _core._index(packs_per_rank, "packs_per_rank"),
-            _core._bool(drop_last, "drop_last"),
-        )
-    except ValueError as e:
-        # Costs passed directly are the `packing` argument (the core says costs).
-        if isinstance(packing, Packing) or not str(e).startswith("costs:"):
-            raise
-        raise ValueError("packing:" + str(e)[len("costs:") :]) from None
+            raise type(e)(f"costs: expected numbers, got {packing!r:.80} ({e})") from None
+    return _core._balance_ranks(
+        costs,
+        _core._index(world_size, "world_size"),
+        _core._index(packs_per_rank, "packs_per_rank"),
+        _core._bool(drop_last, "drop_last"),
+    )
 
 
 def collate_rows(

@@ -10,11 +10,14 @@ OverflowError, SystemError or a hang.
 """
 
 import math
+import re
 import signal
+import subprocess
 from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from conftest import cli_path
 
 import shardkit
 
@@ -24,7 +27,11 @@ BAD = [None, "abc", 1.5, -1, 2**40, 2**62, 2**63, 2**64, [1, 2], {"a": 1}, objec
 # one: here (a dict of 1 device against owners of 4, tokens shorter than the
 # offsets), and wherever the message names another argument of the call and
 # the value given (a product of several arguments, stop < start).
-CONFLICTS = {("Mesh", "axes"): "owners", ("TokenLoader", "tokens"): "offsets"}
+CONFLICTS = {
+    ("Mesh", "axes"): "owners",
+    ("TokenLoader", "tokens"): "offsets",
+    ("balance_ranks", "packing"): "costs",  # a Packing, or the per-pack costs themselves
+}
 
 
 def names(message, label, param, value, kwargs):
@@ -331,3 +338,98 @@ def test_every_argument_refuses_bad_values_with_one_line_naming_it(
             if what:
                 found.append(what)
     assert not found, f"{len(found)} unclear errors:\n" + "\n".join(found)
+
+
+# ---- the CLI: every numeric flag of every subcommand -------------------------
+
+CLI_VALUES = [
+    "-1",
+    "0",
+    "1e3",
+    "abc",
+    "4611686018427387904",
+    "9223372036854775807",
+    "18446744073709551615",
+    "18446744073709551616",
+]
+
+
+@pytest.fixture
+def cli_files(tmp_path):
+    np.save(tmp_path / "t.npy", TOKENS)
+    np.save(tmp_path / "o.npy", OFFSETS)
+    (tmp_path / "l.txt").write_text("3\n5\n2\n")
+    (tmp_path / "i.txt").write_text("0\n1\n0\n")
+    return tmp_path
+
+
+def cli_bases(d):
+    """(label, command, valid base flags, {flag: companion flags it needs})."""
+    source = f"{d}/t.npy:{d}/o.npy"
+    loader = ["--seq-len", "16", "--batch", "2", "--quiet"]
+    return [
+        ("shard", "shard", ["--items", "10", "--world", "4"], {"--worker": ["--workers", "2"]}),
+        ("audit", "audit", ["--items", "10", "--world", "4"], {"--worker": ["--workers", "2"]}),
+        ("mix", "mix", ["--sizes", "10,20", "--weights", "1,1"], {}),
+        (
+            "pack",
+            "pack",
+            ["--lengths", f"{d}/l.txt", "--capacity", "8"],
+            {"--packs-per-rank": ["--world", "2"], "--max-images": ["--images", f"{d}/i.txt"]},
+        ),
+        ("eval-plan", "eval-plan", ["--items", "10", "--world", "2", "--batch", "3"], {}),
+        (
+            "loader-stats",
+            "loader-stats",
+            ["--tokens", f"{d}/t.npy", "--offsets", f"{d}/o.npy", *loader],
+            {"--samples": None, "--block": None},  # mixture flags: below
+        ),
+        (
+            "loader-stats --mixture",
+            "loader-stats",
+            ["--mixture", f"{source},{source}", "--weights", "1,1", *loader],
+            {},
+        ),
+        ("layout", "layout", ["--mesh", "x=2,y=2", "--spec", "'x'", "--shape", "8,4"], {}),
+    ]
+
+
+def numeric_flags(binary, command):
+    """The flags whose value is one number (metavar a single letter: N, W, E, ...)."""
+    text = subprocess.run([binary, command, "--help"], capture_output=True, text=True).stdout
+    return re.findall(r"^  (--[a-z-]+) [A-Za-z]\b(?![,.:])", text, re.M)
+
+
+def test_cli_numeric_flags_refuse_bad_values_with_one_line_naming_the_flag(cli_files):
+    """Each numeric flag with -1, 0, 1e3, "abc" and values near 2^62, 2^63,
+    2^64: success, or exit != 0 with one stderr line "shardkit <command>:
+    --flag: ..." that shows the value as given when it names this flag (an
+    epoch of 2^64 - 1 printed as -1 was one of the issue's findings)."""
+    binary = cli_path()
+    found = []
+    cases = 0
+    for label, command, base, companions in cli_bases(cli_files):
+        for flag in numeric_flags(binary, command):
+            if companions.get(flag, []) is None:
+                continue
+            for value in CLI_VALUES:
+                args = [*base, *companions.get(flag, [])]
+                if flag in args:
+                    args[args.index(flag) + 1] = value
+                else:
+                    args += [flag, value]
+                cases += 1
+                r = subprocess.run(
+                    [binary, command, *args], capture_output=True, text=True, timeout=60
+                )
+                if r.returncode == 0:
+                    continue
+                m = re.match(rf"shardkit {command}: (--[a-z-]+): ", r.stderr)
+                if (
+                    r.stderr.count("\n") != 1
+                    or m is None
+                    or (m[1] == flag and value not in r.stderr)
+                ):
+                    found.append(f"{label} {flag} {value}: exit {r.returncode}: {r.stderr[:200]!r}")
+    assert cases > 300
+    assert not found, f"{len(found)} unclear CLI errors:\n" + "\n".join(found)
