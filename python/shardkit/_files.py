@@ -8,6 +8,8 @@ from typing import Any
 
 from shardkit import _core
 
+__all__ = ["save_state"]
+
 
 def save_state(path: str | os.PathLike[str], state: Any) -> None:
     """Writes a state (``state_dict()``, ``StreamingPacker.state()``, a list of
