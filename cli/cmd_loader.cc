@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/json.h"
 #include "cli/roles.h"
+#include "shardkit/base/atomic_file.h"
 #include "shardkit/base/json.h"
 #include "shardkit/loader/loader.h"
 #include "shardkit/loader/loader_state.h"
@@ -422,18 +423,19 @@ int RunLoaderStats(const Argv& argv) {
   progress.Update(all_tokens, all_batches, seconds, true);
   progress.Done();
   if (save_path) {
-    std::ofstream out(*save_path, std::ios::binary | std::ios::trunc);
+    // Written whole to a temporary and renamed: a kill, a full disk or a
+    // file-size limit leaves the previous state (--resume's file) intact.
+    std::string text;
     if (mixing) {
-      out << "[";
+      text = "[";
       for (std::size_t i = 0; i < saved.size(); ++i) {
-        out << (i ? ", " : "") << MixtureLoaderStateToJson(*mix.order, saved[i]);
+        text += (i ? ", " : "") + MixtureLoaderStateToJson(*mix.order, saved[i]);
       }
-      out << "]\n";
+      text += "]\n";
     } else {
-      out << LoaderStatesToJson(saved) << "\n";
+      text = LoaderStatesToJson(saved) + "\n";
     }
-    out.flush();
-    if (!out) throw UsageError("--save-state: cannot write '" + *save_path + "'");
+    WriteFileAtomically(*save_path, text, "--save-state");
   }
 
   LoadRunScope scope;

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <sstream>
 #include <stdexcept>
+
+#include "shardkit/base/atomic_file.h"
 
 namespace shardkit::cli {
 
@@ -179,11 +181,7 @@ void HtmlReport::AddSection(const std::string& heading, const std::string& html)
 }
 
 void HtmlReport::Write(const std::string& path) const {
-  std::ofstream out(path);
-  if (!out) {
-    throw std::runtime_error("--out: cannot write the report to '" + path +
-                             "': " + std::strerror(errno));
-  }
+  std::ostringstream out;
   out << "<!doctype html><html><head><meta charset='utf-8'><title>" << Escape(title_)
       << "</title><style>body{font-family:sans-serif;max-width:820px;margin:2em auto;"
          "color:#222}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid "
@@ -194,13 +192,9 @@ void HtmlReport::Write(const std::string& path) const {
     out << "<section><h2>" << Escape(heading) << "</h2>" << html << "</section>";
   }
   out << "</body></html>\n";
-  // A full disk (or /dev/full) fails at the flush: never report success then.
-  errno = 0;
-  out.close();
-  if (!out) {
-    throw std::runtime_error("--out: cannot write the report to '" + path +
-                             "': " + (errno ? std::strerror(errno) : "write error"));
-  }
+  // Written whole and renamed (a full disk fails before the rename and leaves
+  // the previous report), never reported as success when it did not land.
+  WriteFileAtomically(path, out.str(), "--out");
 }
 
 }  // namespace shardkit::cli
