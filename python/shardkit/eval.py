@@ -332,8 +332,15 @@ def _exchange(engine: Engine, plan: Optional[Any], local_count: int) -> np.ndarr
         prints = rows[:, 0].astype(np.int64).view(np.uint64).tolist()
         message = _core.compare_fingerprints(prints)
         if message:
+            # Every rank sees the same fingerprints, so every rank joins this second
+            # exchange: the plans' parameters, to name the one that differs.
+            which = ""
+            if hasattr(engine, "allgather_rows"):
+                described = engine.allgather_rows([plan.describe()])
+                which = _core.compare_plan_descriptions([d[0] for d in described])
             raise PlanMismatchError(
-                f"{message} (this is rank {engine.rank} with {plan.describe()})"
+                f"{message}{'; ' + which if which else ''} "
+                f"(this is rank {engine.rank} with {plan.describe()})"
             )
         with_roles = rows[:, 3] >= 0
         if with_roles.any() and not with_roles.all():
