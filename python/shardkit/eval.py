@@ -335,7 +335,7 @@ def _exchange(engine: Engine, plan: Optional[Any], local_count: int) -> np.ndarr
             # Every rank sees the same fingerprints, so every rank joins this second
             # exchange: the plans' parameters, to name the one that differs.
             which = ""
-            if hasattr(engine, "allgather_rows"):
+            if hasattr(engine, "allgather_rows") and 0 not in prints:  # 0: a rank without plan
                 described = engine.allgather_rows([plan.describe()])
                 which = _core.compare_plan_descriptions([d[0] for d in described])
             raise PlanMismatchError(
