@@ -151,6 +151,10 @@ class TokenDataset(tud.IterableDataset):
         with the next epoch."""
         return self._epoch if self._finished is None else self._finished
 
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self.set_epoch(epoch)
+
     def set_epoch(self, epoch: int) -> None:
         """Moves to the start of ``epoch``, unless the dataset already stands
         in ``epoch`` (a loaded state, or the previous epoch ran out): then the
@@ -205,6 +209,9 @@ class TokenDataset(tud.IterableDataset):
             )
         loader = self._plan_loader()
         return loader.num_steps - loader.first_step
+
+    def __bool__(self) -> bool:  # not len(): a dataset is never falsy
+        return True
 
     def _plan_loader(self) -> TokenLoader:
         if not self.equal_steps:
