@@ -81,7 +81,7 @@ def test_regression_resumed_loader_keeps_the_epochs_step_numbers_and_num_steps(m
     assert [int(b["step"]) for b in elastic] == list(range(first, count))
 
 
-def test_regression_per_rank_loader_step_continues_after_a_resume():
+def test_per_rank_loader_step_continues_after_a_resume():
     tokens, offsets, _ = corpus(200, seed=2)
     opts = dict(OPTS, equal_steps=False, rank=0, world_size=2)
     whole = [int(b["step"]) for b in shardkit.TokenLoader(tokens, offsets, **opts)]
@@ -299,7 +299,7 @@ def test_regression_two_threads_iterating_one_loader_share_one_epoch_and_never_h
         assert lo.epoch == epoch and lo.state_dict()["epoch"] == epoch + 1
 
 
-def test_regression_two_threads_over_one_torch_dataset_never_hang():
+def test_two_threads_over_one_torch_dataset_never_hang():
     from shardkit.torch import TokenDataLoader, TokenDataset
 
     tokens, offsets, lengths = corpus(300, seed=11)
