@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -36,6 +37,10 @@ from shardkit.layout import data_rank_and_world, resolve_roles
 __all__ = ["TokenLoader", "TrainPlan", "TrainAudit", "TrainStep", "TrainSummary"]
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+# Taken when a pass ends, so that of several threads iterating one loader only
+# one moves it to the next epoch (rare and short: one lock for every loader).
+_EPOCH_LOCK = threading.Lock()
 
 
 def _open_source(tokens: Any, offsets: Any, token_dtype: str):
@@ -117,7 +122,12 @@ class TokenLoader:
     unless the loader already stands in epoch ``e`` (just resumed, or the
     previous epoch ran out), then it keeps its position. So both
     ``load_state_dict(s); set_epoch(s["epoch"])`` and a loop that calls
-    ``set_epoch`` every epoch continue exactly.
+    ``set_epoch`` every epoch continue exactly. ``epoch`` is the epoch of the
+    current pass (once a pass ran out, the epoch it ran), so
+    ``set_epoch(loader.epoch + 1)`` after a pass is the next epoch too. With
+    equal steps ``num_steps`` counts the whole epoch and batches carry
+    ``step``, the step of the epoch, also after a resume (``first_step``: the
+    step the next pass starts at).
 
     ``state_dict()`` is a small JSON-serialisable dict. With equal steps it is
     ``{"version", "kind": "train_plan", "epoch", "position", "stream"}``, the
@@ -334,6 +344,18 @@ class TokenLoader:
 
     @property
     def epoch(self) -> int:
+        """The epoch of the current pass; when a pass has run out, the epoch it
+        ran (the loader then stands at the start of the next one, which
+        ``state_dict()`` names), so ``set_epoch(epoch + 1)`` after a pass and a
+        plain next ``for`` loop both continue with the next epoch."""
+        ran_out = getattr(self, "_ran_out", None)
+        if ran_out is not None and ran_out[1] is self._loader:
+            return ran_out[0]
+        return self._standing_epoch
+
+    @property
+    def _standing_epoch(self) -> int:
+        """The epoch the next batch comes from (the state's)."""
         return self._loader.state()["epoch"]
 
     @property
@@ -354,9 +376,18 @@ class TokenLoader:
 
     @property
     def num_steps(self) -> Optional[int]:
-        """Equal steps: batches of this pass (the epoch's steps, or the rest of
-        them after a resume), the same on every rank; None per rank."""
-        return self._loader.num_steps
+        """Equal steps: the steps of the whole epoch, the same on every rank and
+        after a resume (batches carry ``step`` = first_step, first_step + 1, ...,
+        so a schedule keyed on the step continues); None per rank."""
+        return self._loader.epoch_steps
+
+    @property
+    def first_step(self) -> Optional[int]:
+        """Equal steps: the step of the epoch the next pass starts at (0 at the
+        epoch's start; after a resume, the steps before the state, counted as
+        ``TrainPlan.first_step``); None per rank. A pass yields ``num_steps -
+        first_step`` batches."""
+        return self._loader.first_step
 
     @property
     def plan_summary(self) -> Optional[TrainSummary]:
@@ -367,10 +398,22 @@ class TokenLoader:
 
     # -- iteration --------------------------------------------------------------
     def __iter__(self) -> Iterator[Dict[str, Any]]:
+        # A pass reads the epoch's loader it started with, so passes run by
+        # several threads at once share that epoch's batches (each batch to one
+        # of them; the core serialises next()) and all end with it; the first
+        # to see the end moves the loader to the next epoch, once.
+        loader = self._loader
+        finished = self._standing_epoch  # (after the last batch the state names the next)
+        self._ran_out = None
         while True:
-            batch = self._loader.next()
+            batch = loader.next()
             if batch is None:
-                self._next_epoch()
+                with _EPOCH_LOCK:
+                    if self._loader is loader:
+                        self._next_epoch()
+                        # Remembered with the loader it holds for: a set_epoch
+                        # or a load_state_dict (a new loader) forgets it.
+                        self._ran_out = (finished, self._loader)
                 return
             yield batch
 
@@ -383,9 +426,8 @@ class TokenLoader:
                 self._source_for(end["epoch"]), state=end, **self._options
             )
         else:
-            self._loader = _core._TokenLoader(
-                self._source_for(self.epoch + 1), epoch=self.epoch + 1, **self._options
-            )
+            nxt = self._standing_epoch + 1
+            self._loader = _core._TokenLoader(self._source_for(nxt), epoch=nxt, **self._options)
 
     def set_epoch(self, epoch: int) -> None:
         """Moves to the start of ``epoch``, unless the loader already stands in
@@ -393,7 +435,7 @@ class TokenLoader:
         position (see the class docstring)."""
         if epoch < 0:
             raise ValueError(f"epoch: must be non-negative, got {epoch}")
-        if epoch == self.epoch:
+        if epoch == self._standing_epoch:
             return
         self._loader = _core._TokenLoader(self._source_for(epoch), epoch=epoch, **self._options)
 
@@ -416,7 +458,8 @@ class TokenLoader:
     # -- state ------------------------------------------------------------------
     def state_at(self, steps: int) -> Dict[str, Any]:
         """Equal steps: the state of this rank after ``steps`` batches of this
-        pass (whichever dataloader worker produced them), the same on every rank."""
+        pass (whichever dataloader worker produced them; the batch of step
+        ``s`` is the pass's ``s - first_step``-th), the same on every rank."""
         return self._loader.train_state_at(_core._index(steps, "steps"))
 
     def state_dict(self) -> Dict[str, Any]:
@@ -544,7 +587,7 @@ class _MixtureTokenLoader(TokenLoader):
         if self.equal_steps:
             nxt = self._loader.train_state_at(self._loader.num_steps)["epoch"]
         else:
-            nxt = self.epoch + 1
+            nxt = self._standing_epoch + 1
         self._loader = _core._TokenLoader(self._source_for(nxt), epoch=nxt, **self._options)
 
     # -- state: the loader's state and the order it reads ------------------------
@@ -603,12 +646,12 @@ class _MixtureTokenLoader(TokenLoader):
     def window(self, epoch: Optional[int] = None) -> Tuple[int, int]:
         """(first, count): the mixture samples epoch ``epoch`` (default: the
         current one) reads, [first, first + count)."""
-        return self._order.window(self.epoch if epoch is None else epoch)
+        return self._order.window(self._standing_epoch if epoch is None else epoch)
 
     def window_samples(self, epoch: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
         """(sources, items) of every document of the epoch's window: document
         ``d`` of a batch is item ``items[d]`` of source ``sources[d]``."""
-        e = self.epoch if epoch is None else epoch
+        e = self._standing_epoch if epoch is None else epoch
         if e not in self._window_arrays:
             first, count = self.window(e)
             self._window_arrays[e] = self._order.numpy(first, first + count)
@@ -616,7 +659,7 @@ class _MixtureTokenLoader(TokenLoader):
 
     @property
     def num_documents(self) -> int:
-        return self._source_for(self.epoch).num_documents
+        return self._source_for(self._standing_epoch).num_documents
 
     @property
     def samples_per_epoch(self) -> int:
@@ -784,8 +827,21 @@ class TrainPlan:
     # -- the plan -------------------------------------------------------------
     @property
     def num_steps(self) -> int:
-        """Steps of this epoch, the same on every rank."""
+        """Steps of this plan (``step(rank, s)`` for s < num_steps), the same on
+        every rank: the epoch's, or the rest of them for a plan from a state."""
         return self._plan.num_steps
+
+    @property
+    def first_step(self) -> int:
+        """The step of the epoch that step 0 of this plan is: ``position // (world_size
+        * rows_per_rank)`` (0 from the epoch's start)."""
+        return self._plan.first_step
+
+    @property
+    def epoch_steps(self) -> int:
+        """Steps of the whole epoch as this plan counts them: ``first_step + num_steps``
+        (a resumed run's step numbers and count stay those of the epoch)."""
+        return self._plan.epoch_steps
 
     @property
     def world_size(self) -> int:

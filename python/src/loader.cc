@@ -75,7 +75,7 @@ nb::dict BatchToDict(const std::shared_ptr<const Batch>& b) {
   d["rows"] = View(b, b->rows, 0, 0);
   d["max_seqlen"] = b->max_seqlen;
   d["row_tokens"] = View(b, b->row_tokens, 0, 0);
-  d["step"] = b->index;
+  d["step"] = b->step;
   if (!b->block_mask.empty()) {
     auto* keep = new std::shared_ptr<const Batch>(b);
     nb::capsule owner(
@@ -265,6 +265,23 @@ void init_loader(nb::module_& m) {
                      ReleaseGil release;
                      return plan->num_steps();
                    })
+      .def_prop_ro(
+          "first_step",
+          [](const TokenLoader& l) -> std::optional<Index> {
+            const TrainPlan* plan = l.train_plan();
+            if (!plan) return std::nullopt;
+            return plan->first_step();
+          },
+          "Equal steps: the step of the epoch this pass starts at (TrainPlan::first_step).")
+      .def_prop_ro(
+          "epoch_steps",
+          [](const TokenLoader& l) -> std::optional<Index> {
+            const TrainPlan* plan = l.train_plan();
+            if (!plan) return std::nullopt;
+            ReleaseGil release;
+            return plan->epoch_steps();
+          },
+          "Equal steps: the steps of the whole epoch (TrainPlan::epoch_steps).")
       .def(
           "train_state_at",
           [](const TokenLoader& l, Index n) {

@@ -215,6 +215,8 @@ void init_train(nb::module_& m) {
           "algorithm"_a, "buffer"_a.none(), "cost"_a, "max_images"_a.none(),
           "max_sequences"_a.none(), "oversize"_a, "state"_a.none())
       .def_prop_ro("num_steps", [](const PyTrainPlan& p) { return p.plan->num_steps(); })
+      .def_prop_ro("first_step", [](const PyTrainPlan& p) { return p.plan->first_step(); })
+      .def_prop_ro("epoch_steps", [](const PyTrainPlan& p) { return p.plan->epoch_steps(); })
       .def_prop_ro("rows_per_rank", [](const PyTrainPlan& p) { return p.plan->rows_per_rank(); })
       .def_prop_ro("world_size", [](const PyTrainPlan& p) { return p.plan->options().world_size; })
       .def_prop_ro("epoch", [](const PyTrainPlan& p) { return p.plan->options().epoch; })

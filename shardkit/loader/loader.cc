@@ -268,6 +268,7 @@ class Planner {
     }
     plan->epoch = base_.epoch;
     plan->index = batches_++;
+    plan->step = plan->index;
     return true;
   }
 
@@ -276,6 +277,7 @@ class Planner {
     plan->rows = std::move(ahead_.rows);
     plan->epoch = base_.epoch;
     plan->index = ahead_.step;
+    plan->step = train_->first_step() + ahead_.step;
     bool more = true;
     for (Index k = 1; k < stride_ && more; ++k) more = reader_->Skip();  // other workers' steps
     if (more) {
@@ -516,6 +518,7 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
   const Index L = options_.seq_len;
   batch->epoch = plan.epoch;
   batch->index = plan.index;
+  batch->step = plan.step;
   batch->documents.clear();
   batch->starts.clear();
   batch->lengths.clear();
@@ -672,6 +675,9 @@ std::shared_ptr<const Batch> LoaderImpl::Next() {
   Ready r = std::move(it->second);
   ready_.erase(it);
   ++next_out_;
+  // Another caller of Next() may be waiting for this (now later) batch or for
+  // the end: a collator only wakes one waiter, and the end is announced once.
+  produced_.notify_all();
   state_ = std::move(r.state);
   if (!planned_.empty() && planned_.front().seq - next_out_ < options_.prefetch) {
     work_.notify_one();  // the window moved: one more batch can start

@@ -38,9 +38,10 @@
 // on). Exact resume works; merging states of file-sharded runs does not (a
 // replicated file belongs to no single consumer) and is refused.
 //
-// Thread-safety: a TokenLoader is used by one thread at a time (its own
-// threads, queue and buffer pool are internal, in internal/loader_impl.h);
-// distinct loaders are independent.
+// Thread-safety: Next() and State() may be called from several threads; calls
+// are serialised and each batch goes to exactly one caller, every caller
+// seeing the end once the epoch is out (its own threads, queue and buffer pool
+// are internal, in internal/loader_impl.h); distinct loaders are independent.
 #ifndef SHARDKIT_LOADER_LOADER_H_
 #define SHARDKIT_LOADER_LOADER_H_
 
@@ -124,6 +125,10 @@ struct Batch {
   Index batch_size = 0, seq_len = 0;
   std::uint64_t epoch = 0;
   Index index = 0;  // 0, 1, 2, ... within this consumer's epoch
+  // The step of the epoch, which a resume keeps counting: equal steps,
+  // TrainPlan::first_step() + the plan's step (index is the plan's step);
+  // per rank, index (it continues from the state's `batches`).
+  Index step = 0;
   std::vector<std::int64_t> input_ids, labels, position_ids;
   std::vector<std::int32_t> document_ids;  // piece index within the row, -1 padding
   std::vector<std::int32_t> cu_seqlens;    // flattened batch, see packing_metadata.h

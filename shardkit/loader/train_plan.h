@@ -261,6 +261,18 @@ class TrainPlan {
   [[nodiscard]] Index num_documents() const { return documents_.count; }
   [[nodiscard]] Index num_steps() const;
   [[nodiscard]] Index rows_per_rank() const { return rows_per_rank_; }
+  // The step of the epoch that this plan's step 0 is: floor(position / R),
+  // R = world_size * rows_per_rank (0 from the epoch's start). A resumed run
+  // numbers its steps first_step(), first_step() + 1, ... and counts
+  // epoch_steps() = first_step() + num_steps() in its epoch, so a schedule
+  // keyed on the step neither jumps back nor shortens. Resumed on the same
+  // world size and batch shape these are the uninterrupted run's numbers;
+  // on another shape the packs before the state count as floor(position / R)
+  // steps (continuous mode: also an epoch entered a few packs in).
+  [[nodiscard]] Index first_step() const {
+    return options_.position / (options_.world_size * rows_per_rank_);
+  }
+  [[nodiscard]] Index epoch_steps() const { return first_step() + num_steps(); }
   [[nodiscard]] const TrainSummary& summary() const;
 
   // The state before step s (s = num_steps: the state after the plan).

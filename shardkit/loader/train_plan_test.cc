@@ -373,6 +373,24 @@ TEST(TrainPlan, ResumeAtRandomStepsEqualsTheUninterruptedRun) {
   }
 }
 
+// Regression: a resumed plan numbered its steps from 0 and counted only the
+// rest of the epoch, so a learning-rate schedule keyed on the step jumped back.
+TEST(TrainPlan, ResumedPlanKeepsTheEpochsStepNumbersAndCount) {
+  std::mt19937_64 rng(22);
+  for (int trial = 0; trial < 150; ++trial) {
+    Config c = RandomConfig(rng);
+    TrainPlan plan = Make(c);
+    if (plan.num_steps() == 0) continue;
+    SCOPED_TRACE(plan.Describe());
+    const Index k = static_cast<Index>(rng() % plan.num_steps());  // num_steps: next epoch
+    TrainPlan resumed(TrainDocuments::FromSpans(c.lengths, c.images), c.options, plan.StateAt(k));
+    EXPECT_EQ(resumed.first_step(), plan.first_step() + k);
+    EXPECT_EQ(resumed.epoch_steps(), plan.epoch_steps());
+    const Index R = c.options.world_size * plan.rows_per_rank();
+    EXPECT_EQ(resumed.first_step(), resumed.options().position / R);
+  }
+}
+
 TEST(TrainPlan, ElasticResumeDeliversTheRestOfTheEpochExactlyOnce) {
   std::mt19937_64 rng(33);
   for (int trial = 0; trial < 150; ++trial) {

@@ -41,6 +41,7 @@ struct Plan {
   std::vector<std::vector<PackItem>> rows;
   std::uint64_t epoch = 0;
   Index index = 0;
+  Index step = 0;  // Batch::step
 };
 
 // Where the planner stands after a batch: what LoaderImpl::Publish turns into
