@@ -77,6 +77,12 @@ VisionCost ParseVisionCost(std::string_view name) {
   ThrowInvalid("vision_cost", "expected 'tokens' or 'squared', got '" + std::string(name) + "'");
 }
 
+MultimodalMode ParseMultimodalMode(std::string_view name) {
+  if (name == "pad") return MultimodalMode::kPad;
+  if (name == "drop") return MultimodalMode::kDrop;
+  ThrowInvalid("mode", "expected 'pad' or 'drop', got '" + std::string(name) + "'");
+}
+
 std::string_view VisionCostName(VisionCost cost) {
   return cost == VisionCost::kTokens ? "tokens" : "squared";
 }
@@ -453,6 +459,20 @@ std::vector<std::vector<Index>> MultimodalPlan::Rows(Index rank, Index step) con
     }
   }
   return rows;
+}
+
+std::uint64_t MultimodalPlan::Fingerprint() const {
+  Hasher h(stream_);
+  h.Add(static_cast<std::uint64_t>(options_.world_size));
+  h.Add(static_cast<std::uint64_t>(options_.rows_per_rank));
+  h.Add(static_cast<std::uint64_t>(start_step_));
+  h.Add(options_.epoch);
+  for (const MultimodalSegment& g : history_) {
+    h.Add(static_cast<std::uint64_t>(g.world_size));
+    h.Add(static_cast<std::uint64_t>(g.rows_per_rank));
+    h.Add(static_cast<std::uint64_t>(g.steps));
+  }
+  return h.Finish();
 }
 
 MultimodalState MultimodalPlan::StateAfter(Index steps_done) const {

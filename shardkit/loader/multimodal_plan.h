@@ -81,7 +81,9 @@ struct SampleTable {
   [[nodiscard]] double Cost(Index s, VisionCost model) const;
 };
 
-enum class MultimodalMode { kPad, kDrop };  // "pad", "drop"
+enum class MultimodalMode { kPad, kDrop };
+// "pad", "drop"; Parse throws invalid_argument naming `mode`.
+[[nodiscard]] MultimodalMode ParseMultimodalMode(std::string_view name);
 
 struct MultimodalOptions {
   Index seq_len = 0;                           // REQUIRES >= 1
@@ -167,6 +169,9 @@ class MultimodalPlan {
   [[nodiscard]] const SampleTable& table() const { return table_; }
   [[nodiscard]] const MultimodalOptions& options() const { return options_; }
   [[nodiscard]] std::uint64_t stream() const { return stream_; }
+  // The stream, the world size, the rows per rank and the resume point: ranks
+  // that will run the same steps together hold the same fingerprint.
+  [[nodiscard]] std::uint64_t Fingerprint() const;
   // Pack p's samples, and its LM tokens and vision cost. REQUIRES 0 <= p <
   // summary().packs (unchecked).
   [[nodiscard]] std::span<const Index> PackSamples(Index p) const;
