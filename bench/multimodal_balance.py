@@ -17,9 +17,9 @@ packs: of the packs alone.
 from __future__ import annotations
 
 import numpy as np
+from shardkit.multimodal import MultimodalPlan
 
 from shardkit import TrainPlan
-from shardkit.multimodal import MultimodalPlan
 
 
 def mix(tiles: bool, seed: int = 1, n: int = 1500):
