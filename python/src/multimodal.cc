@@ -80,8 +80,10 @@ void init_multimodal(nb::module_& m) {
           "steps_done"_a)
       .def_prop_ro("stream", [](const MultimodalPlan& p) { return p.stream(); })
       .def_prop_ro("fingerprint", &MultimodalPlan::Fingerprint)
-      .def_prop_ro("dropped_samples",
-                   [](const MultimodalPlan& p) { return Copy<Index>(p.dropped_samples()); })
+      .def_prop_ro(
+          "dropped_samples",
+          [](const MultimodalPlan& p) { return Copy<Index>(p.dropped_samples()); },
+          nb::rv_policy::move)
       .def_prop_ro("summary",
                    [](const MultimodalPlan& p) {
                      const MultimodalSummary& s = p.summary();
