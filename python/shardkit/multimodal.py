@@ -36,7 +36,7 @@ import numpy as np
 
 from shardkit import _core
 
-__all__ = ["MultimodalPlan", "flat_vision_tokens"]
+__all__ = ["MultimodalPlan", "flat_vision_tokens", "qwen_vision_tokens", "tile_vision_tokens"]
 
 
 def _int64(values: Any, name: str) -> np.ndarray:
@@ -59,6 +59,59 @@ def flat_vision_tokens(per_sample: Sequence[Sequence[int]]) -> tuple:
     counts = [len(v) for v in per_sample]
     flat = [int(x) for v in per_sample for x in v]
     return counts, flat
+
+
+def qwen_vision_tokens(
+    heights: Sequence[int],
+    widths: Sequence[int],
+    *,
+    patch_size: int = 14,
+    merge_size: int = 2,
+    min_pixels: int = 56 * 56,
+    max_pixels: int = 14 * 14 * 4 * 1280,
+) -> np.ndarray:
+    """LM tokens of each image under Qwen2-VL / Qwen2.5-VL's smart_resize
+    (shardkit/loader/vision_tokens.h), from its height and width in pixels.
+
+    >>> qwen_vision_tokens([224, 1000], [224, 2000]).tolist()
+    [64, 1250]
+    """
+    return _core._qwen_vision_tokens(
+        _int64(heights, "heights"),
+        _int64(widths, "widths"),
+        _core._index(patch_size, "patch_size"),
+        _core._index(merge_size, "merge_size"),
+        _core._index(min_pixels, "min_pixels"),
+        _core._index(max_pixels, "max_pixels"),
+    )
+
+
+def tile_vision_tokens(
+    heights: Sequence[int],
+    widths: Sequence[int],
+    *,
+    tile_size: int = 512,
+    max_side: int = 2048,
+    resize_to_max_side: bool = False,
+    global_tile: bool = True,
+    tokens_per_tile: int = 64,
+) -> np.ndarray:
+    """LM tokens of each image under nanoVLM's resize-and-split rule: tiles of
+    ``tile_size`` pixels, plus one global tile when there is more than one
+    (shardkit/loader/vision_tokens.h).
+
+    >>> tile_vision_tokens([1000, 300], [2000, 400]).tolist()  # 2 x 4 + 1 tiles, 1 tile
+    [576, 64]
+    """
+    return _core._tile_vision_tokens(
+        _int64(heights, "heights"),
+        _int64(widths, "widths"),
+        _core._index(tile_size, "tile_size"),
+        _core._index(max_side, "max_side"),
+        _core._bool(resize_to_max_side, "resize_to_max_side"),
+        _core._bool(global_tile, "global_tile"),
+        _core._index(tokens_per_tile, "tokens_per_tile"),
+    )
 
 
 class MultimodalPlan:

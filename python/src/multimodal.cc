@@ -11,6 +11,7 @@
 
 #include "python/src/bindings.h"
 #include "shardkit/loader/multimodal_plan.h"
+#include "shardkit/loader/vision_tokens.h"
 
 namespace shardkit::python {
 
@@ -35,7 +36,40 @@ NumpyArray<T> Copy(std::span<const T> values) {
 
 }  // namespace
 
+// LM tokens of each image (heights[i] x widths[i]) under `rule`.
+template <typename Rule>
+NumpyArray<Index> TokensOf(const I64In& heights, const I64In& widths, Rule rule) {
+  if (heights.shape(0) != widths.shape(0)) {
+    ThrowInvalid("widths", "has " + shardkit::Str(static_cast<Index>(widths.shape(0))) +
+                               " entries, heights " +
+                               shardkit::Str(static_cast<Index>(heights.shape(0))));
+  }
+  Index* out = nullptr;
+  NumpyArray<Index> array = NewArray<Index>(heights.shape(0), &out);
+  for (std::size_t i = 0; i < heights.shape(0); ++i) out[i] = rule(heights(i), widths(i)).tokens;
+  return array;
+}
+
 void init_multimodal(nb::module_& m) {
+  m.def(
+      "_qwen_vision_tokens",
+      [](const I64In& heights, const I64In& widths, Index patch_size, Index merge_size,
+         Index min_pixels, Index max_pixels) {
+        QwenVisionOptions o{patch_size, merge_size, min_pixels, max_pixels};
+        return TokensOf(heights, widths,
+                        [&](Index h, Index w) { return QwenVisionTokens(h, w, o); });
+      },
+      "heights"_a, "widths"_a, "patch_size"_a, "merge_size"_a, "min_pixels"_a, "max_pixels"_a);
+  m.def(
+      "_tile_vision_tokens",
+      [](const I64In& heights, const I64In& widths, Index tile_size, Index max_side,
+         bool resize_to_max_side, bool global_tile, Index tokens_per_tile) {
+        TileOptions o{tile_size, max_side, resize_to_max_side, global_tile, tokens_per_tile};
+        return TokensOf(heights, widths,
+                        [&](Index h, Index w) { return TileVisionTokens(h, w, o); });
+      },
+      "heights"_a, "widths"_a, "tile_size"_a, "max_side"_a, "resize_to_max_side"_a, "global_tile"_a,
+      "tokens_per_tile"_a);
   nb::class_<MultimodalPlan>(m, "_MultimodalPlan")
       .def(
           "__init__",

@@ -2,6 +2,7 @@
 (budgets, exactly once, exact and elastic resume, the sample table read once,
 the cross-rank plan check, persistent workers refused, per-row vision tokens)."""
 
+import math
 import os
 import socket
 import subprocess
@@ -291,3 +292,44 @@ def test_a_rank_with_other_samples_fails_in_seconds_naming_the_rank(tmp_path):
     for out in outs:
         assert out.startswith("PlanMismatchError") and "ranks 1 (" in out, out
     assert "samples=1400" in outs[1]
+
+
+def _smart_resize(height, width, factor=28, min_pixels=56 * 56, max_pixels=14 * 14 * 4 * 1280):
+    """Qwen2-VL's smart_resize as published (qwen_vl_utils / transformers)."""
+    h_bar = max(factor, round(height / factor) * factor)
+    w_bar = max(factor, round(width / factor) * factor)
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def _tiles(h, w, p=512, m=2048):
+    """nanoVLM's DynamicResize + SplitImage, with the global tile."""
+    long, short = (w, h) if w >= h else (h, w)
+    target_long = min(m, math.ceil(long / p) * p)
+    target_short = max(p, math.ceil(short * (target_long / long) / p) * p)
+    n = (target_long // p) * (target_short // p)
+    return n + (1 if n > 1 else 0)
+
+
+def test_vision_tokens_from_image_sizes_match_the_published_rules():
+    from shardkit.multimodal import qwen_vision_tokens, tile_vision_tokens
+
+    rng = np.random.default_rng(8)
+    heights = rng.integers(10, 4000, 3000)
+    widths = np.clip((heights * rng.uniform(0.2, 5, 3000)).astype(np.int64), 1, 6000)
+    want = [(lambda hw: (hw[0] // 14) * (hw[1] // 14) // 4)(_smart_resize(int(h), int(w)))
+            for h, w in zip(heights, widths)]  # fmt: skip
+    assert qwen_vision_tokens(heights, widths).tolist() == want
+    want = [64 * _tiles(int(h), int(w)) for h, w in zip(heights, widths)]
+    assert tile_vision_tokens(heights, widths).tolist() == want
+    with pytest.raises(ValueError, match="^height: aspect ratio"):
+        qwen_vision_tokens([1], [500])
+    with pytest.raises(ValueError, match="^widths: has 1 entries, heights 2"):
+        qwen_vision_tokens([1, 2], [3])
