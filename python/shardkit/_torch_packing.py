@@ -356,7 +356,15 @@ class ConstantLengthDataset(tud.IterableDataset):
 
     def train_plan(self) -> MultimodalPlan:
         """Equal steps: the global plan from the resume point on (every rank's
-        rows of every remaining step of the epoch)."""
+        rows of every remaining step of the epoch). Built once per (epoch,
+        resume point) and kept."""
+        key = (self.epoch, repr(self._state))
+        cached = self.__dict__.get("_cached_plan")
+        if cached is None or cached[0] != key:
+            self._cached_plan = cached = (key, self._make_plan())
+        return cached[1]
+
+    def _make_plan(self) -> MultimodalPlan:
         plan = MultimodalPlan(
             self._lengths,
             self._images,
@@ -376,6 +384,13 @@ class ConstantLengthDataset(tud.IterableDataset):
         )
         plan.roles = self.roles
         return plan
+
+    def __getstate__(self) -> dict:
+        # A DataLoader worker started by spawn gets a pickled copy: the plan (a
+        # compiled object) is rebuilt there.
+        state = dict(self.__dict__)
+        state.pop("_cached_plan", None)
+        return state
 
     def _plan(self) -> ShardPlan:
         return ShardPlan(
@@ -501,7 +516,8 @@ class ConstantLengthDataset(tud.IterableDataset):
 
     def _batches_of_worker(self, worker: int, workers: int) -> Iterator[tuple]:
         if self.equal_steps:
-            plan = self.train_plan()
+            # A worker's copy keeps no plan (it ends with the worker).
+            plan = self.train_plan() if tud.get_worker_info() is None else self._make_plan()
             for s in range(worker, plan.num_steps, workers):  # steps worker, worker + K, ...
                 rows = plan.rows(self.rank, s)
                 yield s, [[(d, 0, int(self._lengths[d]), 0) for d in row] for row in rows]
