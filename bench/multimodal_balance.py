@@ -1,6 +1,11 @@
-"""Per-step balance of vision work across ranks: today's ConstantLengthDataset
-plan (TrainPlan over lengths and image counts, balanced packer, cost = tokens)
-against MultimodalPlan (vision-cost deal), on the issue's mixes.
+"""Per-step balance of vision work across ranks: nanoVLM's ConstantLengthDataset
+(each rank packs its own strided share with its balanced greedy knapsack, as
+transcribed in bench/packing_peers.py, here with max 6 images per sample so
+that no sample is dropped; step s pairs every rank's s-th pack, and the run
+stops with the rank that has the fewest), shardkit's ConstantLengthDataset
+before this change (one TrainPlan over lengths and image counts, balanced
+packer, deal by tokens) and MultimodalPlan (deal by vision cost), on the
+issue's mixes.
 
 Mixes (seed 1): 1,500 VQA-style samples, 20-300 text tokens, 0-6 images;
   fixed:  64 vision tokens per image, inlined in the LM sequence;
@@ -9,7 +14,8 @@ Mixes (seed 1): 1,500 VQA-style samples, 20-300 text tokens, 0-6 images;
 seq_len 1024, 18 images per pack, 1 row per rank per step. Vision mean /
 worst: heaviest rank / mean rank per step, over the steps without filler rows;
 padding: of every row of the plan (the last step's filler rows included); in
-packs: of the packs alone.
+packs: of the packs alone. nanoVLM has no filler rows: its ranks run different
+numbers of packs (the steps past the shortest rank are not counted).
 
     PYTHONPATH=python .venv/bin/python bench/multimodal_balance.py
 """
@@ -39,6 +45,56 @@ def ratios(per_step_rank: np.ndarray) -> np.ndarray:
     nz = mean > 0
     out[nz] = per_step_rank.max(axis=1)[nz] / mean[nz]
     return out
+
+
+def _knapsack(lengths, images, cap, num_of_sequences=1024, max_images=18, delta=5):
+    """nanoVLM's _balanced_greedy_knapsack per buffer (bench/packing_peers.py's
+    transcription), returning the packs as lists of sample positions."""
+    out, i, n = [], 0, len(lengths)
+    while i < n:
+        buf, held = [], 0
+        while i < n and held < num_of_sequences * cap:
+            if lengths[i] <= cap and images[i] <= 6:
+                buf.append(i)
+                held += lengths[i]
+            i += 1
+        if not buf:
+            break
+        k = -(-sum(lengths[j] for j in buf) // cap) + delta
+        load, imgs, groups = [0] * k, [0] * k, [[] for _ in range(k)]
+        for j in sorted(buf, key=lambda x: lengths[x], reverse=True):
+            chosen = None
+            for ks in sorted(range(len(load)), key=load.__getitem__):
+                if load[ks] + lengths[j] <= cap and imgs[ks] + images[j] <= max_images:
+                    chosen = ks
+                    break
+            if chosen is None:
+                load.append(0), imgs.append(0), groups.append([])
+                chosen = len(load) - 1
+            groups[chosen].append(j)
+            load[chosen] += lengths[j]
+            imgs[chosen] += images[j]
+        out += [g for g in groups if g]
+    return out
+
+
+def nanovlm(lengths, counts, vision, world, squared):
+    cost = [float((v**2).sum() if squared else v.sum()) for v in vision]
+    per_rank = []
+    for r in range(world):
+        share = list(range(r, len(lengths), world))
+        packs = _knapsack([int(lengths[i]) for i in share], [int(counts[i]) for i in share], 1024)
+        per_rank.append([[share[j] for j in p] for p in packs])
+    steps = min(len(p) for p in per_rank)
+    vis = np.array(
+        [[sum(cost[i] for i in per_rank[r][s]) for r in range(world)] for s in range(steps)]
+    )
+    tok = np.array(
+        [[sum(int(lengths[i]) for i in per_rank[r][s]) for r in range(world)] for s in range(steps)]
+    )
+    packs = sum(len(p) for p in per_rank)
+    pad = 1 - sum(int(lengths[i]) for p in per_rank for q in p for i in q) / (packs * 1024)
+    return ratios(vis), ratios(tok), pad, pad
 
 
 def today(lengths, counts, vision, world, squared):
@@ -109,7 +165,11 @@ def main():
         lengths, counts, vision = mix(tiles)
         for squared in (False, True):
             for world in (4, 8):
-                for name, fn in (("today (TrainPlan)", today), ("MultimodalPlan", ours)):
+                for name, fn in (
+                    ("nanoVLM", nanovlm),
+                    ("today (TrainPlan)", today),
+                    ("MultimodalPlan", ours),
+                ):
                     v, t, pad, in_packs = fn(lengths, counts, vision, world, squared)
                     print(
                         f"{'tiles' if tiles else 'fixed':6} {'squared' if squared else 'tokens':8} "
