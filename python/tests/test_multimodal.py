@@ -333,3 +333,22 @@ def test_vision_tokens_from_image_sizes_match_the_published_rules():
         qwen_vision_tokens([1], [500])
     with pytest.raises(ValueError, match="^widths: has 1 entries, heights 2"):
         qwen_vision_tokens([1, 2], [3])
+
+
+def test_resume_from_a_dataloader_with_workers_given_the_batches_consumed():
+    import torch.utils.data as tud
+
+    data = _mix(200, seed=7)
+    ds = _dataset(data, rank=1, world_size=2)
+    full = [b["documents"].tolist() for b in _dataset(data, rank=1, world_size=2)]
+    loader = tud.DataLoader(ds, batch_size=None, num_workers=2, timeout=60)
+    got = []
+    for k, b in enumerate(loader):
+        got.append(b["documents"].tolist())
+        assert b["step"] == k
+        if k == 4:
+            break
+    state = ds.state_dict(steps_done=len(got))
+    resumed = _dataset(data, rank=1, world_size=2)
+    resumed.load_state_dict(state)
+    assert got + [b["documents"].tolist() for b in resumed] == full
