@@ -15,6 +15,7 @@
 #include <variant>
 
 #include "python/src/bindings.h"
+#include "shardkit/sharding/mixture_json.h"
 
 namespace shardkit::python {
 
@@ -33,33 +34,6 @@ std::vector<SchedulePoint> ToSchedule(const Schedule& schedule) {
   return out;
 }
 
-std::vector<SchedulePoint> ToScheduleList(nb::handle schedule) {
-  std::vector<SchedulePoint> out;
-  if (schedule.is_none()) return out;
-  for (nb::handle point : schedule) {
-    nb::sequence pair;
-    try {
-      pair = nb::cast<nb::sequence>(point);
-    } catch (const std::exception&) {
-      ThrowInvalid("schedule", "each point must be a (position, weights) pair");
-    }
-    if (nb::len(pair) != 2) {
-      ThrowInvalid("schedule", "each point must be a (position, weights) pair");
-    }
-    SchedulePoint p;
-    p.position = nb::cast<Index>(pair[0]);
-    p.weights = ToDoubles(pair[1], "schedule");
-    out.push_back(std::move(p));
-  }
-  return out;
-}
-
-nb::list FromSchedule(const std::vector<SchedulePoint>& schedule) {
-  nb::list out;
-  for (const auto& p : schedule) out.append(nb::make_tuple(p.position, p.weights));
-  return out;
-}
-
 // repeat: a bool for every source, or one flag per source.
 std::vector<bool> ToRepeat(const std::variant<bool, std::vector<bool>>& repeat, Index k) {
   if (const bool* all = std::get_if<bool>(&repeat)) {
@@ -68,77 +42,46 @@ std::vector<bool> ToRepeat(const std::variant<bool, std::vector<bool>>& repeat, 
   return std::get<std::vector<bool>>(repeat);
 }
 
+// Each source's lengths: integers only (1.5 was truncated to 1), named with
+// the source and the first value that is not one.
 std::vector<Index> ToTokens(const std::vector<FloatArray>& lengths) {
   std::vector<Index> tokens;
   nb::module_ np = nb::module_::import_("numpy");
-  for (nb::handle source : lengths) {
-    nb::object array = np.attr("ascontiguousarray")(source, "dtype"_a = np.attr("int64"));
-    if (nb::cast<int>(array.attr("ndim")) != 1) {
-      ThrowInvalid("lengths", "each source's lengths must be a 1-D array");
+  for (std::size_t k = 0; k < lengths.size(); ++k) {
+    nb::object keep;
+    try {
+      auto view = ToInt64Array(lengths[k], "lengths", &keep);
+      tokens.push_back(TotalTokens({view.data(), view.shape(0)}));
+    } catch (const std::invalid_argument& e) {
+      std::string what = e.what();
+      try {
+        nb::object a = np.attr("asarray")(lengths[k]).attr("ravel")();
+        nb::object bad = np.attr("flatnonzero")(a.attr("__ne__")(np.attr("trunc")(a)));
+        if (nb::cast<Index>(bad.attr("size")) > 0) {
+          nb::object i = bad[nb::int_(0)];
+          what += " (" + nb::cast<std::string>(nb::repr(a[i].attr("item")())) + " at [" +
+                  nb::cast<std::string>(nb::str(i)) + "])";
+        }
+      } catch (const nb::python_error&) {
+        // Not numeric at all: the message above says what it is.
+      }
+      ThrowInvalid("lengths",
+                   "source " + std::to_string(k) + ": " + what.substr(what.find(": ") + 2));
     }
-    auto view = nb::cast<nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig>>(array);
-    tokens.push_back(TotalTokens({view.data(), view.shape(0)}));
   }
   return tokens;
 }
 
+// A mixture state as a dict: json.loads of the core's sealed text
+// (shardkit/sharding/mixture_json.h), and back through the core's reader.
 StateDict StateToDict(const MixtureState& s) {
-  StateDict d;
-  d["version"] = 2;
-  d["kind"] = "mixture";
-  d["position"] = s.position;
-  d["consumed"] = s.consumed;
-  d["sizes"] = s.sizes;
-  d["weights"] = s.weights;
-  const MixtureOptions& o = s.options;
-  d["by"] = std::string(MixByName(o.by));
-  d["tokens"] = o.tokens;
-  d["block"] = o.block.has_value() ? nb::object(nb::int_(*o.block)) : nb::none();
-  d["seed"] = o.seed;
-  d["schedule"] = FromSchedule(o.schedule);
-  d["interpolation"] = std::string(InterpolationName(o.interpolation));
-  d["schedule_unit"] = std::string(MixByName(o.schedule_unit));
-  d["repeat"] = std::vector<bool>(o.repeat.begin(), o.repeat.end());
-  d["origin"] = o.origin;
-  d["start"] = o.start;
-  d["skip"] = o.skip;
-  return d;
+  return nb::borrow<StateDict>(JsonToPython(MixtureStateToJson(s)));
 }
 
 MixtureState DictToState(nb::handle h) {
-  if (!nb::isinstance<nb::dict>(h)) ThrowInvalid("state", "expected a dict from state_dict()");
-  nb::dict d = nb::borrow<nb::dict>(h);
-  try {
-    if (nb::cast<std::string>(d["kind"]) != "mixture") ThrowInvalid("state", "not a mixture state");
-    if (nb::cast<Index>(d["version"]) != 2) {
-      ThrowInvalid("state", "a version " + std::to_string(nb::cast<Index>(d["version"])) +
-                                " mixture state; this shardkit reads version 2 (version 1 mixtures "
-                                "had other per-block orders, so such a state cannot be resumed "
-                                "exactly)");
-    }
-    MixtureState s;
-    s.position = nb::cast<Index>(d["position"]);
-    s.consumed = nb::cast<std::vector<Index>>(d["consumed"]);
-    s.sizes = nb::cast<std::vector<Index>>(d["sizes"]);
-    s.weights = nb::cast<std::vector<double>>(d["weights"]);
-    MixtureOptions& o = s.options;
-    o.by = ParseMixBy(nb::cast<std::string>(d["by"]));
-    o.tokens = nb::cast<std::vector<Index>>(d["tokens"]);
-    if (!d["block"].is_none()) o.block = nb::cast<Index>(d["block"]);
-    o.seed = nb::cast<std::uint64_t>(d["seed"]);
-    o.schedule = ToScheduleList(d["schedule"]);
-    o.interpolation = ParseInterpolation(nb::cast<std::string>(d["interpolation"]));
-    o.schedule_unit = ParseMixBy(nb::cast<std::string>(d["schedule_unit"]), "state");
-    for (nb::handle f : nb::borrow<nb::list>(d["repeat"])) o.repeat.push_back(nb::cast<bool>(f));
-    o.origin = nb::cast<Index>(d["origin"]);
-    o.start = nb::cast<std::vector<Index>>(d["start"]);
-    o.skip = nb::cast<Index>(d["skip"]);
-    return s;
-  } catch (const nb::cast_error&) {
-    ThrowInvalid("state", "malformed state (a value has the wrong type)");
-  } catch (const nb::python_error&) {
-    ThrowInvalid("state", "malformed state (a key is missing)");
-  }
+  const std::string text = StateText(h);
+  ReleaseGil release;
+  return MixtureStateFromJson(text);
 }
 
 }  // namespace
@@ -299,14 +242,15 @@ void init_mixture(nb::module_& m) {
           "position"_a.none(), "Where a run stands after ``position`` samples (JSON-serialisable).")
       .def_static(
           "from_state",
-          [](StateDict state, std::optional<FloatArray> weights, std::optional<Schedule> schedule) {
+          [](nb::handle state, std::optional<FloatArray> weights,
+             std::optional<Schedule> schedule) {
             std::optional<std::vector<double>> w;
             std::optional<std::vector<SchedulePoint>> s;
             if (weights.has_value()) w = ToDoubles(*weights, "weights");
             if (schedule.has_value()) s = ToSchedule(*schedule);
             return Mixture::FromState(DictToState(state), std::move(w), std::move(s));
           },
-          "state"_a, "weights"_a = nb::none(), "schedule"_a = nb::none(),
+          "state"_a.none(), "weights"_a = nb::none(), "schedule"_a = nb::none(),
           "Continues a run from state_dict(); new weights / schedule allowed.");
 }
 
