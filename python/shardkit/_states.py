@@ -7,6 +7,8 @@ The state itself is read and checked by the core (sealed, bound to its data).
 
 from typing import Any
 
+__all__ = ["require_state"]
+
 
 def require_state(state: Any) -> Any:
     """Returns ``state``; ValueError naming ``state`` when it is None."""

@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Unio
 import torch.distributed as dist
 import torch.utils.data as tud
 
-from shardkit._states import require_state
+from shardkit._states import require_state as _require_state
 from shardkit._torch_eval import check_plan
 from shardkit._torch_packing import to_torch
 from shardkit.eval import rank_and_world
@@ -157,7 +157,7 @@ class TokenDataset(tud.IterableDataset):
         """Equal steps: a state from TokenDataLoader.state_dict() (any rank's:
         they are equal). Per rank: this rank's worker states, the states of
         every consumer of a run, or a merged state. The epoch comes with it."""
-        require_state(state)
+        _require_state(state)
         self._resume = list(state) if isinstance(state, (list, tuple)) else state
         first = self._resume[0] if isinstance(self._resume, list) and self._resume else self._resume
         if isinstance(first, dict) and "epoch" in first:

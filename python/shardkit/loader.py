@@ -30,7 +30,7 @@ import numpy as np
 
 from shardkit import _core
 from shardkit._core import Mixture, TrainAudit, TrainStep, TrainSummary
-from shardkit._states import require_state
+from shardkit._states import require_state as _require_state
 from shardkit.eval import rank_and_world
 from shardkit.layout import data_rank_and_world, resolve_roles
 
@@ -428,7 +428,7 @@ class TokenLoader:
         """Continue from ``state``: this consumer's own state (exact resume), a
         merged state, or the list of the states of every consumer of a run
         (merged here; resume on any world size / worker count)."""
-        require_state(state)
+        _require_state(state)
         if isinstance(state, (list, tuple)):
             state = self.merge_states(state)
         epoch = state.get("epoch") if isinstance(state, dict) else None
@@ -568,7 +568,7 @@ class _MixtureTokenLoader(TokenLoader):
         the epoch (and later epochs) follow this loader's weights, every source
         continuing from its consumed count (nothing repeated or skipped within
         a source). ``last_resume`` says ``(changed, read, at)``."""
-        require_state(state)
+        _require_state(state)
         if isinstance(state, (list, tuple)):
             state = self.merge_states(state)
         o = self._options

@@ -242,13 +242,19 @@ void init_mixture(nb::module_& m) {
           "position"_a.none(), "Where a run stands after ``position`` samples (JSON-serialisable).")
       .def_static(
           "from_state",
-          [](nb::handle state, std::optional<FloatArray> weights,
+          [](std::optional<StateDict> state, std::optional<FloatArray> weights,
              std::optional<Schedule> schedule) {
+            // None is not a state (the one wording: shardkit/_states.py).
+            if (!state.has_value()) {
+              ThrowInvalid("state",
+                           "None is not a state (pass what state_dict() returned; to start an "
+                           "epoch afresh, make a new loader or call set_epoch)");
+            }
             std::optional<std::vector<double>> w;
             std::optional<std::vector<SchedulePoint>> s;
             if (weights.has_value()) w = ToDoubles(*weights, "weights");
             if (schedule.has_value()) s = ToSchedule(*schedule);
-            return Mixture::FromState(DictToState(state), std::move(w), std::move(s));
+            return Mixture::FromState(DictToState(*state), std::move(w), std::move(s));
           },
           "state"_a.none(), "weights"_a = nb::none(), "schedule"_a = nb::none(),
           "Continues a run from state_dict(); new weights / schedule allowed.");
