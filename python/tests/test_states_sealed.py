@@ -202,3 +202,25 @@ def test_regression_an_edited_mixture_state_is_refused():
     resumed = shardkit.Mixture.from_state(state)
     got = resumed.numpy(0, 200)
     assert (got[0] == after[0]).all() and (got[1] == after[1]).all()
+
+
+def test_regression_a_mixture_loader_state_at_an_epoch_boundary_is_sealed_and_bound():
+    # At an epoch boundary the mixture loader's resume overwrote the state's
+    # stream without checking it: 3 added to start[0] was delivered.
+    sources = [corpus(docs=30), corpus(shift=7, docs=40)]
+    kw = dict(seq_len=16, batch_size=2, samples=50, seed=2, equal_steps=True, num_threads=0)
+    loader = shardkit.TokenLoader.mixture(sources, [1, 1], **kw)
+    for _ in loader:
+        pass
+    state = json.loads(json.dumps(loader.state_dict()))  # the end of epoch 0
+    assert (state["loader"]["epoch"], state["loader"]["position"]) == (1, 0)
+    expected = pieces(shardkit.TokenLoader.mixture(sources, [1, 1], epoch=1, **kw))
+    resumed = shardkit.TokenLoader.mixture(sources, [1, 1], **kw)
+    resumed.load_state_dict(state)
+    assert pieces(resumed) == expected
+    edited = json.loads(json.dumps(state))
+    edited["mixture"][0]["start"][0] += 3
+    with pytest.raises(ValueError, match="^state: checksum: does not match"):
+        shardkit.TokenLoader.mixture(sources, [1, 1], **kw).load_state_dict(edited)
+    with pytest.raises(ValueError, match="^state: was saved for another data set or mixture: the"):
+        shardkit.TokenLoader.mixture(sources, [1, 1], **kw).load_state_dict(reseal(edited))
