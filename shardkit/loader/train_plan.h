@@ -237,13 +237,16 @@ class TrainPlan {
 
   // Validates and runs the construction pass. Throws invalid_argument naming
   // seq_len, batch_size, world_size, micro_batches, buffer, max_images,
-  // max_sequences, oversize (error is refused), position (outside [0, P]),
+  // max_sequences, oversize (error is refused), epoch (above kMaxEpoch),
+  // position (outside [0, P]: beyond the bound of TrainState's comment in
+  // O(1), before the replay; else after a replay that stays in the epoch),
   // lengths / images (a negative value, or totals that overflow an Index),
   // or batch_size when a step's slots overflow an Index.
   TrainPlan(TrainDocuments documents, TrainOptions options);
   // Continues from a state: options.epoch and options.position are taken
   // from it. Throws invalid_argument naming `state` when it was made for
-  // another stream (documents or packing options).
+  // another stream (documents, their identity, or packing options: "the data
+  // differs"), and "state: epoch: ..." / "state: position: ..." as above.
   TrainPlan(TrainDocuments documents, TrainOptions options, const TrainState& state);
   // For a loader, which reads one rank's steps once, in order: validates
   // (and checks `state`) as the constructors do, and leaves the construction
