@@ -201,7 +201,7 @@ DataFingerprint FingerprintData(const TokenSource& source) {
   std::vector<std::int32_t> tokens;
   auto add_tokens = [&](Index d, Index begin, Index count) {
     tokens.resize(static_cast<std::size_t>(count));
-    source.Copy(d, begin, count, tokens.data());
+    if (count > 0) source.Copy(d, begin, count, tokens.data());
     h.Add(static_cast<std::uint64_t>(d));
     for (std::int32_t t : tokens) h.Add(static_cast<std::uint32_t>(t));
   };
