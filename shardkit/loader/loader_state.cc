@@ -229,9 +229,12 @@ TrainDocuments TrainDocumentsOf(const TokenSource& source, std::uint64_t data_ha
   TrainDocuments docs;
   if (const std::int64_t* offsets = source.ContiguousOffsets()) {
     // One part with int64 offsets (memory, or an int64 .npy): the plan reads
-    // the lengths from the offsets, no call per document.
-    docs = TrainDocuments::FromOffsets(std::span<const std::int64_t>(
-        offsets, static_cast<std::size_t>(source.num_documents()) + 1));
+    // the lengths from the offsets, no call per document, clamped to the
+    // tokens (a mapped offsets file edited in place, token_source.h).
+    docs = TrainDocuments::FromOffsets(
+        std::span<const std::int64_t>(offsets,
+                                      static_cast<std::size_t>(source.num_documents()) + 1),
+        source.num_tokens());
   } else {
     docs.count = source.num_documents();
     const TokenSource* src = &source;
