@@ -45,6 +45,7 @@ import torch.distributed as dist
 import torch.utils.data as tud
 
 from shardkit import _core
+from shardkit._states import require_state as _require_state
 from shardkit._torch_eval import check_plan
 from shardkit._torch_packing import to_torch
 from shardkit.eval import rank_and_world
@@ -170,6 +171,7 @@ class TokenDataset(tud.IterableDataset):
         """Equal steps: a state from TokenDataLoader.state_dict() (any rank's:
         they are equal). Per rank: this rank's worker states, the states of
         every consumer of a run, or a merged state. The epoch comes with it."""
+        _require_state(state)
         self._finished = None
         self._resume = list(state) if isinstance(state, (list, tuple)) else state
         first = self._resume[0] if isinstance(self._resume, list) and self._resume else self._resume

@@ -31,6 +31,7 @@ import numpy as np
 
 from shardkit import _core
 from shardkit._core import Mixture, TrainAudit, TrainStep, TrainSummary
+from shardkit._states import require_state as _require_state
 from shardkit.eval import rank_and_world
 from shardkit.layout import data_rank_and_world, resolve_roles
 
@@ -130,7 +131,7 @@ class TokenLoader:
     step the next pass starts at).
 
     ``state_dict()`` is a small JSON-serialisable dict. With equal steps it is
-    ``{"version", "kind": "train_plan", "epoch", "position", "stream"}``, the
+    ``{"version", "kind": "train_plan", "epoch", "position", "stream", "checksum"}``, the
     same on every rank, and loads on any world size, batch size or worker
     count. Per-rank: ``load_state_dict(state)`` continues exactly where it was
     taken (same world size), or, given the states of *all* consumers of a run
@@ -470,6 +471,7 @@ class TokenLoader:
         """Continue from ``state``: this consumer's own state (exact resume), a
         merged state, or the list of the states of every consumer of a run
         (merged here; resume on any world size / worker count)."""
+        _require_state(state)
         if isinstance(state, (list, tuple)):
             state = self.merge_states(state)
         epoch = state.get("epoch") if isinstance(state, dict) else None
@@ -593,8 +595,9 @@ class _MixtureTokenLoader(TokenLoader):
     # -- state: the loader's state and the order it reads ------------------------
     def state_dict(self) -> Dict[str, Any]:
         """``{"version", "kind": "mixture_loader", "epoch", "samples", "mixture",
-        "loader"}``: the loader's state (``"loader"``) and the mixture(s) its
-        epoch reads, JSON-serialisable (weights as strings, exact)."""
+        "loader", "checksum"}``: the loader's state (``"loader"``) and the
+        mixture(s) its epoch reads, JSON-serialisable (weights as strings,
+        exact), sealed: an edited state is refused."""
         return _core._mixture_loader_state(self._order, self._loader.state())
 
     def state_at(self, steps: int) -> Dict[str, Any]:
@@ -608,6 +611,7 @@ class _MixtureTokenLoader(TokenLoader):
         the epoch (and later epochs) follow this loader's weights, every source
         continuing from its consumed count (nothing repeated or skipped within
         a source). ``last_resume`` says ``(changed, read, at)``."""
+        _require_state(state)
         if isinstance(state, (list, tuple)):
             state = self.merge_states(state)
         o = self._options
@@ -903,8 +907,8 @@ class TrainPlan:
     def state_dict(self, step: Optional[int] = None) -> Dict[str, Any]:
         """Where a run stands before ``step`` (default: after the last step),
         the same on every rank: ``{"version", "kind", "epoch", "position",
-        "stream"}``. Pass it as ``state=`` to continue, with any world size
-        or batch shape."""
+        "stream", "checksum"}`` (sealed: an edited state is refused). Pass it
+        as ``state=`` to continue, with any world size or batch shape."""
         at = self.num_steps if step is None else _core._index(step, "step")
         return json.loads(self._plan.state_at(at))
 

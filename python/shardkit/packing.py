@@ -40,6 +40,7 @@ import numpy as np
 
 from shardkit import _core
 from shardkit._core import Packing, RankSchedule
+from shardkit._states import require_state as _require_state
 
 __all__ = [
     "Packing",
@@ -209,7 +210,7 @@ class StreamingPacker:
     def load_state_dict(self, state: dict) -> None:
         """Continue exactly where ``state`` (from :meth:`state_dict`) was taken;
         the packer keeps its options."""
-        self._packer = _core._StreamingPacker(*self._options, state)
+        self._packer = _core._StreamingPacker(*self._options, _require_state(state))
 
 
 def _whole(value: Any, name: str, i: int) -> int:

@@ -196,19 +196,8 @@ class Planner {
   void StartTrainPlan(const LoaderOptions& o) {
     TrainOptions t = LoaderTrainOptions(o);
     t.epoch = base_.epoch;
-    TrainDocuments docs;
-    if (const std::int64_t* offsets = source_.ContiguousOffsets()) {
-      // One part with int64 offsets (memory, or an int64 .npy): the plan
-      // reads the lengths from the offsets, no call per document.
-      docs = TrainDocuments::FromOffsets(
-          std::span<const std::int64_t>(offsets,
-                                        static_cast<std::size_t>(source_.num_documents()) + 1),
-          source_.num_tokens());
-    } else {
-      docs.count = source_.num_documents();
-      const TokenSource* src = &source_;
-      docs.length = [src](Index d) { return src->DocumentLength(d); };
-    }
+    // The plan's stream fingerprint covers the data (its content sample).
+    TrainDocuments docs = TrainDocumentsOf(source_, base_.data_hash.value_or(0));
     // One pass plans the epoch: the reader deals every step (this worker's
     // and the others'), counts the plan's totals as it goes and hands out
     // this rank's rows; the plan learns num_steps when it reaches the end.
@@ -331,6 +320,7 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
   if (o.num_threads > 256) ThrowInvalid("num_threads", "at most 256, got " + Str(o.num_threads));
   CheckInRange("rank", o.rank, 0, o.world_size);
   CheckInRange("worker", o.worker, 0, o.num_workers);
+  CheckEpoch("epoch", o.epoch);
   if (o.oversize == Oversize::kError) {
     ThrowInvalid("oversize",
                  "'error' is not supported by the loader (a long document would "
@@ -389,7 +379,9 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
     base.epoch = resume->train->epoch;
   } else if (resume) {
     const LoaderState& s = *resume;
-    CheckFingerprint(s, base, "was saved for another data set or configuration");
+    CheckFingerprint(s, base,
+                     "was saved for another data set or configuration (the data differs, or "
+                     "the options do)");
     ValidateLoaderState(s);
     // Every piece must lie inside its document: collation copies without
     // checks. (ValidateLoaderState has checked start + length for overflow.)
