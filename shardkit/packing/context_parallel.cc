@@ -1,0 +1,130 @@
+#include "shardkit/packing/context_parallel.h"
+
+#include <algorithm>
+#include <string>
+
+#include "shardkit/base/enum_names.h"
+#include "shardkit/base/errors.h"
+
+namespace shardkit {
+
+namespace {
+
+constexpr EnumNames<CpSplit, 3> kCpSplits{"cp_split",
+                                          "split",
+                                          {{{CpSplit::kContiguous, "contiguous"},
+                                            {CpSplit::kHeadTail, "head_tail"},
+                                            {CpSplit::kDocumentHeadTail, "document_head_tail"}}}};
+
+constexpr EnumNames<CpStrategy, 1> kCpStrategies{
+    "cp_strategy", "strategy", {{{CpStrategy::kHeadTail, "head_tail"}}}};
+
+// Keys attended by the causal queries at positions [a, b) of one document:
+// sum of (q + 1).
+double CausalWork(Index a, Index b) {
+  if (b <= a) return 0;
+  const double x = static_cast<double>(a), y = static_cast<double>(b);
+  return (y * (y + 1) - x * (x + 1)) / 2;
+}
+
+}  // namespace
+
+CpStrategy ParseCpStrategy(std::string_view name) { return kCpStrategies.Parse(name); }
+std::string_view CpStrategyName(CpStrategy strategy) { return kCpStrategies.Name(strategy); }
+
+CpSplit ParseCpSplit(std::string_view name) { return kCpSplits.Parse(name); }
+std::string_view CpSplitName(CpSplit split) { return kCpSplits.Name(split); }
+std::vector<std::string_view> CpSplitNames() {
+  std::vector<std::string_view> names;
+  for (const auto& entry : kCpSplits.entries) names.push_back(entry.name);
+  return names;
+}
+
+void ValidateContextParallel(const ContextParallelOptions& cp, Index seq_len) {
+  CheckAtLeast("cp_size", cp.size, 1);
+  if (cp.granularity && (*cp.granularity < 1 || *cp.granularity % (2 * cp.size) != 0)) {
+    ThrowInvalid(
+        "cp_granularity",
+        Str(*cp.granularity) + " is not a positive multiple of 2 x cp_size = " + Str(2 * cp.size));
+  }
+  const Index g = CpGranule(cp);
+  if (g > 1 && seq_len % g != 0) {
+    ThrowInvalid("seq_len", Str(seq_len) + " is not a multiple of " + Str(g) +
+                                " (the context-parallel granularity: 2 x cp_size, or "
+                                "cp_granularity)");
+  }
+}
+
+Index CpGranule(const ContextParallelOptions& cp) {
+  if (cp.granularity) return *cp.granularity;
+  return cp.size > 1 ? 2 * cp.size : 1;
+}
+
+Index CpPaddedTokens(std::span<const PackItem> pieces, Index granule) {
+  Index sum = 0;
+  for (const PackItem& p : pieces) sum += CpPaddedLength(p.length, granule);
+  return sum;
+}
+
+Index AppendCpCuSeqlensPadded(std::span<const PackItem> pieces, Index seq_len, Index granule,
+                              std::int32_t base, std::vector<std::int32_t>* out) {
+  Index at = 0, longest = 0;
+  for (const PackItem& p : pieces) {
+    if (p.length == 0) continue;
+    const Index P = CpPaddedLength(p.length, granule);
+    at += P;
+    longest = std::max(longest, P);
+    out->push_back(base + static_cast<std::int32_t>(at));
+  }
+  if (at < seq_len) {
+    longest = std::max(longest, seq_len - at);
+    out->push_back(base + static_cast<std::int32_t>(seq_len));
+  }
+  return longest;
+}
+
+std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
+                               const ContextParallelOptions& cp, CpSplit split) {
+  const Index C = cp.size;
+  std::vector<double> work(static_cast<std::size_t>(C), 0.0);
+  if (split == CpSplit::kDocumentHeadTail) {
+    const Index g = CpGranule(cp);
+    for (const PackItem& p : pieces) {
+      const Index P = CpPaddedLength(p.length, g);
+      for (Index r = 0; r < C; ++r) {
+        for (const CpChunk& chunk : CpChunks(P, C, r)) {
+          work[static_cast<std::size_t>(r)] +=
+              CausalWork(chunk.start, std::min(p.length, chunk.start + chunk.length));
+        }
+      }
+    }
+    return work;
+  }
+  // Document-blind splits: rank of each run of the unpadded row.
+  const Index parts = split == CpSplit::kContiguous ? C : 2 * C;
+  const Index width = seq_len / parts;
+  auto owner = [&](Index part) {
+    if (split == CpSplit::kContiguous) return part;
+    return part < C ? part : 2 * C - 1 - part;
+  };
+  Index row_at = 0;
+  for (const PackItem& p : pieces) {
+    // The piece covers row positions [row_at, row_at + length): walk the parts it meets.
+    Index q = 0;
+    while (q < p.length) {
+      const Index part = (row_at + q) / width;
+      const Index part_end = std::min(p.length, (part + 1) * width - row_at);
+      work[static_cast<std::size_t>(owner(part))] += CausalWork(q, part_end);
+      q = part_end;
+    }
+    row_at += p.length;
+  }
+  return work;
+}
+
+double CpRowCost(std::span<const PackItem> pieces, const ContextParallelOptions& cp) {
+  std::vector<double> work = CpRankWork(pieces, 0, cp, CpSplit::kDocumentHeadTail);
+  return *std::max_element(work.begin(), work.end());
+}
+
+}  // namespace shardkit
