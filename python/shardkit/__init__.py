@@ -50,6 +50,7 @@ from shardkit.packing import (
     StreamingPacker,
     balance_ranks,
     collate_packing,
+    cp_rank_work,
     pack,
     pack_stream,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "balance_ranks",
     "collate_packing",
     "PackedCollator",
+    "cp_rank_work",
     "EvalPlan",
     "PlanMismatchError",
     "ProcessInfo",

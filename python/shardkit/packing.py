@@ -39,7 +39,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from shardkit import _core
-from shardkit._core import Packing, RankSchedule
+from shardkit._core import Packing, RankSchedule, cp_rank_work
 
 __all__ = [
     "Packing",
@@ -51,6 +51,7 @@ __all__ = [
     "collate_packing",
     "collate_rows",
     "PackedCollator",
+    "cp_rank_work",
 ]
 
 

@@ -13,6 +13,7 @@
 
 #include "python/src/bindings.h"
 #include "shardkit/loader/loader_state.h"
+#include "shardkit/packing/context_parallel.h"
 #include "shardkit/packing/packing_metadata.h"
 
 namespace shardkit::python {
@@ -347,6 +348,33 @@ void init_packing(nb::module_& m) {
       "row_offsets"_a, "items"_a, "starts"_a, "lengths"_a, "images"_a, "tokens"_a, "offsets"_a,
       "seq_len"_a, "padding_side"_a, "pad_token_id"_a, "ignore_index"_a, "block_mask"_a,
       "causal"_a);
+
+  m.def(
+      "cp_rank_work",
+      [](const std::vector<Index>& lengths, Index seq_len, Index cp_size, const std::string& split,
+         std::optional<Index> cp_granularity) {
+        ContextParallelOptions cp;
+        cp.size = cp_size;
+        cp.granularity = cp_granularity;
+        const CpSplit how = ParseCpSplit(split);
+        std::vector<PackItem> pieces;
+        for (std::size_t i = 0; i < lengths.size(); ++i) {
+          pieces.push_back(PackItem{static_cast<Index>(i), lengths[i], 0, 0});
+        }
+        ValidateCpRow(pieces, seq_len, cp, how);
+        return CpRankWork(pieces, seq_len, cp, how);
+      },
+      "lengths"_a, "seq_len"_a, "cp_size"_a, "split"_a = "document_head_tail",
+      "cp_granularity"_a = nb::none(),
+      "The causal attention work (keys attended by each real query) of every CP rank for one\n"
+      "row of documents of these lengths, under one split: 'contiguous', 'head_tail'\n"
+      "(document-blind) or 'document_head_tail' (shardkit's; rules:\n"
+      "shardkit/packing/context_parallel.h).\n\n"
+      ">>> import shardkit\n"
+      ">>> shardkit.cp_rank_work([64], 64, 2, 'contiguous')\n"
+      "[528.0, 1552.0]\n"
+      ">>> shardkit.cp_rank_work([64], 64, 2)\n"
+      "[1040.0, 1040.0]\n");
 }
 
 }  // namespace shardkit::python

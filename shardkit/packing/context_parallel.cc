@@ -122,6 +122,33 @@ std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
   return work;
 }
 
+void ValidateCpRow(std::span<const PackItem> pieces, Index seq_len,
+                   const ContextParallelOptions& cp, CpSplit split) {
+  ValidateContextParallel(cp, seq_len);
+  for (const PackItem& p : pieces) {
+    if (p.length < 0 || p.length > seq_len) {
+      ThrowInvalid("lengths", Str(p.length) + " is outside [0, seq_len = " + Str(seq_len) + "]");
+    }
+  }
+  if (split == CpSplit::kDocumentHeadTail) {
+    const Index padded = CpPaddedTokens(pieces, CpGranule(cp));
+    if (padded > seq_len) {
+      ThrowInvalid("lengths", "the row holds " + Str(padded) +
+                                  " tokens with every document padded to " + Str(CpGranule(cp)) +
+                                  ", more than seq_len " + Str(seq_len));
+    }
+    return;
+  }
+  if (seq_len % (2 * cp.size) != 0) {
+    ThrowInvalid("seq_len",
+                 Str(seq_len) + " is not a multiple of 2 x cp_size = " + Str(2 * cp.size));
+  }
+  if (RowTokens(pieces) > seq_len) {
+    ThrowInvalid("lengths", "the row holds " + Str(RowTokens(pieces)) +
+                                " tokens, more than seq_len " + Str(seq_len));
+  }
+}
+
 double CpRowCost(std::span<const PackItem> pieces, const ContextParallelOptions& cp) {
   std::vector<double> work = CpRankWork(pieces, 0, cp, CpSplit::kDocumentHeadTail);
   return *std::max_element(work.begin(), work.end());

@@ -150,6 +150,13 @@ enum class CpSplit { kContiguous, kHeadTail, kDocumentHeadTail };
 [[nodiscard]] std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
                                              const ContextParallelOptions& cp, CpSplit split);
 
+// The checks behind CpRankWork's REQUIRES, for rows from a user: cp valid
+// for seq_len, lengths >= 0, and the row fits (padded for document_head_tail;
+// seq_len a multiple of 2C for the others). Throws invalid_argument naming
+// cp_size, cp_granularity, seq_len or lengths.
+void ValidateCpRow(std::span<const PackItem> pieces, Index seq_len,
+                   const ContextParallelOptions& cp, CpSplit split);
+
 // The per-CP-rank work the plan balances rows by: the largest entry of
 // CpRankWork(..., kDocumentHeadTail), computed in O(pieces * C).
 [[nodiscard]] double CpRowCost(std::span<const PackItem> pieces, const ContextParallelOptions& cp);
