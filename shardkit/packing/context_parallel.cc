@@ -150,8 +150,36 @@ void ValidateCpRow(std::span<const PackItem> pieces, Index seq_len,
 }
 
 double CpRowCost(std::span<const PackItem> pieces, const ContextParallelOptions& cp) {
-  std::vector<double> work = CpRankWork(pieces, 0, cp, CpSplit::kDocumentHeadTail);
-  return *std::max_element(work.begin(), work.end());
+  // Every rank does 1/C of a piece's work on the padded layout (the two
+  // chunks cost 2C c^2 + c on every rank); a rank does less by the work of
+  // the padding positions in its chunks, which only the last chunks hold. So
+  // the busiest rank's work is the even share minus the least deficit: O(1)
+  // per long piece, no per-rank sum per piece. Every term is an integer
+  // below 2^53, so this equals CpRankWork's maximum exactly.
+  const Index C = cp.size;
+  const Index g = CpGranule(cp);
+  thread_local std::vector<double> deficit;
+  deficit.assign(static_cast<std::size_t>(C), 0.0);
+  double even = 0;
+  if (C == 1) {
+    for (const PackItem& p : pieces) even += CausalWork(0, p.length);
+    return even;
+  }
+  const Index chunks_per_granule = g / (2 * C);
+  for (const PackItem& p : pieces) {
+    const Index l = p.length;
+    const Index granules = (l + g - 1) / g;
+    const Index P = granules * g;
+    const Index c = granules * chunks_per_granule;  // P / 2C
+    // A rank's share, P (P + 1) / 2 / C = c (P + 1): exact.
+    even += static_cast<double>(c) * static_cast<double>(P + 1);
+    if (P == l) continue;                    // no padding (or an empty piece)
+    for (Index k = l / c; k < 2 * C; ++k) {  // the chunks holding padding
+      const Index lo = std::max(k * c, l), hi = (k + 1) * c;
+      deficit[static_cast<std::size_t>(k < C ? k : 2 * C - 1 - k)] += CausalWork(lo, hi);
+    }
+  }
+  return even - *std::min_element(deficit.begin(), deficit.end());
 }
 
 }  // namespace shardkit
