@@ -12,7 +12,7 @@ Reported per row: max/mean work over the C ranks (mean over rows, and worst),
 and the padding the per-document split costs. Then the deal across DP ranks:
 the busiest CP rank's work summed per DP rank per step, max/mean over the DP
 ranks, for cost="tokens" against cost="squared" (which deals by that work).
-Then planning speed with and without CP (documents/s, one core).
+Then planning speed with and without CP (documents per CPU second).
 
     PYTHONPATH=python .venv/bin/python bench/context_parallel_balance.py [--quick]
 """
