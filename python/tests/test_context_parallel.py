@@ -155,6 +155,18 @@ def test_bad_rank_work_and_plan_options_name_the_parameter():
         )
 
 
+def test_docs_example_runs():
+    """The >>> example of docs/context_parallel.md, run as a doctest."""
+    import doctest
+
+    text = (HERE.parents[1] / "docs" / "context_parallel.md").read_text()
+    (block,) = [b[: b.index("```")] for b in text.split("```python\n")[1:]]
+    test = doctest.DocTestParser().get_doctest(block, {}, "context_parallel.md", None, 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
+
+
 def test_cp_attention_under_torchrun_equals_full_attention(tmp_path):
     pytest.importorskip("torch")
     from torchrun_launch import finish, launch
