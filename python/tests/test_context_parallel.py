@@ -116,6 +116,19 @@ def test_roles_with_cp_axes_feed_the_loader(corpus):
     np.testing.assert_array_equal(a["input_ids"], b["input_ids"])
 
 
+def test_torch_dataloader_delivers_the_cp_slice_from_roles(corpus):
+    pytest.importorskip("torch")
+    from shardkit.torch import TokenDataLoader, TokenDataset
+
+    tokens, offsets, _ = corpus
+    roles = shardkit.DataRoles({"dp": 2, "cp": 2}, "dp", rank=3, cp_axes="cp")
+    ds = TokenDataset(tokens, offsets, seq_len=64, batch_size=2, roles=roles, num_threads=0, seed=5)
+    got = next(iter(TokenDataLoader(ds, num_workers=0)))
+    ref = next(iter(loader(corpus, seq_len=64, rank=1, world_size=2, cp_size=2, cp_rank=1)))
+    for key in ("input_ids", "cp_index", "cu_seqlens_padded", "cu_seqlens"):
+        np.testing.assert_array_equal(got[key].numpy(), ref[key])
+
+
 def test_rank_work_per_document_head_tail_is_balanced():
     # One document filling a row of 64 over 2 ranks: the contiguous split gives
     # the second rank the later (costlier) half; per-document head-tail evens it.
