@@ -168,6 +168,45 @@ def test_bad_rank_work_and_plan_options_name_the_parameter():
         )
 
 
+def test_cli_loader_stats_cp_reports_the_work_of_the_cp_plans_rows(cli, corpus, tmp_path):
+    tokens, offsets, lengths = corpus
+    np.save(tmp_path / "t.npy", tokens)
+    np.save(tmp_path / "o.npy", offsets)
+    base = ["loader-stats", "--tokens", tmp_path / "t.npy", "--offsets", tmp_path / "o.npy"]
+    base += ["--seq-len", 96, "--batch", 2, "--world", 2, "--seed", 5, "--quiet"]
+    out = cli(*base, "--cp", 4, "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["complete"]  # the unsplit rows still deliver every token once
+    # The same rows from TrainPlan(cp_size=4), split by hand.
+    plan = shardkit.TrainPlan(lengths, seq_len=96, batch_size=2, world_size=2, seed=5, cp_size=4)
+    ratios = {s: [] for s in ("contiguous", "head_tail", "document_head_tail")}
+    padding = 0
+    for step in range(plan.num_steps):
+        for rank in range(2):
+            for row in plan.step(rank, step):
+                lens = [n for _, _, n in row]
+                if sum(lens) == 0:
+                    continue
+                padding += sum(-(-n // 8) * 8 - n for n in lens)
+                for split in ratios:
+                    w = shardkit.cp_rank_work(lens, 96, 4, split)
+                    ratios[split].append(max(w) / (sum(w) / 4))
+    cp = report["cp"]
+    assert (cp["cp_size"], cp["granularity"], cp["padding"]) == (4, 8, padding)
+    assert cp["rows"] == len(ratios["contiguous"])
+    for split, values in ratios.items():
+        assert cp["splits"][split]["mean_max_over_mean"] == pytest.approx(np.mean(values))
+        assert cp["splits"][split]["worst_max_over_mean"] == pytest.approx(max(values))
+    bad = cli(*base, "--cp", 4, "--cp-granularity", 12)
+    assert bad.returncode != 0
+    assert (
+        bad.stderr.strip()
+        .splitlines()[-1]
+        .endswith("--cp-granularity: 12 is not a positive multiple of 2 x cp_size = 8")
+    )
+
+
 def test_docs_example_runs():
     """The >>> example of docs/context_parallel.md, run as a doctest."""
     import doctest
