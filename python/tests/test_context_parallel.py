@@ -28,7 +28,8 @@ def corpus():
 
 def loader(corpus, **kw):
     tokens, offsets, _ = corpus
-    return shardkit.TokenLoader(tokens, offsets, batch_size=2, num_threads=0, seed=5, **kw)
+    kw.setdefault("num_threads", 0)
+    return shardkit.TokenLoader(tokens, offsets, batch_size=2, seed=5, **kw)
 
 
 @pytest.mark.parametrize("cp, granularity", [(2, None), (3, None), (4, 16), (8, None)])
@@ -70,6 +71,18 @@ def test_cp_slices_are_the_unsplit_rows_at_cp_index_every_token_once(corpus, cp,
             np.testing.assert_array_equal(part["cu_seqlens"], np.asarray(expect) // cp)
         real_full = full["document_ids"] >= 0
         assert (seen[real_full] == 1).all() and (seen[~real_full] == 0).all()
+
+
+def test_cp_batches_are_the_same_for_any_thread_count(corpus):
+    def run(**kw):
+        batches = loader(corpus, seq_len=96, cp_size=4, cp_rank=2, **kw)
+        return [{k: np.array(v) for k, v in b.items()} for b in batches]
+
+    inline, threaded = run(), run(num_threads=2, prefetch=3)
+    assert len(inline) == len(threaded) > 0
+    for x, y in zip(inline, threaded):
+        for key in x:
+            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
 
 
 def test_cp_plan_rows_fit_with_padding_and_the_default_plan_is_unchanged(corpus):
