@@ -51,6 +51,7 @@ from shardkit.packing import (
     balance_ranks,
     collate_packing,
     cp_rank_work,
+    cp_restore_index,
     pack,
     pack_stream,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "collate_packing",
     "PackedCollator",
     "cp_rank_work",
+    "cp_restore_index",
     "EvalPlan",
     "PlanMismatchError",
     "ProcessInfo",

@@ -39,7 +39,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from shardkit import _core
-from shardkit._core import Packing, RankSchedule, cp_rank_work
+from shardkit._core import Packing, RankSchedule, cp_rank_work, cp_restore_index
 
 __all__ = [
     "Packing",
@@ -52,6 +52,7 @@ __all__ = [
     "collate_rows",
     "PackedCollator",
     "cp_rank_work",
+    "cp_restore_index",
 ]
 
 

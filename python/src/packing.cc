@@ -375,6 +375,32 @@ void init_packing(nb::module_& m) {
       "[528.0, 1552.0]\n"
       ">>> shardkit.cp_rank_work([64], 64, 2)\n"
       "[1040.0, 1040.0]\n");
+
+  m.def(
+      "cp_restore_index",
+      [](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
+         std::optional<Index> cp_granularity) {
+        ContextParallelOptions cp;
+        cp.size = cp_size;
+        cp.granularity = cp_granularity;
+        std::vector<PackItem> pieces;
+        for (std::size_t i = 0; i < lengths.size(); ++i) {
+          pieces.push_back(PackItem{static_cast<Index>(i), lengths[i], 0, 0});
+        }
+        ValidateCpRow(pieces, seq_len, cp, CpSplit::kDocumentHeadTail);
+        std::int64_t* data;
+        auto out = NewNd<std::int64_t>({static_cast<std::size_t>(seq_len)}, &data);
+        FillCpRestoreIndex(pieces, seq_len, cp, data);
+        return out;
+      },
+      "lengths"_a, "seq_len"_a, "cp_size"_a, "cp_granularity"_a = nb::none(),
+      "The inverse of the batches' cp_index for one row of documents of these lengths: for\n"
+      "every position t of the unsplit row, r * (seq_len // cp_size) + j when slot j of CP\n"
+      "rank r holds token t, -1 past the row's tokens (torch's restore index): the ranks'\n"
+      "slices concatenated and gathered at it give the row back.\n\n"
+      ">>> import shardkit\n"
+      ">>> shardkit.cp_restore_index([5, 2], 12, 2).tolist()   # padded to 8 and 4\n"
+      "[0, 1, 6, 7, 8, 4, 10, -1, -1, -1, -1, -1]\n");
 }
 
 }  // namespace shardkit::python

@@ -71,6 +71,15 @@ def test_cp_slices_are_the_unsplit_rows_at_cp_index_every_token_once(corpus, cp,
             np.testing.assert_array_equal(part["cu_seqlens"], np.asarray(expect) // cp)
         real_full = full["document_ids"] >= 0
         assert (seen[real_full] == 1).all() and (seen[~real_full] == 0).all()
+        # The restore index gives the unsplit rows back from the slices.
+        width = seq_len // cp
+        for b in range(2):
+            lens = full["lengths"][full["rows"] == b].tolist()
+            restore = shardkit.cp_restore_index(lens, seq_len, cp, cp_granularity=granularity)
+            flat = np.concatenate([slices[r][step]["input_ids"][b] for r in range(cp)])
+            real = restore >= 0
+            np.testing.assert_array_equal(flat[restore[real]], full["input_ids"][b][real])
+            assert real.sum() == sum(lens) and width * cp == seq_len
 
 
 def test_cp_batches_are_the_same_for_any_thread_count(corpus):

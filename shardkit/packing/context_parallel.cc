@@ -66,6 +66,28 @@ Index CpPaddedTokens(std::span<const PackItem> pieces, Index granule) {
   return sum;
 }
 
+void FillCpRestoreIndex(std::span<const PackItem> pieces, Index seq_len,
+                        const ContextParallelOptions& cp, std::int64_t* restore) {
+  const Index C = cp.size, L = seq_len / C, g = CpGranule(cp);
+  std::fill(restore, restore + seq_len, std::int64_t{-1});
+  Index slot = 0;      // the current piece's first local slot (the same on every rank)
+  Index unpadded = 0;  // the current piece's first position in the unpadded row
+  for (const PackItem& p : pieces) {
+    if (p.length == 0) continue;
+    const Index P = CpPaddedLength(p.length, g);
+    for (Index r = 0; r < C; ++r) {
+      Index at = slot;
+      for (const CpChunk& chunk : CpChunks(P, C, r)) {
+        const Index real = std::max<Index>(0, std::min(chunk.length, p.length - chunk.start));
+        for (Index q = 0; q < real; ++q) restore[unpadded + chunk.start + q] = r * L + at + q;
+        at += chunk.length;
+      }
+    }
+    slot += P / C;
+    unpadded += p.length;
+  }
+}
+
 Index AppendCpCuSeqlensPadded(std::span<const PackItem> pieces, Index seq_len, Index granule,
                               std::int32_t base, std::vector<std::int32_t>* out) {
   Index at = 0, longest = 0;

@@ -121,6 +121,15 @@ void CollateCpRow(std::span<const PackItem> pieces, const CollateOptions& option
                   const ContextParallelOptions& cp, Index cp_rank, const CpRowOutput& out,
                   CopyTokens&& copy);
 
+// The inverse of cp_index over all C ranks: for every position t of the
+// unpadded row, restore[t] = r * L + j when slot j of rank r holds token t
+// (the restore index of torch's load balancer: the ranks' slices
+// concatenated, gathered at restore, give the row back), -1 for t at or
+// past RowTokens(pieces) (the row's padding). Writes seq_len entries.
+// REQUIRES as CollateCpRow.
+void FillCpRestoreIndex(std::span<const PackItem> pieces, Index seq_len,
+                        const ContextParallelOptions& cp, std::int64_t* restore);
+
 // The row's cu_seqlens_padded (see above) appended to *out with every entry
 // shifted by `base` (for a batch flattened row-major: base = row * seq_len;
 // the caller writes the leading 0 once); returns max_seqlen of the row.

@@ -223,11 +223,16 @@ TEST(ContextParallel, SliceIsTheUnpaddedRowAtCpIndex) {
           inverse[ut] = r * L + j;
         }
       }
-      // The inverse is a permutation of the real tokens onto distinct slots.
+      // The inverse is a permutation of the real tokens onto distinct slots,
+      // and FillCpRestoreIndex gives it (-1 past the real tokens).
       std::vector<std::int64_t> sorted = inverse;
       std::sort(sorted.begin(), sorted.end());
       EXPECT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
       EXPECT_TRUE(sorted.empty() || sorted.front() >= 0);
+      std::vector<std::int64_t> restore(static_cast<std::size_t>(row.seq_len), -7);
+      FillCpRestoreIndex(row.pieces, row.seq_len, cp, restore.data());
+      inverse.resize(static_cast<std::size_t>(row.seq_len), -1);
+      EXPECT_EQ(restore, inverse);
     }
   }
 }
