@@ -339,18 +339,19 @@ int RunLoaderStats(const Argv& argv) {
   // --cp: the plan of a CP run (cp.size = C) for the report; the loaders
   // below keep its granularity and deliver whole rows.
   std::optional<CpWorkSummary> cp_work;
-  if (args.Has("cp-granularity") && !args.Has("cp")) {
-    throw UsageError("--cp-granularity: needs --cp");
+  const std::optional<Index> cp_granularity = args.Int("cp-granularity");
+  if (cp_granularity && !args.Has("cp")) {
+    throw UsageError("--cp-granularity: " + std::to_string(*cp_granularity) + " needs --cp");
   }
   if (auto cp = args.Int("cp")) {
     if (!o.equal_steps || mixing) {
-      throw UsageError(
-          "--cp: needs the equal-steps plan (not with --per-rank, --shard-files or "
-          "--mixture)");
+      throw UsageError("--cp: " + std::to_string(*cp) +
+                       " needs the equal-steps plan (not with --per-rank, --shard-files or "
+                       "--mixture)");
     }
     LoaderOptions c = o;
     c.cp.size = *cp;
-    if (auto g = args.Int("cp-granularity")) c.cp.granularity = *g;
+    c.cp.granularity = cp_granularity;
     TokenLoader probe(source, c);
     cp_work = SummarizeCpWork(*probe.train_plan());
     o.cp.granularity = CpGranule(c.cp);

@@ -350,7 +350,7 @@ void init_packing(nb::module_& m) {
       "causal"_a);
 
   m.def(
-      "cp_rank_work",
+      "_cp_rank_work",
       [](const std::vector<Index>& lengths, Index seq_len, Index cp_size, const std::string& split,
          std::optional<Index> cp_granularity) {
         ContextParallelOptions cp;
@@ -365,19 +365,10 @@ void init_packing(nb::module_& m) {
         return CpRankWork(pieces, seq_len, cp, how);
       },
       "lengths"_a, "seq_len"_a, "cp_size"_a, "split"_a = "document_head_tail",
-      "cp_granularity"_a = nb::none(),
-      "The causal attention work (keys attended by each real query) of every CP rank for one\n"
-      "row of documents of these lengths, under one split: 'contiguous', 'head_tail'\n"
-      "(document-blind) or 'document_head_tail' (shardkit's; rules:\n"
-      "shardkit/packing/context_parallel.h).\n\n"
-      ">>> import shardkit\n"
-      ">>> shardkit.cp_rank_work([64], 64, 2, 'contiguous')\n"
-      "[528.0, 1552.0]\n"
-      ">>> shardkit.cp_rank_work([64], 64, 2)\n"
-      "[1040.0, 1040.0]\n");
+      "cp_granularity"_a = nb::none());
 
   m.def(
-      "cp_restore_index",
+      "_cp_restore_index",
       [](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
          std::optional<Index> cp_granularity) {
         ContextParallelOptions cp;
@@ -393,14 +384,7 @@ void init_packing(nb::module_& m) {
         FillCpRestoreIndex(pieces, seq_len, cp, data);
         return out;
       },
-      "lengths"_a, "seq_len"_a, "cp_size"_a, "cp_granularity"_a = nb::none(),
-      "The inverse of the batches' cp_index for one row of documents of these lengths: for\n"
-      "every position t of the unsplit row, r * (seq_len // cp_size) + j when slot j of CP\n"
-      "rank r holds token t, -1 past the row's tokens (torch's restore index): the ranks'\n"
-      "slices concatenated and gathered at it give the row back.\n\n"
-      ">>> import shardkit\n"
-      ">>> shardkit.cp_restore_index([5, 2], 12, 2).tolist()   # padded to 8 and 4\n"
-      "[0, 1, 6, 7, 8, 4, 10, -1, -1, -1, -1, -1]\n");
+      "lengths"_a, "seq_len"_a, "cp_size"_a, "cp_granularity"_a = nb::none());
 }
 
 }  // namespace shardkit::python

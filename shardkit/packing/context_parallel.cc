@@ -42,6 +42,10 @@ std::vector<std::string_view> CpSplitNames() {
 
 void ValidateContextParallel(const ContextParallelOptions& cp, Index seq_len) {
   CheckAtLeast("cp_size", cp.size, 1);
+  if (cp.size > 1 && cp.size > seq_len / 2) {  // also keeps 2 x cp_size from overflowing
+    ThrowInvalid("cp_size", Str(cp.size) + " leaves fewer than 2 tokens of seq_len " +
+                                Str(seq_len) + " to each context-parallel rank");
+  }
   if (cp.granularity && (*cp.granularity < 1 || *cp.granularity % (2 * cp.size) != 0)) {
     ThrowInvalid(
         "cp_granularity",
@@ -146,6 +150,9 @@ std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
 
 void ValidateCpRow(std::span<const PackItem> pieces, Index seq_len,
                    const ContextParallelOptions& cp, CpSplit split) {
+  if (seq_len < 1 || seq_len > kMaxCpRowTokens) {
+    ThrowInvalid("seq_len", Str(seq_len) + " is outside [1, 2^28]");
+  }
   ValidateContextParallel(cp, seq_len);
   for (const PackItem& p : pieces) {
     if (p.length < 0 || p.length > seq_len) {

@@ -67,9 +67,9 @@ struct ContextParallelOptions {
   CpStrategy strategy = CpStrategy::kHeadTail;
 };
 
-// Throws invalid_argument naming cp_size (< 1), cp_granularity (negative or
-// not a multiple of 2 * cp_size) or seq_len (not a multiple of the
-// granularity, when cp_size > 1).
+// Throws invalid_argument naming cp_size (< 1, or > seq_len / 2 when > 1),
+// cp_granularity (not a positive multiple of 2 * cp_size) or seq_len (not a
+// multiple of the granularity).
 void ValidateContextParallel(const ContextParallelOptions& cp, Index seq_len);
 
 // The granularity g in force: options.granularity, or 2C when unset; 1 when
@@ -159,10 +159,11 @@ enum class CpSplit { kContiguous, kHeadTail, kDocumentHeadTail };
 [[nodiscard]] std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
                                              const ContextParallelOptions& cp, CpSplit split);
 
-// The checks behind CpRankWork's REQUIRES, for rows from a user: cp valid
-// for seq_len, lengths >= 0, and the row fits (padded for document_head_tail;
-// seq_len a multiple of 2C for the others). Throws invalid_argument naming
-// cp_size, cp_granularity, seq_len or lengths.
+// The checks behind CpRankWork's REQUIRES, for rows from a user: seq_len in
+// [1, kMaxCpRowTokens], cp valid for seq_len, lengths >= 0, and the row fits
+// (padded for document_head_tail; seq_len a multiple of 2C for the others).
+// Throws invalid_argument naming cp_size, cp_granularity, seq_len or lengths.
+inline constexpr Index kMaxCpRowTokens = Index{1} << 28;
 void ValidateCpRow(std::span<const PackItem> pieces, Index seq_len,
                    const ContextParallelOptions& cp, CpSplit split);
 

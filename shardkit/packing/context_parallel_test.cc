@@ -319,6 +319,8 @@ TEST(ContextParallel, RejectsBadOptionsNamingThem) {
     return "";
   };
   EXPECT_EQ(message({0, std::nullopt}, 8).rfind("cp_size: ", 0), 0u);
+  EXPECT_EQ(message({Index{1} << 62, std::nullopt}, 16).rfind("cp_size: ", 0), 0u);  // 2C overflows
+  EXPECT_EQ(message({9, std::nullopt}, 16).rfind("cp_size: 9", 0), 0u);
   EXPECT_EQ(message({2, 6}, 24).rfind("cp_granularity: 6", 0), 0u);
   EXPECT_EQ(message({2, -4}, 24).rfind("cp_granularity: -4", 0), 0u);
   EXPECT_EQ(message({4, std::nullopt}, 12).rfind("seq_len: 12", 0), 0u);
