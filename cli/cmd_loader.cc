@@ -210,6 +210,12 @@ int RunLoaderStats(const Argv& argv) {
             Choices(TrainModeNames(), TrainModeName(d.mode)) +
                 ": equal steps at the end of the epoch")
       .Flag("cost", "NAME", Choices(CostModelNames(), CostModelName(d.cost)) + ": per-step balance")
+      .Flag("cp", "C",
+            "context parallelism over C ranks: plan every document with room for its\n"
+            "per-document head-tail padding and report the causal work per CP rank of the\n"
+            "plan's rows (contiguous, document-blind and per-document head-tail splits);\n"
+            "the loaders deliver the unsplit rows")
+      .Flag("cp-granularity", "G", "with --cp: pad documents to a multiple of G (default 2C)")
       .Flag("quiet", "", "no progress bar")
       .Flag("json", "", "print one JSON object");
   AddRolesFlags(args);
@@ -329,6 +335,26 @@ int RunLoaderStats(const Argv& argv) {
     mix.order->Fill(window.first, window.first + window.count, mix.window_sources.data(),
                     items.data());
     source = MixtureSource(mix.sources, *mix.order, window);
+  }
+  // --cp: the plan of a CP run (cp.size = C) for the report; the loaders
+  // below keep its granularity and deliver whole rows.
+  std::optional<CpWorkSummary> cp_work;
+  const std::optional<Index> cp_granularity = args.Int("cp-granularity");
+  if (cp_granularity && !args.Has("cp")) {
+    throw UsageError("--cp-granularity: " + std::to_string(*cp_granularity) + " needs --cp");
+  }
+  if (auto cp = args.Int("cp")) {
+    if (!o.equal_steps || mixing) {
+      throw UsageError("--cp: " + std::to_string(*cp) +
+                       " needs the equal-steps plan (not with --per-rank, --shard-files or "
+                       "--mixture)");
+    }
+    LoaderOptions c = o;
+    c.cp.size = *cp;
+    c.cp.granularity = cp_granularity;
+    TokenLoader probe(source, c);
+    cp_work = SummarizeCpWork(*probe.train_plan());
+    o.cp.granularity = CpGranule(c.cp);
   }
   const Index max_batches = args.Int("max-batches", -1);
   if (args.Has("max-batches") && max_batches < 0) {
@@ -544,6 +570,23 @@ int RunLoaderStats(const Argv& argv) {
       }
       j.End();
     }
+    if (cp_work) {
+      j.Key("cp").Begin();
+      j.Key("cp_size").Int(cp_work->cp_size);
+      j.Key("granularity").Int(*o.cp.granularity);
+      j.Key("rows").Int(cp_work->rows).Key("tokens").Int(cp_work->tokens);
+      j.Key("padding").Int(cp_work->padding);
+      j.Key("splits").Begin();
+      for (const std::string_view name : CpSplitNames()) {
+        const std::size_t k = static_cast<std::size_t>(ParseCpSplit(name));
+        j.Key(std::string(name)).Begin();
+        j.Key("mean_max_over_mean").Double(cp_work->mean_ratio[k]);
+        j.Key("worst_max_over_mean").Double(cp_work->worst_ratio[k]);
+        j.End();
+      }
+      j.End();
+      j.End();
+    }
     if (roles) RolesJson(j, *roles);
     j.End();
     std::cout << j.str() << "\n";
@@ -632,6 +675,23 @@ int RunLoaderStats(const Argv& argv) {
           "delivered)\n",
           unit);
     }
+  }
+  if (cp_work) {
+    std::printf("context parallelism over %" PRId64 " ranks (documents padded to %" PRId64
+                "): causal work of the busiest CP rank / mean, per row, over %" PRId64
+                " rows (mean / worst)\n",
+                cp_work->cp_size, *o.cp.granularity, cp_work->rows);
+    for (const std::string_view name : CpSplitNames()) {
+      const std::size_t k = static_cast<std::size_t>(ParseCpSplit(name));
+      std::printf("  %-20s %.4f / %.4f\n", std::string(name).c_str(), cp_work->mean_ratio[k],
+                  cp_work->worst_ratio[k]);
+    }
+    std::printf("  padding of the per-document split: %" PRId64 " tokens (%.3f%% of %" PRId64 ")\n",
+                cp_work->padding,
+                cp_work->tokens ? 100.0 * static_cast<double>(cp_work->padding) /
+                                      static_cast<double>(cp_work->tokens)
+                                : 0.0,
+                cp_work->tokens);
   }
   if (roles) {
     PrintRoles(*roles);

@@ -65,6 +65,8 @@ std::string ToFlag(const std::string& message) {
       {"num_threads", "--threads"},
       {"prefetch", "--prefetch"},
       {"mode", "--mode"},
+      {"cp_size", "--cp"},
+      {"cp_granularity", "--cp-granularity"},
       {"token_dtype", "--token-dtype"},
       {"directory", "--dir"},
       {"tokens", "--tokens"},

@@ -51,6 +51,8 @@ from shardkit.packing import (
     StreamingPacker,
     balance_ranks,
     collate_packing,
+    cp_rank_work,
+    cp_restore_index,
     pack,
     pack_stream,
 )
@@ -79,6 +81,8 @@ __all__ = [
     "balance_ranks",
     "collate_packing",
     "PackedCollator",
+    "cp_rank_work",
+    "cp_restore_index",
     "EvalPlan",
     "PlanMismatchError",
     "ProcessInfo",

@@ -401,6 +401,12 @@ class TokenBatches:
                     f"{name}: TokenBatches takes the data-parallel layout from the sharding "
                     "(and always runs equal steps)"
                 )
+        if loader_options.get("cp_size", 1) != 1:
+            # The global arrays are whole rows [batch, seq_len]; a CP slice is not.
+            raise ValueError(
+                f"cp_size: {loader_options['cp_size']!r}: TokenBatches assembles whole rows; "
+                "use TokenLoader(cp_size=..., cp_rank=...) per CP rank"
+            )
         import jax
 
         self.sharding = sharding

@@ -116,6 +116,14 @@ class TokenLoader:
     ``block_mask`` [batch_size, seq_len, seq_len] (causal unless
     ``causal=False``). The last batch is padded, never dropped.
 
+    Context parallelism (``cp_size`` C > 1, ``cp_rank`` r; or from ``roles``
+    with cp axes): every array is CP rank r's slice ``[batch_size, seq_len //
+    C]`` of the rows (per-document head-tail, seq_len a multiple of 2C or of
+    ``cp_granularity``), with ``cp_index`` (each slot's position in the full
+    row, -1 on padding), ``cu_seqlens_padded`` (the full rows' THD
+    boundaries, every document padded) and local ``cu_seqlens``; the CP
+    ranks of a group get the same rows. See docs/loader.md.
+
     Epochs and resume, one rule: the epoch is part of the state. When an epoch
     runs out the loader stands at the start of the next one (``state_dict()``
     says so, the same on every rank with equal steps), so the next ``for``
@@ -179,10 +187,20 @@ class TokenLoader:
         cost: str = "tokens",
         block_mask: bool = False,
         causal: bool = True,
+        cp_size: Optional[int] = None,
+        cp_rank: Optional[int] = None,
+        cp_granularity: Optional[int] = None,
     ) -> None:
         # roles (a shardkit.DataRoles) or mesh= and data_axes=: shard by the data-parallel
         # rank and size, so tensor/pipeline replicas read identical batches.
         self.roles = resolve_roles(roles, mesh, data_axes)  # None, or the DataRoles
+        # Context parallelism: from the roles' cp axes unless given.
+        if cp_size is None:
+            cp_size = getattr(self.roles, "cp_size", 1) if self.roles is not None else 1
+        if cp_rank is None:
+            cp_rank = getattr(self.roles, "cp_rank", 0) if self.roles is not None else 0
+        cp_size, cp_rank = _core._index(cp_size, "cp_size"), _core._index(cp_rank, "cp_rank")
+        cp_granularity = _core._optional_index(cp_granularity, "cp_granularity")
         rank, world_size = data_rank_and_world(rank, world_size, self.roles)
         rank, world_size = rank_and_world(rank, world_size)
         if whale_unbalanced_io_slicing is None or whale_drop_last_files is None:
@@ -267,6 +285,8 @@ class TokenLoader:
             block_mask=block_mask,
             causal=causal,
         )
+        if cp_size != 1 or cp_granularity is not None:
+            self._options.update(cp_size=cp_size, cp_rank=cp_rank, cp_granularity=cp_granularity)
         self._loader = _core._TokenLoader(self._source_for(epoch), epoch=epoch, **self._options)
 
     def _open(self, tokens: Any, offsets: Any, token_dtype: str) -> Any:
@@ -748,6 +768,13 @@ class TrainPlan:
     choose the streaming packer. ``state`` (a :meth:`state_dict`) continues a
     run, with any world size and batch shape; ``position`` starts after that
     many packs of the epoch's stream.
+
+    ``cp_size`` C > 1 (context parallelism, docs/loader.md): every document is
+    packed at its length rounded up to ``cp_granularity`` (default 2C; seq_len
+    must be a multiple of it), so each row still fits seq_len once every piece
+    is padded for the per-document head-tail split (``cp_strategy``); with
+    ``cost="squared"`` the rows are balanced by the causal work of the busiest
+    CP rank. The pieces keep their real lengths.
     """
 
     def __init__(
@@ -774,6 +801,9 @@ class TrainPlan:
         roles: Any = None,
         mesh: Any = None,
         data_axes: Any = None,
+        cp_size: int = 1,
+        cp_strategy: str = "head_tail",
+        cp_granularity: Optional[int] = None,
     ) -> None:
         # roles (a shardkit.DataRoles) or mesh= and data_axes=: the plan's ranks are
         # the data-parallel ranks (world_size = roles.dp_size; step(roles.dp_rank, s)).
@@ -826,6 +856,9 @@ class TrainPlan:
             max_sequences=max_sequences,
             oversize=oversize,
             state=None if state is None else _state_json(state),
+            cp_size=int(_core._index(cp_size, "cp_size")),
+            cp_strategy=_core._str(cp_strategy, "cp_strategy"),
+            cp_granularity=_core._optional_index(cp_granularity, "cp_granularity"),
         )
 
     # -- the plan -------------------------------------------------------------

@@ -76,6 +76,10 @@ nb::dict BatchToDict(const std::shared_ptr<const Batch>& b) {
   d["max_seqlen"] = b->max_seqlen;
   d["row_tokens"] = View(b, b->row_tokens, 0, 0);
   d["step"] = b->step;
+  if (!b->cp_index.empty()) {
+    d["cp_index"] = View(b, b->cp_index, rows, cols);
+    d["cu_seqlens_padded"] = View(b, b->cu_seqlens_padded, 0, 0);
+  }
   if (!b->block_mask.empty()) {
     auto* keep = new std::shared_ptr<const Batch>(b);
     nb::capsule owner(
@@ -188,7 +192,8 @@ void init_loader(nb::module_& m) {
              const std::string& padding_side, Index num_threads, Index prefetch, bool shard_files,
              std::optional<bool> whale_unbalanced_io_slicing,
              std::optional<bool> whale_drop_last_files, bool equal_steps, const std::string& mode,
-             const std::string& cost, bool block_mask, bool causal, nb::object state) {
+             const std::string& cost, bool block_mask, bool causal, nb::object state, Index cp_size,
+             Index cp_rank, std::optional<Index> cp_granularity) {
             LoaderOptions o;
             o.seq_len = seq_len;
             o.batch_size = batch_size;
@@ -224,6 +229,9 @@ void init_loader(nb::module_& m) {
             o.cost = ParseCostModel(cost);
             o.block_mask = block_mask;
             o.causal = causal;
+            o.cp.size = cp_size;
+            o.cp.granularity = cp_granularity;
+            o.cp_rank = cp_rank;
             std::optional<LoaderState> resume;
             if (!state.is_none()) resume = DictToState(state);
             // Planning an equal-steps epoch takes a while without the GIL: a
@@ -238,7 +246,8 @@ void init_loader(nb::module_& m) {
           "num_threads"_a = 1, "prefetch"_a = 2, "shard_files"_a = false,
           "whale_unbalanced_io_slicing"_a = nb::none(), "whale_drop_last_files"_a = nb::none(),
           "equal_steps"_a = false, "mode"_a = "pad", "cost"_a = "tokens", "block_mask"_a = false,
-          "causal"_a = true, "state"_a = nb::none())
+          "causal"_a = true, "state"_a = nb::none(), "cp_size"_a = 1, "cp_rank"_a = 0,
+          "cp_granularity"_a = nb::none())
       .def(
           "next",
           [](TokenLoader& loader) -> nb::object {

@@ -176,7 +176,8 @@ void init_train(nb::module_& m) {
              Index position, const std::string& algorithm, std::optional<Index> buffer,
              const std::string& cost, std::optional<Index> max_images,
              std::optional<Index> max_sequences, const std::string& oversize,
-             std::optional<std::string> state_json) {
+             std::optional<std::string> state_json, Index cp_size, const std::string& cp_strategy,
+             std::optional<Index> cp_granularity) {
             new (self) PyTrainPlan();
             self->keep_lengths = lengths_obj;
             const I64In lengths = nb::cast<I64In>(lengths_obj);
@@ -202,6 +203,9 @@ void init_train(nb::module_& m) {
             o.max_images = max_images;
             o.max_sequences = max_sequences;
             o.oversize = ParseOversize(oversize);
+            o.cp.size = cp_size;
+            o.cp.strategy = ParseCpStrategy(cp_strategy);
+            o.cp.granularity = cp_granularity;
             auto docs = TrainDocuments::FromSpans(
                 {reinterpret_cast<const Index*>(lengths.data()), lengths.shape(0)}, img);
             std::optional<TrainState> state;
@@ -213,7 +217,8 @@ void init_train(nb::module_& m) {
           "lengths"_a, "images"_a.none(), "seq_len"_a, "batch_size"_a, "world_size"_a,
           "micro_batches"_a, "mode"_a, "shuffle"_a, "seed"_a, "epoch"_a, "position"_a,
           "algorithm"_a, "buffer"_a.none(), "cost"_a, "max_images"_a.none(),
-          "max_sequences"_a.none(), "oversize"_a, "state"_a.none())
+          "max_sequences"_a.none(), "oversize"_a, "state"_a.none(), "cp_size"_a = 1,
+          "cp_strategy"_a = "head_tail", "cp_granularity"_a.none() = nb::none())
       .def_prop_ro("num_steps", [](const PyTrainPlan& p) { return p.plan->num_steps(); })
       .def_prop_ro("first_step", [](const PyTrainPlan& p) { return p.plan->first_step(); })
       .def_prop_ro("epoch_steps", [](const PyTrainPlan& p) { return p.plan->epoch_steps(); })

@@ -37,6 +37,18 @@ double PieceCost(const PackItem& p, CostModel model) {
   return model == CostModel::kTokens ? l : l * l;
 }
 
+// The deal cost of one pack: its tokens, the sum of its squared piece
+// lengths, or (squared, with CP) the causal work of its busiest CP rank.
+double PackCost(const Pack& pack, CostModel model, const ContextParallelOptions& cp) {
+  // Tokens: the pack's total, which the packer keeps (an integer below
+  // 2^53, so the same double as the sum of its pieces).
+  if (model == CostModel::kTokens) return static_cast<double>(pack.tokens);
+  if (cp.size > 1) return CpRowCost(pack.pieces, cp);
+  double c = 0;
+  for (const PackItem& p : pack.pieces) c += PieceCost(p, model);
+  return c;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -67,6 +79,7 @@ class PackStream {
         shuffle_(o.shuffle),
         seed_(o.seed),
         continuous_(continuous),
+        granule_(CpGranule(o.cp)),
         lengths_(docs->length_data ? docs->length_data : docs->offsets_data),
         order_(docs->count, o.seed, o.epoch),
         epoch_(o.epoch),
@@ -111,6 +124,15 @@ class PackStream {
       StartEpoch(epoch_ + 1);
     }
     (void)packer_.Pop(pack);
+    if (granule_ > 1) {
+      // The packer saw padded lengths; the pieces get their real ones back
+      // (only a document's last piece holds its padding).
+      pack->tokens = 0;
+      for (PackItem& p : pack->pieces) {
+        p.length = std::min(p.length, docs_->Length(p.item) - p.start);
+        pack->tokens += p.length;
+      }
+    }
     *epoch = epoch_;
     *index = popped_++;
     return true;
@@ -199,7 +221,7 @@ class PackStream {
     }
     const Index d = block_[static_cast<std::size_t>(block_at_++)];
     ++pushed_;
-    packer_.Push(d, docs_->Length(d), docs_->Images(d));
+    packer_.Push(d, CpPaddedLength(docs_->Length(d), granule_), docs_->Images(d));
     if (!packer_.dropped_items().empty()) {
       std::vector<Index> dropped = packer_.TakeDropped();
       dropped_ += static_cast<Index>(dropped.size());
@@ -220,6 +242,7 @@ class PackStream {
   bool shuffle_;
   std::uint64_t seed_;
   bool continuous_;
+  Index granule_;                // CP granularity: documents packed padded to it
   const std::int64_t* lengths_;  // length_data or offsets_data (prefetched)
   Permutation order_;
   std::uint64_t epoch_;
@@ -271,20 +294,14 @@ Index Gather(PackStream* stream, Index R, Deal* deal) {
 // the step), each to the cheapest rank with a free row (ties: lower rank).
 // Only ranks [0, min(W, K)) can receive a pack (an unused rank costs 0 and the
 // lowest one wins ties), so the work is O(K log K) for any W.
-void DealPacks(Index W, Index rows, CostModel model, Deal* deal) {
+void DealPacks(Index W, Index rows, CostModel model, const ContextParallelOptions& cp, Deal* deal) {
   const Index K = static_cast<Index>(deal->packs.size());
   const Index used = std::min(W, K);
   deal->costs.assign(static_cast<std::size_t>(K), 0.0);
   deal->total = 0;
   for (Index k = 0; k < K; ++k) {
     const Pack& pack = deal->packs[static_cast<std::size_t>(k)];
-    // Tokens: the pack's total, which the packer keeps (an integer below
-    // 2^53, so the same double as the sum of its pieces).
-    double c = static_cast<double>(pack.tokens);
-    if (model != CostModel::kTokens) {
-      c = 0;
-      for (const PackItem& p : pack.pieces) c += PieceCost(p, model);
-    }
+    const double c = PackCost(pack, model, cp);
     deal->costs[static_cast<std::size_t>(k)] = c;
     deal->total += c;
   }
@@ -402,7 +419,7 @@ class Tally {
       done_ = true;
       return false;
     }
-    DealPacks(o_.world_size, rows_per_rank_, o_.cost, deal);
+    DealPacks(o_.world_size, rows_per_rank_, o_.cost, o_.cp, deal);
     for (std::size_t k = 0; k < deal->packs.size(); ++k) {
       if (deal->epochs[k] != o_.epoch) {
         ++s_.next_epoch_rows;
@@ -608,6 +625,7 @@ void TrainPlan::Prepare() {
                  "half-way); use split or drop");
   }
   ValidatePackOptions(TrainPackOptions(o));
+  ValidateContextParallel(o.cp, o.seq_len);
   if (o.max_images && !documents_.images) {
     ThrowInvalid("max_images", "is set but no images were given");
   }
@@ -629,12 +647,15 @@ void TrainPlan::Prepare() {
   add(static_cast<std::uint64_t>(o.max_images.value_or(-1)));
   add(static_cast<std::uint64_t>(o.max_sequences.value_or(-1)));
   add(static_cast<std::uint64_t>(o.oversize));
+  const Index granule = CpGranule(o.cp);
+  if (granule > 1) add(0x4350000000000000ULL ^ static_cast<std::uint64_t>(granule));
   std::uint64_t content = 0;
   Index total = 0, total_images = 0;
   for (Index d = 0; d < documents_.count; ++d) {
     const Index len = documents_.Length(d);
     if (len < 0) ThrowInvalid("lengths", "document " + Str(d) + " has negative length " + Str(len));
     total = CheckedAdd("lengths", total, len);
+    if (granule > 1) (void)CheckedAdd("lengths", len, granule - 1);  // its padded length
     Index img = 0;
     if (documents_.images) {
       img = documents_.Images(d);
@@ -770,7 +791,7 @@ struct TrainPlan::Reader::Impl {
     const Index R = o.world_size * plan->rows_per_rank_;
     const Index K = Gather(&stream, R, &deal);
     if (K == 0) return false;
-    DealPacks(o.world_size, plan->rows_per_rank_, o.cost, &deal);
+    DealPacks(o.world_size, plan->rows_per_rank_, o.cost, o.cp, &deal);
     return true;
   }
   bool published = false;
@@ -880,6 +901,8 @@ std::uint64_t TrainPlan::Fingerprint() const {
   add(static_cast<std::uint64_t>(options_.cost));
   add(options_.epoch);
   add(static_cast<std::uint64_t>(options_.position));
+  if (options_.cp.size > 1)
+    add(0x4350000000000000ULL ^ static_cast<std::uint64_t>(options_.cp.size));
   return h;
 }
 
@@ -894,6 +917,8 @@ std::string TrainPlan::Describe() const {
   if (o.buffer) s += ", buffer=" + Str(*o.buffer);
   if (o.max_images) s += ", max_images=" + Str(*o.max_images);
   if (o.max_sequences) s += ", max_sequences=" + Str(*o.max_sequences);
+  if (o.cp.size > 1) s += ", cp_size=" + Str(o.cp.size);
+  if (o.cp.granularity) s += ", cp_granularity=" + Str(*o.cp.granularity);
   s += ", oversize=" + std::string(OversizeName(o.oversize)) +
        ", cost=" + std::string(CostModelName(o.cost));
   s += o.shuffle ? ", shuffle=True, seed=" + Str(o.seed) : std::string(", shuffle=False");
@@ -976,7 +1001,12 @@ TrainAudit TrainPlan::Audit() const {
   {
     std::vector<std::vector<std::pair<Index, Index>>> by_doc(
         static_cast<std::size_t>(documents_.count));
+    const Index granule = CpGranule(o.cp);
     for (const auto& pack : packs) {
+      // Every row fits seq_len with each piece padded to the CP granularity.
+      if (CpPaddedTokens(pack, granule) > o.seq_len) {
+        fail("a pack of " + Str(CpPaddedTokens(pack, granule)) + " padded tokens exceeds seq_len");
+      }
       for (const PackItem& p : pack) {
         if (p.item < 0 || p.item >= documents_.count) {
           fail("a piece names document " + Str(p.item));

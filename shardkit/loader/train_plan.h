@@ -75,6 +75,7 @@
 #include <vector>
 
 #include "shardkit/base/errors.h"
+#include "shardkit/packing/context_parallel.h"
 #include "shardkit/packing/packing.h"
 
 namespace shardkit {
@@ -154,6 +155,17 @@ struct TrainOptions {
   std::optional<Index> max_sequences;    // pieces per row
   Oversize oversize = Oversize::kSplit;  // split | drop (error is refused)
   CostModel cost = CostModel::kTokens;
+  // Context parallelism (shardkit/packing/context_parallel.h): with a
+  // granularity g > 1 (cp.size > 1, or cp.granularity set) the packer packs
+  // every document at its padded length RoundUp(length, g), so a row padded
+  // per piece still fits seq_len (CpPaddedTokens(row, g) <= seq_len; seq_len
+  // a multiple of g; split pieces are seq_len long, multiples of g); the
+  // pieces a plan delivers carry their real lengths. The stream depends on g
+  // only (in the stream fingerprint when g > 1), so a run resumes with another
+  // CP size under the same cp.granularity. With cost kSquaredLengths the deal
+  // balances CpRowCost (the causal work of the busiest CP rank of the row)
+  // instead of the squared lengths. Defaults: no CP, the plan as before.
+  ContextParallelOptions cp;
 };
 
 // The packer options of the plan's pack stream: capacity seq_len, algorithm,

@@ -96,6 +96,8 @@ class LoaderImpl {
   // batch before it has been returned). REQUIRES: mu_ held.
   void Fail(std::exception_ptr error, Index seq);
   void Collate(const Plan& plan, Batch* batch) const;
+  // Collate with context parallelism: the CP rank's slice of every row.
+  void CollateContextParallel(const Plan& plan, Batch* batch) const;
   std::shared_ptr<Batch> AcquireBatch();
   // A new batch of batch_size x seq_len; std::bad_alloc becomes
   // invalid_argument naming batch_size and the bytes asked for.
