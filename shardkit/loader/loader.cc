@@ -574,6 +574,7 @@ void LoaderImpl::CollateContextParallel(const Plan& plan, Batch* batch) const {
   const Index granule = CpGranule(cp);
   batch->epoch = plan.epoch;
   batch->index = plan.index;
+  batch->step = plan.step;
   batch->documents.clear();
   batch->starts.clear();
   batch->lengths.clear();
