@@ -69,6 +69,8 @@ std::string ToFlag(const std::string& message) {
       {"directory", "--dir"},
       {"tokens", "--tokens"},
       {"offsets", "--offsets"},
+      {"path", "--source"},
+      {"format", "--format"},
       {"state", "--resume"},  // a state read with --resume (written ones never fail so)
       {"axes", "--mesh"},
       {"data_axes", "--data-axes"},

@@ -62,6 +62,7 @@ from shardkit.sharding import (
     whale_choice,
     whale_plan,
 )
+from shardkit.sources import TokenSource, open_source
 
 __all__ = [
     "AuditReport",
@@ -90,6 +91,8 @@ __all__ = [
     "pad_for_devices",
     "steps_for_count",
     "TokenLoader",
+    "TokenSource",
+    "open_source",
     "Mixture",
     "DataRoles",
     "TrainPlan",

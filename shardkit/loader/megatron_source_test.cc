@@ -111,9 +111,12 @@ struct Code {
 };
 // Every integer dtype code over its whole range (int64: the int32 range, the
 // ids it may deliver).
-const Code kIntegerCodes[] = {{1, 0, 255},          {2, -128, 127},
-                              {3, -32768, 32767},   {4, INT32_MIN, INT32_MAX},
-                              {5, INT32_MIN, INT32_MAX}, {8, 0, 65535}};
+const Code kIntegerCodes[] = {{1, 0, 255},
+                              {2, -128, 127},
+                              {3, -32768, 32767},
+                              {4, INT32_MIN, INT32_MAX},
+                              {5, INT32_MIN, INT32_MAX},
+                              {8, 0, 65535}};
 
 TEST(MegatronSourceTest, ReadsEveryDocumentOfEveryIntegerDtype) {
   const fs::path dir = loader_testing::TempDir("megatron", "dtypes");
@@ -204,8 +207,8 @@ TEST(MegatronSourceTest, CorruptFilesAreRefusedNamingFileAndField) {
        "sequence_count: 18446744073709551615"},
       {"sequence_count + 1", [](Files& f) { Poke<std::uint64_t>(f.idx, 18, 4); }, "idx",
        "size: 102 bytes, expected 114 (or 118 with sequence modes) for sequence_count 4"},
-      {"huge document_count", [](Files& f) { Poke<std::uint64_t>(f.idx, 26, 1ull << 61); },
-       "idx", "document_count: 2305843009213693952"},
+      {"huge document_count", [](Files& f) { Poke<std::uint64_t>(f.idx, 26, 1ull << 61); }, "idx",
+       "document_count: 2305843009213693952"},
       {"document_count - 1", [](Files& f) { Poke<std::uint64_t>(f.idx, 26, 3); }, "idx",
        "size: 102 bytes, expected 94"},
       {"document_count 0", [](Files& f) { Poke<std::uint64_t>(f.idx, 26, 0); }, "idx",
@@ -255,11 +258,13 @@ TEST(MegatronSourceTest, MissingFilesAndUndetectablePathsNameThePath) {
   const fs::path dir = loader_testing::TempDir("megatron", "missing");
   Write(dir / "p", Encode({{{1}}}, 4));
   fs::remove(dir / "p.bin");
-  EXPECT_NE(ErrorOf([&] { (void)TokenSource::OpenMegatron((dir / "p").string()); })
-                .find("path: cannot open '" + (dir / "p.bin").string()),
+  EXPECT_NE(ErrorOf([&] {
+              (void)TokenSource::OpenMegatron((dir / "p").string());
+            }).find("path: cannot open '" + (dir / "p.bin").string()),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { (void)OpenSource({(dir / "p").string()}); })
-                .find("path: '" + (dir / "p").string() + "': cannot tell the format"),
+  EXPECT_NE(ErrorOf([&] {
+              (void)OpenSource({(dir / "p").string()});
+            }).find("path: '" + (dir / "p").string() + "': cannot tell the format"),
             std::string::npos);
   EXPECT_NE(ErrorOf([&] { (void)ParseSourceFormat("csv"); }).find("format: unknown"),
             std::string::npos);
@@ -276,8 +281,9 @@ TEST(MegatronSourceTest, FormatsMixInOneSourceAndGatheredViewsDoNotConcatenate) 
   auto both = TokenSource::Concat({TokenSource::OpenMegatron((dir / "m").string()), memory});
   ExpectDocuments(*both, {{{7, 8}}, {{9}}, {{1}}, {{2, 3}}});
   auto gathered = TokenSource::Gather({memory}, {1, 0}, 5);
-  EXPECT_NE(ErrorOf([&] { (void)TokenSource::Concat({memory, gathered}); })
-                .find("sources: source 1 is a gathered view"),
+  EXPECT_NE(ErrorOf([&] {
+              (void)TokenSource::Concat({memory, gathered});
+            }).find("sources: source 1 is a gathered view"),
             std::string::npos);
   fs::remove_all(dir);
 }
