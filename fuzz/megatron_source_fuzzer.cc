@@ -37,8 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (split > size) split = size;
   static const std::string prefix = [] {
     const char* dir = std::getenv("TMPDIR");
-    return std::string(dir ? dir : "/tmp") + "/shardkit_fuzz_megatron_" +
-           std::to_string(getpid());
+    return std::string(dir ? dir : "/tmp") + "/shardkit_fuzz_megatron_" + std::to_string(getpid());
   }();
   WriteFile(prefix + ".idx", data, split);
   WriteFile(prefix + ".bin", data + split, size - split);

@@ -62,6 +62,7 @@ from shardkit.sharding import (
     whale_choice,
     whale_plan,
 )
+from shardkit._prepare import prepare
 from shardkit.sources import TokenSource, open_source
 
 __all__ = [
@@ -93,6 +94,7 @@ __all__ = [
     "TokenLoader",
     "TokenSource",
     "open_source",
+    "prepare",
     "Mixture",
     "DataRoles",
     "TrainPlan",

@@ -18,6 +18,7 @@
 #include "shardkit/loader/mixture_loader.h"
 #include "shardkit/loader/source_formats.h"
 #include "shardkit/loader/token_source.h"
+#include "shardkit/loader/token_writer.h"
 
 namespace shardkit::python {
 
@@ -235,6 +236,42 @@ void init_loader(nb::module_& m) {
             return s.source->DocumentLength(d);
           },
           "document"_a);
+
+  nb::class_<TokenWriter>(m, "_TokenWriter",
+                          "The core's writer of Megatron / npy token files "
+                          "(shardkit/loader/token_writer.h), behind shardkit.prepare.")
+      .def(
+          "__init__",
+          [](TokenWriter* self, const std::string& output, const std::string& format,
+             const std::string& token_dtype) {
+            new (self) TokenWriter(output, ParseSourceFormat(format), ParseTokenDType(token_dtype));
+          },
+          "output"_a, "format"_a, "token_dtype"_a)
+      .def_static(
+          "dtype_for_vocabulary",
+          [](Index vocab_size) {
+            return std::string(TokenDTypeName(TokenWriter::DTypeForVocabulary(vocab_size)));
+          },
+          "vocab_size"_a)
+      .def(
+          "add",
+          [](TokenWriter& w, nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig> tokens) {
+            ReleaseGil release;
+            w.Add(tokens.data(), static_cast<Index>(tokens.shape(0)));
+          },
+          "tokens"_a)
+      .def("finish", [](TokenWriter& w) {
+        TokenWriterResult r;
+        {
+          ReleaseGil release;
+          r = w.Finish();
+        }
+        nb::dict d;
+        d["documents"] = r.documents;
+        d["tokens"] = r.tokens;
+        d["files"] = r.files;
+        return d;
+      });
 
   nb::class_<TokenLoader>(m, "_TokenLoader", "The C++ loader behind shardkit.TokenLoader.")
       .def(
