@@ -21,6 +21,7 @@ from the plan's parameters alone (no communication, no index lists):
 True
 """
 
+from shardkit._prepare import prepare
 from shardkit.eval import (
     EvalPlan,
     PlanMismatchError,
@@ -62,7 +63,6 @@ from shardkit.sharding import (
     whale_choice,
     whale_plan,
 )
-from shardkit._prepare import prepare
 from shardkit.sources import TokenSource, open_source
 
 __all__ = [
