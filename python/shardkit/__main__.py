@@ -9,6 +9,8 @@ import sys
 
 from shardkit._prepare import main
 
+__all__ = ["main"]
+
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] != "prepare":
         print(
