@@ -157,7 +157,8 @@ int RunLoaderStats(const Argv& argv) {
             "paths are one source, numbered in the order given")
       .Flag("format", "F", "with --source or --mixture: npy | megatron (default: from the files)")
       .Flag("token-dtype", "T",
-            "dtype of raw token files: int32 | uint16 | uint32 (default " +
+            "dtype of raw token files: int32 | uint16 | uint32 | uint8 | int8 | int16 | int64 "
+            "(default " +
                 std::string(TokenDTypeName(SourceOptions{}.raw_token_dtype)) + ")")
       .Flag("seq-len", "L", "tokens per row (required)")
       .Flag("batch", "B", "rows per batch (required)")

@@ -6,6 +6,7 @@ shardkit delivers must be the tokens Megatron reads for it (the sequences
 document_indices[d] .. document_indices[d + 1], concatenated).
 """
 
+import json
 import os
 import pickle
 import struct
@@ -263,10 +264,17 @@ def test_cli_loader_stats_reads_a_source_and_names_bad_ones(tmp_path):
     run = [cli, "loader-stats", "--source", f"{prefix},{prefix}", "--seq-len", "4", "--batch", "1"]
     out = subprocess.run(run + ["--json", "--quiet"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    import json
-
     report = json.loads(out.stdout)
     assert report["documents"] == 6 and report["tokens"] == 12, report
+    # --mixture takes the same paths (a Megatron prefix per source).
+    mix = [cli, "loader-stats", "--mixture", f"{prefix},{prefix}.idx", "--weights", "1,1"]
+    mixed = subprocess.run(
+        mix + ["--seq-len", "4", "--batch", "1", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert mixed.returncode == 0, mixed.stderr
     struct.pack_into("<B", idx, 17, 7)
     with open(prefix + ".idx", "wb") as f:
         f.write(bytes(idx))
