@@ -161,6 +161,7 @@ MegatronIndex ParseMegatronIndex(std::string_view idx, const std::string& idx_pa
 
   const char* doc = p + m.documents_offset;
   Index previous = Load<std::int64_t>(doc);
+  bool identity = m.num_documents == m.num_sequences;
   if (previous != 0) {
     Fail(idx_path, "document_indices[0] = " + Str(previous) + ", expected 0");
   }
@@ -172,8 +173,10 @@ MegatronIndex ParseMegatronIndex(std::string_view idx, const std::string& idx_pa
                                              "] = " + Str(previous) + " (not non-decreasing)"
                                        : " is past sequence_count " + Str(m.num_sequences)));
     }
+    identity = identity && v == d;
     previous = v;
   }
+  m.one_sequence_per_document = identity;
   if (previous != m.num_sequences) {
     Fail(idx_path, "document_indices[" + Str(m.num_documents) + "] = " + Str(previous) +
                        ", expected sequence_count " + Str(m.num_sequences) +
@@ -209,7 +212,9 @@ std::shared_ptr<const TokenSource> TokenSource::OpenMegatron(const std::string& 
   part.num_documents = m.num_documents;
   part.num_sequences = m.num_sequences;
   part.sequence_pointers = idx.data() + m.pointers_offset;
-  part.document_indices = idx.data() + m.documents_offset;
+  part.document_indices = m.one_sequence_per_document ? nullptr : idx.data() + m.documents_offset;
+  const int size = TokenDTypeSize(m.dtype);
+  while ((1 << part.token_shift) < size) ++part.token_shift;
   std::shared_ptr<TokenSource> source(new TokenSource());
   source->AddPart(std::move(part));
   return source;

@@ -59,6 +59,9 @@ struct MegatronIndex {
   std::uint64_t pointers_offset = 0;
   std::uint64_t documents_offset = 0;
   bool has_modes = false;
+  // document_indices[d] = d for every d: each document is one sequence (what
+  // preprocess_data.py writes without --split-sentences).
+  bool one_sequence_per_document = false;
 };
 
 // The Megatron dtype code's name ("uint8" ... "uint16"), or "" for a code

@@ -68,12 +68,16 @@ void Write(const fs::path& prefix, const Files& f) {
   std::ofstream(prefix.string() + ".idx", std::ios::binary) << f.idx;
 }
 
-std::vector<Document> RandomCorpus(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
+// one_sequence: every document one sequence (the index's identity case,
+// read without its document indices).
+std::vector<Document> RandomCorpus(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi,
+                                   bool one_sequence = false) {
   std::uniform_int_distribution<int> docs(0, 12), seqs(0, 3), len(0, 9);
   std::uniform_int_distribution<std::int64_t> token(lo, hi);
   std::vector<Document> corpus(static_cast<std::size_t>(docs(rng)));
   for (Document& d : corpus) {
-    d.resize(static_cast<std::size_t>(seqs(rng)));  // 0 sequences: an empty document
+    // 0 sequences: an empty document.
+    d.resize(one_sequence ? 1 : static_cast<std::size_t>(seqs(rng)));
     for (Sequence& s : d) {
       s.resize(static_cast<std::size_t>(len(rng)));  // 0 tokens: an empty sequence
       for (auto& t : s) t = token(rng);
@@ -123,10 +127,12 @@ TEST(MegatronSourceTest, ReadsEveryDocumentOfEveryIntegerDtype) {
   std::mt19937_64 rng(7);
   for (int round = 0; round < 20; ++round) {
     for (const Code& c : kIntegerCodes) {
-      const std::vector<Document> corpus = RandomCorpus(rng, c.lo, c.hi);
-      Write(dir / "p", Encode(corpus, c.code));
-      auto source = TokenSource::OpenMegatron((dir / "p").string());
-      ExpectDocuments(*source, corpus);
+      for (bool one_sequence : {false, true}) {
+        const std::vector<Document> corpus = RandomCorpus(rng, c.lo, c.hi, one_sequence);
+        Write(dir / "p", Encode(corpus, c.code));
+        auto source = TokenSource::OpenMegatron((dir / "p").string());
+        ExpectDocuments(*source, corpus);
+      }
     }
   }
   fs::remove_all(dir);

@@ -90,10 +90,9 @@ std::int64_t LoadInt64(const char* p) {
 }  // namespace
 
 Index TokenSource::Part::Offset(Index i) const {
-  if (document_indices != nullptr) {
-    const Index s = LoadInt64(document_indices + 8 * i);
-    return s == num_sequences ? num_tokens
-                              : LoadInt64(sequence_pointers + 8 * s) / TokenDTypeSize(type);
+  if (sequence_pointers != nullptr) {
+    const Index s = document_indices == nullptr ? i : LoadInt64(document_indices + 8 * i);
+    return s == num_sequences ? num_tokens : LoadInt64(sequence_pointers + 8 * s) >> token_shift;
   }
   const char* p = offsets + i * offset_size;
   switch (offset_size) {

@@ -160,14 +160,17 @@ class TokenSource {
     bool offset_signed = true;
     Index num_documents = 0;
     Index first_document = 0;  // global id of the part's document 0
-    // A Megatron part: offsets are not stored; offset i is the token position
-    // of sequence document_indices[i] (its byte pointer / the token size, or
-    // num_tokens past the last sequence). Both arrays are little-endian
-    // int64, validated when opened.
+    // A Megatron part (sequence_pointers set): offsets are not stored;
+    // offset i is the token position of sequence s = document_indices[i]
+    // (its byte pointer >> token_shift, or num_tokens past the last
+    // sequence). document_indices is null when every document is one
+    // sequence (s = i: one load per offset, as for an offsets array). Both
+    // arrays are little-endian int64, validated when opened.
     std::shared_ptr<MappedFile> index_file;
     const char* sequence_pointers = nullptr;  // num_sequences entries
     const char* document_indices = nullptr;   // num_documents + 1 entries
     Index num_sequences = 0;
+    int token_shift = 0;  // log2 of the token size
     [[nodiscard]] Index Offset(Index i) const;
   };
   TokenSource() = default;
