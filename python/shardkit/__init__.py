@@ -22,6 +22,7 @@ True
 """
 
 from shardkit._prepare import prepare
+from shardkit._files import save_state
 from shardkit.eval import (
     EvalPlan,
     PlanMismatchError,
@@ -95,6 +96,7 @@ __all__ = [
     "TokenSource",
     "open_source",
     "prepare",
+    "save_state",
     "Mixture",
     "DataRoles",
     "TrainPlan",

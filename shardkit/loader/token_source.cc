@@ -90,8 +90,17 @@ std::int64_t LoadInt64(const char* p) {
 }  // namespace
 
 Index TokenSource::Part::Offset(Index i) const {
+  // Two compares: bytes changed after open can never point outside the tokens.
+  return std::clamp<Index>(RawOffset(i), 0, num_tokens);
+}
+
+Index TokenSource::Part::RawOffset(Index i) const {
   if (sequence_pointers != nullptr) {
-    const Index s = document_indices == nullptr ? i : LoadInt64(document_indices + 8 * i);
+    // A Megatron part: the sequence id read is clamped as well, so an index
+    // edited after open never makes this read leave the mapping.
+    const Index s = document_indices == nullptr
+                        ? i
+                        : std::clamp<Index>(LoadInt64(document_indices + 8 * i), 0, num_sequences);
     return s == num_sequences ? num_tokens : LoadInt64(sequence_pointers + 8 * s) >> token_shift;
   }
   const char* p = offsets + i * offset_size;
@@ -195,13 +204,13 @@ TokenSource::Part TokenSource::OpenPart(const std::string& tokens_path,
                  offsets_path + ": empty; needs num_documents + 1 entries (the first is 0)");
   }
   part.num_documents = num_offsets - 1;
-  Index previous = part.Offset(0);
+  Index previous = part.RawOffset(0);
   if (previous < 0) {
     ThrowInvalid("offsets",
                  offsets_path + ": offsets[0] = " + std::to_string(previous) + " is negative");
   }
   for (Index i = 1; i < num_offsets; ++i) {
-    const Index v = part.Offset(i);
+    const Index v = part.RawOffset(i);
     if (v < previous) {
       ThrowInvalid("offsets", offsets_path + ": offsets[" + std::to_string(i) + "] = " +
                                   std::to_string(v) + " < offsets[" + std::to_string(i - 1) +
@@ -445,7 +454,7 @@ Index TokenSource::DocumentLength(Index d) const {
   }
   const Part& p = PartOf(d);
   const Index local = d - p.first_document;
-  return p.Offset(local + 1) - p.Offset(local);
+  return std::max<Index>(0, p.Offset(local + 1) - p.Offset(local));
 }
 
 const std::int64_t* TokenSource::ContiguousOffsets() const {
@@ -511,6 +520,17 @@ void CopyTokens(const char* tokens, TokenDType type, Index first, Index count, O
 
 }  // namespace
 
+// The tokens [first, first + count) of the part, the ones past its token
+// array (only after its offsets file changed under the mapping) as zeros: one
+// branch, and no read outside the mapping whatever the file's bytes became.
+template <typename Out>
+void TokenSource::CopyWithin(const Part& p, Index d, Index begin, Index count, Out* out) {
+  const Index first = p.Offset(d - p.first_document) + begin;
+  const Index n = std::clamp<Index>(p.num_tokens - first, 0, count);
+  if (n > 0) CopyTokens(p.tokens, p.type, first, n, out);
+  if (n < count) std::fill(out + n, out + count, Out{0});
+}
+
 void TokenSource::Copy(Index d, Index begin, Index count, std::int32_t* out) const {
   if (count <= 0) return;
   if (gathered_ != nullptr) {
@@ -518,8 +538,7 @@ void TokenSource::Copy(Index d, Index begin, Index count, std::int32_t* out) con
     source->Copy(local, begin, count, out);
     return;
   }
-  const Part& p = PartOf(d);
-  CopyTokens(p.tokens, p.type, p.Offset(d - p.first_document) + begin, count, out);
+  CopyWithin(PartOf(d), d, begin, count, out);
 }
 
 void TokenSource::Copy(Index d, Index begin, Index count, std::int64_t* out) const {
@@ -529,8 +548,7 @@ void TokenSource::Copy(Index d, Index begin, Index count, std::int64_t* out) con
     source->Copy(local, begin, count, out);
     return;
   }
-  const Part& p = PartOf(d);
-  CopyTokens(p.tokens, p.type, p.Offset(d - p.first_document) + begin, count, out);
+  CopyWithin(PartOf(d), d, begin, count, out);
 }
 
 }  // namespace shardkit
