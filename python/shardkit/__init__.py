@@ -21,8 +21,8 @@ from the plan's parameters alone (no communication, no index lists):
 True
 """
 
-from shardkit._prepare import prepare
 from shardkit._files import save_state
+from shardkit._prepare import prepare
 from shardkit.eval import (
     EvalPlan,
     PlanMismatchError,

@@ -28,11 +28,12 @@
 // Files changed after opening: the files are mapped, not copied (an offsets
 // array of 10^8 documents is 800 MB), so bytes written into them later reach
 // the reader. Whatever they become, reading never leaves the mapping: every
-// offset read (and a Megatron index's sequence id) is clamped to [0,
-// num_tokens] of its part, DocumentLength is then >= 0, and Copy delivers zeros for tokens past the part's end. The
-// tokens delivered from a file edited in place are unspecified (keep data
-// files immutable; write new versions under new names). A file *truncated*
-// after opening is not caught: touching a page past its new end raises SIGBUS
+// offset read (and a Megatron index's sequence id) is clamped to
+// [0, num_tokens] of its part, DocumentLength is then >= 0, and Copy delivers
+// zeros for tokens past the part's end. The tokens delivered from a file
+// edited in place are unspecified (keep data files immutable; write new
+// versions under new names). A file *truncated* after opening is not caught:
+// touching a page past its new end raises SIGBUS
 // (the kernel's rule for a shrunk shared mapping; a size check before each
 // read would race with the truncation and is not made).
 //
