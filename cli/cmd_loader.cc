@@ -161,7 +161,8 @@ int RunLoaderStats(const Argv& argv) {
             "a token source in any format shardkit reads: a directory of .npy pairs, a\n"
             "Megatron PREFIX (PREFIX.bin + PREFIX.idx), a <stem>.tokens.npy; several\n"
             "paths are one source, numbered in the order given")
-      .Flag("format", "F", "with --source or --mixture: npy | megatron (default: from the files)")
+      .Flag("format", "NAME",
+            "with --source or --mixture: npy | megatron (default: from the files)")
       .Flag("token-dtype", "T",
             "dtype of raw token files: int32 | uint16 | uint32 | uint8 | int8 | int16 | int64 "
             "(default " +
