@@ -22,6 +22,7 @@ True
 """
 
 from shardkit._files import save_state
+from shardkit._prepare import prepare
 from shardkit.eval import (
     EvalPlan,
     PlanMismatchError,
@@ -65,6 +66,7 @@ from shardkit.sharding import (
     whale_choice,
     whale_plan,
 )
+from shardkit.sources import TokenSource, open_source
 
 __all__ = [
     "AuditReport",
@@ -95,6 +97,9 @@ __all__ = [
     "pad_for_devices",
     "steps_for_count",
     "TokenLoader",
+    "TokenSource",
+    "open_source",
+    "prepare",
     "save_state",
     "Mixture",
     "DataRoles",

@@ -34,6 +34,7 @@ from shardkit._core import Mixture, TrainAudit, TrainStep, TrainSummary
 from shardkit._states import require_state as _require_state
 from shardkit.eval import rank_and_world
 from shardkit.layout import data_rank_and_world, resolve_roles
+from shardkit.sources import TokenSource, open_source
 
 __all__ = ["TokenLoader", "TrainPlan", "TrainAudit", "TrainStep", "TrainSummary"]
 
@@ -44,15 +45,25 @@ PathLike = Union[str, "os.PathLike[str]"]
 _EPOCH_LOCK = threading.Lock()
 
 
+def _is_paths(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(v, (str, os.PathLike)) for v in value
+    )
+
+
 def _open_source(tokens: Any, offsets: Any, token_dtype: str):
+    if isinstance(tokens, TokenSource):
+        if offsets is not None:
+            raise ValueError("offsets: must be None with a TokenSource")
+        return tokens._core
+    if offsets is None and (isinstance(tokens, (str, os.PathLike)) or _is_paths(tokens)):
+        # Anything open_source takes: a directory, a Megatron prefix, a
+        # <stem>.tokens.npy, or a list of them (the format from the files).
+        return open_source(tokens, token_dtype=token_dtype)._core
     if isinstance(tokens, (str, os.PathLike)):
         path = os.fspath(tokens)
         if os.path.isdir(path):
-            if offsets is not None:
-                raise ValueError(f"offsets: must be None when tokens is a directory ({path!r})")
-            return _core._TokenSource.open_directory(path, token_dtype=token_dtype)
-        if offsets is None:
-            raise ValueError(f"offsets: required with the token file {path!r}")
+            raise ValueError(f"offsets: must be None when tokens is a directory ({path!r})")
         if not isinstance(offsets, (str, os.PathLike)):
             raise ValueError("offsets: must be a path when tokens is a path")
         return _core._TokenSource.open(path, os.fspath(offsets), token_dtype=token_dtype)
@@ -82,8 +93,10 @@ class TokenLoader:
 
     ``tokens`` / ``offsets``: .npy (or raw) file paths, or numpy arrays; document
     ``d`` is ``tokens[offsets[d]:offsets[d + 1]]``. ``tokens`` may also be a
-    directory of ``<stem>.tokens.npy`` + ``<stem>.offsets.npy`` pairs (then
-    ``offsets=None``); its documents are numbered file by file in stem order.
+    :class:`shardkit.TokenSource` or anything :func:`shardkit.open_source`
+    takes (then ``offsets=None``): a directory of ``<stem>.tokens.npy`` +
+    ``<stem>.offsets.npy`` pairs (numbered file by file in stem order), a
+    Megatron ``PREFIX`` (``PREFIX.bin`` + ``PREFIX.idx``), or a list of them.
 
     Equal steps (``equal_steps=True``, the default: this is the training
     loader): batches follow the global :class:`TrainPlan` of the epoch, so
@@ -323,8 +336,9 @@ class TokenLoader:
         ``by="tokens"``, the default, makes the weights shares of the tokens the
         model sees; ``schedule_unit="tokens"`` puts the schedule's positions in
         tokens).
-        ``sources``: a list of ``(tokens, offsets)`` pairs (paths or arrays) or
-        directories. Epoch ``e`` reads the mixture's samples
+        ``sources``: a list of ``(tokens, offsets)`` pairs (paths or arrays),
+        :class:`shardkit.TokenSource` objects or paths :func:`shardkit.open_source`
+        takes (a directory, a Megatron prefix). Epoch ``e`` reads the mixture's samples
         ``[e * samples, (e + 1) * samples)`` (``samples`` default: the whole
         mixture when a source does not repeat, else the sum of the sources'
         document counts), so every source's walk continues across epochs.
@@ -860,6 +874,18 @@ class TrainPlan:
             cp_strategy=_core._str(cp_strategy, "cp_strategy"),
             cp_granularity=_core._optional_index(cp_granularity, "cp_granularity"),
         )
+
+    @classmethod
+    def from_source(
+        cls, source: Any, seq_len: int, batch_size: int, world_size: Optional[int] = None, **kwargs
+    ) -> "TrainPlan":
+        """The plan over the documents of ``source`` (a :class:`shardkit.TokenSource`
+        or anything :func:`shardkit.open_source` takes): ``TrainPlan(source.lengths(),
+        ...)``, the lengths read from the index alone. Keyword arguments are
+        :class:`TrainPlan`'s."""
+        if not isinstance(source, TokenSource):
+            source = open_source(source)
+        return cls(source.lengths(), seq_len, batch_size, world_size, **kwargs)
 
     # -- the plan -------------------------------------------------------------
     @property

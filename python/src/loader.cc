@@ -17,7 +17,9 @@
 #include "shardkit/base/atomic_file.h"
 #include "shardkit/loader/loader_state.h"
 #include "shardkit/loader/mixture_loader.h"
+#include "shardkit/loader/source_formats.h"
 #include "shardkit/loader/token_source.h"
+#include "shardkit/loader/token_writer.h"
 
 namespace shardkit::python {
 
@@ -130,6 +132,19 @@ void init_loader(nb::module_& m) {
           },
           "directory"_a, "token_dtype"_a = "int32")
       .def_static(
+          "open_source",
+          [](const std::vector<std::string>& paths, std::optional<std::string> format,
+             const std::string& token_dtype) {
+            OpenSourceOptions o;
+            if (format) o.format = ParseSourceFormat(*format);
+            o.npy.raw_token_dtype = ParseTokenDType(token_dtype);
+            ReleaseGil release;
+            return PySource{OpenSource(paths, o), {}, {}};
+          },
+          "paths"_a, "format"_a = nb::none(), "token_dtype"_a = "int32",
+          "The paths as one source, each in `format` or the format detected from its files "
+          "(shardkit/loader/source_formats.h).")
+      .def_static(
           "from_arrays",
           [](nb::object tokens, nb::object offsets) {
             // The caller passes C-contiguous 1-D arrays (the Python wrapper
@@ -170,6 +185,51 @@ void init_loader(nb::module_& m) {
       .def_prop_ro("num_documents", [](const PySource& s) { return s.source->num_documents(); })
       .def_prop_ro("num_tokens", [](const PySource& s) { return s.source->num_tokens(); })
       .def_prop_ro("num_parts", [](const PySource& s) { return s.source->num_parts(); })
+      .def_prop_ro(
+          "fingerprint",
+          [](const PySource& s) {
+            ReleaseGil release;
+            return FingerprintData(*s.source).hash;
+          },
+          "The data fingerprint loader states carry (shardkit/loader/loader_state.h).")
+      .def(
+          "lengths",
+          [](const PySource& s) {
+            const Index n = s.source->num_documents();
+            auto* values = new std::vector<std::int64_t>(static_cast<std::size_t>(n));
+            {
+              ReleaseGil release;
+              if (const std::int64_t* offsets = s.source->ContiguousOffsets()) {
+                for (Index d = 0; d < n; ++d) (*values)[d] = offsets[d + 1] - offsets[d];
+              } else {
+                for (Index d = 0; d < n; ++d) (*values)[d] = s.source->DocumentLength(d);
+              }
+            }
+            nb::capsule owner(values, [](void* p) noexcept {
+              delete static_cast<std::vector<std::int64_t>*>(p);
+            });
+            std::size_t shape[1] = {values->size()};
+            return nb::ndarray<nb::numpy, std::int64_t>(values->data(), 1, shape, owner);
+          },
+          "Every document's length in tokens (int64), from the index alone.")
+      .def(
+          "document",
+          [](const PySource& s, Index d) {
+            if (d < 0 || d >= s.source->num_documents()) {
+              throw nb::index_error(("document: " + std::to_string(d) + " is outside [0, " +
+                                     std::to_string(s.source->num_documents()) + ")")
+                                        .c_str());
+            }
+            const Index n = s.source->DocumentLength(d);
+            auto* values = new std::vector<std::int32_t>(static_cast<std::size_t>(n));
+            s.source->Copy(d, 0, n, values->data());
+            nb::capsule owner(values, [](void* p) noexcept {
+              delete static_cast<std::vector<std::int32_t>*>(p);
+            });
+            std::size_t shape[1] = {values->size()};
+            return nb::ndarray<nb::numpy, std::int32_t>(values->data(), 1, shape, owner);
+          },
+          "document"_a, "The tokens of document `document` (int32, a copy).")
       .def(
           "document_length",
           [](const PySource& s, Index d) {
@@ -181,6 +241,42 @@ void init_loader(nb::module_& m) {
             return s.source->DocumentLength(d);
           },
           "document"_a);
+
+  nb::class_<TokenWriter>(m, "_TokenWriter",
+                          "The core's writer of Megatron / npy token files "
+                          "(shardkit/loader/token_writer.h), behind shardkit.prepare.")
+      .def(
+          "__init__",
+          [](TokenWriter* self, const std::string& output, const std::string& format,
+             const std::string& token_dtype) {
+            new (self) TokenWriter(output, ParseSourceFormat(format), ParseTokenDType(token_dtype));
+          },
+          "output"_a, "format"_a, "token_dtype"_a)
+      .def_static(
+          "dtype_for_vocabulary",
+          [](Index vocab_size) {
+            return std::string(TokenDTypeName(TokenWriter::DTypeForVocabulary(vocab_size)));
+          },
+          "vocab_size"_a)
+      .def(
+          "add",
+          [](TokenWriter& w, nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig> tokens) {
+            ReleaseGil release;
+            w.Add(tokens.data(), static_cast<Index>(tokens.shape(0)));
+          },
+          "tokens"_a)
+      .def("finish", [](TokenWriter& w) {
+        TokenWriterResult r;
+        {
+          ReleaseGil release;
+          r = w.Finish();
+        }
+        nb::dict d;
+        d["documents"] = r.documents;
+        d["tokens"] = r.tokens;
+        d["files"] = r.files;
+        return d;
+      });
 
   nb::class_<TokenLoader>(m, "_TokenLoader", "The C++ loader behind shardkit.TokenLoader.")
       .def(
