@@ -818,7 +818,11 @@ class TrainPlan:
         cp_size: int = 1,
         cp_strategy: str = "head_tail",
         cp_granularity: Optional[int] = None,
+        data_fingerprint: int = 0,
     ) -> None:
+        # data_fingerprint: what identifies the documents beyond their lengths (a
+        # TokenSource's .fingerprint, which from_source passes), so that the states of
+        # a loader over that source resume this plan and those of other data do not.
         # roles (a shardkit.DataRoles) or mesh= and data_axes=: the plan's ranks are
         # the data-parallel ranks (world_size = roles.dp_size; step(roles.dp_rank, s)).
         self.roles = resolve_roles(roles, mesh, data_axes)
@@ -873,6 +877,7 @@ class TrainPlan:
             cp_size=int(_core._index(cp_size, "cp_size")),
             cp_strategy=_core._str(cp_strategy, "cp_strategy"),
             cp_granularity=_core._optional_index(cp_granularity, "cp_granularity"),
+            identity=int(_core._uint64(data_fingerprint, "data_fingerprint")),
         )
 
     @classmethod
@@ -881,10 +886,12 @@ class TrainPlan:
     ) -> "TrainPlan":
         """The plan over the documents of ``source`` (a :class:`shardkit.TokenSource`
         or anything :func:`shardkit.open_source` takes): ``TrainPlan(source.lengths(),
-        ...)``, the lengths read from the index alone. Keyword arguments are
-        :class:`TrainPlan`'s."""
+        ...)``, the lengths read from the index alone, bound to the source's data
+        fingerprint (so the states of a TokenLoader over the same source resume it).
+        Keyword arguments are :class:`TrainPlan`'s."""
         if not isinstance(source, TokenSource):
             source = open_source(source)
+        kwargs.setdefault("data_fingerprint", source.fingerprint)
         return cls(source.lengths(), seq_len, batch_size, world_size, **kwargs)
 
     # -- the plan -------------------------------------------------------------

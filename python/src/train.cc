@@ -177,7 +177,7 @@ void init_train(nb::module_& m) {
              const std::string& cost, std::optional<Index> max_images,
              std::optional<Index> max_sequences, const std::string& oversize,
              std::optional<std::string> state_json, Index cp_size, const std::string& cp_strategy,
-             std::optional<Index> cp_granularity) {
+             std::optional<Index> cp_granularity, std::uint64_t identity) {
             new (self) PyTrainPlan();
             self->keep_lengths = lengths_obj;
             const I64In lengths = nb::cast<I64In>(lengths_obj);
@@ -208,6 +208,7 @@ void init_train(nb::module_& m) {
             o.cp.granularity = cp_granularity;
             auto docs = TrainDocuments::FromSpans(
                 {reinterpret_cast<const Index*>(lengths.data()), lengths.shape(0)}, img);
+            docs.identity = identity;
             std::optional<TrainState> state;
             if (state_json) state = TrainStateFromJson(*state_json);
             ReleaseGil release;
@@ -218,7 +219,8 @@ void init_train(nb::module_& m) {
           "micro_batches"_a, "mode"_a, "shuffle"_a, "seed"_a, "epoch"_a, "position"_a,
           "algorithm"_a, "buffer"_a.none(), "cost"_a, "max_images"_a.none(),
           "max_sequences"_a.none(), "oversize"_a, "state"_a.none(), "cp_size"_a = 1,
-          "cp_strategy"_a = "head_tail", "cp_granularity"_a.none() = nb::none())
+          "cp_strategy"_a = "head_tail", "cp_granularity"_a.none() = nb::none(),
+          "identity"_a = 0)
       .def_prop_ro("num_steps", [](const PyTrainPlan& p) { return p.plan->num_steps(); })
       .def_prop_ro("first_step", [](const PyTrainPlan& p) { return p.plan->first_step(); })
       .def_prop_ro("epoch_steps", [](const PyTrainPlan& p) { return p.plan->epoch_steps(); })

@@ -49,8 +49,14 @@ OPTS = dict(seq_len=128, batch_size=2, num_threads=0, seed=3)
 
 
 @pytest.mark.parametrize("mode", ["pad", "drop", "continuous"])
-def test_regression_resumed_loader_keeps_the_epochs_step_numbers_and_num_steps(mode):
-    tokens, offsets, lengths = corpus(300, seed=1)
+def test_regression_resumed_loader_keeps_the_epochs_step_numbers_and_num_steps(mode, tmp_path):
+    arrays = corpus(300, seed=1)
+    np.save(tmp_path / "c.tokens.npy", arrays[0])
+    np.save(tmp_path / "c.offsets.npy", arrays[1])
+    # A source, so that the oracle plans (TrainPlan.from_source) are bound to the
+    # same data as the loaders' states (the data fingerprint covers the tokens).
+    source = shardkit.open_source(str(tmp_path))
+    tokens, offsets, lengths = str(tmp_path / "c.tokens.npy"), str(tmp_path / "c.offsets.npy"), arrays[2]
     whole = shardkit.TokenLoader(tokens, offsets, rank=1, world_size=2, mode=mode, **OPTS)
     steps = [int(b["step"]) for b in whole]
     plan = shardkit.TrainPlan(lengths, 128, 2, 2, mode=mode, seed=3)
@@ -74,7 +80,7 @@ def test_regression_resumed_loader_keeps_the_epochs_step_numbers_and_num_steps(m
         tokens, offsets, rank=0, world_size=3, mode=mode, **dict(OPTS, batch_size=1)
     )
     elastic.load_state_dict(state)
-    rest = shardkit.TrainPlan(lengths, 128, 1, 3, mode=mode, seed=3, state=state)
+    rest = shardkit.TrainPlan.from_source(source, 128, 1, 3, mode=mode, seed=3, state=state)
     assert elastic.first_step == state["position"] // 3 == rest.first_step
     assert elastic.num_steps == rest.first_step + rest.num_steps == rest.epoch_steps
     first, count = elastic.first_step, elastic.num_steps
