@@ -219,8 +219,7 @@ void init_train(nb::module_& m) {
           "micro_batches"_a, "mode"_a, "shuffle"_a, "seed"_a, "epoch"_a, "position"_a,
           "algorithm"_a, "buffer"_a.none(), "cost"_a, "max_images"_a.none(),
           "max_sequences"_a.none(), "oversize"_a, "state"_a.none(), "cp_size"_a = 1,
-          "cp_strategy"_a = "head_tail", "cp_granularity"_a.none() = nb::none(),
-          "identity"_a = 0)
+          "cp_strategy"_a = "head_tail", "cp_granularity"_a.none() = nb::none(), "identity"_a = 0)
       .def_prop_ro("num_steps", [](const PyTrainPlan& p) { return p.plan->num_steps(); })
       .def_prop_ro("first_step", [](const PyTrainPlan& p) { return p.plan->first_step(); })
       .def_prop_ro("epoch_steps", [](const PyTrainPlan& p) { return p.plan->epoch_steps(); })

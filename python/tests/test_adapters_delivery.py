@@ -56,7 +56,11 @@ def test_regression_resumed_loader_keeps_the_epochs_step_numbers_and_num_steps(m
     # A source, so that the oracle plans (TrainPlan.from_source) are bound to the
     # same data as the loaders' states (the data fingerprint covers the tokens).
     source = shardkit.open_source(str(tmp_path))
-    tokens, offsets, lengths = str(tmp_path / "c.tokens.npy"), str(tmp_path / "c.offsets.npy"), arrays[2]
+    tokens, offsets, lengths = (
+        str(tmp_path / "c.tokens.npy"),
+        str(tmp_path / "c.offsets.npy"),
+        arrays[2],
+    )
     whole = shardkit.TokenLoader(tokens, offsets, rank=1, world_size=2, mode=mode, **OPTS)
     steps = [int(b["step"]) for b in whole]
     plan = shardkit.TrainPlan(lengths, 128, 2, 2, mode=mode, seed=3)
