@@ -5,7 +5,6 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <queue>
 #include <set>
 #include <string>
 #include <tuple>
@@ -837,17 +836,63 @@ PackerState StreamingPacker::State() const {
 // ---------------------------------------------------------------------------
 // Cross-rank balance
 
+double PieceCost(Index length, CostModel model) {
+  const double l = static_cast<double>(length);
+  return model == CostModel::kTokens ? l : l * l;
+}
+
 std::vector<double> PackCosts(const Packing& packing, CostModel model) {
   std::vector<double> costs(packing.num_packs(), 0.0);
   for (Index p = 0; p < packing.num_packs(); ++p) {
     double c = 0;
     for (Index e = packing.offsets[p]; e < packing.offsets[p + 1]; ++e) {
-      const double l = static_cast<double>(packing.lengths[e]);
-      c += model == CostModel::kTokens ? l : l * l;
+      c += PieceCost(packing.lengths[e], model);
     }
     costs[p] = c;
   }
   return costs;
+}
+
+void DealStep(std::span<const double> costs, Index world_size, Index rows,
+              std::span<const double> carried, RankDeal* deal) {
+  const Index K = static_cast<Index>(costs.size());
+  // With nothing carried an unused rank costs 0 and the lowest one wins ties,
+  // so ranks past the K-th never receive a pack.
+  const Index ranks = carried.empty() ? std::min(world_size, K) : world_size;
+  // Decreasing cost, ties by lower position: a strict order, so std::sort
+  // gives what a stable sort by cost would.
+  std::vector<Index>& order = deal->order;
+  order.resize(static_cast<std::size_t>(K));
+  std::iota(order.begin(), order.end(), Index{0});
+  std::sort(order.begin(), order.end(), [costs](Index a, Index b) {
+    const double ca = costs[static_cast<std::size_t>(a)], cb = costs[static_cast<std::size_t>(b)];
+    return ca != cb ? ca > cb : a < b;
+  });
+  // A min-heap of (cost in this step, carried cost, rank).
+  auto& heap = deal->heap;
+  heap.clear();
+  for (Index r = 0; r < ranks; ++r) {
+    heap.emplace_back(0.0, carried.empty() ? 0.0 : carried[static_cast<std::size_t>(r)], r);
+  }
+  if (!carried.empty()) std::make_heap(heap.begin(), heap.end(), std::greater<>());
+  deal->owner.assign(static_cast<std::size_t>(K), -1);
+  deal->by.resize(static_cast<std::size_t>(ranks));
+  for (auto& list : deal->by) list.clear();
+  deal->rank_costs.assign(static_cast<std::size_t>(ranks), 0.0);
+  for (Index k : order) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const auto [cost, before, r] = heap.back();
+    heap.pop_back();
+    const std::size_t ur = static_cast<std::size_t>(r);
+    deal->owner[static_cast<std::size_t>(k)] = r;
+    deal->by[ur].push_back(k);
+    deal->rank_costs[ur] = cost + costs[static_cast<std::size_t>(k)];
+    if (static_cast<Index>(deal->by[ur].size()) < rows) {
+      heap.emplace_back(deal->rank_costs[ur], before, r);
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    }
+  }
+  for (auto& list : deal->by) std::sort(list.begin(), list.end());
 }
 
 RankSchedule BalanceRanks(std::span<const double> costs, Index world_size, Index packs_per_rank,
@@ -889,28 +934,23 @@ RankSchedule BalanceRanks(std::span<const double> costs, Index world_size, Index
   s.padding_packs = s.num_steps * per_step - used;
   s.assignment.assign(static_cast<size_t>(s.num_steps * per_step), -1);
   s.rank_costs.assign(static_cast<size_t>(s.num_steps * world_size), 0.0);
+  // Each step dealt by DealStep carrying the epoch's totals so far.
   std::vector<double> totals(world_size, 0.0);
-  std::vector<Index> slots(world_size);
-  // (cost in this step, cost over the epoch so far, rank): the cheapest rank
-  // of the step takes the next pack; ties go to the rank with the lighter
-  // epoch, so the epoch evens out too.
-  using Entry = std::tuple<double, double, Index>;
+  std::vector<double> step_costs;
+  RankDeal deal;
   for (Index step = 0; step < s.num_steps; ++step) {
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-    for (Index r = 0; r < world_size; ++r) {
-      heap.push({0.0, totals[r], r});
-      slots[r] = 0;
-    }
     const Index begin = step * per_step, end = std::min(used, begin + per_step);
-    for (Index j = begin; j < end; ++j) {
-      auto [cost, total, r] = heap.top();
-      heap.pop();
-      const Index p = order[j];
-      s.assignment[static_cast<size_t>((step * world_size + r) * packs_per_rank + slots[r])] = p;
-      ++slots[r];
-      cost += costs[p];
-      s.rank_costs[static_cast<size_t>(step * world_size + r)] = cost;
-      if (slots[r] < packs_per_rank) heap.push({cost, total, r});
+    step_costs.clear();
+    for (Index j = begin; j < end; ++j) step_costs.push_back(costs[order[j]]);
+    DealStep(step_costs, world_size, packs_per_rank, totals, &deal);
+    for (Index r = 0; r < static_cast<Index>(deal.by.size()); ++r) {
+      const auto& mine = deal.by[static_cast<size_t>(r)];
+      for (std::size_t slot = 0; slot < mine.size(); ++slot) {
+        s.assignment[static_cast<size_t>((step * world_size + r) * packs_per_rank) + slot] =
+            order[begin + mine[slot]];
+      }
+      s.rank_costs[static_cast<size_t>(step * world_size + r)] =
+          deal.rank_costs[static_cast<size_t>(r)];
     }
     double sum = 0, max = 0;
     for (Index r = 0; r < world_size; ++r) {

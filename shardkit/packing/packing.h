@@ -59,6 +59,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "shardkit/base/errors.h"
@@ -292,9 +293,36 @@ enum class CostModel { kTokens, kSquaredLengths };
 [[nodiscard]] std::string_view CostModelName(CostModel model);
 [[nodiscard]] std::vector<std::string_view> CostModelNames();  // as above
 
-// Cost of every pack: its tokens, or the sum of its entries' squared lengths
-// (the attention cost of a block-diagonal mask).
+// The cost of one pack entry (a piece) of `length` tokens: the length, or its
+// square (the attention cost of a block-diagonal mask). The one cost a pack's
+// cost sums, here and in TrainPlan's deal.
+[[nodiscard]] double PieceCost(Index length, CostModel model);
+
+// Cost of every pack: the sum of its entries' PieceCost.
 [[nodiscard]] std::vector<double> PackCosts(const Packing& packing, CostModel model);
+
+// One step of the rank deal, the routine BalanceRanks and TrainPlan both deal
+// with (one rule): LPT with a count limit. The step's packs (costs[k], k in
+// step position order) by decreasing cost (ties: lower position), each to the
+// rank with the lowest cost in this step among those holding fewer than `rows`
+// packs; ties go to the lower carried[rank] (the rank's cost before this step),
+// then to the lower rank. BalanceRanks carries the epoch's running totals, so
+// the epoch evens out too; TrainPlan deals every step on its own (a plan is
+// read and resumed at any step) and carries none: every rank 0, so only ranks
+// [0, min(world_size, K)) can receive a pack and the work is O(K log K) for any
+// world size (O((world_size + K) log world_size) with carried costs).
+// REQUIRES world_size >= 1, rows >= 1, K <= world_size * rows, carried empty
+// or of world_size entries, costs and carried finite (the callers check them).
+struct RankDeal {
+  std::vector<Index> owner;            // the rank of each pack of the step
+  std::vector<std::vector<Index>> by;  // packs of ranks [0, ranks), position order
+  std::vector<double> rank_costs;      // cost of ranks [0, ranks) in this step
+  // Scratch, reused from step to step.
+  std::vector<Index> order;
+  std::vector<std::tuple<double, double, Index>> heap;
+};
+void DealStep(std::span<const double> costs, Index world_size, Index rows,
+              std::span<const double> carried, RankDeal* deal);
 
 struct RankSchedule {
   Index world_size = 0;
