@@ -57,6 +57,7 @@
 #include "shardkit/loader/train_plan.h"
 #include "shardkit/packing/packing.h"
 #include "shardkit/packing/packing_metadata.h"
+#include "shardkit/packing/rank_balance.h"
 #include "shardkit/sharding/whale.h"
 
 namespace shardkit {

@@ -280,7 +280,7 @@ Index Gather(PackStream* stream, Index R, Deal* deal) {
   return static_cast<Index>(deal->packs.size());
 }
 
-// The step's packs dealt to ranks by DealStep (packing.h, BalanceRanks' deal),
+// The step's packs dealt to ranks by DealStep (rank_balance.h, BalanceRanks' deal),
 // each step on its own (nothing carried: a plan is read and resumed at any
 // step), at most `rows` packs per rank.
 void DealPacks(Index W, Index rows, CostModel model, const ContextParallelOptions& cp, Deal* deal) {
