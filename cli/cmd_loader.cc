@@ -185,7 +185,8 @@ int RunLoaderStats(const Argv& argv) {
                 Default(d.num_threads))
       .Flag("prefetch", "N", "batches prefetched" + Default(d.prefetch))
       .Flag("max-batches", "N", "stop each loader (rank x worker) after N batches")
-      .Flag("shard-files", "", "assign whole files to ranks by Whale's policies (with --dir)")
+      .Flag("shard-files", "",
+            "assign whole files to ranks by Whale's policies (with --dir and --per-rank)")
       .Flag("save-state", "FILE",
             "after the run, write the state of every loader run (rank x worker) as JSON")
       .Flag("resume", "FILE",
@@ -304,7 +305,7 @@ int RunLoaderStats(const Argv& argv) {
                                                   : ParseWhalePolicy("--whale-policy", policy_name);
   o.whale_unbalanced_io_slicing = policy.unbalanced_io_slicing;
   o.whale_drop_last_files = policy.drop_last_files;
-  o.equal_steps = !args.Has("per-rank") && !o.shard_files;
+  o.equal_steps = !args.Has("per-rank");
   o.mode = ParseTrainMode(args.Str("mode", "pad"));
   o.cost = ParseCostModel(args.Str("cost", "tokens"));
   if (mixing) {

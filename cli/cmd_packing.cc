@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/json.h"
 #include "shardkit/packing/packing.h"
+#include "shardkit/packing/rank_balance.h"
 
 namespace shardkit::cli {
 

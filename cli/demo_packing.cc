@@ -8,6 +8,7 @@
 
 #include "cli/demo.h"
 #include "shardkit/packing/packing.h"
+#include "shardkit/packing/rank_balance.h"
 
 namespace shardkit::cli {
 

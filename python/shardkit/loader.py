@@ -114,7 +114,8 @@ class TokenLoader:
     loader). Documents longer than ``seq_len`` are split into pieces
     (``oversize="split"``) or dropped (``"drop"``). ``algorithm`` and ``buffer``
     choose the streaming packer (next_fit, ffd, bfd, balanced).
-    ``shard_files=True`` (per-rank only) assigns whole files to consumers by Whale's policies
+    ``shard_files=True`` (per-rank only: with ``equal_steps=False``; with equal steps it is
+    refused, ValueError naming ``shard_files``) assigns whole files to consumers by Whale's policies
     instead (``whale_unbalanced_io_slicing``, ``whale_drop_last_files``; when
     left ``None`` they follow ``WHALE_UNBALANCED_IO_SLICING`` /
     ``WHALE_DROP_LAST_FILES`` as :func:`shardkit.whale_plan` does;
@@ -292,7 +293,7 @@ class TokenLoader:
             shard_files=shard_files,
             whale_unbalanced_io_slicing=whale_unbalanced_io_slicing,
             whale_drop_last_files=whale_drop_last_files,
-            equal_steps=equal_steps and not shard_files,
+            equal_steps=equal_steps,
             mode=mode,
             cost=cost,
             block_mask=block_mask,

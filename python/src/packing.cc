@@ -15,6 +15,7 @@
 #include "shardkit/loader/loader_state.h"
 #include "shardkit/packing/context_parallel.h"
 #include "shardkit/packing/packing_metadata.h"
+#include "shardkit/packing/rank_balance.h"
 
 namespace shardkit::python {
 

@@ -204,7 +204,7 @@ def documents_per_rank(directory, world, **kwargs):
     out = []
     for rank in range(world):
         loader = TokenLoader(str(directory), seq_len=64, batch_size=2, rank=rank,
-                             world_size=world, shard_files=True, **kwargs)  # fmt: skip
+                             world_size=world, shard_files=True, equal_steps=False, **kwargs)  # fmt: skip
         out.append(sorted(d for b in loader for d in b["documents"].tolist()))
     return out
 
@@ -222,7 +222,7 @@ def test_regression_shard_files_follows_the_whale_environment(tmp_path, monkeypa
     assert sorted(uneven[0] + uneven[1]) == list(range(20))
     assert sorted(map(len, uneven)) == [8, 12]
     loader = TokenLoader(str(tmp_path / "d"), seq_len=64, batch_size=2, rank=0, world_size=2,
-                         shard_files=True)  # fmt: skip
+                         shard_files=True, equal_steps=False)  # fmt: skip
     assert loader.file_policy.remainder == "uneven"
     assert "WHALE_UNBALANCED_IO_SLICING" in loader.file_policy.reason
     monkeypatch.setenv("WHALE_UNBALANCED_IO_SLICING", "no")
@@ -240,7 +240,8 @@ def test_regression_bad_whale_value_lists_every_spelling(tmp_path, monkeypatch):
     monkeypatch.setenv("WHALE_DROP_LAST_FILES", "perhaps")
     message = r"WHALE_DROP_LAST_FILES: 'perhaps' is not a boolean \(expected 1/0, true/false, yes/no or on/off"
     with pytest.raises(ValueError, match=message):
-        TokenLoader(str(tmp_path / "d"), seq_len=8, batch_size=2, shard_files=True)
+        TokenLoader(str(tmp_path / "d"), seq_len=8, batch_size=2, shard_files=True,
+                    equal_steps=False)  # fmt: skip
     with pytest.raises(ValueError, match=message):
         shardkit.whale_plan(3, 2)
 
@@ -248,7 +249,7 @@ def test_regression_bad_whale_value_lists_every_spelling(tmp_path, monkeypatch):
 def test_regression_loader_stats_shard_files_applies_and_prints_the_policy(cli, tmp_path):
     write_parts(tmp_path / "d")
     base = ("loader-stats", "--dir", tmp_path / "d", "--seq-len", 64, "--batch", 2, "--world", 2,
-            "--shard-files", "--quiet")  # fmt: skip
+            "--shard-files", "--per-rank", "--quiet")  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("WHALE_")}
     run = lambda *a, extra={}: subprocess.run(  # noqa: E731
         [r_bin(), *map(str, base), *map(str, a)],
@@ -281,6 +282,53 @@ def test_regression_loader_stats_shard_files_applies_and_prints_the_policy(cli, 
     assert (
         bad_env.returncode == 2 and "WHALE_DROP_LAST_FILES: '2' is not a boolean" in bad_env.stderr
     )
+
+
+SHARD_FILES_WITH_EQUAL_STEPS = (
+    "shard_files: file sharding gives ranks different amounts of data; it cannot be combined "
+    "with equal_steps"
+)
+
+
+def test_regression_shard_files_with_equal_steps_is_refused_at_every_edge(tmp_path):
+    # The core refused shard_files with equal_steps; TokenLoader and the CLI
+    # turned equal steps off instead (the default equal_steps=True quietly
+    # became a per-rank loader whose ranks yield different batch counts).
+    write_parts(tmp_path / "d")
+    kwargs = dict(seq_len=64, batch_size=2, rank=0, world_size=2, shard_files=True)
+    with pytest.raises(ValueError, match="^" + SHARD_FILES_WITH_EQUAL_STEPS):
+        TokenLoader(str(tmp_path / "d"), **kwargs)
+    with pytest.raises(ValueError, match="^" + SHARD_FILES_WITH_EQUAL_STEPS):
+        TokenLoader(str(tmp_path / "d"), equal_steps=True, **kwargs)
+    per_rank = TokenLoader(str(tmp_path / "d"), equal_steps=False, **kwargs)
+    assert not per_rank.equal_steps and per_rank.file_policy is not None
+    base = [r_bin(), "loader-stats", "--dir", str(tmp_path / "d"), "--seq-len", "64",
+            "--batch", "2", "--world", "2", "--shard-files", "--quiet"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WHALE_")}
+    run = lambda *a: subprocess.run(  # noqa: E731
+        [*base, *a], capture_output=True, text=True, timeout=60, env=env
+    )
+    refused = run()
+    assert refused.returncode != 0 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and SHARD_FILES_WITH_EQUAL_STEPS in refused.stderr
+    assert run("--per-rank").returncode == 0
+
+
+def test_regression_torch_shard_files_with_equal_steps_is_refused(tmp_path):
+    # The torch datasets turned equal steps off for shard_files (so len() and
+    # num_steps answered for a plan the loader did not follow).
+    pytest.importorskip("torch")
+    from shardkit.torch import TokenDataset
+
+    write_parts(tmp_path / "d")
+    with pytest.raises(ValueError, match="^" + SHARD_FILES_WITH_EQUAL_STEPS):
+        TokenDataset(str(tmp_path / "d"), None, seq_len=64, batch_size=2, rank=0, world_size=2,
+                     shard_files=True)  # fmt: skip
+    ds = TokenDataset(str(tmp_path / "d"), None, seq_len=64, batch_size=2, rank=0, world_size=2,
+                      shard_files=True, equal_steps=False)  # fmt: skip
+    assert not ds.equal_steps
+    with pytest.raises(TypeError, match="^len\\(\\): a per-rank TokenDataset"):
+        len(ds)
 
 
 # ---- StreamingPacker state ---------------------------------------------------------

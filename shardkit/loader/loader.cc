@@ -365,7 +365,8 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
   if (o.equal_steps && o.shard_files) {
     ThrowInvalid("shard_files",
                  "file sharding gives ranks different amounts of data; it cannot be combined "
-                 "with equal_steps (the global plan deals documents, not files)");
+                 "with equal_steps (the global plan deals documents, not files); turn "
+                 "equal_steps off to shard files");
   }
   if (o.shard_files) {
     // Validates the Whale switches against the part count now.

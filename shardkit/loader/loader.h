@@ -57,6 +57,7 @@
 #include "shardkit/loader/train_plan.h"
 #include "shardkit/packing/packing.h"
 #include "shardkit/packing/packing_metadata.h"
+#include "shardkit/packing/rank_balance.h"
 #include "shardkit/sharding/whale.h"
 
 namespace shardkit {
@@ -89,6 +90,10 @@ struct LoaderOptions {
   // File-level sharding with Whale's policies over the source's parts. The
   // switches are explicit here; callers that follow Whale's environment read
   // them with WhalePolicyFromEnvironment (shardkit/sharding/whale.h).
+  // REQUIRES !equal_steps: file sharding packs per rank, and the core is the
+  // one place that decides it (refused naming shard_files; the Python
+  // TokenLoader, the torch datasets and the CLI forward both switches as
+  // given, none turns equal steps off for it).
   bool shard_files = false;
   bool whale_unbalanced_io_slicing = false;
   bool whale_drop_last_files = false;
@@ -96,7 +101,8 @@ struct LoaderOptions {
   // (seq_len, batch_size, world_size, mode, cost, the packer options), so
   // every rank yields the same number of batches per epoch and every piece
   // is in exactly one batch of one rank; worker k of K yields the rank's
-  // steps k, k + K, ... (Batch::index is the step). Not with shard_files.
+  // steps k, k + K, ... (Batch::index is the step). Not with shard_files
+  // (see above).
   // Off by default here (the per-rank planner is the building block); the
   // Python TokenLoader, the torch datasets and the CLI turn it on.
   bool equal_steps = false;

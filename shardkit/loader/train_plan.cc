@@ -32,11 +32,6 @@ bool SamePieces(const std::vector<PackItem>& a, const std::vector<PackItem>& b) 
                     });
 }
 
-double PieceCost(const PackItem& p, CostModel model) {
-  const double l = static_cast<double>(p.length);
-  return model == CostModel::kTokens ? l : l * l;
-}
-
 // The deal cost of one pack: its tokens, the sum of its squared piece
 // lengths, or (squared, with CP) the causal work of its busiest CP rank.
 double PackCost(const Pack& pack, CostModel model, const ContextParallelOptions& cp) {
@@ -45,7 +40,7 @@ double PackCost(const Pack& pack, CostModel model, const ContextParallelOptions&
   if (model == CostModel::kTokens) return static_cast<double>(pack.tokens);
   if (cp.size > 1) return CpRowCost(pack.pieces, cp);
   double c = 0;
-  for (const PackItem& p : pack.pieces) c += PieceCost(p, model);
+  for (const PackItem& p : pack.pieces) c += PieceCost(p.length, model);
   return c;
 }
 
@@ -264,14 +259,9 @@ struct Deal {
   std::vector<std::uint64_t> epochs;
   std::vector<Index> indices;  // stream index of each pack
   std::vector<double> costs;
-  std::vector<Index> owner;            // rank of each pack
-  std::vector<std::vector<Index>> by;  // packs of ranks [0, used), stream order
-  std::vector<double> rank_costs;      // ranks [0, used)
+  RankDeal dealt;  // the ranks of the packs (by: ranks [0, min(W, K)), stream order)
   double total = 0;
   double imbalance = 0;
-  // DealPacks' scratch, reused from step to step.
-  std::vector<Index> order;
-  std::vector<std::pair<double, Index>> heap;
 };
 
 // Fills deal->packs with up to R packs of the stream; returns how many.
@@ -290,13 +280,11 @@ Index Gather(PackStream* stream, Index R, Deal* deal) {
   return static_cast<Index>(deal->packs.size());
 }
 
-// LPT with a count limit: packs by decreasing cost (ties: lower position in
-// the step), each to the cheapest rank with a free row (ties: lower rank).
-// Only ranks [0, min(W, K)) can receive a pack (an unused rank costs 0 and the
-// lowest one wins ties), so the work is O(K log K) for any W.
+// The step's packs dealt to ranks by DealStep (rank_balance.h, BalanceRanks' deal),
+// each step on its own (nothing carried: a plan is read and resumed at any
+// step), at most `rows` packs per rank.
 void DealPacks(Index W, Index rows, CostModel model, const ContextParallelOptions& cp, Deal* deal) {
   const Index K = static_cast<Index>(deal->packs.size());
-  const Index used = std::min(W, K);
   deal->costs.assign(static_cast<std::size_t>(K), 0.0);
   deal->total = 0;
   for (Index k = 0; k < K; ++k) {
@@ -305,40 +293,9 @@ void DealPacks(Index W, Index rows, CostModel model, const ContextParallelOption
     deal->costs[static_cast<std::size_t>(k)] = c;
     deal->total += c;
   }
-  // Decreasing cost, ties by lower position: a strict order, so std::sort
-  // gives what a stable sort by cost would.
-  std::vector<Index>& order = deal->order;
-  order.resize(static_cast<std::size_t>(K));
-  std::iota(order.begin(), order.end(), Index{0});
-  const std::vector<double>& costs = deal->costs;
-  std::sort(order.begin(), order.end(), [&costs](Index a, Index b) {
-    const double ca = costs[static_cast<std::size_t>(a)], cb = costs[static_cast<std::size_t>(b)];
-    return ca != cb ? ca > cb : a < b;
-  });
-  // A min-heap of (cost, rank): the cheapest rank with a free row, ties lower rank.
-  auto& heap = deal->heap;
-  heap.clear();
-  for (Index r = 0; r < used; ++r) heap.push_back({0.0, r});  // already a heap
-  deal->owner.assign(static_cast<std::size_t>(K), -1);
-  deal->by.resize(static_cast<std::size_t>(used));
-  for (auto& list : deal->by) list.clear();
-  deal->rank_costs.assign(static_cast<std::size_t>(used), 0.0);
-  for (Index k : order) {
-    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
-    const auto [cost, r] = heap.back();
-    heap.pop_back();
-    const std::size_t ur = static_cast<std::size_t>(r);
-    deal->owner[static_cast<std::size_t>(k)] = r;
-    deal->by[ur].push_back(k);
-    deal->rank_costs[ur] = cost + deal->costs[static_cast<std::size_t>(k)];
-    if (static_cast<Index>(deal->by[ur].size()) < rows) {
-      heap.push_back({deal->rank_costs[ur], r});
-      std::push_heap(heap.begin(), heap.end(), std::greater<>());
-    }
-  }
-  for (auto& list : deal->by) std::sort(list.begin(), list.end());
+  DealStep(deal->costs, W, rows, {}, &deal->dealt);
   double heaviest = 0;
-  for (double c : deal->rank_costs) heaviest = std::max(heaviest, c);
+  for (double c : deal->dealt.rank_costs) heaviest = std::max(heaviest, c);
   const double mean = deal->total / static_cast<double>(W);
   deal->imbalance = mean > 0 ? heaviest / mean - 1.0 : 0.0;
 }
@@ -351,10 +308,10 @@ void FillStep(const Deal& deal, Index rank, Index rows, Index step, TrainStep* o
   out->tokens = 0;
   out->cost = 0;
   out->imbalance = deal.imbalance;
-  if (rank < static_cast<Index>(deal.by.size())) {
+  if (rank < static_cast<Index>(deal.dealt.by.size())) {
     const std::size_t ur = static_cast<std::size_t>(rank);
-    out->cost = deal.rank_costs[ur];
-    for (Index k : deal.by[ur]) {
+    out->cost = deal.dealt.rank_costs[ur];
+    for (Index k : deal.dealt.by[ur]) {
       const std::size_t uk = static_cast<std::size_t>(k);
       out->rows.push_back(deal.packs[uk].pieces);
       out->row_epochs.push_back(deal.epochs[uk]);
@@ -1045,10 +1002,10 @@ TrainAudit TrainPlan::Audit() const {
   for (; in.step < a.steps && in.Advance(); ++in.step) {
     const Index s = in.step;
     const Deal& deal = in.deal;
-    const Index used = static_cast<Index>(deal.by.size());
+    const Index used = static_cast<Index>(deal.dealt.by.size());
     Index listed = 0;
     for (Index r = 0; r < used; ++r) {
-      const auto& mine = deal.by[static_cast<std::size_t>(r)];
+      const auto& mine = deal.dealt.by[static_cast<std::size_t>(r)];
       listed += static_cast<Index>(mine.size());
       if (static_cast<Index>(mine.size()) > rows_per_rank_) {
         a.equal_steps = false;
@@ -1057,7 +1014,7 @@ TrainAudit TrainPlan::Audit() const {
       }
       for (Index k : mine) {
         const std::size_t uk = static_cast<std::size_t>(k);
-        if (deal.owner[uk] != r) fail("pack owner mismatch in step " + Str(s));
+        if (deal.dealt.owner[uk] != r) fail("pack owner mismatch in step " + Str(s));
         const Index g = deal.indices[uk];
         if (deal.epochs[uk] != o.epoch) continue;  // continuous: a later epoch
         if (g < o.position || g >= P || seen[static_cast<std::size_t>(g)]) {

@@ -77,6 +77,7 @@
 #include "shardkit/base/errors.h"
 #include "shardkit/packing/context_parallel.h"
 #include "shardkit/packing/packing.h"
+#include "shardkit/packing/rank_balance.h"
 
 namespace shardkit {
 

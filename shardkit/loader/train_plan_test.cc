@@ -575,6 +575,65 @@ TEST(TrainPlan, StepsAreBalancedOnLognormalLengths) {
   }
 }
 
+// One deal (issue 21): every step of a plan gives each rank the packs
+// BalanceRanks gives it when dealt the step's packs (in stream order, costs
+// from the rows' piece lengths) as one step, and the same rank costs: both
+// deal through DealStep, TrainPlan each step on its own (BalanceRanks' first
+// step carries nothing either). Short
+// documents and small rows make equal pack costs, so the tie-breaks count.
+TEST(TrainPlan, EveryStepIsDealtAsBalanceRanksDealsTheStepsPacks) {
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<Index> length(1, 12);
+  std::vector<Index> lengths;
+  for (int d = 0; d < 400; ++d) lengths.push_back(length(rng));
+  for (CostModel cost : {CostModel::kTokens, CostModel::kSquaredLengths}) {
+    for (TrainMode mode : {TrainMode::kPad, TrainMode::kDrop}) {
+      TrainOptions o;
+      o.seq_len = 12;
+      o.batch_size = 3;
+      o.world_size = 5;
+      o.cost = cost;
+      o.mode = mode;
+      TrainPlan plan(TrainDocuments::FromSpans(lengths), o);
+      ASSERT_GT(plan.num_steps(), 2);
+      for (Index s = 0; s < plan.num_steps(); ++s) {
+        std::vector<TrainStep> ranks;
+        std::vector<std::pair<Index, double>> packs;  // (stream index, cost)
+        for (Index r = 0; r < o.world_size; ++r) {
+          ranks.push_back(plan.Step(r, s));
+          const TrainStep& t = ranks.back();
+          for (std::size_t k = 0; k < t.rows.size(); ++k) {
+            if (t.row_packs[k] < 0) continue;
+            double c = 0;
+            for (const PackItem& p : t.rows[k]) {
+              c += cost == CostModel::kTokens ? double(p.length) : double(p.length) * p.length;
+            }
+            packs.push_back({t.row_packs[k], c});
+          }
+        }
+        std::sort(packs.begin(), packs.end());
+        std::vector<double> costs;
+        for (const auto& [g, c] : packs) costs.push_back(c);
+        const RankSchedule dealt = BalanceRanks(costs, o.world_size, o.batch_size);
+        ASSERT_EQ(dealt.num_steps, 1) << "step " << s;
+        for (Index r = 0; r < o.world_size; ++r) {
+          // The same packs (a rank's rows are in stream order, its
+          // BalanceRanks slots in decreasing cost), fillers last.
+          std::vector<Index> expected;
+          for (Index k = 0; k < o.batch_size; ++k) {
+            const Index id = dealt.At(0, r, k);
+            if (id >= 0) expected.push_back(packs[id].first);
+          }
+          std::sort(expected.begin(), expected.end());
+          expected.resize(static_cast<std::size_t>(o.batch_size), -1);
+          EXPECT_EQ(ranks[r].row_packs, expected) << "step " << s << " rank " << r;
+          EXPECT_DOUBLE_EQ(ranks[r].cost, dealt.rank_costs[r]) << "step " << s << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(TrainPlan, EdgesEmptyFewerPacksThanRanksOneRankHugeWorld) {
   TrainOptions o;
   o.seq_len = 8;

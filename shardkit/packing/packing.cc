@@ -5,7 +5,6 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <queue>
 #include <set>
 #include <string>
 #include <tuple>
@@ -30,10 +29,6 @@ constexpr EnumNames<Oversize, 3> kOversize{
     "oversize",
     "policy",
     {{{Oversize::kDrop, "drop"}, {Oversize::kError, "error"}, {Oversize::kSplit, "split"}}}};
-constexpr EnumNames<CostModel, 2> kCostModels{
-    "cost",
-    "cost model",
-    {{{CostModel::kTokens, "tokens"}, {CostModel::kSquaredLengths, "squared"}}}};
 constexpr EnumNames<PackCompat, 2> kCompat{
     "compat", "compat", {{{PackCompat::kNone, "none"}, {PackCompat::kTrl, "trl"}}}};
 
@@ -55,15 +50,12 @@ PackAlgorithm ParsePackAlgorithm(std::string_view name) { return kAlgorithms.Par
 std::string_view PackAlgorithmName(PackAlgorithm algorithm) { return kAlgorithms.Name(algorithm); }
 Oversize ParseOversize(std::string_view name) { return kOversize.Parse(name); }
 std::string_view OversizeName(Oversize oversize) { return kOversize.Name(oversize); }
-CostModel ParseCostModel(std::string_view name) { return kCostModels.Parse(name); }
-std::string_view CostModelName(CostModel model) { return kCostModels.Name(model); }
 
 PackCompat ParsePackCompat(std::string_view name) { return kCompat.Parse(name); }
 std::string_view PackCompatName(PackCompat compat) { return kCompat.Name(compat); }
 std::vector<std::string_view> PackAlgorithmNames() { return NamesOf(kAlgorithms); }
 std::vector<std::string_view> OversizeNames() { return NamesOf(kOversize); }
 std::vector<std::string_view> PackCompatNames() { return NamesOf(kCompat); }
-std::vector<std::string_view> CostModelNames() { return NamesOf(kCostModels); }
 
 void ValidatePackOptions(const PackOptions& o) {
   CheckAtLeast("capacity", o.capacity, 1);
@@ -831,108 +823,6 @@ PackerState StreamingPacker::State() const {
   s.split_items = state_.split_items;
   s.packs_closed = state_.packs_closed;
   s.tokens_closed = state_.tokens_closed;
-  return s;
-}
-
-// ---------------------------------------------------------------------------
-// Cross-rank balance
-
-std::vector<double> PackCosts(const Packing& packing, CostModel model) {
-  std::vector<double> costs(packing.num_packs(), 0.0);
-  for (Index p = 0; p < packing.num_packs(); ++p) {
-    double c = 0;
-    for (Index e = packing.offsets[p]; e < packing.offsets[p + 1]; ++e) {
-      const double l = static_cast<double>(packing.lengths[e]);
-      c += model == CostModel::kTokens ? l : l * l;
-    }
-    costs[p] = c;
-  }
-  return costs;
-}
-
-RankSchedule BalanceRanks(std::span<const double> costs, Index world_size, Index packs_per_rank,
-                          bool drop_last) {
-  CheckAtLeast("world_size", world_size, 1);
-  CheckAtLeast("packs_per_rank", packs_per_rank, 1);
-  const Index num_packs = static_cast<Index>(costs.size());
-  for (Index p = 0; p < num_packs; ++p) {
-    if (!(costs[p] >= 0) || !std::isfinite(costs[p])) {
-      ThrowInvalid("costs", "pack " + Str(p) + " has cost " + std::to_string(costs[p]) +
-                                " (must be finite and >= 0)");
-    }
-  }
-  const Index per_step = CheckedMul("world_size", world_size, packs_per_rank);
-  // The schedule holds world_size x packs_per_rank entries per step: bounded
-  // by the packs (plus a generous margin), so that a huge world over a few
-  // packs is refused up front instead of allocating gigabytes of padding.
-  constexpr Index kMaxPaddedStep = Index{1} << 24;
-  if (per_step > kMaxPaddedStep && per_step > num_packs) {
-    ThrowInvalid("world_size", Str(world_size) + " ranks x " + Str(packs_per_rank) +
-                                   " packs per rank is " + Str(per_step) +
-                                   " pack slots per step for only " + Str(num_packs) +
-                                   " packs (more than 2^24 slots, almost all padding)");
-  }
-  RankSchedule s;
-  s.world_size = world_size;
-  s.packs_per_rank = packs_per_rank;
-  std::vector<Index> order(num_packs);
-  std::iota(order.begin(), order.end(), Index{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](Index a, Index b) { return costs[a] > costs[b]; });
-  Index used = num_packs;
-  if (drop_last) {
-    used = num_packs / per_step * per_step;
-    s.dropped_packs.assign(order.begin() + used, order.end());
-    std::sort(s.dropped_packs.begin(), s.dropped_packs.end());
-  }
-  s.num_steps = CeilDiv(used, per_step);
-  s.padding_packs = s.num_steps * per_step - used;
-  s.assignment.assign(static_cast<size_t>(s.num_steps * per_step), -1);
-  s.rank_costs.assign(static_cast<size_t>(s.num_steps * world_size), 0.0);
-  std::vector<double> totals(world_size, 0.0);
-  std::vector<Index> slots(world_size);
-  // (cost in this step, cost over the epoch so far, rank): the cheapest rank
-  // of the step takes the next pack; ties go to the rank with the lighter
-  // epoch, so the epoch evens out too.
-  using Entry = std::tuple<double, double, Index>;
-  for (Index step = 0; step < s.num_steps; ++step) {
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-    for (Index r = 0; r < world_size; ++r) {
-      heap.push({0.0, totals[r], r});
-      slots[r] = 0;
-    }
-    const Index begin = step * per_step, end = std::min(used, begin + per_step);
-    for (Index j = begin; j < end; ++j) {
-      auto [cost, total, r] = heap.top();
-      heap.pop();
-      const Index p = order[j];
-      s.assignment[static_cast<size_t>((step * world_size + r) * packs_per_rank + slots[r])] = p;
-      ++slots[r];
-      cost += costs[p];
-      s.rank_costs[static_cast<size_t>(step * world_size + r)] = cost;
-      if (slots[r] < packs_per_rank) heap.push({cost, total, r});
-    }
-    double sum = 0, max = 0;
-    for (Index r = 0; r < world_size; ++r) {
-      const double c = s.rank_costs[static_cast<size_t>(step * world_size + r)];
-      sum += c;
-      max = std::max(max, c);
-      totals[r] += c;
-    }
-    if (sum > 0) {
-      const double imbalance = max / (sum / static_cast<double>(world_size)) - 1;
-      s.max_step_imbalance = std::max(s.max_step_imbalance, imbalance);
-      if (end - begin == per_step) {
-        s.max_full_step_imbalance = std::max(s.max_full_step_imbalance, imbalance);
-      }
-    }
-  }
-  double sum = 0, max = 0;
-  for (double t : totals) {
-    sum += t;
-    max = std::max(max, t);
-  }
-  if (sum > 0) s.total_imbalance = max / (sum / static_cast<double>(world_size)) - 1;
   return s;
 }
 

@@ -50,6 +50,8 @@
 // Everything is deterministic: the same input gives the same packs, in the
 // same order, on every machine. No globals, no RNG.
 //
+// Dealing packs to ranks (costs, BalanceRanks, DealStep): rank_balance.h.
+//
 // Thread-safety: the free functions are pure; a StreamingPacker is
 // thread-compatible (one thread at a time, no shared state between packers).
 #ifndef SHARDKIT_PACKING_PACKING_H_
@@ -275,54 +277,6 @@ class StreamingPacker {
   Index pending_packs_ = 0;  // packs Pop will return (a run counts each of its packs)
   Scratch scratch_;
 };
-
-// ---------------------------------------------------------------------------
-// Cross-rank balance: packs over W ranks so that every rank gets exactly
-// `packs_per_rank` packs per step (no rank runs an extra step) and each
-// step's cost is even across ranks.
-//
-// Packs are ordered by decreasing cost (ties: lower pack id), cut into steps of
-// W * packs_per_rank consecutive packs (similar costs together), and inside a
-// step dealt to ranks by LPT with a count limit (each pack to the cheapest rank
-// that still has a free slot). The last step is completed with padding packs
-// (id -1, cost 0) unless drop_last, which leaves its packs out (listed in
-// `dropped_packs`).
-enum class CostModel { kTokens, kSquaredLengths };
-[[nodiscard]] CostModel ParseCostModel(std::string_view name);  // "tokens", "squared"
-[[nodiscard]] std::string_view CostModelName(CostModel model);
-[[nodiscard]] std::vector<std::string_view> CostModelNames();  // as above
-
-// Cost of every pack: its tokens, or the sum of its entries' squared lengths
-// (the attention cost of a block-diagonal mask).
-[[nodiscard]] std::vector<double> PackCosts(const Packing& packing, CostModel model);
-
-struct RankSchedule {
-  Index world_size = 0;
-  Index packs_per_rank = 0;
-  Index num_steps = 0;
-  // assignment[(step * world_size + rank) * packs_per_rank + k]: a pack id, or
-  // -1 for a padding pack.
-  std::vector<Index> assignment;
-  std::vector<double> rank_costs;  // [num_steps * world_size]
-  std::vector<Index> dropped_packs;
-  Index padding_packs = 0;
-  // max over steps of (heaviest rank / mean rank - 1); 0 for empty steps.
-  double max_step_imbalance = 0;
-  // The same over the steps without padding packs (the last step of a
-  // padded schedule holds the cheapest packs and the padding).
-  double max_full_step_imbalance = 0;
-  // heaviest rank's total over the epoch / mean rank total - 1.
-  double total_imbalance = 0;
-
-  [[nodiscard]] Index At(Index step, Index rank, Index k) const {
-    return assignment[static_cast<std::size_t>((step * world_size + rank) * packs_per_rank + k)];
-  }
-};
-
-// Throws invalid_argument naming world_size (< 1), packs_per_rank (< 1) or
-// costs (negative or not finite).
-[[nodiscard]] RankSchedule BalanceRanks(std::span<const double> pack_costs, Index world_size,
-                                        Index packs_per_rank = 1, bool drop_last = false);
 
 }  // namespace shardkit
 

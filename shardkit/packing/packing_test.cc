@@ -18,6 +18,7 @@
 #include "shardkit/packing/internal/histogram.h"
 #include "shardkit/packing/internal/pattern_lp.h"
 #include "shardkit/packing/internal/wikipedia512_histogram.h"
+#include "shardkit/packing/rank_balance.h"
 
 namespace shardkit {
 namespace {
