@@ -717,9 +717,7 @@ MixSample Mixture::Lookup(Index p) const {
 }
 
 MixSample Mixture::At(Index position) const {
-  if (position < 0 || position >= size_) {
-    ThrowOutOfRange("position", Str(position) + " is outside [0, " + Str(size_) + ")");
-  }
+  CheckIndex("position", position, 0, size_);
   return Lookup(position + options_.skip);
 }
 
