@@ -730,9 +730,7 @@ TrainState TrainPlan::StateAt(Index step) const {
     return {options_.epoch, options_.position + step * options_.world_size * rows_per_rank_,
             stream_};
   }
-  if (step < 0 || step > num_steps()) {
-    ThrowOutOfRange("step", Str(step) + " is outside [0, " + Str(num_steps()) + "]");
-  }
+  CheckPosition("step", step, 0, num_steps());
   if (step == num_steps()) return summary_.end;
   return {options_.epoch, options_.position + step * options_.world_size * rows_per_rank_, stream_};
 }
