@@ -476,6 +476,7 @@ inline Index CheckedIndex(Index k, Index size, const char* what) {
 
 // ---- one init function per core area; module.cc calls them in order ----------
 
+void init_arguments(nb::module_& m);
 void init_shard_plan(nb::module_& m);
 void init_mixture(nb::module_& m);
 void init_packing(nb::module_& m);

@@ -215,11 +215,7 @@ void init_loader(nb::module_& m) {
       .def(
           "document",
           [](const PySource& s, Index d) {
-            if (d < 0 || d >= s.source->num_documents()) {
-              throw nb::index_error(("document: " + std::to_string(d) + " is outside [0, " +
-                                     std::to_string(s.source->num_documents()) + ")")
-                                        .c_str());
-            }
+            CheckIndex("document", d, 0, s.source->num_documents());
             const Index n = s.source->DocumentLength(d);
             auto* values = new std::vector<std::int32_t>(static_cast<std::size_t>(n));
             s.source->Copy(d, 0, n, values->data());
@@ -233,11 +229,7 @@ void init_loader(nb::module_& m) {
       .def(
           "document_length",
           [](const PySource& s, Index d) {
-            if (d < 0 || d >= s.source->num_documents()) {
-              throw nb::index_error(("document " + std::to_string(d) + " is outside [0, " +
-                                     std::to_string(s.source->num_documents()) + ")")
-                                        .c_str());
-            }
+            CheckIndex("document", d, 0, s.source->num_documents());
             return s.source->DocumentLength(d);
           },
           "document"_a);

@@ -168,15 +168,7 @@ void init_mixture(nb::module_& m) {
           [](const Mixture& mix, Int start_arg, OptionalInt stop) {
             const Index start = ToIndex(start_arg, "start");
             const Index end = ToOptionalIndex(stop, "stop").value_or(mix.size());
-            if (start < 0 || start > mix.size()) {
-              ThrowOutOfRange("start", std::to_string(start) + " is outside [0, " +
-                                           std::to_string(mix.size()) + "]");
-            }
-            if (end < start || end > mix.size()) {
-              ThrowOutOfRange("stop", std::to_string(end) + " is outside [" +
-                                          std::to_string(start) + ", " +
-                                          std::to_string(mix.size()) + "]");
-            }
+            CheckSlice(start, end, mix.size());
             std::int64_t *sources = nullptr, *items = nullptr;
             // stop (None: the end) sets the length.
             auto a =

@@ -34,3 +34,10 @@ def cli():
         )
 
     return run
+
+
+@pytest.fixture
+def torch():
+    """The torch module. A test that takes it is skipped where torch is not
+    installed; the torch-free tests beside it in the module still run."""
+    return pytest.importorskip("torch")

@@ -334,10 +334,7 @@ def test_rank_and_world_default_to_the_launcher(monkeypatch):
         TokenLoader(tokens, offsets, seq_len=8, batch_size=1)
 
 
-torch = pytest.importorskip("torch")
-
-
-def test_torch_dataloader_workers_cover_the_epoch_once_and_resume_exactly():
+def test_torch_dataloader_workers_cover_the_epoch_once_and_resume_exactly(torch):
     from shardkit.torch import TokenDataLoader, TokenDataset
 
     tokens, offsets = make_data(random.Random(9), 120, 100)
@@ -374,7 +371,7 @@ def test_torch_dataloader_workers_cover_the_epoch_once_and_resume_exactly():
     assert head + [b["documents"].tolist() for b in dl2] == full
 
 
-def test_torch_tensors_share_memory_with_the_batch():
+def test_torch_tensors_share_memory_with_the_batch(torch):
     from shardkit.torch import to_torch
 
     tokens, offsets = make_data(random.Random(10), 30, 30)
@@ -384,7 +381,7 @@ def test_torch_tensors_share_memory_with_the_batch():
 
 
 @pytest.mark.timeout(120)
-def test_torchrun_killed_mid_epoch_restarted_on_three_processes(tmp_path):
+def test_torchrun_killed_mid_epoch_restarted_on_three_processes(tmp_path, torch):
     """4 gloo processes checkpoint after step 3 and are killed (SIGKILL) while
     still running; 3 processes resume from the checkpoint and finish the epoch.
     The batches up to the checkpoint plus the resumed ones cover the epoch once."""

@@ -263,8 +263,6 @@ def test_errors():
 
 # -- torch adapter: the resume traps of issue 12, each a regression test -------
 
-torch = pytest.importorskip("torch")
-
 
 def _ds(tokens, offsets, **kw):
     from shardkit.torch import TokenDataset
@@ -279,7 +277,9 @@ def _docs(batches):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_torch_workers_yield_the_rank_steps_in_order_and_resume_on_other_worker_counts(workers):
+def test_torch_workers_yield_the_rank_steps_in_order_and_resume_on_other_worker_counts(
+    workers, torch
+):
     from shardkit.torch import TokenDataLoader
 
     tokens, offsets, lengths = corpus(400, seed=20)
@@ -298,7 +298,7 @@ def test_torch_workers_yield_the_rank_steps_in_order_and_resume_on_other_worker_
         assert head + _docs(dl2) == full
 
 
-def test_regression_torch_set_epoch_after_load_state_dict_keeps_the_resume():
+def test_regression_torch_set_epoch_after_load_state_dict_keeps_the_resume(torch):
     from shardkit.torch import TokenDataLoader
 
     tokens, offsets, _ = corpus(500, seed=21)
@@ -314,7 +314,7 @@ def test_regression_torch_set_epoch_after_load_state_dict_keeps_the_resume():
     assert len(list(dl2)) == total - 4
 
 
-def test_regression_torch_load_state_dict_restores_the_epoch():
+def test_regression_torch_load_state_dict_restores_the_epoch(torch):
     from shardkit.torch import TokenDataLoader
 
     tokens, offsets, _ = corpus(300, seed=22)
@@ -333,7 +333,7 @@ def test_regression_torch_load_state_dict_restores_the_epoch():
     assert len(nxt) > len(rest) and fresh.dataset.epoch == 3
 
 
-def test_regression_torch_without_set_epoch_every_pass_is_the_next_epoch():
+def test_regression_torch_without_set_epoch_every_pass_is_the_next_epoch(torch):
     from shardkit.torch import TokenDataLoader
 
     tokens, offsets, lengths = corpus(300, seed=23)
@@ -359,7 +359,7 @@ def test_regression_torch_without_set_epoch_every_pass_is_the_next_epoch():
         )
 
 
-def test_regression_torch_persistent_workers_are_refused():
+def test_regression_torch_persistent_workers_are_refused(torch):
     from shardkit.torch import TokenDataLoader
 
     tokens, offsets, _ = corpus(50, seed=24)
@@ -367,7 +367,7 @@ def test_regression_torch_persistent_workers_are_refused():
         TokenDataLoader(_ds(tokens, offsets), num_workers=2, persistent_workers=True)
 
 
-def test_torch_batches_carry_row_tokens_and_the_block_mask():
+def test_torch_batches_carry_row_tokens_and_the_block_mask(torch):
     from shardkit.torch import TokenDataLoader
 
     tokens, offsets, _ = corpus(30, seed=25, median=30)
@@ -443,7 +443,7 @@ def test_demo_shows_equal_steps_beside_per_rank_packing(cli, tmp_path):
     )
 
 
-def test_constant_length_dataset_equal_steps_on_every_rank_every_sample_once():
+def test_constant_length_dataset_equal_steps_on_every_rank_every_sample_once(torch):
     from shardkit.torch import ConstantLengthDataset
 
     rng = np.random.default_rng(40)
@@ -475,7 +475,7 @@ def test_constant_length_dataset_equal_steps_on_every_rank_every_sample_once():
         ConstantLengthDataset(data, seq_len=128, mode="continuous")
 
 
-def test_sharded_iterable_dataset_equal_counts_masks_the_padding():
+def test_sharded_iterable_dataset_equal_counts_masks_the_padding(torch):
     from shardkit.torch import ShardedIterableDataset
 
     for n, world in [(3, 4), (10, 4), (0, 2), (7, 1)]:

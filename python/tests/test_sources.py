@@ -254,6 +254,20 @@ def test_open_source_names_the_parameter_of_bad_arguments(tmp_path):
         shardkit.open_source(prefix + ".bin", format="megatron").document(5)
 
 
+def test_regression_document_length_names_the_parameter_like_document(tmp_path):
+    # The binding's document_length (behind TokenSource._core) said
+    # "document 5 is outside ..." beside document's "document: 5 is outside
+    # ...": one range check (base's CheckIndex), one wording.
+    prefix, _ = _idx(tmp_path)
+    source = shardkit.open_source(prefix + ".bin", format="megatron")
+    n = source.num_documents
+    for bad in (n, -1):
+        for read in (source.document, source._core.document_length):
+            with pytest.raises(IndexError) as e:
+                read(bad)
+            assert str(e.value) == f"document: {bad} is outside [0, {n})", str(e.value)
+
+
 def test_cli_loader_stats_reads_a_source_and_names_bad_ones(tmp_path):
     cli = os.environ.get("SHARDKIT_CLI")
     if not cli:

@@ -61,6 +61,19 @@ void CheckIndex(std::string_view param, Index value, Index lo, Index hi, std::st
   if (value < lo || value >= hi) ThrowOutOfRange(param, RangeMessage(value, lo, hi, context));
 }
 
+void CheckPosition(std::string_view param, Index value, Index lo, Index hi,
+                   std::string_view context) {
+  if (value < lo || value > hi) {
+    ThrowOutOfRange(param, std::to_string(value) + " is outside [" + std::to_string(lo) + ", " +
+                               std::to_string(hi) + "]" + std::string(context));
+  }
+}
+
+void CheckSlice(Index start, Index stop, Index size) {
+  CheckPosition("start", start, 0, size);
+  CheckPosition("stop", stop, start, size);
+}
+
 std::string Str(Index v) { return std::to_string(v); }
 
 std::string QuoteForMessage(std::string_view text) {

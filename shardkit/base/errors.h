@@ -43,6 +43,16 @@ void CheckInRange(std::string_view param, Index value, Index lo, Index hi,
 void CheckIndex(std::string_view param, Index value, Index lo, Index hi,
                 std::string_view context = {});
 
+// The closed form, for a position between elements (a boundary, which may
+// equal the end): unless lo <= value <= hi, throws out_of_range
+// "<param>: <value> is outside [<lo>, <hi>]<context>".
+void CheckPosition(std::string_view param, Index value, Index lo, Index hi,
+                   std::string_view context = {});
+
+// [start, stop) as a slice of [0, size]: CheckPosition("start", start, 0,
+// size), then CheckPosition("stop", stop, start, size).
+void CheckSlice(Index start, Index stop, Index size);
+
 // The decimal text of v: the one spelling of numbers in messages.
 [[nodiscard]] std::string Str(Index v);
 

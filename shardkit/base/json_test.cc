@@ -6,16 +6,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "shardkit/base/testing.h"
+
 namespace shardkit {
 namespace {
 
 std::string ErrorOf(std::string_view text) {
-  try {
-    (void)ParseJson(text, "state");
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no error";
+  return base_testing::ErrorOf([&] { (void)ParseJson(text, "state"); });
 }
 
 TEST(JsonTest, WritesWhatPythonJsonDumpsWrites) {

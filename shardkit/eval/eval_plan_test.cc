@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/base/testing.h"
+
 namespace shardkit {
 namespace {
 
@@ -245,14 +247,7 @@ TEST(EvalPlanTest, ShuffledPlansStillCoverEveryItemOnce) {
 }
 
 TEST(EvalPlanTest, BadInputNamesTheParameter) {
-  auto message = [](auto f) {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](auto f) { return base_testing::ErrorOf<std::exception>(f); };
   EXPECT_EQ(message([] { EvalPlan(10, 2, 0); }).rfind("batch_size: ", 0), 0u);
   EvalOptions o;
   o.devices = 3;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/base/testing.h"
+
 namespace shardkit {
 namespace {
 
@@ -190,14 +192,7 @@ TEST(DataRolesTest, ProcessesHoldingSeveralDevicesShareOrSplitDataShards) {
   EXPECT_EQ(q.saver(), 0);
 }
 
-std::string Message(auto&& make) {
-  try {
-    make();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
+std::string Message(auto&& make) { return base_testing::ErrorOf<std::exception>(make); }
 
 TEST(DataRolesTest, BadAxesRanksAndLayoutsAreRejectedNamingTheValue) {
   Mesh mesh = RankOrderMesh({{"dp", 2}, {"tp", 2}});

@@ -10,17 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/base/testing.h"
+
 namespace shardkit {
 namespace {
 
-std::string ErrorOf(auto&& call) {
-  try {
-    call();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
+std::string ErrorOf(auto&& call) { return base_testing::ErrorOf<std::exception>(call); }
 
 // A reference built the way XLA tiles a NamedSharding: transpose the device
 // grid so the axes of dimension 0 come first, then those of dimension 1, ...,

@@ -457,25 +457,16 @@ TEST(LoaderTest, OversizeDropCountsTheDroppedDocuments) {
 TEST(LoaderTest, FileShardingFollowsWhalePolicies) {
   // 6 files (parts) of 4 documents each.
   namespace fs = std::filesystem;
-  fs::path dir =
-      fs::temp_directory_path() / ("shardkit_loader_files_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = loader_testing::TempDir("loader", "files");
   Index docs = 0;
   for (int part = 0; part < 6; ++part) {
     std::vector<std::int32_t> t(100);
     for (int i = 0; i < 100; ++i) t[i] = part * 100 + i;
     std::vector<std::int64_t> off = {0, 10, 35, 60, 100};
     docs += 4;
-    auto write = [](const fs::path& p, const std::string& descr, const void* data, std::size_t n,
-                    Index count) {
-      std::string bytes = NpyHeaderBytes(descr, count);
-      bytes.append(static_cast<const char*>(data), n);
-      std::ofstream(p, std::ios::binary) << bytes;
-    };
     const std::string stem = "shard-" + std::to_string(part);
-    write(dir / (stem + ".tokens.npy"), "<i4", t.data(), 400, 100);
-    write(dir / (stem + ".offsets.npy"), "<i8", off.data(), 40, 5);
+    loader_testing::WriteNpy(dir / (stem + ".tokens.npy"), "<i4", t);
+    loader_testing::WriteNpy(dir / (stem + ".offsets.npy"), "<i8", off);
   }
   auto source = TokenSource::OpenDirectory(dir.string());
   ASSERT_EQ(source->num_parts(), 6);
@@ -532,13 +523,8 @@ TEST(LoaderTest, RefusesStatesOfAnotherConsumerOrConfiguration) {
   TokenLoader loader(data.source, o);
   (void)loader.Next();
   LoaderState s = loader.State();
-  auto error = [&](LoaderOptions c, const LoaderState& st) -> std::string {
-    try {
-      TokenLoader l(data.source, c, st);
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
-    return "no error";
+  auto error = [&](LoaderOptions c, const LoaderState& st) {
+    return loader_testing::ErrorOf([&] { TokenLoader l(data.source, c, st); });
   };
   LoaderOptions other_rank = o;
   other_rank.rank = 1;
@@ -572,13 +558,8 @@ TEST(LoaderTest, RegressionStartPlusLengthOverflowInAStateIsRefused) {
   o.seq_len = 1 << 21;
   o.batch_size = 1;
   const Index huge = std::numeric_limits<Index>::max() - 1;
-  auto error = [&](const LoaderState& st) -> std::string {
-    try {
-      TokenLoader l(data.source, o, st);
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
-    return "no error";
+  auto error = [&](const LoaderState& st) {
+    return loader_testing::ErrorOf([&] { TokenLoader l(data.source, o, st); });
   };
   TokenLoader loader(data.source, o);
   LoaderState merged = MergeLoaderStates(std::vector<LoaderState>{loader.State()});
@@ -692,12 +673,7 @@ TEST(LoaderTest, InvalidOptionsNameTheParameter) {
     o.seq_len = 8;
     o.batch_size = 2;
     mutate(o);
-    try {
-      TokenLoader l(data.source, o);
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
-    return "no error";
+    return loader_testing::ErrorOf([&] { TokenLoader l(data.source, o); });
   };
   EXPECT_EQ(error([](LoaderOptions& o) { o.seq_len = 0; }).rfind("seq_len: ", 0), 0u);
   EXPECT_EQ(error([](LoaderOptions& o) { o.batch_size = -1; }).rfind("batch_size: ", 0), 0u);

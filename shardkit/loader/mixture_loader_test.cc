@@ -546,14 +546,7 @@ TEST(MixtureLoaderTest, ResumeRefusesAnotherRunAndOneConsumerOfMany) {
   TokenLoader one(view, o);
   ASSERT_NE(one.Next(), nullptr);
   const std::string text = MixtureLoaderStateToJson(order, one.State());
-  auto message = [](auto f) {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](auto f) { return base_testing::ErrorOf<std::exception>(f); };
   const Mixture other = MixtureOfSources(corpus.views(), {1, 3}, mo);
   EXPECT_EQ(message([&] {
               (void)ResumeMixtureLoader(corpus.views(), other, 200, o, text);
@@ -598,14 +591,7 @@ TEST(MixtureLoaderTest, WindowsAndBadInput) {
   EXPECT_EQ(last.first, bounded.size());
   EXPECT_EQ(last.count, 0);
   EXPECT_EQ(MixtureSource(corpus.views(), bounded, last)->num_documents(), 0);
-  auto message = [](auto f) {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](auto f) { return base_testing::ErrorOf<std::exception>(f); };
   EXPECT_EQ(message([&] { (void)MixtureEpochWindow(bounded, 0, 0); }).rfind("samples:", 0), 0u);
   // A window holds 8 bytes per sample: more than 2^31 per epoch is refused,
   // given or read from a state, instead of failing to allocate.

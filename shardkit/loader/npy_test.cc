@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "shardkit/base/testing.h"
+
 namespace shardkit {
 namespace {
 
@@ -30,12 +32,8 @@ std::string Handmade(int major, const std::string& dict, std::size_t data_bytes)
 }
 
 std::string ErrorOf(const std::string& bytes) {
-  try {
-    (void)ParseNpyHeader(bytes, bytes.size(), "tokens", "/data/t.npy");
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no error";
+  return base_testing::ErrorOf(
+      [&] { (void)ParseNpyHeader(bytes, bytes.size(), "tokens", "/data/t.npy"); });
 }
 
 TEST(NpyTest, ParsesTheHeadersNumpyWritesInEveryVersion) {

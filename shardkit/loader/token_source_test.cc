@@ -22,14 +22,7 @@ namespace fs = std::filesystem;
 
 fs::path TempDir(const std::string& name) { return loader_testing::TempDir("token_source", name); }
 
-template <typename T>
-void WriteNpy(const fs::path& path, const std::string& descr, const std::vector<T>& values,
-              std::size_t cut = 0) {
-  std::string bytes = NpyHeaderBytes(descr, static_cast<Index>(values.size()));
-  bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
-  bytes.resize(bytes.size() - cut);
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+using loader_testing::WriteNpy;
 
 template <typename T>
 void WriteRaw(const fs::path& path, const std::vector<T>& values) {

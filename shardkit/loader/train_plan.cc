@@ -687,9 +687,7 @@ TrainState TrainPlan::StateAt(Index step) const {
     return {options_.epoch, options_.position + step * options_.world_size * rows_per_rank_,
             stream_};
   }
-  if (step < 0 || step > num_steps()) {
-    ThrowOutOfRange("step", Str(step) + " is outside [0, " + Str(num_steps()) + "]");
-  }
+  CheckPosition("step", step, 0, num_steps());
   if (step == num_steps()) return summary_.end;
   return {options_.epoch, options_.position + step * options_.world_size * rows_per_rank_, stream_};
 }
@@ -798,9 +796,7 @@ std::unique_ptr<TrainPlan::Reader> TrainPlan::Read(Index rank, Index first) cons
 }
 
 std::unique_ptr<TrainPlan::Reader> TrainPlan::ReadOnce(Index rank, Index first) const {
-  if (rank < 0 || rank >= options_.world_size) {
-    ThrowOutOfRange("rank", Str(rank) + " is outside [0, " + Str(options_.world_size) + ")");
-  }
+  CheckIndex("rank", rank, 0, options_.world_size);
   if (first < 0) ThrowOutOfRange("step", Str(first) + " is negative");
   auto impl = std::make_unique<Reader::Impl>(this, rank);
   impl->tally = std::make_unique<Tally>(options_, rows_per_rank_, stream_);
@@ -831,9 +827,7 @@ const TrainSummary& TrainPlan::summary() const {
 }
 
 TrainStep TrainPlan::Step(Index rank, Index step) const {
-  if (rank < 0 || rank >= options_.world_size) {
-    ThrowOutOfRange("rank", Str(rank) + " is outside [0, " + Str(options_.world_size) + ")");
-  }
+  CheckIndex("rank", rank, 0, options_.world_size);
   const bool continuous = options_.mode == TrainMode::kContinuous;
   if (step < 0 || (!continuous && step >= num_steps()) ||
       (continuous && summary_.stream_packs == 0)) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/base/testing.h"
 #include "shardkit/loader/train_plan.h"
 
 namespace shardkit {
@@ -165,13 +166,8 @@ TEST(TrainPlanContextParallel, BadCpOptionsNameTheParameter) {
   o.seq_len = 12;
   o.batch_size = 1;
   o.cp.size = 4;  // 12 is not a multiple of 8
-  auto message = [&](const TrainOptions& x) -> std::string {
-    try {
-      TrainPlan plan(TrainDocuments::FromSpans(lengths), x);
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
-    return "";
+  auto message = [&](const TrainOptions& x) {
+    return base_testing::ErrorOf([&] { TrainPlan plan(TrainDocuments::FromSpans(lengths), x); });
   };
   EXPECT_EQ(message(o).rfind("seq_len: 12", 0), 0u);
   o.cp.size = 0;

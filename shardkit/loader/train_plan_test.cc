@@ -748,12 +748,7 @@ TEST(TrainPlan, BadInputNamesTheParameter) {
 using loader_testing::Resealed;
 
 std::string StateError(const std::string& text) {
-  try {
-    (void)TrainStateFromJson(text);
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no error";
+  return loader_testing::ErrorOf([&] { (void)TrainStateFromJson(text); });
 }
 
 TEST(TrainPlan, StateJsonRoundTripsAndRejectsOtherObjects) {

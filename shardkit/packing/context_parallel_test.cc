@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "shardkit/base/testing.h"
+
 namespace shardkit {
 namespace {
 
@@ -310,13 +312,10 @@ TEST(ContextParallel, PerDocumentHeadTailBalancesEqualPaddedWork) {
 }
 
 TEST(ContextParallel, RejectsBadOptionsNamingThem) {
+  // "" when the options are valid.
   auto message = [](const ContextParallelOptions& cp, Index seq_len) -> std::string {
-    try {
-      ValidateContextParallel(cp, seq_len);
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
-    return "";
+    const std::string e = base_testing::ErrorOf([&] { ValidateContextParallel(cp, seq_len); });
+    return e == "no error" ? "" : e;
   };
   EXPECT_EQ(message({0, std::nullopt}, 8).rfind("cp_size: ", 0), 0u);
   EXPECT_EQ(message({Index{1} << 62, std::nullopt}, 16).rfind("cp_size: ", 0), 0u);  // 2C overflows

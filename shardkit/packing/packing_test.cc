@@ -15,6 +15,7 @@
 #include <string>
 #include <tuple>
 
+#include "shardkit/base/testing.h"
 #include "shardkit/packing/internal/histogram.h"
 #include "shardkit/packing/internal/pattern_lp.h"
 #include "shardkit/packing/internal/wikipedia512_histogram.h"
@@ -1145,12 +1146,7 @@ TEST(StreamingPacker, RegressionLongItemIsOneRunNotOnePendingPackPerPiece) {
 }
 
 std::string StateError(const PackOptions& o, const PackerState& s) {
-  try {
-    StreamingPacker restored(o, s);
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no error";
+  return base_testing::ErrorOf([&] { StreamingPacker restored(o, s); });
 }
 
 TEST(StreamingPacker, RegressionStateWithPendingPacksOverCapacityNegativeOrDuplicateIsRefused) {

@@ -717,9 +717,7 @@ MixSample Mixture::Lookup(Index p) const {
 }
 
 MixSample Mixture::At(Index position) const {
-  if (position < 0 || position >= size_) {
-    ThrowOutOfRange("position", Str(position) + " is outside [0, " + Str(size_) + ")");
-  }
+  CheckIndex("position", position, 0, size_);
   return Lookup(position + options_.skip);
 }
 
@@ -772,12 +770,7 @@ void Mixture::Take(std::span<const Index> positions, Index* sources, Index* item
 }
 
 void Mixture::Fill(Index begin, Index end, Index* sources, Index* items) const {
-  if (begin < 0 || begin > size_) {
-    ThrowOutOfRange("start", Str(begin) + " is outside [0, " + Str(size_) + "]");
-  }
-  if (end < begin || end > size_) {
-    ThrowOutOfRange("stop", Str(end) + " is outside [" + Str(begin) + ", " + Str(size_) + "]");
-  }
+  CheckSlice(begin, end, size_);
   const Index k = num_sources();
   BlockInfo info;
   std::vector<Index> next(k);  // each source's samples of the block before the next position
@@ -860,9 +853,7 @@ void Mixture::Fill(Index begin, Index end, Index* sources, Index* items) const {
 }
 
 std::vector<Index> Mixture::Consumed(Index position) const {
-  if (position < 0 || position > size_) {
-    ThrowOutOfRange("position", Str(position) + " is outside [0, " + Str(size_) + "]");
-  }
+  CheckPosition("position", position, 0, size_);
   const Index k = num_sources();
   const Index p = position + options_.skip;
   const Index b = p / block_;
@@ -920,9 +911,7 @@ Index Mixture::PositionOfTokens(double tokens) const {
 }
 
 std::vector<double> Mixture::Target(Index position) const {
-  if (position < 0 || position > size_) {
-    ThrowOutOfRange("position", Str(position) + " is outside [0, " + Str(size_) + "]");
-  }
+  CheckPosition("position", position, 0, size_);
   const Index p = position + options_.skip;
   auto it = std::upper_bound(segments_.begin(), segments_.end(), p,
                              [](Index x, const MixSegment& s) { return x < s.begin; });
@@ -986,13 +975,7 @@ Mixture Mixture::Continue(const MixtureState& state, std::vector<double> weights
 }
 
 MixReport ReportMixture(const Mixture& mixture, Index begin, Index end, Index windows) {
-  if (begin < 0 || begin > mixture.size()) {
-    ThrowOutOfRange("start", Str(begin) + " is outside [0, " + Str(mixture.size()) + "]");
-  }
-  if (end < begin || end > mixture.size()) {
-    ThrowOutOfRange("stop",
-                    Str(end) + " is outside [" + Str(begin) + ", " + Str(mixture.size()) + "]");
-  }
+  CheckSlice(begin, end, mixture.size());
   if (windows < 0 || windows > 10000) {
     ThrowInvalid("windows", "must be in [0, 10000], got " + Str(windows));
   }

@@ -7,33 +7,16 @@
 #include <vector>
 
 #include "shardkit/base/hash.h"
+#include "shardkit/base/testing.h"
 
 namespace shardkit {
 namespace {
 
 std::string ErrorOf(const std::string& text) {
-  try {
-    (void)MixtureStateFromJson(text);
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no error";
+  return base_testing::ErrorOf([&] { (void)MixtureStateFromJson(text); });
 }
 
-// `text` with `from` replaced by `to`, sealed again (someone who recomputes
-// the checksum): what only the checks behind the seal can refuse.
-std::string Resealed(const std::string& text, const std::string& from, const std::string& to) {
-  std::string edited = text;
-  const std::size_t at = edited.find(from);
-  EXPECT_NE(at, std::string::npos) << from << " in " << text;
-  edited.replace(at, from.size(), to);
-  Json body = Json::MakeObject();
-  const Json parsed = ParseJson(edited, "state");
-  for (const auto& [k, v] : parsed.object()) {
-    if (k != "checksum") body.Set(k, v);
-  }
-  return SealState(body);
-}
+using base_testing::Resealed;
 
 std::vector<MixSample> Samples(const Mixture& m, Index begin, Index end) {
   std::vector<MixSample> out;

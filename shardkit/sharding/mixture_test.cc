@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "shardkit/base/testing.h"
+
 namespace shardkit {
 namespace {
 
@@ -608,14 +610,7 @@ TEST(MixtureTest, LookupsEqualFillAtRandomPositionsOverManyConfigurations) {
 }
 
 TEST(MixtureTest, BadInputNamesTheParameter) {
-  auto message = [](auto f) {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](auto f) { return base_testing::ErrorOf<std::exception>(f); };
   EXPECT_EQ(message([] { Mixture({}, {}); }).rfind("sizes:", 0), 0u);
   EXPECT_EQ(message([] { Mixture({-1}, {1}); }).rfind("sizes:", 0), 0u);
   EXPECT_EQ(message([] { Mixture({3, 0}, {1, 1}); }).rfind("sizes:", 0), 0u);

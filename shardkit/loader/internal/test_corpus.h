@@ -1,13 +1,14 @@
 // Test helpers shared by the loader tests (header-only, tests only): an
-// in-memory corpus whose own copy of every document is the oracle, a fresh
-// temporary folder, and the message of an invalid_argument.
+// in-memory corpus whose own copy of every document is the oracle, a .npy
+// writer, and the
+// core's shared helpers (shardkit/base/testing.h) under their loader names.
 #ifndef SHARDKIT_LOADER_INTERNAL_TEST_CORPUS_H_
 #define SHARDKIT_LOADER_INTERNAL_TEST_CORPUS_H_
 
-#include <unistd.h>
-
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -15,7 +16,8 @@
 #include <vector>
 
 #include "shardkit/base/index.h"
-#include "shardkit/base/json.h"
+#include "shardkit/base/testing.h"
+#include "shardkit/loader/npy.h"
 #include "shardkit/loader/token_source.h"
 
 namespace shardkit::loader_testing {
@@ -44,43 +46,20 @@ struct TestCorpus {
   }
 };
 
-// An empty folder `<tmp>/shardkit_<prefix>_<name>_<pid>`, removed first if a
-// previous run left it.
-inline std::filesystem::path TempDir(const std::string& prefix, const std::string& name) {
-  namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() /
-                 ("shardkit_" + prefix + "_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+// Writes `values` as a one-dimensional .npy file of dtype `descr`, less its
+// last `cut` bytes (a truncated file when cut > 0).
+template <typename T>
+void WriteNpy(const std::filesystem::path& path, const std::string& descr,
+              const std::vector<T>& values, std::size_t cut = 0) {
+  std::string bytes = NpyHeaderBytes(descr, static_cast<Index>(values.size()));
+  bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+  bytes.resize(bytes.size() - cut);
+  std::ofstream(path, std::ios::binary) << bytes;
 }
 
-// What f throws as invalid_argument, or "no error".
-inline std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-// A state's text with `from` replaced by `to` and sealed again, as someone
-// who recomputes the checksum would (shardkit/base/json.h): what only the
-// checks behind the seal can refuse. `from` must occur in `text`.
-inline std::string Resealed(const std::string& text, const std::string& from,
-                            const std::string& to) {
-  std::string edited = text;
-  const std::size_t at = edited.find(from);
-  if (at == std::string::npos) throw std::logic_error("Resealed: '" + from + "' not in the text");
-  edited.replace(at, from.size(), to);
-  Json body = Json::MakeObject();
-  const Json parsed = ParseJson(edited, "state");
-  for (const auto& [k, v] : parsed.object()) {
-    if (k != "checksum") body.Set(k, v);
-  }
-  return SealState(body);
-}
+using base_testing::ErrorOf;
+using base_testing::Resealed;
+using base_testing::TempDir;
 
 }  // namespace shardkit::loader_testing
 
