@@ -774,7 +774,7 @@ def case_mixture(shardkit, rng: random.Random) -> str:
 def case_weights(shardkit, rng: random.Random) -> str:
     k = rng.choice([2, 3, 4])
     sizes = [rng.choice([1, 3, 10, 100, 1000]) for _ in range(k)]
-    pool = [1e-12, 1e12, 0.0, 1.0, 3.0, 1e-6, 5e-324, 1e300, 2.0**63, 1e-3]
+    pool = [1e-12, 1e12, 0.0, 1.0, 3.0, 1e-6, 5e-324, 1e300, 2.0**63, 1e-3, 1e-4, 1e4]
     weights = [rng.choice(pool) for _ in range(k)]
     repeat = [rng.random() < 0.5 for _ in range(k)]
     kw = dict(seed=rng.choice([0, 1]), repeat=repeat)
