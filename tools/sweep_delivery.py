@@ -934,9 +934,8 @@ def case_mixture_loader(shardkit, rng: random.Random) -> str:
     counts: Dict[Any, int] = {}
     for x in before + after:
         counts[x] = counts.get(x, 0) + 1
-    bad = [
-        x for x in set(expected) | set(counts) if counts.get(x, 0) != 1 or x not in set(expected)
-    ]
+    want = set(expected)
+    bad = [x for x in want | set(counts) if counts.get(x, 0) != 1 or x not in want]
     if bad:
         raise Wrong(
             f"{label}: {len(bad)} window tokens not delivered exactly once (e.g. {sorted(bad)[:2]})"
