@@ -461,6 +461,13 @@ def _run(loader, tokens, offsets, stop: Optional[int] = None) -> Tuple[list, lis
     return batches, states
 
 
+def _next_epoch(state: dict, first: dict) -> bool:
+    """Whether `state` (taken after an epoch's last batch) already stands in
+    the next epoch (equal steps: the plan knows its last step) rather than in
+    that epoch with nothing left (per rank); either is a valid checkpoint."""
+    return state.get("epoch") != first.get("epoch")
+
+
 def _resume(make, state, text):
     """A fresh loader from make(), given the (mutated) state; Refused if it is
     refused, whether at load_state_dict or at the first batch."""
@@ -511,6 +518,8 @@ def case_rank(shardkit, rng: random.Random) -> str:
     tokens, offsets = data(n)
     ref, states = _run(_loader(shardkit, 0, n, **cfg), tokens, offsets)
     k = rng.randrange(len(ref) + 2)  # len(ref) + 1: after the pass ran out
+    if k == len(ref) and _next_epoch(states[k], states[0]):
+        k += 1  # the state after the last batch already is the next epoch's start
     want = (
         ref[k:]
         if k <= len(ref)
@@ -620,6 +629,8 @@ def case_train(shardkit, rng: random.Random) -> str:
         refs1.append(_run(loader, tokens, offsets)[0])  # the next epoch, from the end state
     steps = len(refs[0][0])
     k = rng.randrange(steps + 2)  # steps + 1: after the pass ran out
+    if k == steps and _next_epoch(refs[0][1][k], refs[0][1][0]):
+        k += 1  # the state after the last batch already is the next epoch's start
     state0 = refs[0][1][k]
     for r in range(1, world):
         if refs[r][1][k] != state0:
@@ -868,6 +879,8 @@ def case_mixture_loader(shardkit, rng: random.Random) -> str:
         return "configuration refused"
     steps = len(refs[0][0])
     kk = rng.randrange(steps + 2)
+    if kk == steps and _next_epoch(refs[0][1][kk], refs[0][1][0]):
+        kk += 1  # the state after the last batch already is the next epoch's start
     other = None
     if kk:
         o = make(weights, sources=_mix_sources(n, k, 1), rank=0)
