@@ -1,6 +1,8 @@
 # The two commands of a fresh machine: `make demo` and `make test`.
 # Both install what they need (Debian packages, a project venv) and are quick
 # the second time: every step is skipped when its inputs have not changed.
+# Every step that can take minutes says so first ("== ...") and shows its
+# progress (apt and pip lines, CMake's [n/N], the suite running).
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -25,52 +27,65 @@ CMAKE_COMMON := -G Ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY)
   fuzz fuzz-build test-fuzz
 
 demo: build
+	@echo "== make demo: the tour on the embedded data set -> build/demo/shardkit-demo.html"
 	$(DEV)/cli/shardkit demo --out build/demo/shardkit-demo.html
 
 test: lint build test-cpp test-asan test-fuzz test-python test-wheel
 	@echo "make test: all suites passed"
 
 lint: venv
+	@echo "== make test: lint (clang-format, ruff)"
 	tools/lint
 
 system:
 	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 || { \
-	  echo "installing $(APT_PACKAGES)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; }
+	  echo "== installing Debian packages (minutes): $(APT_PACKAGES)"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_PACKAGES); }
 
+# pip without -q: the first install downloads torch, JAX and more (minutes),
+# one line per package; no progress bars in logs.
+PIP_INSTALL := -m pip install --progress-bar off
 $(VENV)/.stamp: requirements-dev.txt
+	@echo "== project venv $(VENV): creating it if needed, then pip install -r requirements-dev.txt (minutes the first time)"
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) $(PIP_INSTALL) --upgrade pip
+	$(PY) $(PIP_INSTALL) -r requirements-dev.txt
 	touch $@
 
 venv: system $(VENV)/.stamp
 
 $(DEV)/build.ninja: | venv
+	@echo "== configuring the dev build ($(DEV))"
 	cmake -S . -B $(DEV) $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Release \
 	  -DSHARDKIT_BUILD_PYTHON=ON -DSHARDKIT_BUILD_BENCHMARKS=ON
 
 build: venv $(DEV)/build.ninja
+	@echo "== building $(DEV): the core, CLI, Python module, tests and benchmarks ([n/N] per file)"
 	cmake --build $(DEV) -j $(JOBS)
 
 $(ASAN)/build.ninja: | venv
+	@echo "== configuring the ASan+UBSan build ($(ASAN))"
 	cmake -S . -B $(ASAN) $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DSHARDKIT_SANITIZE=ON -DSHARDKIT_BUILD_CLI=OFF
 
 test-cpp: build
+	@echo "== make test: C++ tests (ctest, $(DEV))"
 	ctest --test-dir $(DEV) --output-on-failure -j $(JOBS)
 
 test-asan: venv $(ASAN)/build.ninja
+	@echo "== make test: building $(ASAN), then its C++ tests under ASan+UBSan"
 	cmake --build $(ASAN) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN) --output-on-failure -j $(JOBS)
 
 $(FUZZ)/build.ninja: | system
+	@echo "== configuring the fuzz build ($(FUZZ), clang-14)"
 	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DSHARDKIT_SANITIZE=ON -DSHARDKIT_BUILD_FUZZERS=ON -DSHARDKIT_BUILD_TESTS=OFF \
 	  -DSHARDKIT_BUILD_MPI=OFF
 
 fuzz-build: $(FUZZ)/build.ninja
+	@echo "== building the fuzz harnesses ($(FUZZ))"
 	cmake --build $(FUZZ) -j $(JOBS)
 
 # Findings (crash, sanitizer report, leak, timeout, out of memory) fail the run;
@@ -79,6 +94,7 @@ fuzz: fuzz-build
 	tools/fuzz $(FUZZ) $(FUZZ_SECONDS)
 
 test-fuzz: fuzz-build
+	@echo "== make test: fuzz smoke runs ($(FUZZ_QUICK_SECONDS) s per harness)"
 	tools/fuzz $(FUZZ) $(FUZZ_QUICK_SECONDS)
 
 # ThreadSanitizer over the tests of the threaded code (the loader, its token
@@ -97,6 +113,7 @@ test-tsan: venv $(TSAN)/build.ninja
 	  -R '^(LoaderTest|TokenSourceTest|LoaderStateTest|StateRefusals|LoaderStatsTest|TrainPlan)[.]'
 
 test-python: build
+	@echo "== make test: Python tests (pytest, with every README and docs/ example)"
 	PYTHONPATH=$(CURDIR)/python SHARDKIT_CLI=$(CURDIR)/$(DEV)/cli/shardkit \
 	  $(PY) -m pytest -q
 
@@ -104,9 +121,10 @@ test-python: build
 # install it into a scratch venv that sees the project venv's packages, and
 # check the console program and the module.
 test-wheel: venv
-	$(PY) -m pip wheel -q --no-build-isolation --no-deps -w build/dist .
+	@echo "== make test: the wheel (pip wheel -v: CMake's progress; incremental in build/wheel-*)"
+	$(PY) -m pip wheel -v --progress-bar off --no-build-isolation --no-deps -w build/dist .
 	rm -rf build/wheel-venv && python3 -m venv --system-site-packages build/wheel-venv
-	build/wheel-venv/bin/python -m pip install -q --no-deps --force-reinstall build/dist/shardkit-*.whl
+	build/wheel-venv/bin/python $(PIP_INSTALL) --no-deps --force-reinstall build/dist/shardkit-*.whl
 	cd build && wheel-venv/bin/shardkit shard --items 10 --world 3 --json >/dev/null
 	cd build && wheel-venv/bin/python -c "import shardkit; assert shardkit.ShardPlan(10, 3).counts() == [4, 3, 3]; print('wheel ok:', shardkit.__file__)"
 
@@ -118,7 +136,8 @@ $(BENCH_VENV)/.stamp: requirements-bench.txt | venv
 	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
 	$(PY) -c "import site; print(site.getsitepackages()[0])" > \
 	  "$$($(BENCH_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/project-venv.pth"
-	$(BENCH_VENV)/bin/python -m pip install -q -r requirements-bench.txt
+	@echo "== bench venv $(BENCH_VENV): pip install -r requirements-bench.txt"
+	$(BENCH_VENV)/bin/python $(PIP_INSTALL) -r requirements-bench.txt
 	touch $@
 
 bench: build $(BENCH_VENV)/.stamp

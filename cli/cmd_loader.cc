@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/json.h"
 #include "cli/roles.h"
+#include "shardkit/base/atomic_file.h"
 #include "shardkit/base/json.h"
 #include "shardkit/loader/loader.h"
 #include "shardkit/loader/loader_state.h"
@@ -134,6 +135,11 @@ struct MixtureRun {
   std::optional<MixtureResume> resumed;
   std::vector<Index> window_sources;
   MixtureDelivery delivered;
+  // After a resume that changed the weights: what the run delivered of the
+  // window documents read before the change (old weights) and after it.
+  MixtureDelivery before_change, after_change;
+  // Files under every source (a mixture's loader reads one gathered view).
+  Index files = 0;
 };
 
 }  // namespace
@@ -186,7 +192,8 @@ int RunLoaderStats(const Argv& argv) {
             "mix several sources (each a directory or TOKENS:OFFSETS) with --weights: the\n"
             "loader's order is the mixture's window of --epoch; prints realised against\n"
             "target shares. --resume with other --weights changes them at the state's\n"
-            "read point (docs/loader.md, Mixing sources)")
+            "read point and reports the shares before and after the change apart\n"
+            "(docs/loader.md, Mixing sources)")
       .Flag("weights", "W0,W1,...", "with --mixture: one weight per source")
       .Flag("by", "NAME", "with --mixture: tokens (default; weights are token shares) | samples")
       .Flag("samples", "N",
@@ -232,6 +239,7 @@ int RunLoaderStats(const Argv& argv) {
           "own window); use pad or drop");
     }
     mix.sources = OpenMixtureSources(*args.Str("mixture"), source_options);
+    for (const auto& s : mix.sources) mix.files += s->num_parts();
   } else if (auto dir = args.Str("dir")) {
     if (args.Has("tokens") || args.Has("offsets")) {
       throw UsageError("--dir: give either --dir or --tokens with --offsets");
@@ -391,7 +399,15 @@ int RunLoaderStats(const Argv& argv) {
         if (!batch) break;
         ++worker_batches;
         s.Add(*batch);
-        if (mixing) mix.delivered.Add(*batch, mix.window_sources);
+        if (mixing) {
+          mix.delivered.Add(*batch, mix.window_sources);
+          if (mix.resumed && mix.resumed->changed) {
+            const Index read = mix.resumed->read;
+            mix.before_change.Add(*batch, mix.window_sources, 0, read);
+            mix.after_change.Add(*batch, mix.window_sources, read,
+                                 static_cast<Index>(mix.window_sources.size()));
+          }
+        }
         all_tokens += batch->tokens;
         ++all_batches;
         progress.Update(all_tokens, all_batches,
@@ -407,18 +423,19 @@ int RunLoaderStats(const Argv& argv) {
   progress.Update(all_tokens, all_batches, seconds, true);
   progress.Done();
   if (save_path) {
-    std::ofstream out(*save_path, std::ios::binary | std::ios::trunc);
+    // Written whole to a temporary and renamed: a kill, a full disk or a
+    // file-size limit leaves the previous state (--resume's file) intact.
+    std::string text;
     if (mixing) {
-      out << "[";
+      text = "[";
       for (std::size_t i = 0; i < saved.size(); ++i) {
-        out << (i ? ", " : "") << MixtureLoaderStateToJson(*mix.order, saved[i]);
+        text += (i ? ", " : "") + MixtureLoaderStateToJson(*mix.order, saved[i]);
       }
-      out << "]\n";
+      text += "]\n";
     } else {
-      out << LoaderStatesToJson(saved) << "\n";
+      text = LoaderStatesToJson(saved) + "\n";
     }
-    out.flush();
-    if (!out) throw UsageError("--save-state: cannot write '" + *save_path + "'");
+    WriteFileAtomically(*save_path, text, "--save-state");
   }
 
   LoadRunScope scope;
@@ -432,13 +449,24 @@ int RunLoaderStats(const Argv& argv) {
   // ends with rows of the next epoch.
   const bool complete =
       sum.complete && (!plan || (plan->dropped_tokens == 0 && o.mode != TrainMode::kContinuous));
+  const Index files = mixing ? mix.files : source->num_parts();
+  const bool changed = mix.resumed && mix.resumed->changed;
+  // A change of weights on resume: the shares of the documents read before it
+  // against the weights they were drawn with, then the rest against the new.
+  std::vector<double> old_target;
+  if (changed) {
+    const MixtureOrder& order = *mix.order;
+    std::size_t piece = 0;
+    while (piece + 1 < order.pieces().size() && order.begin(piece + 1) < mix.resumed->at) ++piece;
+    old_target = TargetShares(order.pieces()[piece]);
+  }
 
   if (json) {
     Json j;
     j.Begin();
     j.Key("documents").Int(source->num_documents());
     j.Key("tokens").Int(source->num_tokens());
-    j.Key("files").Int(source->num_parts());
+    j.Key("files").Int(files);
     j.Key("seq_len").Int(o.seq_len);
     j.Key("batch_size").Int(o.batch_size);
     j.Key("world").Int(o.world_size);
@@ -486,25 +514,34 @@ int RunLoaderStats(const Argv& argv) {
       const MixBy by = mix.requested->options().by;
       const MixtureWindow window = mix.order->Window(o.epoch);
       const std::vector<double> target = TargetShares(mix.order->current());
-      const std::vector<double> realised = mix.delivered.Realised(by);
       j.Key("mixture").Begin();
       j.Key("by").String(MixByName(by));
       j.Key("epoch").Int(static_cast<Index>(o.epoch));
       j.Key("first").Int(window.first).Key("count").Int(window.count);
-      j.Key("changed").Bool(mix.resumed && mix.resumed->changed);
-      if (mix.resumed && mix.resumed->changed) {
+      j.Key("changed").Bool(changed);
+      if (changed) {
         j.Key("read").Int(mix.resumed->read).Key("at").Int(mix.resumed->at);
       }
-      j.Key("sources").BeginList();
-      for (std::size_t k = 0; k < mix.sources.size(); ++k) {
-        j.Begin();
-        j.Key("target").Double(target[k]);
-        j.Key("realised").Double(k < realised.size() ? realised[k] : 0.0);
-        j.Key("tokens").Int(k < mix.delivered.tokens.size() ? mix.delivered.tokens[k] : 0);
-        j.Key("documents").Int(k < mix.delivered.documents.size() ? mix.delivered.documents[k] : 0);
+      auto shares = [&](const char* key, const MixtureDelivery& d, const std::vector<double>& t) {
+        const std::vector<double> r = d.Realised(by);
+        j.Key(key).BeginList();
+        for (std::size_t k = 0; k < mix.sources.size(); ++k) {
+          j.Begin();
+          j.Key("target").Double(t[k]);
+          j.Key("realised").Double(k < r.size() ? r[k] : 0.0);
+          j.Key("tokens").Int(k < d.tokens.size() ? d.tokens[k] : 0);
+          j.Key("documents").Int(k < d.documents.size() ? d.documents[k] : 0);
+          j.End();
+        }
         j.End();
+      };
+      // "sources": everything this run delivered against the current
+      // weights; with a change, also its two sides apart.
+      shares("sources", mix.delivered, target);
+      if (changed) {
+        shares("before_change", mix.before_change, old_target);
+        shares("after_change", mix.after_change, target);
       }
-      j.End();
       j.End();
     }
     if (roles) RolesJson(j, *roles);
@@ -515,9 +552,9 @@ int RunLoaderStats(const Argv& argv) {
   std::printf("%" PRId64 " documents, %" PRId64 " tokens in %" PRId64 " file(s); seq_len %" PRId64
               ", batch %" PRId64 ", %" PRId64 " rank(s) x %" PRId64 " worker(s), %s, %" PRId64
               " thread(s)\n",
-              source->num_documents(), source->num_tokens(), source->num_parts(), o.seq_len,
-              o.batch_size, o.world_size, o.num_workers,
-              std::string(PackAlgorithmName(o.algorithm)).c_str(), o.num_threads);
+              source->num_documents(), source->num_tokens(), files, o.seq_len, o.batch_size,
+              o.world_size, o.num_workers, std::string(PackAlgorithmName(o.algorithm)).c_str(),
+              o.num_threads);
   if (file_policy) {
     std::printf("files: %s (Whale, %s)\n", file_policy->reason.c_str(),
                 std::string(RemainderName(file_policy->remainder)).c_str());
@@ -554,27 +591,47 @@ int RunLoaderStats(const Argv& argv) {
     const MixBy by = mix.requested->options().by;
     const MixtureWindow window = mix.order->Window(o.epoch);
     const std::vector<double> target = TargetShares(mix.order->current());
-    const std::vector<double> realised = mix.delivered.Realised(by);
     std::printf("mixture of %zu sources by %s: epoch %" PRId64 " reads samples [%" PRId64
                 ", %" PRId64 ")",
                 mix.sources.size(), std::string(MixByName(by)).c_str(), static_cast<Index>(o.epoch),
                 window.first, window.first + window.count);
-    if (mix.resumed && mix.resumed->changed) {
+    if (changed) {
       std::printf("; weights changed on resume at sample %" PRId64 " (%" PRId64
                   " documents of the window read before, kept)",
                   mix.resumed->at, mix.resumed->read);
     }
-    std::printf("\n%6s %9s %9s %14s %11s\n", "source", "target", "realised", "tokens", "documents");
-    for (std::size_t k = 0; k < mix.sources.size(); ++k) {
-      std::printf("%6zu %8.2f%% %8.2f%% %14" PRId64 " %11" PRId64 "\n", k, 100 * target[k],
-                  100 * (k < realised.size() ? realised[k] : 0.0),
-                  k < mix.delivered.tokens.size() ? mix.delivered.tokens[k] : 0,
-                  k < mix.delivered.documents.size() ? mix.delivered.documents[k] : 0);
+    std::printf("\n");
+    auto table = [&](const MixtureDelivery& d, const std::vector<double>& t) {
+      const std::vector<double> r = d.Realised(by);
+      std::printf("%6s %9s %9s %14s %11s\n", "source", "target", "realised", "tokens", "documents");
+      for (std::size_t k = 0; k < mix.sources.size(); ++k) {
+        std::printf("%6zu %8.2f%% %8.2f%% %14" PRId64 " %11" PRId64 "\n", k, 100 * t[k],
+                    100 * (k < r.size() ? r[k] : 0.0), k < d.tokens.size() ? d.tokens[k] : 0,
+                    k < d.documents.size() ? d.documents[k] : 0);
+      }
+    };
+    const char* unit = by == MixBy::kTokens ? "tokens" : "documents";
+    if (changed) {
+      // One table would mix the two: documents drawn with the old weights
+      // (still in the packer's buffer at the state) and the new ones.
+      std::printf("before the change: the documents of samples [%" PRId64 ", %" PRId64
+                  ") this run delivered, drawn with the old weights\n",
+                  window.first, mix.resumed->at);
+      table(mix.before_change, old_target);
+      std::printf("after the change: samples [%" PRId64 ", %" PRId64 "), the new weights\n",
+                  mix.resumed->at, window.first + window.count);
+      table(mix.after_change, target);
+      std::printf(
+          "(target: the weights' shares of %s on each side; realised: of what this run "
+          "delivered there)\n",
+          unit);
+    } else {
+      table(mix.delivered, target);
+      std::printf(
+          "(target: the current weights' shares of %s; realised: of what this run "
+          "delivered)\n",
+          unit);
     }
-    std::printf(
-        "(target: the current weights' shares of %s; realised: of what this run "
-        "delivered)\n",
-        by == MixBy::kTokens ? "tokens" : "documents");
   }
   if (roles) {
     PrintRoles(*roles);

@@ -86,6 +86,8 @@ std::string ToFlag(const std::string& message) {
       {"start", "--start"},
       {"stop", "--stop"},
       {"windows", "--windows"},
+      // loader-stats --mixture
+      {"samples", "--samples"},
   };
   size_t colon = message.find(':');
   if (colon == std::string::npos) return message;

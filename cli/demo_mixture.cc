@@ -52,11 +52,13 @@ void DemoMixture(const DemoContext& c, HtmlReport& report) {
   c.out << "\n== Mixing: the documents as " << names.size()
         << " sources by package, weights by tokens, annealed linearly from 1:1:1:1 to 1:1:1:7"
         << " by sample 40000 (block " << mix.block() << ")\n";
+  c.out << "shares of samples (documents) over the run; token shares per window below\n";
   c.out << std::left << std::setw(12) << "source" << std::right << std::setw(8) << "docs"
         << std::setw(12) << "tokens" << std::setw(12) << "target" << std::setw(12) << "realised"
         << std::setw(10) << "epochs\n";
-  std::vector<std::vector<std::string>> table = {
-      {"source", "documents", "tokens", "target share of samples", "realised", "epochs consumed"}};
+  std::vector<std::vector<std::string>> table = {{"source", "documents", "tokens",
+                                                  "target share of samples",
+                                                  "realised share of samples", "epochs consumed"}};
   c.json.Key("mixture").Begin().Key("block").Int(mix.block()).Key("sources").BeginList();
   for (std::size_t k = 0; k < names.size(); ++k) {
     c.out << std::left << std::setw(12) << names[k] << std::right << std::setw(8) << sizes[k]
@@ -113,7 +115,10 @@ void DemoMixture(const DemoContext& c, HtmlReport& report) {
           std::to_string(mix.block()) +
           " samples holds fixed per-source counts; each source walks its own shuffled order "
           "per epoch, so a small source is repeated (upsampled) without ever repeating an "
-          "item within one of its epochs.</p>" +
+          "item within one of its epochs.</p><p>The chart counts <em>tokens</em> (the unit of "
+          "the weights); the table counts <em>samples</em> (documents): a source whose "
+          "documents are longer than the average reaches its token share with fewer "
+          "samples, so its share of samples is below its share of tokens.</p>" +
           SvgStacked("Token share of each source per window of samples", labels, segments) +
           HtmlTable(table));
 }

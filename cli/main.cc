@@ -1,4 +1,6 @@
 // shardkit: the command-line client of the shardkit library.
+#include <signal.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -31,6 +33,10 @@ int CheckStdout(const char* command, int status) {
 
 int main(int argc, char** argv) {
   using namespace shardkit::cli;
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported
+  // naming the flag, instead of the kernel's SIGXFSZ killing the process (as
+  // Python does at startup).
+  ::signal(SIGXFSZ, SIG_IGN);
   if (argc < 2) {
     PrintUsage(stderr);
     return 2;

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <sstream>
 #include <stdexcept>
+
+#include "shardkit/base/atomic_file.h"
 
 namespace shardkit::cli {
 
@@ -25,6 +28,16 @@ std::string Short(double v) {
     std::snprintf(buf, sizeof buf, "%.4g", v);
   }
   return buf;
+}
+
+// The step of an axis's ticks: 1, 2, 2.5 or 5 times a power of ten, the
+// smallest with at most 5 steps up to `max_value` (> 0).
+double TickStep(double max_value) {
+  const double power = std::pow(10.0, std::floor(std::log10(max_value / 5)));
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+    if (max_value <= 5 * m * power) return m * power;
+  }
+  return 10 * power;
 }
 
 // One coloured square and name per series along the bottom edge.
@@ -78,6 +91,11 @@ std::string SvgBars(const std::string& title, const std::vector<std::string>& ca
     for (double v : s.values) max_value = std::max(max_value, v);
   }
   if (max_value <= 0) max_value = 1;
+  // The axis ends at a whole number of round steps, so every tick reads
+  // exactly (3, 6, 9, not 2.99, 5.981, 8.971).
+  const double step = TickStep(max_value);
+  const int ticks = static_cast<int>(std::ceil(max_value / step - 1e-9));
+  max_value = step * ticks;
   const double plot_w = width - left - right, plot_h = height - top - bottom;
   const double group_w = plot_w / std::max<size_t>(1, categories.size());
   const double bar_w = group_w * 0.8 / std::max<size_t>(1, series.size());
@@ -86,8 +104,8 @@ std::string SvgBars(const std::string& title, const std::vector<std::string>& ca
                     Num(height) + "' font-family='sans-serif' font-size='11'>";
   svg += "<text x='" + Num(left) + "' y='18' font-size='14' font-weight='bold'>" + Escape(title) +
          "</text>";
-  for (int t = 0; t <= 4; ++t) {
-    double v = max_value * t / 4;
+  for (int t = 0; t <= ticks; ++t) {
+    double v = step * t;
     svg += "<line x1='" + Num(left) + "' x2='" + Num(width - right) + "' y1='" + Num(y(v)) +
            "' y2='" + Num(y(v)) + "' stroke='#ddd'/>";
     svg += "<text x='" + Num(left - 4) + "' y='" + Num(y(v) + 4) + "' text-anchor='end'>" +
@@ -163,11 +181,7 @@ void HtmlReport::AddSection(const std::string& heading, const std::string& html)
 }
 
 void HtmlReport::Write(const std::string& path) const {
-  std::ofstream out(path);
-  if (!out) {
-    throw std::runtime_error("--out: cannot write the report to '" + path +
-                             "': " + std::strerror(errno));
-  }
+  std::ostringstream out;
   out << "<!doctype html><html><head><meta charset='utf-8'><title>" << Escape(title_)
       << "</title><style>body{font-family:sans-serif;max-width:820px;margin:2em auto;"
          "color:#222}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid "
@@ -178,13 +192,9 @@ void HtmlReport::Write(const std::string& path) const {
     out << "<section><h2>" << Escape(heading) << "</h2>" << html << "</section>";
   }
   out << "</body></html>\n";
-  // A full disk (or /dev/full) fails at the flush: never report success then.
-  errno = 0;
-  out.close();
-  if (!out) {
-    throw std::runtime_error("--out: cannot write the report to '" + path +
-                             "': " + (errno ? std::strerror(errno) : "write error"));
-  }
+  // Written whole and renamed (a full disk fails before the rename and leaves
+  // the previous report), never reported as success when it did not land.
+  WriteFileAtomically(path, out.str(), "--out");
 }
 
 }  // namespace shardkit::cli

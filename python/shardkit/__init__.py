@@ -21,6 +21,7 @@ from the plan's parameters alone (no communication, no index lists):
 True
 """
 
+from shardkit._files import save_state
 from shardkit.eval import (
     EvalPlan,
     PlanMismatchError,
@@ -90,6 +91,7 @@ __all__ = [
     "pad_for_devices",
     "steps_for_count",
     "TokenLoader",
+    "save_state",
     "Mixture",
     "DataRoles",
     "TrainPlan",

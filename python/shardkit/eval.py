@@ -184,7 +184,7 @@ def discover(environ: Optional[Mapping[str, str]] = None) -> ProcessInfo:
     tests). Raises ``ValueError`` naming the variable when a launcher's value is
     not an integer or the rank is outside its world.
     """
-    env = dict(os.environ if environ is None else environ)
+    env = _core._str_mapping(os.environ if environ is None else environ, "environ")
     if environ is None:
         for name, found in (("torch.distributed", _torch_info()), ("jax", _jax_info())):
             if found is None:

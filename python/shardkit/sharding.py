@@ -98,7 +98,7 @@ def whale_choice(
     >>> c.remainder, c.shuffle, bool(c.warning)
     ('uneven', False, True)
     """
-    env = os.environ if env is None else env
+    env = _core._str_mapping(os.environ if env is None else env, "env")
     # The core reads the switches (the same reader as the loader's file sharding).
     unbalanced, drop_last = _core._whale_policy(
         {k: env[k] for k in (UNBALANCED, DROP_LAST) if k in env}

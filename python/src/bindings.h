@@ -95,12 +95,19 @@ struct IntTag {};             // int: converted by ToIndex / ToUint64 (messages 
 struct OptionalIntTag {};     // int | None
 struct StrTag {};             // str: converted by ToStr
 struct BoolTag {};            // bool: converted by ToBool
+struct StrMappingTag {};      // {str: str}: converted by ToStrMapping
+struct StateDictTag {};       // a state dict (state_dict()), checked where it is read
+struct ScheduleTag {};        // (position, weights) pairs or None
+struct ArrayListTag {};       // one array-like per source, or None
+struct BoolsTag {};           // one bool, or one per source
 
 using IntSequence = nb::typed<nb::handle, IntSequenceTag>;
 using Int = nb::typed<nb::handle, IntTag>;
 using OptionalInt = nb::typed<nb::handle, OptionalIntTag>;
 using Str = nb::typed<nb::handle, StrTag>;
 using Bool = nb::typed<nb::handle, BoolTag>;
+using StrMapping = nb::typed<nb::handle, StrMappingTag>;
+using StateDictArg = nb::typed<nb::handle, StateDictTag>;
 using FloatArray = nb::typed<nb::handle, FloatArrayTag>;
 using IntArray = nb::typed<nb::handle, IntArrayTag>;
 
@@ -126,6 +133,12 @@ SHARDKIT_STUB_NAME(IntTag, "int");
 SHARDKIT_STUB_NAME(OptionalIntTag, "int | None");
 SHARDKIT_STUB_NAME(StrTag, "str");
 SHARDKIT_STUB_NAME(BoolTag, "bool");
+SHARDKIT_STUB_NAME(StrMappingTag, "collections.abc.Mapping[str, str]");
+SHARDKIT_STUB_NAME(StateDictTag, "dict[str, typing.Any]");
+SHARDKIT_STUB_NAME(ScheduleTag,
+                   "collections.abc.Sequence[tuple[int, numpy.typing.ArrayLike]] | None");
+SHARDKIT_STUB_NAME(ArrayListTag, "collections.abc.Sequence[numpy.typing.ArrayLike] | None");
+SHARDKIT_STUB_NAME(BoolsTag, "bool | collections.abc.Sequence[bool]");
 #undef SHARDKIT_STUB_NAME
 }  // namespace nanobind::detail
 
@@ -312,6 +325,68 @@ inline bool ToBool(nb::handle value, const char* name) {
   if (type == "bool_") return PyObject_IsTrue(value.ptr()) == 1;
   throw nb::type_error(
       (std::string(name) + ": expected a bool, got " + TypeAndRepr(value)).c_str());
+}
+
+// The items of any iterable but a str or bytes, as a list; TypeError naming
+// `name` and the value otherwise ("schedule: expected a sequence of (position,
+// weights) pairs, got float 1.5", not "'float' object is not iterable").
+inline nb::list ToList(nb::handle values, const char* name, const char* expected) {
+  if (nb::isinstance<nb::str>(values) || nb::isinstance<nb::bytes>(values) ||
+      !nb::hasattr(values, "__iter__")) {
+    throw nb::type_error(
+        (std::string(name) + ": expected " + expected + ", got " + TypeAndRepr(values)).c_str());
+  }
+  PyObject* list = PySequence_List(values.ptr());
+  if (list == nullptr) {
+    PyErr_Clear();
+    throw nb::type_error(
+        (std::string(name) + ": expected " + expected + ", got " + TypeAndRepr(values)).c_str());
+  }
+  return nb::steal<nb::list>(list);
+}
+
+// A mapping of str to str (an environment: os.environ or a dict); TypeError
+// naming `name` and the offending key or value otherwise.
+inline std::vector<std::pair<std::string, std::string>> ToStrMapping(nb::handle value,
+                                                                     const char* name) {
+  if (!nb::hasattr(value, "items")) {
+    throw nb::type_error(
+        (std::string(name) + ": expected a mapping of str to str, got " + TypeAndRepr(value))
+            .c_str());
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  for (nb::handle item : ToList(value.attr("items")(), name, "a mapping of str to str")) {
+    nb::handle key = item[0], v = item[1];
+    if (!nb::isinstance<nb::str>(key) || !nb::isinstance<nb::str>(v)) {
+      throw nb::type_error((std::string(name) + ": expected a mapping of str to str, got " +
+                            TypeAndRepr(key) + ": " + TypeAndRepr(v))
+                               .c_str());
+    }
+    out.emplace_back(nb::cast<std::string>(key), nb::cast<std::string>(v));
+  }
+  return out;
+}
+
+// A state given back as a dict (what state_dict() returned); TypeError naming
+// `name` for anything else.
+inline nb::dict ToStateDict(nb::handle value, const char* name) {
+  if (!nb::isinstance<nb::dict>(value)) {
+    throw nb::type_error(
+        (std::string(name) + ": expected a dict from state_dict(), got " + TypeAndRepr(value))
+            .c_str());
+  }
+  return nb::borrow<nb::dict>(value);
+}
+
+// An instance of the bound class T; TypeError naming `name`, the class and the
+// value otherwise (instead of nanobind's signature dump).
+template <typename T>
+const T& ToInstance(nb::handle value, const char* name, const char* type_name) {
+  if (!nb::isinstance<T>(value)) {
+    throw nb::type_error(
+        (std::string(name) + ": expected a " + type_name + ", got " + TypeAndRepr(value)).c_str());
+  }
+  return nb::cast<const T&>(value);
 }
 
 // A Python int sequence (tuple, list, numpy shape) as Index values; a

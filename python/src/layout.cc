@@ -115,26 +115,28 @@ PartitionSpec SpecFromPython(nb::handle spec) {
     }
   }
   PartitionSpec out;
-  for (nb::handle entry : spec) out.push_back(EntryFromPython(entry, out.size()));
+  for (nb::handle entry :
+       ToList(spec, "spec", "a PartitionSpec or its entries (None, a name or names)")) {
+    out.push_back(EntryFromPython(entry, out.size()));
+  }
   return out;
 }
 
-Mesh MeshFromPython(nb::handle axes, nb::handle owners) {
-  if (!nb::hasattr(axes, "items") && !nb::hasattr(axes, "__iter__")) {
-    throw nb::type_error(
-        ("axes: expected {name: size} or (name, size) pairs, got " + TypeAndRepr(axes)).c_str());
-  }
+// `param`: the argument the axes came in (axes for Mesh, mesh for DataRoles).
+Mesh MeshFromPython(nb::handle axes, nb::handle owners, const char* param = "axes") {
+  const std::string name = param;
+  const char* expected = "{name: size} or (name, size) pairs";
   std::vector<MeshAxis> out;
   nb::object items = nb::hasattr(axes, "items") ? axes.attr("items")() : nb::borrow(axes);
-  for (nb::handle item : items) {
-    nb::tuple pair = nb::cast<nb::tuple>(nb::module_::import_("builtins").attr("tuple")(item));
-    if (pair.size() != 2) throw std::invalid_argument("axes: expected (name, size) pairs");
+  for (nb::handle item : ToList(items, param, expected)) {
+    nb::list pair = ToList(item, param, expected);
+    if (pair.size() != 2) throw std::invalid_argument(name + ": expected (name, size) pairs");
     if (!nb::isinstance<nb::str>(pair[0])) {
       throw nb::type_error(
-          ("axes: an axis name must be a str, got " + nb::cast<std::string>(nb::repr(pair[0])))
+          (name + ": an axis name must be a str, got " + nb::cast<std::string>(nb::repr(pair[0])))
               .c_str());
     }
-    out.push_back({nb::cast<std::string>(pair[0]), ToIndex(pair[1], "axes")});
+    out.push_back({nb::cast<std::string>(pair[0]), ToIndex(pair[1], param)});
   }
   std::vector<Index> owner_list;
   if (!owners.is_none()) owner_list = ToIndices(owners, "owners");
@@ -245,7 +247,7 @@ std::pair<Mesh, Index> RolesMesh(nb::handle mesh, nb::handle rank) {
   }
   if (nb::hasattr(mesh, "items") || nb::isinstance<nb::list>(mesh) ||
       nb::isinstance<nb::tuple>(mesh)) {
-    Mesh parsed = MeshFromPython(mesh, nb::none());
+    Mesh parsed = MeshFromPython(mesh, nb::none(), "mesh");
     return {RankOrderMesh(parsed.axes()), given(DiscoveredRank)};
   }
   throw std::invalid_argument(
@@ -613,10 +615,13 @@ void init_layout(nb::module_& m) {
       "([(2, 4), (6, 8)], [0])\n")
       .def(
           "__init__",
-          [](LoadingPlan* self, const NamedSharding& sharding, Int batch_size) {
-            new (self) LoadingPlan(sharding, ToIndex(batch_size, "batch_size"));
+          [](LoadingPlan* self, nb::handle sharding, Int batch_size) {
+            new (self) LoadingPlan(
+                ToInstance<NamedSharding>(sharding, "sharding", "shardkit.NamedSharding"),
+                ToIndex(batch_size, "batch_size"));
           },
-          "sharding"_a, "batch_size"_a.none())
+          nb::sig("def __init__(self, sharding: NamedSharding, batch_size: int) -> None"),
+          "sharding"_a.none(), "batch_size"_a.none())
       .def_prop_ro("batch_size", &LoadingPlan::batch_size)
       .def_prop_ro("shard_rows", &LoadingPlan::shard_rows)
       .def(
@@ -687,7 +692,7 @@ void init_layout(nb::module_& m) {
             new (self) DataRoles(converted, std::move(data), this_rank, std::move(broadcast));
           },
           "mesh"_a.none(), "data_axes"_a.none(), "rank"_a = nb::none(), nb::kw_only(),
-          "broadcast_axes"_a = nb::tuple())
+          "broadcast_axes"_a.none() = nb::tuple())
       .def_prop_ro("rank", &DataRoles::rank)
       .def_prop_ro("dp_rank", &DataRoles::dp_rank, "What plans and loaders shard by.")
       .def_prop_ro("dp_size", &DataRoles::dp_size, "How many data-parallel shards there are.")

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "python/src/bindings.h"
+#include "shardkit/base/atomic_file.h"
 #include "shardkit/loader/loader_state.h"
 #include "shardkit/loader/mixture_loader.h"
 #include "shardkit/loader/token_source.h"
@@ -419,6 +420,17 @@ void init_loader(nb::module_& m) {
         return StateToDict(merged);
       },
       "states"_a);
+  // shardkit.save_state's writer: the core's one atomic file write
+  // (shardkit/base/atomic_file.h), so a kill or a full disk leaves the previous
+  // file whole. Errors are a ValueError naming `param`, the path and errno's text.
+  m.def(
+      "_write_file_atomically",
+      [](const std::string& path, nb::bytes data, const std::string& param) {
+        const std::string_view contents(data.c_str(), data.size());
+        ReleaseGil release;
+        WriteFileAtomically(path, contents, param);
+      },
+      "path"_a, "data"_a, "param"_a);
 }
 
 }  // namespace shardkit::python

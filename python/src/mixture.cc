@@ -23,31 +23,22 @@ using namespace nb::literals;
 namespace {
 
 using StateDict = nb::typed<nb::dict, nb::str, nb::any>;
-using Schedule = std::vector<std::pair<Index, FloatArray>>;
+using ScheduleArg = nb::typed<nb::handle, ScheduleTag>;
+using ArrayList = nb::typed<nb::handle, ArrayListTag>;
+using Bools = nb::typed<nb::handle, BoolsTag>;
 
-std::vector<SchedulePoint> ToSchedule(const Schedule& schedule) {
-  std::vector<SchedulePoint> out;
-  for (const auto& [position, weights] : schedule) {
-    out.push_back({position, ToDoubles(weights, "schedule")});
-  }
-  return out;
-}
-
+// (position, weights) pairs; None: no schedule. Every wrong shape or type is
+// one line naming `schedule` (the conversions of bindings.h).
 std::vector<SchedulePoint> ToScheduleList(nb::handle schedule) {
   std::vector<SchedulePoint> out;
   if (schedule.is_none()) return out;
-  for (nb::handle point : schedule) {
-    nb::sequence pair;
-    try {
-      pair = nb::cast<nb::sequence>(point);
-    } catch (const std::exception&) {
-      ThrowInvalid("schedule", "each point must be a (position, weights) pair");
-    }
+  for (nb::handle point : ToList(schedule, "schedule", "a sequence of (position, weights) pairs")) {
+    nb::list pair = ToList(point, "schedule", "each point to be a (position, weights) pair");
     if (nb::len(pair) != 2) {
       ThrowInvalid("schedule", "each point must be a (position, weights) pair");
     }
     SchedulePoint p;
-    p.position = nb::cast<Index>(pair[0]);
+    p.position = ToIndex(pair[0], "schedule");
     p.weights = ToDoubles(pair[1], "schedule");
     out.push_back(std::move(p));
   }
@@ -61,22 +52,25 @@ nb::list FromSchedule(const std::vector<SchedulePoint>& schedule) {
 }
 
 // repeat: a bool for every source, or one flag per source.
-std::vector<bool> ToRepeat(const std::variant<bool, std::vector<bool>>& repeat, Index k) {
-  if (const bool* all = std::get_if<bool>(&repeat)) {
-    return std::vector<bool>(static_cast<std::size_t>(k), *all);
+std::vector<bool> ToRepeat(nb::handle repeat, Index k) {
+  if (nb::isinstance<nb::bool_>(repeat) ||
+      nb::cast<std::string>(nb::str(repeat.type().attr("__name__"))) == "bool_") {
+    return std::vector<bool>(static_cast<std::size_t>(k), ToBool(repeat, "repeat"));
   }
-  return std::get<std::vector<bool>>(repeat);
+  std::vector<bool> out;
+  for (nb::handle flag : ToList(repeat, "repeat", "a bool or one bool per source")) {
+    out.push_back(ToBool(flag, "repeat"));
+  }
+  return out;
 }
 
-std::vector<Index> ToTokens(const std::vector<FloatArray>& lengths) {
+// Each source's total tokens from its document lengths (1-D integer arrays).
+std::vector<Index> ToTokens(nb::handle lengths) {
   std::vector<Index> tokens;
-  nb::module_ np = nb::module_::import_("numpy");
-  for (nb::handle source : lengths) {
-    nb::object array = np.attr("ascontiguousarray")(source, "dtype"_a = np.attr("int64"));
-    if (nb::cast<int>(array.attr("ndim")) != 1) {
-      ThrowInvalid("lengths", "each source's lengths must be a 1-D array");
-    }
-    auto view = nb::cast<nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig>>(array);
+  for (nb::handle source :
+       ToList(lengths, "lengths", "a sequence of per-source arrays of document lengths")) {
+    nb::object keep;
+    auto view = ToInt64Array(source, "lengths", &keep);
     tokens.push_back(TotalTokens({view.data(), view.shape(0)}));
   }
   return tokens;
@@ -149,29 +143,28 @@ void init_mixture(nb::module_& m) {
                       "proportions; see shardkit.mixture.")
       .def(
           "__init__",
-          [](Mixture* self, IntSequence sizes_arg, FloatArray weights, const std::string& by,
-             std::optional<std::vector<FloatArray>> lengths, OptionalInt block, Int seed,
-             std::optional<Schedule> schedule, const std::string& interpolation,
-             std::variant<bool, std::vector<bool>> repeat, const std::string& schedule_unit) {
+          [](Mixture* self, IntSequence sizes_arg, FloatArray weights, Str by, ArrayList lengths,
+             OptionalInt block, Int seed, ScheduleArg schedule, Str interpolation, Bools repeat,
+             Str schedule_unit) {
             // Integers checked as everywhere (bindings.h): one line naming the
             // parameter and the value, not nanobind's signature dump.
             std::vector<Index> sizes = ToIndices(sizes_arg, "sizes");
             MixtureOptions o;
-            o.by = ParseMixBy(by);
-            if (lengths.has_value()) o.tokens = ToTokens(*lengths);
+            o.by = ParseMixBy(ToStr(by, "by"));
+            if (!lengths.is_none()) o.tokens = ToTokens(lengths);
             o.block = ToOptionalIndex(block, "block");
             o.seed = ToUint64(seed, "seed");
-            if (schedule.has_value()) o.schedule = ToSchedule(*schedule);
-            o.interpolation = ParseInterpolation(interpolation);
-            o.schedule_unit = ParseMixBy(schedule_unit, "schedule_unit");
+            o.schedule = ToScheduleList(schedule);
+            o.interpolation = ParseInterpolation(ToStr(interpolation, "interpolation"));
+            o.schedule_unit = ParseMixBy(ToStr(schedule_unit, "schedule_unit"), "schedule_unit");
             o.repeat = ToRepeat(repeat, static_cast<Index>(sizes.size()));
             std::vector<double> w = ToDoubles(weights, "weights");
             new (self) Mixture(std::move(sizes), std::move(w), std::move(o));
           },
-          "sizes"_a.none(), "weights"_a.none(), nb::kw_only(), "by"_a = "samples",
-          "lengths"_a = nb::none(), "block"_a.none() = nb::none(), "seed"_a.none() = 0,
-          "schedule"_a = nb::none(), "interpolation"_a = "step", "repeat"_a = true,
-          "schedule_unit"_a = "samples")
+          "sizes"_a.none(), "weights"_a.none(), nb::kw_only(), "by"_a.none() = "samples",
+          "lengths"_a.none() = nb::none(), "block"_a.none() = nb::none(), "seed"_a.none() = 0,
+          "schedule"_a.none() = nb::none(), "interpolation"_a.none() = "step",
+          "repeat"_a.none() = true, "schedule_unit"_a.none() = "samples")
       .def("__len__", &Mixture::size)
       .def_prop_ro("num_sources", &Mixture::num_sources)
       .def_prop_ro("sizes", &Mixture::sizes)
@@ -299,14 +292,14 @@ void init_mixture(nb::module_& m) {
           "position"_a.none(), "Where a run stands after ``position`` samples (JSON-serialisable).")
       .def_static(
           "from_state",
-          [](StateDict state, std::optional<FloatArray> weights, std::optional<Schedule> schedule) {
+          [](StateDictArg state, std::optional<FloatArray> weights, ScheduleArg schedule) {
             std::optional<std::vector<double>> w;
             std::optional<std::vector<SchedulePoint>> s;
             if (weights.has_value()) w = ToDoubles(*weights, "weights");
-            if (schedule.has_value()) s = ToSchedule(*schedule);
+            if (!schedule.is_none()) s = ToScheduleList(schedule);
             return Mixture::FromState(DictToState(state), std::move(w), std::move(s));
           },
-          "state"_a, "weights"_a = nb::none(), "schedule"_a = nb::none(),
+          "state"_a.none(), "weights"_a = nb::none(), "schedule"_a.none() = nb::none(),
           "Continues a run from state_dict(); new weights / schedule allowed.");
 }
 

@@ -37,6 +37,17 @@ NB_MODULE(_core, m) {
       "_bool",
       [](nanobind::handle v, const std::string& name) { return py::ToBool(v, name.c_str()); },
       nanobind::sig("def _bool(value: typing.Any, name: str) -> bool"), "value"_a.none(), "name"_a);
+  m.def(
+      "_str_mapping",
+      [](nanobind::handle v, const std::string& name) {
+        nanobind::dict out;
+        for (const auto& [key, value] : py::ToStrMapping(v, name.c_str())) {
+          out[nanobind::str(key.c_str())] = nanobind::str(value.c_str());
+        }
+        return out;
+      },
+      nanobind::sig("def _str_mapping(value: typing.Any, name: str) -> dict[str, str]"),
+      "value"_a.none(), "name"_a);
   shardkit::python::init_shard_plan(m);
   shardkit::python::init_mixture(m);
   shardkit::python::init_packing(m);

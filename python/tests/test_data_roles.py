@@ -355,48 +355,6 @@ def test_torchrun_diverging_replica_fails_fast_on_every_rank(tmp_path):
         assert r["error"].startswith("step 2: ranks [2, 3] (dp_rank 1)"), r["error"]
 
 
-def _doc_blocks():
-    """The python blocks of docs/layout.md's "Data roles" section."""
-    text = (HERE.parents[1] / "docs" / "layout.md").read_text()
-    section = text[text.index("## Data roles from a parallelism mesh") :]
-    blocks = section.split("```python\n")[1:]
-    return [b[: b.index("```")] for b in blocks]
-
-
-def test_docs_torch_example_runs_under_torchrun(tmp_path):
-    (block,) = [b for b in _doc_blocks() if b.startswith("# torchrun")]
-    script = tmp_path / "example.py"
-    script.write_text(block)
-    torchrun = Path(sys.executable).with_name("torchrun")
-    env = dict(os.environ, PYTHONPATH=PYTHON_DIR, OMP_NUM_THREADS="1")
-    port = str(29500 + random.Random().randrange(0, 3000))
-    proc = subprocess.Popen(
-        [str(torchrun), "--standalone", "--nproc-per-node=4", f"--master-port={port}", str(script)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=150)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-    assert proc.returncode == 0, out.decode()[-3000:]
-
-
-def test_docs_jax_example_runs():
-    (block,) = [b for b in _doc_blocks() if "import jax\n" in b]
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run(
-        [sys.executable, "-c", block], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-
-
 def test_jax_two_processes_global_batches_roles_and_psum():
     """2 processes x 4 CPU devices, data x model mesh with interleaved owners."""
     import socket

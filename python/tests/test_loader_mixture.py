@@ -4,9 +4,6 @@ arrays, the mixture's per-block counts recomputed from the delivered pieces,
 and the sources' walks (every item once per epoch of its source)."""
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -237,20 +234,6 @@ def test_bad_input_names_the_parameter():
         with pytest.raises(ValueError, match=name):
             loader = shardkit.TokenLoader.mixture(**args, **kw)
             next(iter(loader))
-
-
-def test_docs_loader_mixture_example_runs(tmp_path):
-    text = (HERE.parent.parent / "docs" / "loader.md").read_text()
-    start = text.index("<!-- mixture example -->")
-    block = text[text.index("```python\n", start) + len("```python\n") :]
-    block = block[: block.index("```")]
-    subprocess.run(
-        [sys.executable, "-c", block],
-        cwd=tmp_path,
-        check=True,
-        timeout=300,
-        env=dict(os.environ, PYTHONPATH=str(HERE.parent)),
-    )
 
 
 def test_torchrun_four_ranks_equal_steps_over_three_sources(tmp_path):

@@ -200,8 +200,10 @@ class Planner {
     if (const std::int64_t* offsets = source_.ContiguousOffsets()) {
       // One part with int64 offsets (memory, or an int64 .npy): the plan
       // reads the lengths from the offsets, no call per document.
-      docs = TrainDocuments::FromOffsets(std::span<const std::int64_t>(
-          offsets, static_cast<std::size_t>(source_.num_documents()) + 1));
+      docs = TrainDocuments::FromOffsets(
+          std::span<const std::int64_t>(offsets,
+                                        static_cast<std::size_t>(source_.num_documents()) + 1),
+          source_.num_tokens());
     } else {
       docs.count = source_.num_documents();
       const TokenSource* src = &source_;

@@ -857,5 +857,96 @@ TEST(LoaderTest, EqualStepsRefusesPerRankStatesAndFileSharding) {
   EXPECT_THROW(TokenLoader(data.source, files), std::invalid_argument);
 }
 
+// An offsets .npy overwritten in place while the loader has it mapped (here
+// before the loader is built and again between batches): offsets far past the
+// tokens (2^40, 2^62), negative and decreasing ones. The loader delivered
+// SIGSEGV (it read tokens at the offsets as written); now every offset read is
+// clamped to the tokens, so whatever the bytes become the epoch ends without
+// reading outside the mapping. int64 offsets take the planner's contiguous
+// path, int32 ones the per-document path; both with and without equal steps.
+TEST(LoaderTest, RegressionOffsetsFileEditedInPlaceWhileMappedNeverReadsOutsideIt) {
+  namespace fs = std::filesystem;
+  const fs::path dir = loader_testing::TempDir("loader", "edited_offsets");
+  constexpr Index kDocs = 300, kTokens = 3000;
+  std::vector<std::int32_t> tokens(kTokens);
+  for (Index i = 0; i < kTokens; ++i) tokens[i] = static_cast<std::int32_t>(i);
+  {
+    std::string bytes = NpyHeaderBytes("<i4", kTokens);
+    bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4);
+    std::ofstream(dir / "t.npy", std::ios::binary) << bytes;
+  }
+  std::mt19937_64 rng(20);
+  for (const bool wide : {true, false}) {
+    const std::string descr = wide ? "<i8" : "<i4";
+    const Index size = wide ? 8 : 4;
+    const fs::path off = dir / (wide ? "o8.npy" : "o4.npy");
+    const std::string header = NpyHeaderBytes(descr, kDocs + 1);
+    auto write_valid = [&] {
+      std::string bytes = header;
+      for (Index d = 0; d <= kDocs; ++d) {
+        const std::int64_t v = d * kTokens / kDocs;
+        bytes.append(reinterpret_cast<const char*>(&v), static_cast<std::size_t>(size));
+      }
+      std::ofstream(off, std::ios::binary) << bytes;
+    };
+    // Overwrites every entry in place (no truncation: the mapping stays valid).
+    auto edit = [&] {
+      std::fstream f(off, std::ios::binary | std::ios::in | std::ios::out);
+      for (Index d = 0; d <= kDocs; ++d) {
+        std::int64_t v;
+        switch (rng() % 6) {
+          case 0:
+            v = Index{1} << 40;
+            break;
+          case 1:
+            v = (Index{1} << 40) + d * 5;
+            break;
+          case 2:
+            v = -(Index{1} << 62);
+            break;
+          case 3:
+            v = std::numeric_limits<std::int64_t>::max() - static_cast<Index>(rng() % 9);
+            break;
+          case 4:
+            v = static_cast<std::int64_t>(rng() % (2 * kTokens));
+            break;
+          default:
+            v = -static_cast<std::int64_t>(rng() % 100);
+            break;
+        }
+        if (!wide) v = static_cast<std::int32_t>(v ^ static_cast<std::int64_t>(rng() % 4));
+        f.seekp(static_cast<std::streamoff>(header.size() + static_cast<std::size_t>(d * size)));
+        f.write(reinterpret_cast<const char*>(&v), static_cast<std::streamsize>(size));
+      }
+    };
+    for (const bool equal_steps : {false, true}) {
+      write_valid();
+      auto source = TokenSource::Open((dir / "t.npy").string(), off.string());
+      edit();
+      for (Index d = 0; d < kDocs; ++d) {
+        const Index len = source->DocumentLength(d);
+        ASSERT_GE(len, 0);
+        ASSERT_LE(len, kTokens);
+        std::vector<std::int64_t> out(static_cast<std::size_t>(len));
+        source->Copy(d, 0, len, out.data());
+        for (std::int64_t t : out) ASSERT_TRUE(t >= 0 && t < kTokens);
+      }
+      LoaderOptions o;
+      o.seq_len = 64;
+      o.batch_size = 4;
+      o.equal_steps = equal_steps;
+      o.num_threads = 0;
+      TokenLoader loader(source, o);
+      Index batches = 0;
+      while (auto batch = loader.Next()) {
+        for (std::int64_t t : batch->input_ids) ASSERT_TRUE(t >= 0 && t < kTokens) << t;
+        if (++batches % 3 == 0) edit();
+        ASSERT_LT(batches, 1000) << "an epoch of at most 3000 tokens";
+      }
+    }
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace shardkit

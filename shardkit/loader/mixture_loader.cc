@@ -54,7 +54,7 @@ Mixture MixtureOfSources(std::span<const std::shared_ptr<const TokenSource>> sou
 MixtureWindow MixtureEpochWindow(const Mixture& mixture, Index samples, std::uint64_t epoch) {
   CheckSamples(samples);
   if (epoch > static_cast<std::uint64_t>(std::numeric_limits<Index>::max() / samples)) {
-    ThrowInvalid("epoch", Str(static_cast<Index>(epoch)) + " x " + Str(samples) +
+    ThrowInvalid("epoch", std::to_string(epoch) + " x " + Str(samples) +
                               " samples per epoch overflows a 64-bit position");
   }
   const Index first = static_cast<Index>(epoch) * samples;
@@ -158,12 +158,12 @@ Index MixtureOrder::size() const { return PieceEnd(pieces_.back()); }
 
 MixtureWindow MixtureOrder::Window(std::uint64_t epoch) const {
   if (epoch > static_cast<std::uint64_t>(std::numeric_limits<Index>::max() / samples_)) {
-    ThrowInvalid("epoch", Str(static_cast<Index>(epoch)) + " x " + Str(samples_) +
+    ThrowInvalid("epoch", std::to_string(epoch) + " x " + Str(samples_) +
                               " samples per epoch overflows a 64-bit position");
   }
   const Index first = static_cast<Index>(epoch) * samples_;
   if (first < start()) {
-    ThrowInvalid("epoch", Str(static_cast<Index>(epoch)) + " begins at sample " + Str(first) +
+    ThrowInvalid("epoch", std::to_string(epoch) + " begins at sample " + Str(first) +
                               ", before this loader's order (from sample " + Str(start()) +
                               ", where its weights changed)");
   }
@@ -225,12 +225,18 @@ Index DefaultMixtureSamples(const Mixture& mixture) {
 }
 
 void MixtureDelivery::Add(const Batch& batch, std::span<const Index> window_sources) {
+  Add(batch, window_sources, 0, static_cast<Index>(window_sources.size()));
+}
+
+void MixtureDelivery::Add(const Batch& batch, std::span<const Index> window_sources, Index first,
+                          Index end) {
   for (std::size_t k = 0; k < batch.documents.size(); ++k) {
     const Index d = batch.documents[k];
     if (d < 0 || d >= static_cast<Index>(window_sources.size())) {
       ThrowOutOfRange("batch", "document " + Str(d) + " is outside the window's " +
                                    Str(static_cast<Index>(window_sources.size())));
     }
+    if (d < first || d >= end) continue;
     const std::size_t s = static_cast<std::size_t>(window_sources[static_cast<std::size_t>(d)]);
     if (tokens.size() <= s) {
       tokens.resize(s + 1, 0);
@@ -601,7 +607,7 @@ MixtureResume ResumeMixtureLoader(const std::vector<std::shared_ptr<const TokenS
       ThrowInvalid("state",
                    "was saved for another window of the mixture (its data fingerprint "
                    "differs from epoch " +
-                       Str(static_cast<Index>(epoch)) + "'s window)");
+                       std::to_string(epoch) + "'s window)");
     }
     if (s.loader.consumers > 1) {
       ThrowInvalid("state", "is consumer " + Str(s.loader.consumer) + "'s of " +

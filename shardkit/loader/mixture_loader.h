@@ -162,6 +162,11 @@ struct MixtureDelivery {
   // document d (MixtureOrder::Fill). Throws out_of_range naming `batch` for a
   // document outside the window.
   void Add(const Batch& batch, std::span<const Index> window_sources);
+  // The same for the pieces of window documents in [first, end) only: after a
+  // resume that changed the weights at window document `read`
+  // (MixtureResume), [0, read) was drawn with the old weights and [read, ...)
+  // with the new ones, and their shares are read apart.
+  void Add(const Batch& batch, std::span<const Index> window_sources, Index first, Index end);
   // tokens (by tokens) or documents (by samples) of each source over their
   // sum; 0s when nothing was delivered.
   [[nodiscard]] std::vector<double> Realised(MixBy by) const;

@@ -597,5 +597,30 @@ TEST(MixtureLoaderTest, WindowsAndBadInput) {
   EXPECT_EQ(out[0], 1000000 + 1000);
 }
 
+// A resume that changed the weights at window document `read`: the pieces of
+// documents before it (old weights) and from it on (new ones) count apart, and
+// the two ranges together count what one delivery over everything counts.
+TEST(MixtureLoaderTest, DeliveryOfARangeCountsOnlyTheDocumentsInIt) {
+  const std::vector<Index> window_sources = {0, 1, 1, 2, 0};
+  Batch batch;
+  batch.documents = {0, 1, 2, 3, 4, 1};
+  batch.starts = {0, 0, 0, 0, 0, 7};  // the last piece continues document 1
+  batch.lengths = {10, 20, 30, 40, 50, 5};
+  MixtureDelivery all, before, after;
+  all.Add(batch, window_sources);
+  before.Add(batch, window_sources, 0, 2);
+  after.Add(batch, window_sources, 2, 5);
+  EXPECT_EQ(before.tokens, (std::vector<Index>{10, 25}));
+  EXPECT_EQ(before.documents, (std::vector<Index>{1, 1}));
+  EXPECT_EQ(after.tokens, (std::vector<Index>{50, 30, 40}));
+  EXPECT_EQ(after.documents, (std::vector<Index>{1, 1, 1}));
+  EXPECT_EQ(all.tokens, (std::vector<Index>{60, 55, 40}));
+  EXPECT_EQ(all.documents, (std::vector<Index>{2, 2, 1}));
+  EXPECT_EQ(after.Realised(MixBy::kTokens),
+            (std::vector<double>{50.0 / 120, 30.0 / 120, 40.0 / 120}));
+  batch.documents[0] = 5;  // outside the window: refused whatever the range
+  EXPECT_THROW(before.Add(batch, window_sources, 0, 2), std::out_of_range);
+}
+
 }  // namespace
 }  // namespace shardkit

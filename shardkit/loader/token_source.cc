@@ -64,6 +64,11 @@ int TokenSize(TokenDType type) { return type == TokenDType::kUint16 ? 2 : 4; }
 }  // namespace
 
 Index TokenSource::Part::Offset(Index i) const {
+  // Two compares: bytes changed after open can never point outside the tokens.
+  return std::clamp<Index>(RawOffset(i), 0, num_tokens);
+}
+
+Index TokenSource::Part::RawOffset(Index i) const {
   const char* p = offsets + i * offset_size;
   switch (offset_size) {
     case 8: {
@@ -165,13 +170,13 @@ TokenSource::Part TokenSource::OpenPart(const std::string& tokens_path,
                  offsets_path + ": empty; needs num_documents + 1 entries (the first is 0)");
   }
   part.num_documents = num_offsets - 1;
-  Index previous = part.Offset(0);
+  Index previous = part.RawOffset(0);
   if (previous < 0) {
     ThrowInvalid("offsets",
                  offsets_path + ": offsets[0] = " + std::to_string(previous) + " is negative");
   }
   for (Index i = 1; i < num_offsets; ++i) {
-    const Index v = part.Offset(i);
+    const Index v = part.RawOffset(i);
     if (v < previous) {
       ThrowInvalid("offsets", offsets_path + ": offsets[" + std::to_string(i) + "] = " +
                                   std::to_string(v) + " < offsets[" + std::to_string(i - 1) +
@@ -370,7 +375,7 @@ Index TokenSource::DocumentLength(Index d) const {
   }
   const Part& p = PartOf(d);
   const Index local = d - p.first_document;
-  return p.Offset(local + 1) - p.Offset(local);
+  return std::max<Index>(0, p.Offset(local + 1) - p.Offset(local));
 }
 
 const std::int64_t* TokenSource::ContiguousOffsets() const {
@@ -423,6 +428,17 @@ void CopyTokens(const char* tokens, TokenDType type, Index first, Index count, O
 
 }  // namespace
 
+// The tokens [first, first + count) of the part, the ones past its token
+// array (only after its offsets file changed under the mapping) as zeros: one
+// branch, and no read outside the mapping whatever the file's bytes became.
+template <typename Out>
+void TokenSource::CopyWithin(const Part& p, Index d, Index begin, Index count, Out* out) {
+  const Index first = p.Offset(d - p.first_document) + begin;
+  const Index n = std::clamp<Index>(p.num_tokens - first, 0, count);
+  if (n > 0) CopyTokens(p.tokens, p.type, first, n, out);
+  if (n < count) std::fill(out + n, out + count, Out{0});
+}
+
 void TokenSource::Copy(Index d, Index begin, Index count, std::int32_t* out) const {
   if (count <= 0) return;
   if (gathered_ != nullptr) {
@@ -430,8 +446,7 @@ void TokenSource::Copy(Index d, Index begin, Index count, std::int32_t* out) con
     source->Copy(local, begin, count, out);
     return;
   }
-  const Part& p = PartOf(d);
-  CopyTokens(p.tokens, p.type, p.Offset(d - p.first_document) + begin, count, out);
+  CopyWithin(PartOf(d), d, begin, count, out);
 }
 
 void TokenSource::Copy(Index d, Index begin, Index count, std::int64_t* out) const {
@@ -441,8 +456,7 @@ void TokenSource::Copy(Index d, Index begin, Index count, std::int64_t* out) con
     source->Copy(local, begin, count, out);
     return;
   }
-  const Part& p = PartOf(d);
-  CopyTokens(p.tokens, p.type, p.Offset(d - p.first_document) + begin, count, out);
+  CopyWithin(PartOf(d), d, begin, count, out);
 }
 
 }  // namespace shardkit

@@ -20,6 +20,17 @@
 // Token ids are delivered as int32; uint32 ids must be below 2^31 (checked
 // when the source is opened, invalid_argument naming tokens and the position).
 //
+// Files changed after opening: the files are mapped, not copied (an offsets
+// array of 10^8 documents is 800 MB), so bytes written into them later reach
+// the reader. Whatever they become, reading never leaves the mapping: every
+// offset read is clamped to [0, num_tokens] of its part, DocumentLength is
+// then >= 0, and Copy delivers zeros for tokens past the part's end. The
+// tokens delivered from a file edited in place are unspecified (keep data
+// files immutable; write new versions under new names). A file *truncated*
+// after opening is not caught: touching a page past its new end raises SIGBUS
+// (the kernel's rule for a shrunk shared mapping; a size check before each
+// read would race with the truncation and is not made).
+//
 // Thread-safety: immutable after construction; share freely. Memory is the
 // mapped files (paged in on demand) plus O(number of parts).
 #ifndef SHARDKIT_LOADER_TOKEN_SOURCE_H_
@@ -112,7 +123,9 @@ class TokenSource {
   // Length in tokens of document d. REQUIRES: 0 <= d < num_documents().
   [[nodiscard]] Index DocumentLength(Index d) const;
   // Every document's offsets as one array of num_documents() + 1 8-byte
-  // integers (DocumentLength(d) = offsets[d + 1] - offsets[d]) when the source
+  // integers (DocumentLength(d) = offsets[d + 1] - offsets[d], each offset
+  // clamped to [0, num_tokens()]: a mapped file's bytes may have changed
+  // since they were validated, see above) when the source
   // is one part with 8-byte, 8-byte-aligned offsets (memory, or an int64 /
   // uint64 file; all validated below 2^63); nullptr otherwise (several parts,
   // narrower offsets, a gathered view). A planner that reads the lengths of
@@ -120,7 +133,9 @@ class TokenSource {
   // document.
   [[nodiscard]] const std::int64_t* ContiguousOffsets() const;
   // out[i] = token begin + i of document d, for i < count.
-  // REQUIRES: 0 <= begin, begin + count <= DocumentLength(d).
+  // REQUIRES: 0 <= begin, begin + count <= DocumentLength(d) (a length read
+  // before a file changed in place gives unspecified tokens, never a read
+  // outside the mapping).
   void Copy(Index d, Index begin, Index count, std::int32_t* out) const;
   void Copy(Index d, Index begin, Index count, std::int64_t* out) const;
 
@@ -137,8 +152,12 @@ class TokenSource {
     bool offset_signed = true;
     Index num_documents = 0;
     Index first_document = 0;  // global id of the part's document 0
+    // Offset i as the file holds it now; Offset clamps it to [0, num_tokens].
+    [[nodiscard]] Index RawOffset(Index i) const;
     [[nodiscard]] Index Offset(Index i) const;
   };
+  template <typename Out>
+  static void CopyWithin(const Part& p, Index d, Index begin, Index count, Out* out);
   TokenSource() = default;
   void AddPart(Part part);
   static Part OpenPart(const std::string& tokens_path, const std::string& offsets_path,

@@ -497,16 +497,16 @@ TrainDocuments TrainDocuments::FromSpans(std::span<const Index> lengths,
   return d;
 }
 
-TrainDocuments TrainDocuments::FromOffsets(std::span<const std::int64_t> offsets) {
+TrainDocuments TrainDocuments::FromOffsets(std::span<const std::int64_t> offsets, Index limit) {
   if (offsets.empty()) {
     ThrowInvalid("offsets", "is empty (num_documents + 1 entries, the first one included)");
   }
+  CheckAtLeast("offsets", limit, 0);
   TrainDocuments d;
   d.count = static_cast<Index>(offsets.size()) - 1;
-  d.length = [offsets](Index i) {
-    return offsets[static_cast<std::size_t>(i) + 1] - offsets[static_cast<std::size_t>(i)];
-  };
   d.offsets_data = offsets.data();
+  d.offsets_limit = limit;
+  d.length = [d](Index i) { return d.Length(i); };
   return d;
 }
 

@@ -63,8 +63,10 @@
 #ifndef SHARDKIT_LOADER_TRAIN_PLAN_H_
 #define SHARDKIT_LOADER_TRAIN_PLAN_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -97,11 +99,17 @@ struct TrainDocuments {
   const Index* length_data = nullptr;
   const Index* images_data = nullptr;
   const std::int64_t* offsets_data = nullptr;
+  Index offsets_limit = 0;  // offsets_data's values are clamped to [0, offsets_limit]
 
   // Document d's length and images, from the arrays when set.
   [[nodiscard]] Index Length(Index d) const {
     if (length_data) return length_data[d];
-    if (offsets_data) return offsets_data[d + 1] - offsets_data[d];
+    if (offsets_data) {
+      // Clamped: a mapped offsets file may have changed since it was checked
+      // (token_source.h); the length is then in [0, offsets_limit].
+      return std::max<Index>(0, std::clamp<Index>(offsets_data[d + 1], 0, offsets_limit) -
+                                    std::clamp<Index>(offsets_data[d], 0, offsets_limit));
+    }
     return length(d);
   }
   [[nodiscard]] Index Images(Index d) const {
@@ -114,11 +122,14 @@ struct TrainDocuments {
   // its size differs from lengths'.
   static TrainDocuments FromSpans(std::span<const Index> lengths,
                                   std::span<const Index> images = {});
-  // A view of caller-owned document offsets (num_documents + 1 entries,
-  // non-decreasing: REQUIRED, not checked here; a TokenSource's
-  // ContiguousOffsets() are). Throws invalid_argument naming `offsets` when
-  // the span is empty.
-  static TrainDocuments FromOffsets(std::span<const std::int64_t> offsets);
+  // A view of caller-owned document offsets (num_documents + 1 entries, in
+  // [0, limit]); lengths are offsets[d + 1] - offsets[d] with each offset
+  // clamped to [0, limit] and the difference to >= 0, so offsets that change
+  // under the plan (a mapped file edited in place) give lengths in
+  // [0, limit], never negative or past the tokens. Throws invalid_argument
+  // naming `offsets` when the span is empty or `limit` is negative.
+  static TrainDocuments FromOffsets(std::span<const std::int64_t> offsets,
+                                    Index limit = std::numeric_limits<Index>::max());
 };
 
 struct TrainOptions {

@@ -287,6 +287,21 @@ Packing PackItems(std::span<const Index> lengths, const PackOptions& o,
     any_oversize |= o.max_images && images[i] > *o.max_images;
     image_count = CheckedAdd("images", image_count, images[i]);
   }
+  if (any_oversize && o.oversize == Oversize::kSplit) {
+    // The entries split makes, counted before anything is allocated (an item
+    // of 2^40 tokens at capacity 4096 is 2^28 pieces).
+    Index entries = 0;
+    for (Index i = 0; i < n; ++i) {
+      entries += lengths[i] > capacity ? CeilDiv(lengths[i], capacity) : 1;
+      if (entries > kMaxPackEntries) {
+        ThrowInvalid("lengths", "oversize split cuts the " + Str(n) + " items (" + Str(tokens) +
+                                    " tokens) into more than " + Str(kMaxPackEntries) +
+                                    " pieces of at most capacity " + Str(capacity) +
+                                    " tokens, more than a packing lists; raise capacity, drop "
+                                    "them (oversize drop) or pack them as a stream");
+      }
+    }
+  }
   const bool trl = o.compat == PackCompat::kTrl;
   if (trl && o.buffer) return PackTrlBatches(lengths, images, o);
   // Streaming order: through the buffer, and next_fit's split pieces in place.

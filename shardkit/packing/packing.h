@@ -155,11 +155,20 @@ struct Packing {
   [[nodiscard]] std::vector<PackItem> Entries(Index p) const;
 };
 
+// The most entries (items and pieces of split items) a Packing lists: 2^28,
+// about 8 GB of entry arrays. Oversize split makes ceil(length / capacity)
+// entries of an item, so a few huge lengths (five of 2^40 at capacity 4096)
+// would ask for billions; PackItems refuses them before allocating (pack such
+// items through StreamingPacker, whose runs of full pieces take O(1) memory).
+inline constexpr Index kMaxPackEntries = Index{1} << 28;
+
 // Packs items 0..n-1 with lengths[i] tokens and images[i] images (`images`
 // empty: none). Throws invalid_argument naming `lengths` / `images` for a
 // negative value or a size mismatch, the option for a bad option, `images`
 // when max_images is set without images, `lengths` for an oversize item
-// under oversize error, and `capacity` / `lengths` when a count overflows.
+// under oversize error or entries beyond kMaxPackEntries (checked before any
+// allocation, naming the count, the items' total and capacity), and
+// `capacity` / `lengths` when a count overflows.
 [[nodiscard]] Packing PackItems(std::span<const Index> lengths, const PackOptions& options,
                                 std::span<const Index> images = {});
 

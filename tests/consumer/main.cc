@@ -3,7 +3,7 @@
 // JSON, and a new loader built from that JSON delivers exactly the batches
 // the first one would have delivered next. docs/cpp.md shows this file; the
 // test tests/consumer builds it against the installed package
-// (find_package) and through add_subdirectory.
+// (find_package) and configures it through add_subdirectory.
 #include <cstdint>
 #include <cstdio>
 #include <fstream>

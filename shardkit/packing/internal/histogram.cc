@@ -3,7 +3,9 @@
 #include "shardkit/packing/internal/histogram.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <span>
 #include <utility>
 #include <vector>
@@ -14,6 +16,69 @@ namespace shardkit::internal {
 
 namespace {
 
+// The histogram count[l] (units of length l, 0 <= l <= capacity) with the set
+// of lengths still available, so that the largest available length <= x is
+// found in O(1) words (two levels of 64-bit words) instead of a scan over
+// every length: a sparse histogram (few units at a large capacity) made each
+// completion search O(capacity^2) (2,000 units at capacity 65536: 11 s).
+class Counts {
+ public:
+  explicit Counts(std::vector<Index>* count) : n_(*count) {
+    const std::size_t words = n_.size() / 64 + 1;
+    bits_.assign(words, 0);
+    summary_.assign(words / 64 + 1, 0);
+    for (std::size_t l = 0; l < n_.size(); ++l) {
+      if (n_[l] > 0) Set(l);
+    }
+  }
+  Index operator[](Index l) const { return n_[static_cast<std::size_t>(l)]; }
+  void Add(Index l, Index delta) {
+    Index& c = n_[static_cast<std::size_t>(l)];
+    const bool had = c > 0;
+    c += delta;
+    if (had != (c > 0)) {
+      if (c > 0) {
+        Set(static_cast<std::size_t>(l));
+      } else {
+        Clear(static_cast<std::size_t>(l));
+      }
+    }
+  }
+  // The largest length <= x with a unit left, or -1.
+  Index Prev(Index x) const {
+    if (x < 0) return -1;
+    std::size_t w = std::min(static_cast<std::size_t>(x), n_.size() - 1);
+    const std::size_t bit = w % 64;
+    w /= 64;
+    std::uint64_t word = bits_[w] & (bit == 63 ? ~std::uint64_t{0} : (std::uint64_t{2} << bit) - 1);
+    if (word) return static_cast<Index>(w * 64 + 63 - std::countl_zero(word));
+    if (w == 0) return -1;
+    // The last non-empty word before w, from the summary.
+    std::size_t k = (w - 1) / 64;
+    const std::size_t kb = (w - 1) % 64;
+    std::uint64_t sw = summary_[k] & (kb == 63 ? ~std::uint64_t{0} : (std::uint64_t{2} << kb) - 1);
+    while (!sw) {
+      if (k == 0) return -1;
+      sw = summary_[--k];
+    }
+    w = k * 64 + 63 - static_cast<std::size_t>(std::countl_zero(sw));
+    return static_cast<Index>(w * 64 + 63 - static_cast<std::size_t>(std::countl_zero(bits_[w])));
+  }
+
+ private:
+  void Set(std::size_t l) {
+    bits_[l / 64] |= std::uint64_t{1} << (l % 64);
+    summary_[l / 64 / 64] |= std::uint64_t{1} << ((l / 64) % 64);
+  }
+  void Clear(std::size_t l) {
+    bits_[l / 64] &= ~(std::uint64_t{1} << (l % 64));
+    if (!bits_[l / 64]) summary_[l / 64 / 64] &= ~(std::uint64_t{1} << ((l / 64) % 64));
+  }
+
+  std::vector<Index>& n_;
+  std::vector<std::uint64_t> bits_, summary_;
+};
+
 // A completion of a pack by at most two more items: lengths a >= b (b < 0:
 // one item; a < 0: none).
 struct Completion {
@@ -23,18 +88,27 @@ struct Completion {
 
 class Chooser {
  public:
-  explicit Chooser(const std::vector<Index>* count) : n_(*count) {}
+  explicit Chooser(const Counts* count) : n_(*count) {}
 
   // Completion of room `r` by at most `slots` (1 or 2) items of length <= L:
   // the exact completions and those one token short; without an exact one,
   // those with the least waste. Among them: more items, then the scarcest
   // length most abundant, then the first found (longer items, less waste).
+  // Work: O(available lengths visited), never a scan of every length.
   Completion Best(Index L, Index r, Index slots) const {
-    Index first = -1;
-    for (Index w = 0; w <= r && first < 0; ++w) {
-      if (Any(L, r - w, slots)) first = w;
+    // The largest total <= r of one or two available items (<= L): the
+    // smallest waste, first = r - top.
+    const Index hi = std::min(L, r);
+    Index top = n_.Prev(hi);
+    if (slots >= 2) {
+      for (Index a = n_.Prev(hi); a >= 0 && 2 * a > top && top < r; a = n_.Prev(a - 1)) {
+        Index b = n_.Prev(std::min(a, r - a));
+        if (b == a && n_[a] < 2) b = n_.Prev(a - 1);
+        if (b >= 0) top = std::max(top, a + b);
+      }
     }
-    if (first < 0) return {};
+    if (top < 0) return {};
+    const Index first = r - top;
     const Index start = std::max<Index>(0, first - 1);
     Completion best;
     Index best_scarce = -1;
@@ -53,9 +127,10 @@ class Chooser {
       const Index t = r - w;
       if (t <= L && n_[t] >= 1) offer(t, -1);
       if (slots >= 2) {
-        for (Index a = std::min(L, t); 2 * a >= t; --a) {
+        // Every available a in [t / 2, min(L, t)], descending.
+        for (Index a = n_.Prev(std::min(L, t)); a >= 0 && 2 * a >= t; a = n_.Prev(a - 1)) {
           const Index b = t - a;
-          if (a == b ? n_[a] >= 2 : (n_[a] >= 1 && n_[b] >= 1)) offer(a, b);
+          if (a == b ? n_[a] >= 2 : n_[b] >= 1) offer(a, b);
         }
       }
     }
@@ -63,17 +138,7 @@ class Chooser {
   }
 
  private:
-  bool Any(Index L, Index t, Index slots) const {
-    if (t <= L && n_[t] >= 1) return true;
-    if (slots < 2) return false;
-    for (Index a = std::min(L, t); 2 * a >= t; --a) {
-      const Index b = t - a;
-      if (a == b ? n_[a] >= 2 : (n_[a] >= 1 && n_[b] >= 1)) return true;
-    }
-    return false;
-  }
-
-  const std::vector<Index>& n_;
+  const Counts& n_;
 };
 
 }  // namespace
@@ -110,25 +175,24 @@ struct Strategies {
 // on return), k < 0 without a count budget, n the number of units.
 void GreedyStrategies(std::vector<Index>* count_ptr, Index capacity, Index k, Index n,
                       Strategies* out) {
-  std::vector<Index>& count = *count_ptr;
+  Counts count(count_ptr);
   std::vector<Index> pick;
   std::vector<std::pair<Index, Index>> need;  // (length, units per pack)
   Chooser chooser(&count);
   for (Index L = capacity; L >= 0; --L) {
-    auto& left = count[static_cast<size_t>(L)];
-    while (left > 0) {
+    while (count[L] > 0) {
       // The opener and the longest-first picks are taken from the counts
       // while the rest is chosen, then given back.
       pick.assign(1, L);
-      --left;
+      count.Add(L, -1);
       Index room = capacity - L;
       Index slots = k < 0 ? n : k - 1;
       Index x = std::min(L, room);
       while (slots > 2 && room > 0) {
-        while (x >= 0 && count[static_cast<size_t>(x)] == 0) --x;
+        x = count.Prev(x);
         if (x < 0) break;
         pick.push_back(x);
-        --count[static_cast<size_t>(x)];
+        count.Add(x, -1);
         room -= x;
         --slots;
         x = std::min(x, room);
@@ -139,7 +203,7 @@ void GreedyStrategies(std::vector<Index>* count_ptr, Index capacity, Index k, In
         if (c.a >= 0) pick.push_back(c.a);
         if (c.b >= 0) pick.push_back(c.b);
       }
-      for (size_t j = 0; j < taken; ++j) ++count[static_cast<size_t>(pick[j])];
+      for (size_t j = 0; j < taken; ++j) count.Add(pick[j], 1);
       std::sort(pick.begin(), pick.end(), std::greater<>());
       need.clear();
       for (Index l : pick) {
@@ -153,10 +217,10 @@ void GreedyStrategies(std::vector<Index>* count_ptr, Index capacity, Index k, In
       // length of it was available).
       Index m = -1;
       for (auto [l, c] : need) {
-        const Index fit = count[static_cast<size_t>(l)] / c;
+        const Index fit = count[l] / c;
         m = m < 0 ? fit : std::min(m, fit);
       }
-      for (auto [l, c] : need) count[static_cast<size_t>(l)] -= m * c;
+      for (auto [l, c] : need) count.Add(l, -m * c);
       out->Add(pick, m);
     }
   }
