@@ -572,9 +572,7 @@ def case_merged(shardkit, rng: random.Random) -> str:
         k = min(k, len(full) - 1) if full else 0  # inside the epoch
         before += [t for _, ps in full[:k] for t in token_keys(ps, tokens, offsets)]
         states.append(st[k])
-        others.append(
-            _run(_loader(shardkit, 1, n, **cfg), *data(n, 1), stop=k)[1][-1] if k else st[k]
-        )
+        others.append(_run(_loader(shardkit, 1, n, **cfg), *data(n, 1), stop=k)[1][-1])
     merge_first = rng.random() < 0.5
     if merge_first:
         merged = shardkit.TokenLoader.merge_states(states)
@@ -1018,10 +1016,17 @@ def case_threads(shardkit, rng: random.Random) -> str:
     got: List[list] = [[], []]
     errors: List[str] = []
 
+    # Each thread starts its pass and takes one batch before either goes on,
+    # so that the two passes run at once (a thread that started after the
+    # other's pass ended would rightly get the next epoch).
+    both_started = threading.Barrier(2, timeout=4)
+
     def work(i):
         try:
-            for b in loader:
+            for j, b in enumerate(loader):
                 got[i].append(pieces_of(b, tokens, offsets))
+                if j == 0:
+                    both_started.wait()
         except Wrong as e:
             errors.append(f"wrong: {e}")
         except Exception as e:  # noqa: BLE001 - reported below
@@ -1034,6 +1039,8 @@ def case_threads(shardkit, rng: random.Random) -> str:
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
     label = f"{_cfg(cfg)} iterated by two threads at once"
+    # A broken barrier is the consequence of the other thread's hang or error.
+    errors = [e for e in errors if not e.startswith("BrokenBarrierError")]
     if any(t.is_alive() for t in threads):
         raise Hang(
             f"{label}: a thread is still blocked after 4 s ({[len(g) for g in got]} batches)"
