@@ -24,6 +24,7 @@
 #include "shardkit/loader/loader_state.h"
 #include "shardkit/loader/loader_stats.h"
 #include "shardkit/loader/mixture_loader.h"
+#include "shardkit/loader/source_formats.h"
 
 namespace shardkit::cli {
 
@@ -104,8 +105,8 @@ std::string ReadText(const std::string& flag, const std::string& path) {
 }
 
 // --mixture SRC0,SRC1,...: each a directory or TOKENS:OFFSETS.
-std::vector<std::shared_ptr<const TokenSource>> OpenMixtureSources(const std::string& spec,
-                                                                   const SourceOptions& options) {
+std::vector<std::shared_ptr<const TokenSource>> OpenMixtureSources(
+    const std::string& spec, const OpenSourceOptions& options) {
   std::vector<std::shared_ptr<const TokenSource>> out;
   std::stringstream stream(spec);
   std::string part;
@@ -115,8 +116,8 @@ std::vector<std::shared_ptr<const TokenSource>> OpenMixtureSources(const std::st
     try {
       out.push_back(
           colon == std::string::npos
-              ? TokenSource::OpenDirectory(part, options)
-              : TokenSource::Open(part.substr(0, colon), part.substr(colon + 1), options));
+              ? OpenSource({part}, options)
+              : TokenSource::Open(part.substr(0, colon), part.substr(colon + 1), options.npy));
     } catch (const std::exception& e) {
       throw UsageError("--mixture: source " + std::to_string(out.size()) + " ('" + part +
                        "'): " + e.what());
@@ -156,8 +157,15 @@ int RunLoaderStats(const Argv& argv) {
   args.Flag("tokens", "FILE", "token array: .npy (uint16/int32/uint32) or raw")
       .Flag("offsets", "FILE", "document offsets (num_documents + 1 entries): .npy or raw int64")
       .Flag("dir", "DIR", "a directory of <stem>.tokens.npy + <stem>.offsets.npy pairs")
+      .Flag("source", "PATH[,PATH...]",
+            "a token source in any format shardkit reads: a directory of .npy pairs, a\n"
+            "Megatron PREFIX (PREFIX.bin + PREFIX.idx), a <stem>.tokens.npy; several\n"
+            "paths are one source, numbered in the order given")
+      .Flag("format", "NAME",
+            "with --source or --mixture: npy | megatron (default: from the files)")
       .Flag("token-dtype", "T",
-            "dtype of raw token files: int32 | uint16 | uint32 (default " +
+            "dtype of raw token files: int32 | uint16 | uint32 | uint8 | int8 | int16 | int64 "
+            "(default " +
                 std::string(TokenDTypeName(SourceOptions{}.raw_token_dtype)) + ")")
       .Flag("seq-len", "L", "tokens per row (required)")
       .Flag("batch", "B", "rows per batch (required)")
@@ -189,7 +197,7 @@ int RunLoaderStats(const Argv& argv) {
             "WHALE_DROP_LAST_FILES) | default | unbalanced | drop_last")
       .Flag("per-rank", "", "pack each rank on its own (ranks get different batch counts)")
       .Flag("mixture", "SRC0,SRC1,...",
-            "mix several sources (each a directory or TOKENS:OFFSETS) with --weights: the\n"
+            "mix several sources (each a --source path or TOKENS:OFFSETS) with --weights: the\n"
             "loader's order is the mixture's window of --epoch; prints realised against\n"
             "target shares. --resume with other --weights changes them at the state's\n"
             "read point and reports the shares before and after the change apart\n"
@@ -210,14 +218,27 @@ int RunLoaderStats(const Argv& argv) {
             Choices(TrainModeNames(), TrainModeName(d.mode)) +
                 ": equal steps at the end of the epoch")
       .Flag("cost", "NAME", Choices(CostModelNames(), CostModelName(d.cost)) + ": per-step balance")
+      .Flag("cp", "C",
+            "context parallelism over C ranks: plan every document with room for its\n"
+            "per-document head-tail padding and report the causal work per CP rank of the\n"
+            "plan's rows (contiguous, document-blind and per-document head-tail splits);\n"
+            "the loaders deliver the unsplit rows")
+      .Flag("cp-granularity", "G", "with --cp: pad documents to a multiple of G (default 2C)")
       .Flag("quiet", "", "no progress bar")
       .Flag("json", "", "print one JSON object");
   AddRolesFlags(args);
   if (!args.Parse(argv)) return 0;
   const std::optional<std::vector<DataRoles>> roles = RolesFromArgs(args);
 
-  SourceOptions source_options;
+  OpenSourceOptions open_options;
+  SourceOptions& source_options = open_options.npy;
   if (auto t = args.Str("token-dtype")) source_options.raw_token_dtype = ParseTokenDType(*t);
+  if (auto f = args.Str("format")) {
+    if (!args.Has("source") && !args.Has("mixture")) {
+      throw UsageError("--format: needs --source or --mixture");
+    }
+    open_options.format = ParseSourceFormat(*f);
+  }
   std::shared_ptr<const TokenSource> source;
   MixtureRun mix;
   const bool mixing = args.Has("mixture");
@@ -226,7 +247,7 @@ int RunLoaderStats(const Argv& argv) {
     if (!mixing && args.Has(flag)) throw UsageError(std::string("--") + flag + ": needs --mixture");
   }
   if (mixing) {
-    for (const char* flag : {"tokens", "offsets", "dir", "shard-files", "no-shuffle"}) {
+    for (const char* flag : {"tokens", "offsets", "dir", "source", "shard-files", "no-shuffle"}) {
       if (args.Has(flag)) {
         throw UsageError(std::string("--") + flag +
                          ": not with --mixture (the mixture is the order; its sources are "
@@ -238,8 +259,20 @@ int RunLoaderStats(const Argv& argv) {
           "--mode: 'continuous' is not supported with --mixture (each epoch is its "
           "own window); use pad or drop");
     }
-    mix.sources = OpenMixtureSources(*args.Str("mixture"), source_options);
+    mix.sources = OpenMixtureSources(*args.Str("mixture"), open_options);
     for (const auto& s : mix.sources) mix.files += s->num_parts();
+  } else if (auto paths = args.Str("source")) {
+    if (args.Has("tokens") || args.Has("offsets") || args.Has("dir")) {
+      throw UsageError("--source: give either --source, --dir or --tokens with --offsets");
+    }
+    std::vector<std::string> list;
+    std::stringstream stream(*paths);
+    std::string path;
+    while (std::getline(stream, path, ',')) {
+      if (path.empty()) throw UsageError("--source: an empty path in '" + *paths + "'");
+      list.push_back(path);
+    }
+    source = OpenSource(list, open_options);
   } else if (auto dir = args.Str("dir")) {
     if (args.Has("tokens") || args.Has("offsets")) {
       throw UsageError("--dir: give either --dir or --tokens with --offsets");
@@ -329,6 +362,26 @@ int RunLoaderStats(const Argv& argv) {
     mix.order->Fill(window.first, window.first + window.count, mix.window_sources.data(),
                     items.data());
     source = MixtureSource(mix.sources, *mix.order, window);
+  }
+  // --cp: the plan of a CP run (cp.size = C) for the report; the loaders
+  // below keep its granularity and deliver whole rows.
+  std::optional<CpWorkSummary> cp_work;
+  const std::optional<Index> cp_granularity = args.Int("cp-granularity");
+  if (cp_granularity && !args.Has("cp")) {
+    throw UsageError("--cp-granularity: " + std::to_string(*cp_granularity) + " needs --cp");
+  }
+  if (auto cp = args.Int("cp")) {
+    if (!o.equal_steps || mixing) {
+      throw UsageError("--cp: " + std::to_string(*cp) +
+                       " needs the equal-steps plan (not with --per-rank, --shard-files or "
+                       "--mixture)");
+    }
+    LoaderOptions c = o;
+    c.cp.size = *cp;
+    c.cp.granularity = cp_granularity;
+    TokenLoader probe(source, c);
+    cp_work = SummarizeCpWork(*probe.train_plan());
+    o.cp.granularity = CpGranule(c.cp);
   }
   const Index max_batches = args.Int("max-batches", -1);
   if (args.Has("max-batches") && max_batches < 0) {
@@ -544,6 +597,23 @@ int RunLoaderStats(const Argv& argv) {
       }
       j.End();
     }
+    if (cp_work) {
+      j.Key("cp").Begin();
+      j.Key("cp_size").Int(cp_work->cp_size);
+      j.Key("granularity").Int(*o.cp.granularity);
+      j.Key("rows").Int(cp_work->rows).Key("tokens").Int(cp_work->tokens);
+      j.Key("padding").Int(cp_work->padding);
+      j.Key("splits").Begin();
+      for (const std::string_view name : CpSplitNames()) {
+        const std::size_t k = static_cast<std::size_t>(ParseCpSplit(name));
+        j.Key(std::string(name)).Begin();
+        j.Key("mean_max_over_mean").Double(cp_work->mean_ratio[k]);
+        j.Key("worst_max_over_mean").Double(cp_work->worst_ratio[k]);
+        j.End();
+      }
+      j.End();
+      j.End();
+    }
     if (roles) RolesJson(j, *roles);
     j.End();
     std::cout << j.str() << "\n";
@@ -632,6 +702,23 @@ int RunLoaderStats(const Argv& argv) {
           "delivered)\n",
           unit);
     }
+  }
+  if (cp_work) {
+    std::printf("context parallelism over %" PRId64 " ranks (documents padded to %" PRId64
+                "): causal work of the busiest CP rank / mean, per row, over %" PRId64
+                " rows (mean / worst)\n",
+                cp_work->cp_size, *o.cp.granularity, cp_work->rows);
+    for (const std::string_view name : CpSplitNames()) {
+      const std::size_t k = static_cast<std::size_t>(ParseCpSplit(name));
+      std::printf("  %-20s %.4f / %.4f\n", std::string(name).c_str(), cp_work->mean_ratio[k],
+                  cp_work->worst_ratio[k]);
+    }
+    std::printf("  padding of the per-document split: %" PRId64 " tokens (%.3f%% of %" PRId64 ")\n",
+                cp_work->padding,
+                cp_work->tokens ? 100.0 * static_cast<double>(cp_work->padding) /
+                                      static_cast<double>(cp_work->tokens)
+                                : 0.0,
+                cp_work->tokens);
   }
   if (roles) {
     PrintRoles(*roles);

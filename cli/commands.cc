@@ -23,6 +23,8 @@ const std::vector<Command>& Commands() {
       {"eval-plan", "equal-step fixed-shape evaluation batches with masks", RunEvalPlan},
       {"loader-stats", "run the token loader over a data set: tokens/s, padding, balance",
        RunLoaderStats},
+      {"prepare", "raw text to Megatron .bin/.idx or .npy token files (python -m shardkit prepare)",
+       RunPrepare},
       {"layout", "which slice of a global array each device and process holds", RunLayout},
       {"demo", "a tour of shardkit on the embedded data set, with an HTML report", RunDemo},
   };
@@ -65,10 +67,14 @@ std::string ToFlag(const std::string& message) {
       {"num_threads", "--threads"},
       {"prefetch", "--prefetch"},
       {"mode", "--mode"},
+      {"cp_size", "--cp"},
+      {"cp_granularity", "--cp-granularity"},
       {"token_dtype", "--token-dtype"},
       {"directory", "--dir"},
       {"tokens", "--tokens"},
       {"offsets", "--offsets"},
+      {"path", "--source"},
+      {"format", "--format"},
       {"state", "--resume"},  // a state read with --resume (written ones never fail so)
       {"axes", "--mesh"},
       {"data_axes", "--data-axes"},

@@ -21,6 +21,7 @@ int RunDemo(const Argv& argv);
 int RunLoaderStats(const Argv& argv);
 int RunLayout(const Argv& argv);
 int RunMix(const Argv& argv);
+int RunPrepare(const Argv& argv);
 
 struct Command {
   const char* name;

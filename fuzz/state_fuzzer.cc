@@ -11,10 +11,9 @@
 // and packer) and max_sequences 3 (packer).
 //
 // Every text goes through the real reader. Loader states are also read a
-// second time with the seal taken off: a version-2 state rewritten as a
-// version-1 state (no checksum or fingerprint, packer pieces in version 1's
-// order), so that a mutated state reaches the structural checks, which are
-// what keeps a resumed loader inside its documents. Accepted states must
+// second time sealed again (their checksum recomputed), so that a mutated
+// state reaches the structural checks, which are what keeps a resumed loader
+// inside its documents (older versions are refused naming the version). Accepted states must
 // round-trip through the writer, and a loader (or packer) built from one must
 // deliver only pieces of its documents, with their own tokens, no token
 // twice, and a state its own reader accepts again. Refusals must be
@@ -346,55 +345,22 @@ void RunState(const shardkit::LoaderOptions& base, const shardkit::LoaderState& 
   }
 }
 
-// A version-2 loader state without its seal: version 1 (which has no
-// checksum or fingerprint) with version 1's packer piece order
-// [item, length, start, images]. Anything else is returned as it is.
-std::optional<std::string> Unsealed(const Json& state) {
+// A loader state of this version sealed again (shardkit/base/json.h: its
+// checksum recomputed over the other fields as they are), so that a mutated
+// state reaches the checks behind the seal (the fingerprint, the structural
+// checks). Anything else is returned as it is.
+std::optional<std::string> Resealed(const Json& state) {
   if (state.type() != Json::Type::kObject) return std::nullopt;
   const Json* version = state.Find("version");
   if (!version || version->type() != Json::Type::kInt || version->negative() ||
-      version->magnitude() != 2) {
+      version->magnitude() != static_cast<std::uint64_t>(shardkit::kLoaderStateVersion)) {
     return std::nullopt;
   }
-  auto piece_v1 = [](const Json& p) {
-    if (p.type() != Json::Type::kArray || p.array().size() != 4) return p;
-    const auto& a = p.array();
-    return Json::MakeArray({a[0], a[2], a[1], a[3]});
-  };
-  Json out = Json::MakeObject();
+  Json body = Json::MakeObject();
   for (const auto& [key, value] : state.object()) {
-    if (key == "checksum" || key == "fingerprint") continue;
-    if (key == "version") {
-      out.Set(key, Json::Int(1));
-    } else if (key == "packer" && value.type() == Json::Type::kObject) {
-      Json packer = Json::MakeObject();
-      for (const auto& [k, v] : value.object()) {
-        if (k == "buffered" && v.type() == Json::Type::kArray) {
-          Json l = Json::MakeArray();
-          for (const Json& p : v.array()) l.Push(piece_v1(p));
-          packer.Set(k, std::move(l));
-        } else if (k == "pending" && v.type() == Json::Type::kArray) {
-          Json l = Json::MakeArray();
-          for (const Json& pack : v.array()) {
-            if (pack.type() != Json::Type::kArray) {
-              l.Push(pack);
-              continue;
-            }
-            Json q = Json::MakeArray();
-            for (const Json& p : pack.array()) q.Push(piece_v1(p));
-            l.Push(std::move(q));
-          }
-          packer.Set(k, std::move(l));
-        } else {
-          packer.Set(k, v);
-        }
-      }
-      out.Set(key, std::move(packer));
-    } else {
-      out.Set(key, value);
-    }
+    if (key != "checksum") body.Set(key, value);
   }
-  return shardkit::WriteJson(out);
+  return shardkit::SealState(body);
 }
 
 // The loader options of the options byte but oversize (bit 3), which the
@@ -415,12 +381,12 @@ void FuzzLoaderStates(std::uint8_t flags, std::string_view text) {
   std::vector<std::string> texts{std::string(text)};
   try {
     const Json parsed = shardkit::ParseJson(text, "state");
-    if (auto u = Unsealed(parsed)) texts.push_back(*u);
+    if (auto u = Resealed(parsed)) texts.push_back(*u);
     if (parsed.type() == Json::Type::kArray) {
       Json list = Json::MakeArray();
       bool any = false;
       for (const Json& s : parsed.array()) {
-        auto u = Unsealed(s);
+        auto u = Resealed(s);
         any = any || u.has_value();
         list.Push(u ? shardkit::ParseJson(*u, "state") : s);
       }

@@ -22,6 +22,7 @@ True
 """
 
 from shardkit._files import save_state
+from shardkit._prepare import prepare
 from shardkit.eval import (
     EvalPlan,
     PlanMismatchError,
@@ -51,6 +52,8 @@ from shardkit.packing import (
     StreamingPacker,
     balance_ranks,
     collate_packing,
+    cp_rank_work,
+    cp_restore_index,
     pack,
     pack_stream,
 )
@@ -63,6 +66,7 @@ from shardkit.sharding import (
     whale_choice,
     whale_plan,
 )
+from shardkit.sources import TokenSource, open_source
 
 __all__ = [
     "AuditReport",
@@ -79,6 +83,8 @@ __all__ = [
     "balance_ranks",
     "collate_packing",
     "PackedCollator",
+    "cp_rank_work",
+    "cp_restore_index",
     "EvalPlan",
     "PlanMismatchError",
     "ProcessInfo",
@@ -91,6 +97,9 @@ __all__ = [
     "pad_for_devices",
     "steps_for_count",
     "TokenLoader",
+    "TokenSource",
+    "open_source",
+    "prepare",
     "save_state",
     "Mixture",
     "DataRoles",

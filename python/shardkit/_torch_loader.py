@@ -44,6 +44,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Unio
 import torch.distributed as dist
 import torch.utils.data as tud
 
+from shardkit import _core
+from shardkit._states import require_state as _require_state
 from shardkit._torch_eval import check_plan
 from shardkit._torch_packing import to_torch
 from shardkit.eval import rank_and_world
@@ -119,7 +121,8 @@ class TokenDataset(tud.IterableDataset):
         self.tokens, self.offsets = tokens, offsets
         # What builds a worker's TokenLoader (a plain one, or TokenLoader.mixture).
         self._make = make
-        self.epoch = epoch
+        self._epoch = epoch  # the epoch the next batch comes from
+        self._finished: Optional[int] = None  # the epoch the last pass ran out of
         self.options = options if self.data_roles is None else dict(options, roles=self.data_roles)
         self.equal_steps = bool(options.get("equal_steps", True)) and not options.get(
             "shard_files", False
@@ -141,25 +144,84 @@ class TokenDataset(tud.IterableDataset):
         ds._setup(make, None, None, **kwargs)
         return ds
 
+    @property
+    def epoch(self) -> int:
+        """The epoch of the current pass; once a pass ran out, the epoch it ran
+        (the dataset then stands at the start of the next one), so both
+        ``set_epoch(ds.epoch + 1)`` after a pass and a plain next pass continue
+        with the next epoch."""
+        return self._epoch if self._finished is None else self._finished
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self.set_epoch(epoch)
+
     def set_epoch(self, epoch: int) -> None:
         """Moves to the start of ``epoch``, unless the dataset already stands
         in ``epoch`` (a loaded state, or the previous epoch ran out): then the
         position is kept."""
-        if epoch < 0:
-            raise ValueError(f"epoch: must be non-negative, got {epoch}")
-        if epoch == self.epoch:
+        epoch = _core._uint64(epoch, "epoch")
+        self._finished = None
+        if epoch == self._epoch:
             return
-        self.epoch = epoch
+        self._epoch = epoch
         self._resume = None
 
     def load_state_dict(self, state: Union[State, Sequence[State]]) -> None:
         """Equal steps: a state from TokenDataLoader.state_dict() (any rank's:
         they are equal). Per rank: this rank's worker states, the states of
         every consumer of a run, or a merged state. The epoch comes with it."""
+        _require_state(state)
+        self._finished = None
         self._resume = list(state) if isinstance(state, (list, tuple)) else state
         first = self._resume[0] if isinstance(self._resume, list) and self._resume else self._resume
         if isinstance(first, dict) and "epoch" in first:
-            self.epoch = int(first["epoch"])
+            self._epoch = int(first["epoch"])
+
+    def _ran_out(self, finished: int, end: Optional[State]) -> None:
+        """A whole pass over epoch ``finished`` was delivered: stand at the start of
+        the next epoch (equal steps: the plan's end state ``end``; per rank: the
+        next epoch from its start)."""
+        if self.equal_steps and end is not None:
+            self.load_state_dict(end)
+        else:
+            self._epoch, self._resume = finished + 1, None
+        self._finished = finished
+
+    @property
+    def num_steps(self) -> int:
+        """Equal steps: the steps of the whole epoch the dataset stands in (the
+        same on every rank, also after a resume; for a learning-rate schedule).
+        ValueError per rank (``equal_steps=False``: no fixed count)."""
+        return self._plan_loader().num_steps
+
+    @property
+    def first_step(self) -> int:
+        """Equal steps: the step of the epoch the next pass starts at (0, or the
+        steps before a loaded state)."""
+        return self._plan_loader().first_step
+
+    def __len__(self) -> int:
+        """Batches the next pass yields on this rank: ``num_steps - first_step``
+        (exact, from the plan). TypeError per rank (``equal_steps=False``)."""
+        if not self.equal_steps:
+            raise TypeError(
+                "len(): a per-rank TokenDataset (equal_steps=False) has no fixed batch count; "
+                "use equal steps for len() and num_steps"
+            )
+        loader = self._plan_loader()
+        return loader.num_steps - loader.first_step
+
+    def __bool__(self) -> bool:  # not len(): a dataset is never falsy
+        return True
+
+    def _plan_loader(self) -> TokenLoader:
+        if not self.equal_steps:
+            raise ValueError(
+                "equal_steps: this dataset packs per rank (equal_steps=False); it has no plan "
+                "and no fixed step count"
+            )
+        return self.loader(0, 1)
 
     def roles(self, num_workers: int) -> List[int]:
         """The consumer each DataLoader worker plays: worker k plays rank + k * W,
@@ -183,7 +245,7 @@ class TokenDataset(tud.IterableDataset):
             loader = self._make(
                 rank=self.rank,
                 world_size=self.world_size,
-                epoch=self.epoch,
+                epoch=self._epoch,
                 worker=worker,
                 num_workers=num_workers,
                 **self.options,
@@ -196,7 +258,7 @@ class TokenDataset(tud.IterableDataset):
         loader = self._make(
             rank=self.rank,
             world_size=self.world_size,
-            epoch=self.epoch,
+            epoch=self._epoch,
             worker=role,
             num_workers=num_workers,
             **self.options,
@@ -225,13 +287,20 @@ class TokenDataset(tud.IterableDataset):
         info = tud.get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         loader = self.loader(worker, workers)
+        finished = self._epoch
+        first = loader.first_step if self.equal_steps else 0
         for batch in loader:
             out = to_torch(batch)
             if self.equal_steps:
-                out["state"] = loader.state_at(int(batch["step"]) + 1)
+                # step: the step of the epoch; state_at counts this pass's batches.
+                out["state"] = loader.state_at(int(batch["step"]) - first + 1)
             else:
                 out["state"] = loader.state_dict()
             yield out
+        if info is None:
+            # The pass ran out in this process (no DataLoader workers, whose copies
+            # of the dataset would forget it): the next pass is the next epoch.
+            self._ran_out(finished, loader.state_dict())
 
 
 class TokenDataLoader(tud.DataLoader):
@@ -249,6 +318,19 @@ class TokenDataLoader(tud.DataLoader):
         group: Any = None,
         **kwargs: Any,
     ) -> None:
+        if kwargs.get("batch_size") is not None:
+            raise ValueError(
+                f"batch_size: {kwargs['batch_size']!r} given to TokenDataLoader, but the "
+                "TokenDataset already batches (give batch_size to the TokenDataset; "
+                "TokenDataLoader always runs with batch_size=None)"
+            )
+        kwargs.pop("batch_size", None)
+        for name in ("batch_sampler", "sampler", "shuffle", "drop_last"):
+            if kwargs.get(name):
+                raise ValueError(
+                    f"{name}: {kwargs[name]!r} is not an option of TokenDataLoader (the "
+                    "TokenDataset orders, shards and batches; see its shuffle and seed)"
+                )
         if kwargs.get("persistent_workers"):
             raise ValueError(
                 "persistent_workers: not supported: persistent workers keep their own copy "
@@ -271,13 +353,18 @@ class TokenDataLoader(tud.DataLoader):
             return
         self._served = 0
         self._roles = ds.roles(max(1, self.num_workers))
+        finished = ds._epoch
         for batch in super().__iter__():
             state = batch.pop("state")
             self._states[_inner(state)["consumer"]] = state
             self._served += 1
             yield batch
+        # Every worker ran out: the next pass is the next epoch.
+        self._states, self._served = {}, 0
+        ds._ran_out(finished, None)
 
     def _iter_equal_steps(self, ds: TokenDataset):
+        finished = ds._epoch
         start = ds.loader(0, 1)
         if self._check_plan and not self._checked and dist.is_available() and dist.is_initialized():
             # Once, before the first step: every rank must hold the same plan.
@@ -290,8 +377,11 @@ class TokenDataLoader(tud.DataLoader):
         # The pass ran out: the dataset stands at the start of the next epoch,
         # the state after the last batch (its worker's plan reached the end);
         # without a batch, the plan's end (asking num_steps plans the epoch).
-        ds.load_state_dict(
-            self._state if self._state is not None else start.state_at(start.num_steps)
+        ds._ran_out(
+            finished,
+            self._state
+            if self._state is not None
+            else start.state_at(start.num_steps - start.first_step),
         )
         self._state = None
 
@@ -311,6 +401,12 @@ class TokenDataLoader(tud.DataLoader):
             state = self._states.get(consumer)
             out.append(state if state is not None else ds.loader(k, workers).state_dict())
         return out
+
+    @property
+    def num_steps(self) -> int:
+        """Equal steps: the steps of the whole epoch (``TokenDataset.num_steps``), for
+        a learning-rate schedule; ``len()`` is the batches of the next pass."""
+        return self.dataset.num_steps  # type: ignore[attr-defined]
 
     def load_state_dict(self, state: Union[State, Sequence[State]]) -> None:
         self._states = {}

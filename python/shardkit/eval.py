@@ -332,8 +332,15 @@ def _exchange(engine: Engine, plan: Optional[Any], local_count: int) -> np.ndarr
         prints = rows[:, 0].astype(np.int64).view(np.uint64).tolist()
         message = _core.compare_fingerprints(prints)
         if message:
+            # Every rank sees the same fingerprints, so every rank joins this second
+            # exchange: the plans' parameters, to name the one that differs.
+            which = ""
+            if hasattr(engine, "allgather_rows") and 0 not in prints:  # 0: a rank without plan
+                described = engine.allgather_rows([plan.describe()])
+                which = _core.compare_plan_descriptions([d[0] for d in described])
             raise PlanMismatchError(
-                f"{message} (this is rank {engine.rank} with {plan.describe()})"
+                f"{message}{'; ' + which if which else ''} "
+                f"(this is rank {engine.rank} with {plan.describe()})"
             )
         with_roles = rows[:, 3] >= 0
         if with_roles.any() and not with_roles.all():
@@ -478,6 +485,18 @@ def _unresponsive(engine: Engine, wait: float) -> list:
     ]
 
 
+def _cut(engine: Engine) -> bool:
+    """Shuts down the engine's collective connections where it can (JAX: gloo's
+    sockets); True when it did."""
+    cut = getattr(engine, "cut_collectives", None)
+    if cut is None:
+        return False
+    try:
+        return bool(cut())
+    except Exception:
+        return False
+
+
 def _leave(engine: Engine, grace: float) -> None:
     leave = getattr(engine, "leave_after_failure", None)
     if leave is not None:
@@ -499,9 +518,13 @@ def fail_fast(engine: Engine, *, grace: float = 2.0, poll: float = 0.05):
     (naming the failed rank and its reason) in the thread that runs the
     block, so that its ``except`` and ``finally`` blocks run. A thread blocked
     inside a collective gets it when the collective returns (torch's gloo
-    returns an error once the failed rank's process is gone); a rank still
-    blocked ``grace`` seconds after seeing the failure cannot be interrupted
-    and exits with status 1 (``os._exit``: its ``finally`` blocks do not run).
+    returns an error once the failed rank's process is gone). JAX: the failed
+    rank shuts down its collective connections once the others acknowledged
+    (it may stay alive: process 0 hosts the coordination service), and a rank
+    still blocked ``grace`` seconds after seeing the failure shuts down its own,
+    so blocked collectives return and ``finally`` blocks run; a rank still
+    blocked after that (or with an engine that cannot) exits with status 1
+    (``os._exit``: its ``finally`` blocks do not run).
 
     A rank whose own error is a failed collective (a peer gone) first waits up
     to ``grace`` for another rank's report and raises RemoteRankError with
@@ -539,7 +562,13 @@ def fail_fast(engine: Engine, *, grace: float = 2.0, poll: float = 0.05):
                 pass
             if not stop.is_set():
                 _async_raise(owner, type("RemoteRankError", (RemoteRankError,), {"reason": reason}))
-            if not stop.wait(grace):
+            if not stop.wait(grace) and _cut(engine):
+                # Blocked in a collective that waits for the failed rank: its
+                # connections are shut down, so the collective returns with an
+                # error, the pending RemoteRankError is raised and the block's
+                # except and finally clauses run.
+                stop.wait(grace)
+            if not stop.is_set():
                 print(
                     f"shardkit: rank {engine.rank} still blocked {grace:.1f} s after the "
                     f"failure (inside a collective); exiting with status 1",
@@ -607,6 +636,10 @@ def fail_fast(engine: Engine, *, grace: float = 2.0, poll: float = 0.05):
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and engine.failure_acks() < engine.world_size - 1:
                 time.sleep(poll)
+            # The others may be blocked in a collective that waits for this rank,
+            # which stays alive (its own finally blocks, or process 0 hosting JAX's
+            # coordination service): release them now.
+            _cut(engine)
         except RemoteRankError:
             raise
         except Exception:

@@ -401,6 +401,12 @@ class TokenBatches:
                     f"{name}: TokenBatches takes the data-parallel layout from the sharding "
                     "(and always runs equal steps)"
                 )
+        if loader_options.get("cp_size", 1) != 1:
+            # The global arrays are whole rows [batch, seq_len]; a CP slice is not.
+            raise ValueError(
+                f"cp_size: {loader_options['cp_size']!r}: TokenBatches assembles whole rows; "
+                "use TokenLoader(cp_size=..., cp_rank=...) per CP rank"
+            )
         import jax
 
         self.sharding = sharding
@@ -432,8 +438,46 @@ class TokenBatches:
 
     @property
     def num_steps(self) -> int:
-        """Steps of the epoch, the same on every process."""
+        """Steps of the whole epoch, the same on every process (also after a resume:
+        steps are numbered from ``first_step``)."""
         return self._loaders[0].num_steps
+
+    @property
+    def first_step(self) -> int:
+        """The step of the epoch the next pass starts at (0, or the steps before a
+        loaded state); a pass yields ``num_steps - first_step`` steps."""
+        return self._loaders[0].first_step
+
+    @property
+    def epoch(self) -> int:
+        return self._loaders[0].epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """As ``TokenLoader.set_epoch``, for every block."""
+        for loader in self._loaders:
+            loader.set_epoch(epoch)
+
+    def _steps(self):
+        """One pass: the blocks' batches of each step. Every block's loader follows
+        the same plan, so all run out at the same step and all move to the next
+        epoch together (a zip would stop at the first exhausted loader and leave
+        the others behind: misaligned epochs)."""
+        its = [iter(loader) for loader in self._loaders]
+        while True:
+            parts, ended = [], []
+            for it in its:
+                batch = next(it, None)
+                (ended if batch is None else parts).append(batch)
+            if ended:
+                if parts:  # cannot happen with one plan; never deliver a partial step
+                    raise RuntimeError(
+                        "TokenBatches: the row blocks' loaders ended at different steps"
+                    )
+                return
+            steps = {int(p["step"]) for p in parts}
+            if len(steps) != 1:
+                raise RuntimeError(f"TokenBatches: the row blocks are at steps {sorted(steps)}")
+            yield parts
 
     def state_dict(self) -> dict:
         """Where the run stands after the last step yielded (the plan's state: the same
@@ -449,7 +493,7 @@ class TokenBatches:
 
         process = jax.process_index()
         row = _batch_sharding(self.sharding, 1)
-        for parts in zip(*self._loaders):
+        for parts in self._steps():
             keys = [k for k in _ROW_KEYS if k in parts[0]]
             leaves = [np.concatenate([p[k] for p in parts]) for k in keys]
             row_tokens = np.concatenate([p["row_tokens"] for p in parts]).astype(np.int32)

@@ -24,29 +24,46 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from shardkit import _core
 from shardkit._core import Mixture, TrainAudit, TrainStep, TrainSummary
+from shardkit._states import require_state as _require_state
 from shardkit.eval import rank_and_world
 from shardkit.layout import data_rank_and_world, resolve_roles
+from shardkit.sources import TokenSource, open_source
 
 __all__ = ["TokenLoader", "TrainPlan", "TrainAudit", "TrainStep", "TrainSummary"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
+# Taken when a pass ends, so that of several threads iterating one loader only
+# one moves it to the next epoch (rare and short: one lock for every loader).
+_EPOCH_LOCK = threading.Lock()
+
+
+def _is_paths(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(v, (str, os.PathLike)) for v in value
+    )
+
 
 def _open_source(tokens: Any, offsets: Any, token_dtype: str):
+    if isinstance(tokens, TokenSource):
+        if offsets is not None:
+            raise ValueError("offsets: must be None with a TokenSource")
+        return tokens._core
+    if offsets is None and (isinstance(tokens, (str, os.PathLike)) or _is_paths(tokens)):
+        # Anything open_source takes: a directory, a Megatron prefix, a
+        # <stem>.tokens.npy, or a list of them (the format from the files).
+        return open_source(tokens, token_dtype=token_dtype)._core
     if isinstance(tokens, (str, os.PathLike)):
         path = os.fspath(tokens)
         if os.path.isdir(path):
-            if offsets is not None:
-                raise ValueError(f"offsets: must be None when tokens is a directory ({path!r})")
-            return _core._TokenSource.open_directory(path, token_dtype=token_dtype)
-        if offsets is None:
-            raise ValueError(f"offsets: required with the token file {path!r}")
+            raise ValueError(f"offsets: must be None when tokens is a directory ({path!r})")
         if not isinstance(offsets, (str, os.PathLike)):
             raise ValueError("offsets: must be a path when tokens is a path")
         return _core._TokenSource.open(path, os.fspath(offsets), token_dtype=token_dtype)
@@ -76,8 +93,10 @@ class TokenLoader:
 
     ``tokens`` / ``offsets``: .npy (or raw) file paths, or numpy arrays; document
     ``d`` is ``tokens[offsets[d]:offsets[d + 1]]``. ``tokens`` may also be a
-    directory of ``<stem>.tokens.npy`` + ``<stem>.offsets.npy`` pairs (then
-    ``offsets=None``); its documents are numbered file by file in stem order.
+    :class:`shardkit.TokenSource` or anything :func:`shardkit.open_source`
+    takes (then ``offsets=None``): a directory of ``<stem>.tokens.npy`` +
+    ``<stem>.offsets.npy`` pairs (numbered file by file in stem order), a
+    Megatron ``PREFIX`` (``PREFIX.bin`` + ``PREFIX.idx``), or a list of them.
 
     Equal steps (``equal_steps=True``, the default: this is the training
     loader): batches follow the global :class:`TrainPlan` of the epoch, so
@@ -110,6 +129,14 @@ class TokenLoader:
     ``block_mask`` [batch_size, seq_len, seq_len] (causal unless
     ``causal=False``). The last batch is padded, never dropped.
 
+    Context parallelism (``cp_size`` C > 1, ``cp_rank`` r; or from ``roles``
+    with cp axes): every array is CP rank r's slice ``[batch_size, seq_len //
+    C]`` of the rows (per-document head-tail, seq_len a multiple of 2C or of
+    ``cp_granularity``), with ``cp_index`` (each slot's position in the full
+    row, -1 on padding), ``cu_seqlens_padded`` (the full rows' THD
+    boundaries, every document padded) and local ``cu_seqlens``; the CP
+    ranks of a group get the same rows. See docs/loader.md.
+
     Epochs and resume, one rule: the epoch is part of the state. When an epoch
     runs out the loader stands at the start of the next one (``state_dict()``
     says so, the same on every rank with equal steps), so the next ``for``
@@ -117,10 +144,15 @@ class TokenLoader:
     unless the loader already stands in epoch ``e`` (just resumed, or the
     previous epoch ran out), then it keeps its position. So both
     ``load_state_dict(s); set_epoch(s["epoch"])`` and a loop that calls
-    ``set_epoch`` every epoch continue exactly.
+    ``set_epoch`` every epoch continue exactly. ``epoch`` is the epoch of the
+    current pass (once a pass ran out, the epoch it ran), so
+    ``set_epoch(loader.epoch + 1)`` after a pass is the next epoch too. With
+    equal steps ``num_steps`` counts the whole epoch and batches carry
+    ``step``, the step of the epoch, also after a resume (``first_step``: the
+    step the next pass starts at).
 
     ``state_dict()`` is a small JSON-serialisable dict. With equal steps it is
-    ``{"version", "kind": "train_plan", "epoch", "position", "stream"}``, the
+    ``{"version", "kind": "train_plan", "epoch", "position", "stream", "checksum"}``, the
     same on every rank, and loads on any world size, batch size or worker
     count. Per-rank: ``load_state_dict(state)`` continues exactly where it was
     taken (same world size), or, given the states of *all* consumers of a run
@@ -168,10 +200,20 @@ class TokenLoader:
         cost: str = "tokens",
         block_mask: bool = False,
         causal: bool = True,
+        cp_size: Optional[int] = None,
+        cp_rank: Optional[int] = None,
+        cp_granularity: Optional[int] = None,
     ) -> None:
         # roles (a shardkit.DataRoles) or mesh= and data_axes=: shard by the data-parallel
         # rank and size, so tensor/pipeline replicas read identical batches.
         self.roles = resolve_roles(roles, mesh, data_axes)  # None, or the DataRoles
+        # Context parallelism: from the roles' cp axes unless given.
+        if cp_size is None:
+            cp_size = getattr(self.roles, "cp_size", 1) if self.roles is not None else 1
+        if cp_rank is None:
+            cp_rank = getattr(self.roles, "cp_rank", 0) if self.roles is not None else 0
+        cp_size, cp_rank = _core._index(cp_size, "cp_size"), _core._index(cp_rank, "cp_rank")
+        cp_granularity = _core._optional_index(cp_granularity, "cp_granularity")
         rank, world_size = data_rank_and_world(rank, world_size, self.roles)
         rank, world_size = rank_and_world(rank, world_size)
         if whale_unbalanced_io_slicing is None or whale_drop_last_files is None:
@@ -256,6 +298,8 @@ class TokenLoader:
             block_mask=block_mask,
             causal=causal,
         )
+        if cp_size != 1 or cp_granularity is not None:
+            self._options.update(cp_size=cp_size, cp_rank=cp_rank, cp_granularity=cp_granularity)
         self._loader = _core._TokenLoader(self._source_for(epoch), epoch=epoch, **self._options)
 
     def _open(self, tokens: Any, offsets: Any, token_dtype: str) -> Any:
@@ -292,8 +336,9 @@ class TokenLoader:
         ``by="tokens"``, the default, makes the weights shares of the tokens the
         model sees; ``schedule_unit="tokens"`` puts the schedule's positions in
         tokens).
-        ``sources``: a list of ``(tokens, offsets)`` pairs (paths or arrays) or
-        directories. Epoch ``e`` reads the mixture's samples
+        ``sources``: a list of ``(tokens, offsets)`` pairs (paths or arrays),
+        :class:`shardkit.TokenSource` objects or paths :func:`shardkit.open_source`
+        takes (a directory, a Megatron prefix). Epoch ``e`` reads the mixture's samples
         ``[e * samples, (e + 1) * samples)`` (``samples`` default: the whole
         mixture when a source does not repeat, else the sum of the sources'
         document counts), so every source's walk continues across epochs.
@@ -334,6 +379,18 @@ class TokenLoader:
 
     @property
     def epoch(self) -> int:
+        """The epoch of the current pass; when a pass has run out, the epoch it
+        ran (the loader then stands at the start of the next one, which
+        ``state_dict()`` names), so ``set_epoch(epoch + 1)`` after a pass and a
+        plain next ``for`` loop both continue with the next epoch."""
+        ran_out = getattr(self, "_ran_out", None)
+        if ran_out is not None and ran_out[1] is self._loader:
+            return ran_out[0]
+        return self._standing_epoch
+
+    @property
+    def _standing_epoch(self) -> int:
+        """The epoch the next batch comes from (the state's)."""
         return self._loader.state()["epoch"]
 
     @property
@@ -354,9 +411,18 @@ class TokenLoader:
 
     @property
     def num_steps(self) -> Optional[int]:
-        """Equal steps: batches of this pass (the epoch's steps, or the rest of
-        them after a resume), the same on every rank; None per rank."""
-        return self._loader.num_steps
+        """Equal steps: the steps of the whole epoch, the same on every rank and
+        after a resume (batches carry ``step`` = first_step, first_step + 1, ...,
+        so a schedule keyed on the step continues); None per rank."""
+        return self._loader.epoch_steps
+
+    @property
+    def first_step(self) -> Optional[int]:
+        """Equal steps: the step of the epoch the next pass starts at (0 at the
+        epoch's start; after a resume, the steps before the state, counted as
+        ``TrainPlan.first_step``); None per rank. A pass yields ``num_steps -
+        first_step`` batches."""
+        return self._loader.first_step
 
     @property
     def plan_summary(self) -> Optional[TrainSummary]:
@@ -367,10 +433,22 @@ class TokenLoader:
 
     # -- iteration --------------------------------------------------------------
     def __iter__(self) -> Iterator[Dict[str, Any]]:
+        # A pass reads the epoch's loader it started with, so passes run by
+        # several threads at once share that epoch's batches (each batch to one
+        # of them; the core serialises next()) and all end with it; the first
+        # to see the end moves the loader to the next epoch, once.
+        loader = self._loader
+        finished = self._standing_epoch  # (after the last batch the state names the next)
+        self._ran_out = None
         while True:
-            batch = self._loader.next()
+            batch = loader.next()
             if batch is None:
-                self._next_epoch()
+                with _EPOCH_LOCK:
+                    if self._loader is loader:
+                        self._next_epoch()
+                        # Remembered with the loader it holds for: a set_epoch
+                        # or a load_state_dict (a new loader) forgets it.
+                        self._ran_out = (finished, self._loader)
                 return
             yield batch
 
@@ -383,9 +461,8 @@ class TokenLoader:
                 self._source_for(end["epoch"]), state=end, **self._options
             )
         else:
-            self._loader = _core._TokenLoader(
-                self._source_for(self.epoch + 1), epoch=self.epoch + 1, **self._options
-            )
+            nxt = self._standing_epoch + 1
+            self._loader = _core._TokenLoader(self._source_for(nxt), epoch=nxt, **self._options)
 
     def set_epoch(self, epoch: int) -> None:
         """Moves to the start of ``epoch``, unless the loader already stands in
@@ -393,7 +470,7 @@ class TokenLoader:
         position (see the class docstring)."""
         if epoch < 0:
             raise ValueError(f"epoch: must be non-negative, got {epoch}")
-        if epoch == self.epoch:
+        if epoch == self._standing_epoch:
             return
         self._loader = _core._TokenLoader(self._source_for(epoch), epoch=epoch, **self._options)
 
@@ -416,7 +493,8 @@ class TokenLoader:
     # -- state ------------------------------------------------------------------
     def state_at(self, steps: int) -> Dict[str, Any]:
         """Equal steps: the state of this rank after ``steps`` batches of this
-        pass (whichever dataloader worker produced them), the same on every rank."""
+        pass (whichever dataloader worker produced them; the batch of step
+        ``s`` is the pass's ``s - first_step``-th), the same on every rank."""
         return self._loader.train_state_at(_core._index(steps, "steps"))
 
     def state_dict(self) -> Dict[str, Any]:
@@ -427,6 +505,7 @@ class TokenLoader:
         """Continue from ``state``: this consumer's own state (exact resume), a
         merged state, or the list of the states of every consumer of a run
         (merged here; resume on any world size / worker count)."""
+        _require_state(state)
         if isinstance(state, (list, tuple)):
             state = self.merge_states(state)
         epoch = state.get("epoch") if isinstance(state, dict) else None
@@ -544,14 +623,15 @@ class _MixtureTokenLoader(TokenLoader):
         if self.equal_steps:
             nxt = self._loader.train_state_at(self._loader.num_steps)["epoch"]
         else:
-            nxt = self.epoch + 1
+            nxt = self._standing_epoch + 1
         self._loader = _core._TokenLoader(self._source_for(nxt), epoch=nxt, **self._options)
 
     # -- state: the loader's state and the order it reads ------------------------
     def state_dict(self) -> Dict[str, Any]:
         """``{"version", "kind": "mixture_loader", "epoch", "samples", "mixture",
-        "loader"}``: the loader's state (``"loader"``) and the mixture(s) its
-        epoch reads, JSON-serialisable (weights as strings, exact)."""
+        "loader", "checksum"}``: the loader's state (``"loader"``) and the
+        mixture(s) its epoch reads, JSON-serialisable (weights as strings,
+        exact), sealed: an edited state is refused."""
         return _core._mixture_loader_state(self._order, self._loader.state())
 
     def state_at(self, steps: int) -> Dict[str, Any]:
@@ -565,6 +645,7 @@ class _MixtureTokenLoader(TokenLoader):
         the epoch (and later epochs) follow this loader's weights, every source
         continuing from its consumed count (nothing repeated or skipped within
         a source). ``last_resume`` says ``(changed, read, at)``."""
+        _require_state(state)
         if isinstance(state, (list, tuple)):
             state = self.merge_states(state)
         o = self._options
@@ -603,12 +684,12 @@ class _MixtureTokenLoader(TokenLoader):
     def window(self, epoch: Optional[int] = None) -> Tuple[int, int]:
         """(first, count): the mixture samples epoch ``epoch`` (default: the
         current one) reads, [first, first + count)."""
-        return self._order.window(self.epoch if epoch is None else epoch)
+        return self._order.window(self._standing_epoch if epoch is None else epoch)
 
     def window_samples(self, epoch: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
         """(sources, items) of every document of the epoch's window: document
         ``d`` of a batch is item ``items[d]`` of source ``sources[d]``."""
-        e = self.epoch if epoch is None else epoch
+        e = self._standing_epoch if epoch is None else epoch
         if e not in self._window_arrays:
             first, count = self.window(e)
             self._window_arrays[e] = self._order.numpy(first, first + count)
@@ -616,7 +697,7 @@ class _MixtureTokenLoader(TokenLoader):
 
     @property
     def num_documents(self) -> int:
-        return self._source_for(self.epoch).num_documents
+        return self._source_for(self._standing_epoch).num_documents
 
     @property
     def samples_per_epoch(self) -> int:
@@ -701,6 +782,13 @@ class TrainPlan:
     choose the streaming packer. ``state`` (a :meth:`state_dict`) continues a
     run, with any world size and batch shape; ``position`` starts after that
     many packs of the epoch's stream.
+
+    ``cp_size`` C > 1 (context parallelism, docs/loader.md): every document is
+    packed at its length rounded up to ``cp_granularity`` (default 2C; seq_len
+    must be a multiple of it), so each row still fits seq_len once every piece
+    is padded for the per-document head-tail split (``cp_strategy``); with
+    ``cost="squared"`` the rows are balanced by the causal work of the busiest
+    CP rank. The pieces keep their real lengths.
     """
 
     def __init__(
@@ -727,7 +815,14 @@ class TrainPlan:
         roles: Any = None,
         mesh: Any = None,
         data_axes: Any = None,
+        cp_size: int = 1,
+        cp_strategy: str = "head_tail",
+        cp_granularity: Optional[int] = None,
+        data_fingerprint: int = 0,
     ) -> None:
+        # data_fingerprint: what identifies the documents beyond their lengths (a
+        # TokenSource's .fingerprint, which from_source passes), so that the states of
+        # a loader over that source resume this plan and those of other data do not.
         # roles (a shardkit.DataRoles) or mesh= and data_axes=: the plan's ranks are
         # the data-parallel ranks (world_size = roles.dp_size; step(roles.dp_rank, s)).
         self.roles = resolve_roles(roles, mesh, data_axes)
@@ -779,13 +874,44 @@ class TrainPlan:
             max_sequences=max_sequences,
             oversize=oversize,
             state=None if state is None else _state_json(state),
+            cp_size=int(_core._index(cp_size, "cp_size")),
+            cp_strategy=_core._str(cp_strategy, "cp_strategy"),
+            cp_granularity=_core._optional_index(cp_granularity, "cp_granularity"),
+            identity=int(_core._uint64(data_fingerprint, "data_fingerprint")),
         )
+
+    @classmethod
+    def from_source(
+        cls, source: Any, seq_len: int, batch_size: int, world_size: Optional[int] = None, **kwargs
+    ) -> "TrainPlan":
+        """The plan over the documents of ``source`` (a :class:`shardkit.TokenSource`
+        or anything :func:`shardkit.open_source` takes): ``TrainPlan(source.lengths(),
+        ...)``, the lengths read from the index alone, bound to the source's data
+        fingerprint (so the states of a TokenLoader over the same source resume it).
+        Keyword arguments are :class:`TrainPlan`'s."""
+        if not isinstance(source, TokenSource):
+            source = open_source(source)
+        kwargs.setdefault("data_fingerprint", source.fingerprint)
+        return cls(source.lengths(), seq_len, batch_size, world_size, **kwargs)
 
     # -- the plan -------------------------------------------------------------
     @property
     def num_steps(self) -> int:
-        """Steps of this epoch, the same on every rank."""
+        """Steps of this plan (``step(rank, s)`` for s < num_steps), the same on
+        every rank: the epoch's, or the rest of them for a plan from a state."""
         return self._plan.num_steps
+
+    @property
+    def first_step(self) -> int:
+        """The step of the epoch that step 0 of this plan is: ``position // (world_size
+        * rows_per_rank)`` (0 from the epoch's start)."""
+        return self._plan.first_step
+
+    @property
+    def epoch_steps(self) -> int:
+        """Steps of the whole epoch as this plan counts them: ``first_step + num_steps``
+        (a resumed run's step numbers and count stay those of the epoch)."""
+        return self._plan.epoch_steps
 
     @property
     def world_size(self) -> int:
@@ -847,8 +973,8 @@ class TrainPlan:
     def state_dict(self, step: Optional[int] = None) -> Dict[str, Any]:
         """Where a run stands before ``step`` (default: after the last step),
         the same on every rank: ``{"version", "kind", "epoch", "position",
-        "stream"}``. Pass it as ``state=`` to continue, with any world size
-        or batch shape."""
+        "stream", "checksum"}`` (sealed: an edited state is refused). Pass it
+        as ``state=`` to continue, with any world size or batch shape."""
         at = self.num_steps if step is None else _core._index(step, "step")
         return json.loads(self._plan.state_at(at))
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from shardkit import _core
 from shardkit._core import Packing, RankSchedule
+from shardkit._states import require_state as _require_state
 
 __all__ = [
     "Packing",
@@ -51,6 +52,8 @@ __all__ = [
     "collate_packing",
     "collate_rows",
     "PackedCollator",
+    "cp_rank_work",
+    "cp_restore_index",
 ]
 
 
@@ -209,7 +212,7 @@ class StreamingPacker:
     def load_state_dict(self, state: dict) -> None:
         """Continue exactly where ``state`` (from :meth:`state_dict`) was taken;
         the packer keeps its options."""
-        self._packer = _core._StreamingPacker(*self._options, state)
+        self._packer = _core._StreamingPacker(*self._options, _require_state(state))
 
 
 def _whole(value: Any, name: str, i: int) -> int:
@@ -467,3 +470,51 @@ class PackedCollator:
             block_mask=self.block_mask,
             causal=self.causal,
         )
+
+
+def cp_rank_work(
+    lengths: Any,
+    seq_len: int,
+    cp_size: int,
+    split: str = "document_head_tail",
+    cp_granularity: Optional[int] = None,
+) -> list:
+    """The causal attention work (keys attended by each real query) of every CP
+    rank for one row of documents of these lengths, under one split:
+    ``"contiguous"``, ``"head_tail"`` (document-blind) or ``"document_head_tail"``
+    (shardkit's; rules: shardkit/packing/context_parallel.h, docs/context_parallel.md).
+
+    >>> import shardkit
+    >>> shardkit.cp_rank_work([64], 64, 2, "contiguous")
+    [528.0, 1552.0]
+    >>> shardkit.cp_rank_work([64], 64, 2)
+    [1040.0, 1040.0]
+    """
+    return _core._cp_rank_work(
+        _int64(lengths, "lengths").tolist(),
+        _core._index(seq_len, "seq_len"),
+        _core._index(cp_size, "cp_size"),
+        _core._str(split, "split"),
+        _core._optional_index(cp_granularity, "cp_granularity"),
+    )
+
+
+def cp_restore_index(
+    lengths: Any, seq_len: int, cp_size: int, cp_granularity: Optional[int] = None
+) -> np.ndarray:
+    """The inverse of the batches' ``cp_index`` for one row of documents of these
+    lengths: for every position t of the unsplit row, ``r * (seq_len // cp_size) + j``
+    when slot j of CP rank r holds token t, -1 past the row's tokens (torch's
+    restore index): the ranks' slices concatenated and gathered at it give the
+    row back.
+
+    >>> import shardkit
+    >>> shardkit.cp_restore_index([5, 2], 12, 2).tolist()   # padded to 8 and 4
+    [0, 1, 6, 7, 8, 4, 10, -1, -1, -1, -1, -1]
+    """
+    return _core._cp_restore_index(
+        _int64(lengths, "lengths").tolist(),
+        _core._index(seq_len, "seq_len"),
+        _core._index(cp_size, "cp_size"),
+        _core._optional_index(cp_granularity, "cp_granularity"),
+    )

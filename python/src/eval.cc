@@ -326,6 +326,9 @@ void init_eval_plan(nb::module_& m) {
       "[2, 0]\n");
   m.def("compare_fingerprints", &CompareFingerprints, "by_rank"_a,
         "'' when every rank's fingerprint equals rank 0's, else a message naming the others.");
+  m.def("compare_plan_descriptions", &ComparePlanDescriptions, "by_rank"_a,
+        "'' when every rank's plan description equals rank 0's, else a message naming the "
+        "plan kind and the parameters that differ.");
   m.def(
       "_discover_env",
       [](const std::map<std::string, std::string>& env) {

@@ -666,7 +666,7 @@ void init_layout(nb::module_& m) {
       m, "DataRoles",
       "What this rank does with data, from the parallelism mesh (rules:\n"
       "shardkit/layout/data_roles.h).\n\n"
-      "``DataRoles(mesh, data_axes, rank=None, *, broadcast_axes=())``\n\n"
+      "``DataRoles(mesh, data_axes, rank=None, *, broadcast_axes=(), cp_axes=())``\n\n"
       "mesh: a shardkit.Mesh (owners = ranks), a torch DeviceMesh, a jax.sharding.Mesh\n"
       "(ranks = JAX processes) or axis sizes such as {'dp': 2, 'tp': 2} in the rank order\n"
       "of MPI / torchrun (row-major, last axis fastest). data_axes: the axes data is split\n"
@@ -674,25 +674,33 @@ void init_layout(nb::module_& m) {
       "rank: this rank or a shardkit.discover() result (default: DeviceMesh.get_rank(),\n"
       "jax.process_index(), or shardkit.discover()). broadcast_axes: non-data axes along\n"
       "which only coordinate 0 reads and the others receive ('pp': only pipeline stage 0\n"
-      "reads; 'tp': one rank per tensor-parallel group reads and broadcasts).\n\n"
+      "reads; 'tp': one rank per tensor-parallel group reads and broadcasts). cp_axes:\n"
+      "context-parallel axes: their ranks get the same rows, each its own slice\n"
+      "(cp_rank of cp_size; a TokenLoader given these roles delivers that slice).\n\n"
       ">>> import shardkit\n"
       ">>> r = shardkit.DataRoles({'dp': 2, 'tp': 2}, 'dp', rank=1)\n"
       ">>> r.dp_rank, r.dp_size, r.replica_group, r.loads\n"
       "(0, 2, [0, 1], True)\n"
       ">>> r = shardkit.DataRoles({'dp': 2, 'pp': 2}, 'dp', rank=3, broadcast_axes='pp')\n"
       ">>> r.loads, r.source, r.saver\n"
-      "(False, 2, 2)\n")
+      "(False, 2, 2)\n"
+      ">>> r = shardkit.DataRoles({'dp': 2, 'cp': 2, 'tp': 2}, 'dp', rank=6, cp_axes='cp')\n"
+      ">>> r.dp_rank, r.cp_rank, r.cp_size, r.replica_group, r.saver\n"
+      "(1, 1, 2, [6, 7], 4)\n")
       .def(
           "__init__",
-          [](DataRoles* self, MeshLike mesh, Names data_axes, RankLike rank, Names broadcast_axes) {
+          [](DataRoles* self, MeshLike mesh, Names data_axes, RankLike rank, Names broadcast_axes,
+             Names cp_axes) {
             auto [converted, this_rank] = RolesMesh(mesh, rank);
             std::vector<std::string> data = NamesFromPython(data_axes, "data_axes");
             std::vector<std::string> broadcast = NamesFromPython(broadcast_axes, "broadcast_axes");
+            std::vector<std::string> cp = NamesFromPython(cp_axes, "cp_axes");
             ReleaseGil release;
-            new (self) DataRoles(converted, std::move(data), this_rank, std::move(broadcast));
+            new (self) DataRoles(converted, std::move(data), this_rank, std::move(broadcast),
+                                 std::move(cp));
           },
           "mesh"_a.none(), "data_axes"_a.none(), "rank"_a = nb::none(), nb::kw_only(),
-          "broadcast_axes"_a.none() = nb::tuple())
+          "broadcast_axes"_a.none() = nb::tuple(), "cp_axes"_a.none() = nb::tuple())
       .def_prop_ro("rank", &DataRoles::rank)
       .def_prop_ro("dp_rank", &DataRoles::dp_rank, "What plans and loaders shard by.")
       .def_prop_ro("dp_size", &DataRoles::dp_size, "How many data-parallel shards there are.")
@@ -712,6 +720,11 @@ void init_layout(nb::module_& m) {
       .def_prop_ro("reports", &DataRoles::reports)
       .def_prop_ro("data_axes", &DataRoles::data_axes)
       .def_prop_ro("broadcast_axes", &DataRoles::broadcast_axes)
+      .def_prop_ro("cp_rank", &DataRoles::cp_rank,
+                   "This rank's context-parallel rank (0 without cp_axes).")
+      .def_prop_ro("cp_size", &DataRoles::cp_size,
+                   "Context-parallel ranks per row (1 without cp_axes).")
+      .def_prop_ro("cp_axes", &DataRoles::cp_axes)
       .def(
           "shard",
           [](const DataRoles& r, PlanLike plan, nb::kwargs options) -> Shard {

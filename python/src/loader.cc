@@ -17,7 +17,9 @@
 #include "shardkit/base/atomic_file.h"
 #include "shardkit/loader/loader_state.h"
 #include "shardkit/loader/mixture_loader.h"
+#include "shardkit/loader/source_formats.h"
 #include "shardkit/loader/token_source.h"
+#include "shardkit/loader/token_writer.h"
 
 namespace shardkit::python {
 
@@ -75,7 +77,11 @@ nb::dict BatchToDict(const std::shared_ptr<const Batch>& b) {
   d["rows"] = View(b, b->rows, 0, 0);
   d["max_seqlen"] = b->max_seqlen;
   d["row_tokens"] = View(b, b->row_tokens, 0, 0);
-  d["step"] = b->index;
+  d["step"] = b->step;
+  if (!b->cp_index.empty()) {
+    d["cp_index"] = View(b, b->cp_index, rows, cols);
+    d["cu_seqlens_padded"] = View(b, b->cu_seqlens_padded, 0, 0);
+  }
   if (!b->block_mask.empty()) {
     auto* keep = new std::shared_ptr<const Batch>(b);
     nb::capsule owner(
@@ -126,6 +132,19 @@ void init_loader(nb::module_& m) {
           },
           "directory"_a, "token_dtype"_a = "int32")
       .def_static(
+          "open_source",
+          [](const std::vector<std::string>& paths, std::optional<std::string> format,
+             const std::string& token_dtype) {
+            OpenSourceOptions o;
+            if (format) o.format = ParseSourceFormat(*format);
+            o.npy.raw_token_dtype = ParseTokenDType(token_dtype);
+            ReleaseGil release;
+            return PySource{OpenSource(paths, o), {}, {}};
+          },
+          "paths"_a, "format"_a = nb::none(), "token_dtype"_a = "int32",
+          "The paths as one source, each in `format` or the format detected from its files "
+          "(shardkit/loader/source_formats.h).")
+      .def_static(
           "from_arrays",
           [](nb::object tokens, nb::object offsets) {
             // The caller passes C-contiguous 1-D arrays (the Python wrapper
@@ -166,6 +185,51 @@ void init_loader(nb::module_& m) {
       .def_prop_ro("num_documents", [](const PySource& s) { return s.source->num_documents(); })
       .def_prop_ro("num_tokens", [](const PySource& s) { return s.source->num_tokens(); })
       .def_prop_ro("num_parts", [](const PySource& s) { return s.source->num_parts(); })
+      .def_prop_ro(
+          "fingerprint",
+          [](const PySource& s) {
+            ReleaseGil release;
+            return FingerprintData(*s.source).hash;
+          },
+          "The data fingerprint loader states carry (shardkit/loader/loader_state.h).")
+      .def(
+          "lengths",
+          [](const PySource& s) {
+            const Index n = s.source->num_documents();
+            auto* values = new std::vector<std::int64_t>(static_cast<std::size_t>(n));
+            {
+              ReleaseGil release;
+              if (const std::int64_t* offsets = s.source->ContiguousOffsets()) {
+                for (Index d = 0; d < n; ++d) (*values)[d] = offsets[d + 1] - offsets[d];
+              } else {
+                for (Index d = 0; d < n; ++d) (*values)[d] = s.source->DocumentLength(d);
+              }
+            }
+            nb::capsule owner(values, [](void* p) noexcept {
+              delete static_cast<std::vector<std::int64_t>*>(p);
+            });
+            std::size_t shape[1] = {values->size()};
+            return nb::ndarray<nb::numpy, std::int64_t>(values->data(), 1, shape, owner);
+          },
+          "Every document's length in tokens (int64), from the index alone.")
+      .def(
+          "document",
+          [](const PySource& s, Index d) {
+            if (d < 0 || d >= s.source->num_documents()) {
+              throw nb::index_error(("document: " + std::to_string(d) + " is outside [0, " +
+                                     std::to_string(s.source->num_documents()) + ")")
+                                        .c_str());
+            }
+            const Index n = s.source->DocumentLength(d);
+            auto* values = new std::vector<std::int32_t>(static_cast<std::size_t>(n));
+            s.source->Copy(d, 0, n, values->data());
+            nb::capsule owner(values, [](void* p) noexcept {
+              delete static_cast<std::vector<std::int32_t>*>(p);
+            });
+            std::size_t shape[1] = {values->size()};
+            return nb::ndarray<nb::numpy, std::int32_t>(values->data(), 1, shape, owner);
+          },
+          "document"_a, "The tokens of document `document` (int32, a copy).")
       .def(
           "document_length",
           [](const PySource& s, Index d) {
@@ -178,6 +242,42 @@ void init_loader(nb::module_& m) {
           },
           "document"_a);
 
+  nb::class_<TokenWriter>(m, "_TokenWriter",
+                          "The core's writer of Megatron / npy token files "
+                          "(shardkit/loader/token_writer.h), behind shardkit.prepare.")
+      .def(
+          "__init__",
+          [](TokenWriter* self, const std::string& output, const std::string& format,
+             const std::string& token_dtype) {
+            new (self) TokenWriter(output, ParseSourceFormat(format), ParseTokenDType(token_dtype));
+          },
+          "output"_a, "format"_a, "token_dtype"_a)
+      .def_static(
+          "dtype_for_vocabulary",
+          [](Index vocab_size) {
+            return std::string(TokenDTypeName(TokenWriter::DTypeForVocabulary(vocab_size)));
+          },
+          "vocab_size"_a)
+      .def(
+          "add",
+          [](TokenWriter& w, nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig> tokens) {
+            ReleaseGil release;
+            w.Add(tokens.data(), static_cast<Index>(tokens.shape(0)));
+          },
+          "tokens"_a)
+      .def("finish", [](TokenWriter& w) {
+        TokenWriterResult r;
+        {
+          ReleaseGil release;
+          r = w.Finish();
+        }
+        nb::dict d;
+        d["documents"] = r.documents;
+        d["tokens"] = r.tokens;
+        d["files"] = r.files;
+        return d;
+      });
+
   nb::class_<TokenLoader>(m, "_TokenLoader", "The C++ loader behind shardkit.TokenLoader.")
       .def(
           "__init__",
@@ -188,7 +288,8 @@ void init_loader(nb::module_& m) {
              const std::string& padding_side, Index num_threads, Index prefetch, bool shard_files,
              std::optional<bool> whale_unbalanced_io_slicing,
              std::optional<bool> whale_drop_last_files, bool equal_steps, const std::string& mode,
-             const std::string& cost, bool block_mask, bool causal, nb::object state) {
+             const std::string& cost, bool block_mask, bool causal, nb::object state, Index cp_size,
+             Index cp_rank, std::optional<Index> cp_granularity) {
             LoaderOptions o;
             o.seq_len = seq_len;
             o.batch_size = batch_size;
@@ -224,6 +325,9 @@ void init_loader(nb::module_& m) {
             o.cost = ParseCostModel(cost);
             o.block_mask = block_mask;
             o.causal = causal;
+            o.cp.size = cp_size;
+            o.cp.granularity = cp_granularity;
+            o.cp_rank = cp_rank;
             std::optional<LoaderState> resume;
             if (!state.is_none()) resume = DictToState(state);
             // Planning an equal-steps epoch takes a while without the GIL: a
@@ -238,7 +342,8 @@ void init_loader(nb::module_& m) {
           "num_threads"_a = 1, "prefetch"_a = 2, "shard_files"_a = false,
           "whale_unbalanced_io_slicing"_a = nb::none(), "whale_drop_last_files"_a = nb::none(),
           "equal_steps"_a = false, "mode"_a = "pad", "cost"_a = "tokens", "block_mask"_a = false,
-          "causal"_a = true, "state"_a = nb::none())
+          "causal"_a = true, "state"_a = nb::none(), "cp_size"_a = 1, "cp_rank"_a = 0,
+          "cp_granularity"_a = nb::none())
       .def(
           "next",
           [](TokenLoader& loader) -> nb::object {
@@ -265,6 +370,23 @@ void init_loader(nb::module_& m) {
                      ReleaseGil release;
                      return plan->num_steps();
                    })
+      .def_prop_ro(
+          "first_step",
+          [](const TokenLoader& l) -> std::optional<Index> {
+            const TrainPlan* plan = l.train_plan();
+            if (!plan) return std::nullopt;
+            return plan->first_step();
+          },
+          "Equal steps: the step of the epoch this pass starts at (TrainPlan::first_step).")
+      .def_prop_ro(
+          "epoch_steps",
+          [](const TokenLoader& l) -> std::optional<Index> {
+            const TrainPlan* plan = l.train_plan();
+            if (!plan) return std::nullopt;
+            ReleaseGil release;
+            return plan->epoch_steps();
+          },
+          "Equal steps: the steps of the whole epoch (TrainPlan::epoch_steps).")
       .def(
           "train_state_at",
           [](const TokenLoader& l, Index n) {

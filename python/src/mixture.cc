@@ -15,6 +15,7 @@
 #include <variant>
 
 #include "python/src/bindings.h"
+#include "shardkit/sharding/mixture_json.h"
 
 namespace shardkit::python {
 
@@ -45,12 +46,6 @@ std::vector<SchedulePoint> ToScheduleList(nb::handle schedule) {
   return out;
 }
 
-nb::list FromSchedule(const std::vector<SchedulePoint>& schedule) {
-  nb::list out;
-  for (const auto& p : schedule) out.append(nb::make_tuple(p.position, p.weights));
-  return out;
-}
-
 // repeat: a bool for every source, or one flag per source.
 std::vector<bool> ToRepeat(nb::handle repeat, Index k) {
   if (nb::isinstance<nb::bool_>(repeat) ||
@@ -64,75 +59,50 @@ std::vector<bool> ToRepeat(nb::handle repeat, Index k) {
   return out;
 }
 
-// Each source's total tokens from its document lengths (1-D integer arrays).
+// Each source's total tokens from its document lengths (1-D integer arrays:
+// 1.5 was truncated to 1), named with the source and the first value that is
+// not an integer.
 std::vector<Index> ToTokens(nb::handle lengths) {
   std::vector<Index> tokens;
+  nb::module_ np = nb::module_::import_("numpy");
+  std::size_t k = 0;
   for (nb::handle source :
        ToList(lengths, "lengths", "a sequence of per-source arrays of document lengths")) {
     nb::object keep;
-    auto view = ToInt64Array(source, "lengths", &keep);
-    tokens.push_back(TotalTokens({view.data(), view.shape(0)}));
+    try {
+      auto view = ToInt64Array(source, "lengths", &keep);
+      tokens.push_back(TotalTokens({view.data(), view.shape(0)}));
+    } catch (const std::invalid_argument& e) {
+      std::string what = e.what();
+      try {
+        nb::object a = np.attr("asarray")(source).attr("ravel")();
+        nb::object bad = np.attr("flatnonzero")(a.attr("__ne__")(np.attr("trunc")(a)));
+        if (nb::cast<Index>(bad.attr("size")) > 0) {
+          nb::object i = bad[nb::int_(0)];
+          what += " (" + nb::cast<std::string>(nb::repr(a[i].attr("item")())) + " at [" +
+                  nb::cast<std::string>(nb::str(i)) + "])";
+        }
+      } catch (const nb::python_error&) {
+        // Not numeric at all: the message above says what it is.
+      }
+      ThrowInvalid("lengths",
+                   "source " + std::to_string(k) + ": " + what.substr(what.find(": ") + 2));
+    }
+    ++k;
   }
   return tokens;
 }
 
+// A mixture state as a dict: json.loads of the core's sealed text
+// (shardkit/sharding/mixture_json.h), and back through the core's reader.
 StateDict StateToDict(const MixtureState& s) {
-  StateDict d;
-  d["version"] = 2;
-  d["kind"] = "mixture";
-  d["position"] = s.position;
-  d["consumed"] = s.consumed;
-  d["sizes"] = s.sizes;
-  d["weights"] = s.weights;
-  const MixtureOptions& o = s.options;
-  d["by"] = std::string(MixByName(o.by));
-  d["tokens"] = o.tokens;
-  d["block"] = o.block.has_value() ? nb::object(nb::int_(*o.block)) : nb::none();
-  d["seed"] = o.seed;
-  d["schedule"] = FromSchedule(o.schedule);
-  d["interpolation"] = std::string(InterpolationName(o.interpolation));
-  d["schedule_unit"] = std::string(MixByName(o.schedule_unit));
-  d["repeat"] = std::vector<bool>(o.repeat.begin(), o.repeat.end());
-  d["origin"] = o.origin;
-  d["start"] = o.start;
-  d["skip"] = o.skip;
-  return d;
+  return nb::borrow<StateDict>(JsonToPython(MixtureStateToJson(s)));
 }
 
 MixtureState DictToState(nb::handle h) {
-  if (!nb::isinstance<nb::dict>(h)) ThrowInvalid("state", "expected a dict from state_dict()");
-  nb::dict d = nb::borrow<nb::dict>(h);
-  try {
-    if (nb::cast<std::string>(d["kind"]) != "mixture") ThrowInvalid("state", "not a mixture state");
-    if (nb::cast<Index>(d["version"]) != 2) {
-      ThrowInvalid("state", "a version " + std::to_string(nb::cast<Index>(d["version"])) +
-                                " mixture state; this shardkit reads version 2 (version 1 mixtures "
-                                "had other per-block orders, so such a state cannot be resumed "
-                                "exactly)");
-    }
-    MixtureState s;
-    s.position = nb::cast<Index>(d["position"]);
-    s.consumed = nb::cast<std::vector<Index>>(d["consumed"]);
-    s.sizes = nb::cast<std::vector<Index>>(d["sizes"]);
-    s.weights = nb::cast<std::vector<double>>(d["weights"]);
-    MixtureOptions& o = s.options;
-    o.by = ParseMixBy(nb::cast<std::string>(d["by"]));
-    o.tokens = nb::cast<std::vector<Index>>(d["tokens"]);
-    if (!d["block"].is_none()) o.block = nb::cast<Index>(d["block"]);
-    o.seed = nb::cast<std::uint64_t>(d["seed"]);
-    o.schedule = ToScheduleList(d["schedule"]);
-    o.interpolation = ParseInterpolation(nb::cast<std::string>(d["interpolation"]));
-    o.schedule_unit = ParseMixBy(nb::cast<std::string>(d["schedule_unit"]), "state");
-    for (nb::handle f : nb::borrow<nb::list>(d["repeat"])) o.repeat.push_back(nb::cast<bool>(f));
-    o.origin = nb::cast<Index>(d["origin"]);
-    o.start = nb::cast<std::vector<Index>>(d["start"]);
-    o.skip = nb::cast<Index>(d["skip"]);
-    return s;
-  } catch (const nb::cast_error&) {
-    ThrowInvalid("state", "malformed state (a value has the wrong type)");
-  } catch (const nb::python_error&) {
-    ThrowInvalid("state", "malformed state (a key is missing)");
-  }
+  const std::string text = StateText(h);
+  ReleaseGil release;
+  return MixtureStateFromJson(text);
 }
 
 }  // namespace
@@ -293,6 +263,12 @@ void init_mixture(nb::module_& m) {
       .def_static(
           "from_state",
           [](StateDictArg state, std::optional<FloatArray> weights, ScheduleArg schedule) {
+            // None is not a state (the one wording: shardkit/_states.py).
+            if (state.is_none()) {
+              ThrowInvalid("state",
+                           "None is not a state (pass what state_dict() returned; to start an "
+                           "epoch afresh, make a new loader or call set_epoch)");
+            }
             std::optional<std::vector<double>> w;
             std::optional<std::vector<SchedulePoint>> s;
             if (weights.has_value()) w = ToDoubles(*weights, "weights");

@@ -55,4 +55,5 @@ NB_MODULE(_core, m) {
   shardkit::python::init_loader(m);
   shardkit::python::init_train(m);
   shardkit::python::init_layout(m);
+  shardkit::python::init_multimodal(m);
 }

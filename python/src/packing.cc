@@ -13,6 +13,7 @@
 
 #include "python/src/bindings.h"
 #include "shardkit/loader/loader_state.h"
+#include "shardkit/packing/context_parallel.h"
 #include "shardkit/packing/packing_metadata.h"
 
 namespace shardkit::python {
@@ -347,6 +348,43 @@ void init_packing(nb::module_& m) {
       "row_offsets"_a, "items"_a, "starts"_a, "lengths"_a, "images"_a, "tokens"_a, "offsets"_a,
       "seq_len"_a, "padding_side"_a, "pad_token_id"_a, "ignore_index"_a, "block_mask"_a,
       "causal"_a);
+
+  m.def(
+      "_cp_rank_work",
+      [](const std::vector<Index>& lengths, Index seq_len, Index cp_size, const std::string& split,
+         std::optional<Index> cp_granularity) {
+        ContextParallelOptions cp;
+        cp.size = cp_size;
+        cp.granularity = cp_granularity;
+        const CpSplit how = ParseCpSplit(split);
+        std::vector<PackItem> pieces;
+        for (std::size_t i = 0; i < lengths.size(); ++i) {
+          pieces.push_back(PackItem{static_cast<Index>(i), lengths[i], 0, 0});
+        }
+        ValidateCpRow(pieces, seq_len, cp, how);
+        return CpRankWork(pieces, seq_len, cp, how);
+      },
+      "lengths"_a, "seq_len"_a, "cp_size"_a, "split"_a = "document_head_tail",
+      "cp_granularity"_a = nb::none());
+
+  m.def(
+      "_cp_restore_index",
+      [](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
+         std::optional<Index> cp_granularity) {
+        ContextParallelOptions cp;
+        cp.size = cp_size;
+        cp.granularity = cp_granularity;
+        std::vector<PackItem> pieces;
+        for (std::size_t i = 0; i < lengths.size(); ++i) {
+          pieces.push_back(PackItem{static_cast<Index>(i), lengths[i], 0, 0});
+        }
+        ValidateCpRow(pieces, seq_len, cp, CpSplit::kDocumentHeadTail);
+        std::int64_t* data;
+        auto out = NewNd<std::int64_t>({static_cast<std::size_t>(seq_len)}, &data);
+        FillCpRestoreIndex(pieces, seq_len, cp, data);
+        return out;
+      },
+      "lengths"_a, "seq_len"_a, "cp_size"_a, "cp_granularity"_a = nb::none());
 }
 
 }  // namespace shardkit::python

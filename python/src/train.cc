@@ -176,7 +176,8 @@ void init_train(nb::module_& m) {
              Index position, const std::string& algorithm, std::optional<Index> buffer,
              const std::string& cost, std::optional<Index> max_images,
              std::optional<Index> max_sequences, const std::string& oversize,
-             std::optional<std::string> state_json) {
+             std::optional<std::string> state_json, Index cp_size, const std::string& cp_strategy,
+             std::optional<Index> cp_granularity, std::uint64_t identity) {
             new (self) PyTrainPlan();
             self->keep_lengths = lengths_obj;
             const I64In lengths = nb::cast<I64In>(lengths_obj);
@@ -202,8 +203,12 @@ void init_train(nb::module_& m) {
             o.max_images = max_images;
             o.max_sequences = max_sequences;
             o.oversize = ParseOversize(oversize);
+            o.cp.size = cp_size;
+            o.cp.strategy = ParseCpStrategy(cp_strategy);
+            o.cp.granularity = cp_granularity;
             auto docs = TrainDocuments::FromSpans(
                 {reinterpret_cast<const Index*>(lengths.data()), lengths.shape(0)}, img);
+            docs.identity = identity;
             std::optional<TrainState> state;
             if (state_json) state = TrainStateFromJson(*state_json);
             ReleaseGil release;
@@ -213,8 +218,11 @@ void init_train(nb::module_& m) {
           "lengths"_a, "images"_a.none(), "seq_len"_a, "batch_size"_a, "world_size"_a,
           "micro_batches"_a, "mode"_a, "shuffle"_a, "seed"_a, "epoch"_a, "position"_a,
           "algorithm"_a, "buffer"_a.none(), "cost"_a, "max_images"_a.none(),
-          "max_sequences"_a.none(), "oversize"_a, "state"_a.none())
+          "max_sequences"_a.none(), "oversize"_a, "state"_a.none(), "cp_size"_a = 1,
+          "cp_strategy"_a = "head_tail", "cp_granularity"_a.none() = nb::none(), "identity"_a = 0)
       .def_prop_ro("num_steps", [](const PyTrainPlan& p) { return p.plan->num_steps(); })
+      .def_prop_ro("first_step", [](const PyTrainPlan& p) { return p.plan->first_step(); })
+      .def_prop_ro("epoch_steps", [](const PyTrainPlan& p) { return p.plan->epoch_steps(); })
       .def_prop_ro("rows_per_rank", [](const PyTrainPlan& p) { return p.plan->rows_per_rank(); })
       .def_prop_ro("world_size", [](const PyTrainPlan& p) { return p.plan->options().world_size; })
       .def_prop_ro("epoch", [](const PyTrainPlan& p) { return p.plan->options().epoch; })

@@ -30,6 +30,7 @@ BAD = [None, "abc", 1.5, -1, 2**40, 2**62, 2**63, 2**64, [1, 2], {"a": 1}, objec
 CONFLICTS = {
     ("Mesh", "axes"): "owners",
     ("TokenLoader", "tokens"): "offsets",
+    ("TokenLoader(cp)", "tokens"): "offsets",
     ("balance_ranks", "packing"): "costs",  # a Packing, or the per-pack costs themselves
 }
 
@@ -288,6 +289,49 @@ SURFACE = [
         ),
     ),
     ("save_state", shardkit.save_state, dict(path="ck.json", state={})),  # in tmp_path
+    # Context parallelism (issue 24): the CP options beside a valid base.
+    (
+        "TrainPlan(cp)",
+        shardkit.TrainPlan,
+        dict(
+            lengths=[5, 10, 3, 8, 12, 7],
+            seq_len=16,
+            batch_size=2,
+            world_size=2,
+            cp_size=2,
+            cp_strategy="head_tail",
+            cp_granularity=None,
+        ),
+    ),
+    (
+        "TokenLoader(cp)",
+        shardkit.TokenLoader,
+        dict(
+            tokens=TOKENS,
+            offsets=OFFSETS,
+            seq_len=16,
+            batch_size=2,
+            cp_size=2,
+            cp_rank=1,
+            cp_granularity=None,
+            num_threads=0,
+        ),
+    ),
+    (
+        "DataRoles(cp)",
+        shardkit.DataRoles,
+        dict(mesh={"dp": 2, "cp": 2}, data_axes="dp", rank=0, cp_axes="cp"),
+    ),
+    (
+        "cp_rank_work",
+        shardkit.cp_rank_work,
+        dict(lengths=[5, 3], seq_len=16, cp_size=2, split="contiguous", cp_granularity=None),
+    ),
+    (
+        "cp_restore_index",
+        shardkit.cp_restore_index,
+        dict(lengths=[5, 3], seq_len=16, cp_size=2, cp_granularity=None),
+    ),
 ]
 
 

@@ -211,7 +211,8 @@ def test_iteration_is_one_epoch_then_the_next_epoch():
     tokens, offsets = make_data(random.Random(4), 50, 40)
     loader = TokenLoader(tokens, offsets, seq_len=64, batch_size=2, rank=0, world_size=1)
     first = [pieces_of(b) for b in loader]
-    assert loader.epoch == 1 and loader.state_dict()["epoch"] == 1
+    # epoch: the pass that ran out; the state (and the next pass): epoch 1
+    assert loader.epoch == 0 and loader.state_dict()["epoch"] == 1
     second = [pieces_of(b) for b in loader]
     assert_exactly_once(sum(first, []), offsets)
     assert_exactly_once(sum(second, []), offsets)
@@ -359,6 +360,7 @@ def test_torch_dataloader_workers_cover_the_epoch_once_and_resume_exactly():
         tokens, offsets, seq_len=64, batch_size=2, rank=0, world_size=1, equal_steps=False
     )
     full = [b["documents"].tolist() for b in TokenDataLoader(ds, num_workers=2)]
+    ds.set_epoch(0)  # the pass ran out: the dataset stands at the start of epoch 1
     dl = TokenDataLoader(ds, num_workers=2)
     it = iter(dl)
     head = [next(it)["documents"].tolist() for _ in range(3)]

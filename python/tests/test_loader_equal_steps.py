@@ -211,7 +211,7 @@ def test_regression_without_set_epoch_the_next_pass_is_the_next_epoch():
     resumed = shardkit.TokenLoader(tokens, offsets, seq_len=512, batch_size=2, num_threads=0)
     resumed.load_state_dict(lo.state_dict())
     rest = [b["documents"].copy() for b in resumed]
-    assert resumed.epoch == 1
+    assert resumed.epoch == 0 and resumed.state_dict()["epoch"] == 1  # epoch 0 ran out
     second = list(resumed)
     assert len(second) > len(rest)  # a whole epoch, not the same remainder again
     tiles(lengths, pieces_of([[b] for b in second]))
@@ -326,10 +326,11 @@ def test_regression_torch_load_state_dict_restores_the_epoch():
     fresh.load_state_dict(state)
     assert fresh.dataset.epoch == 2
     rest = list(fresh)
-    assert fresh.dataset.epoch == 3  # the pass ran out: at the start of epoch 3
-    fresh.dataset.set_epoch(fresh.dataset.epoch)  # no replay of epoch 2
+    # The pass ran out: epoch says the epoch it ran, the state the next one.
+    assert fresh.dataset.epoch == 2 and fresh.state_dict()["epoch"] == 3
+    fresh.dataset.set_epoch(fresh.dataset.epoch + 1)  # no replay of epoch 2, no skip
     nxt = list(fresh)
-    assert len(nxt) > len(rest) and fresh.dataset.epoch == 4
+    assert len(nxt) > len(rest) and fresh.dataset.epoch == 3
 
 
 def test_regression_torch_without_set_epoch_every_pass_is_the_next_epoch():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sealing import reseal
 
 import shardkit
 from shardkit import TokenLoader
@@ -289,8 +290,8 @@ def test_regression_streaming_packer_state_over_capacity_negative_or_duplicate_i
     sp = shardkit.StreamingPacker(10, algorithm="bfd", buffer=4, oversize="split")
     for i, n in enumerate([6, 4, 3, 25]):
         sp.push(i, n)
-    # A version-1 dict (no checksum), so that each edit reaches the checks.
-    good = {k: v for k, v in sp.state_dict().items() if k not in ("version", "checksum")}
+    # Each edit sealed again (sealing.py), so that it reaches the checks.
+    good = sp.state_dict()
     assert good["pending"] == [[[3, 0, 20, 0]], [[0, 0, 6, 0], [1, 0, 4, 0]]]  # a run, a pack
     shardkit.StreamingPacker(10, algorithm="bfd", buffer=4, oversize="split", state=good)
 
@@ -298,7 +299,9 @@ def test_regression_streaming_packer_state_over_capacity_negative_or_duplicate_i
         state = json.loads(json.dumps(good))
         edit(state)
         with pytest.raises(ValueError, match=match):
-            shardkit.StreamingPacker(10, algorithm="bfd", buffer=4, oversize="split", state=state)
+            shardkit.StreamingPacker(
+                10, algorithm="bfd", buffer=4, oversize="split", state=reseal(state)
+            )
 
     def over(s):  # 19 tokens in a pack of 10, the totals kept consistent
         s["pending"][1].append([99, 0, 9, 0])

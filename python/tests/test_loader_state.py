@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 import pytest
+from sealing import reseal
 
 import shardkit
 
@@ -57,7 +58,7 @@ def test_state_dict_is_the_core_json_byte_for_byte():
         ld = started(n)
         assert json.dumps(ld.state_dict()) == ld._loader.state_json()
         assert ld.state_dict()["seed"] == 2**64 - 5  # uint64 exactly
-        assert ld.state_dict()["version"] == 2
+        assert ld.state_dict()["version"] == 3
     merged = shardkit.TokenLoader.merge_states([_rank_state(r) for r in range(3)])
     assert json.loads(json.dumps(merged)) == merged
     sp = shardkit.StreamingPacker(16, oversize="split", buffer=6)
@@ -87,30 +88,21 @@ def test_resume_from_json_text_equals_the_uninterrupted_run():
     assert pieces(resumed) == whole[4:]
 
 
-def test_version_one_loader_state_from_main_still_loads():
+def test_version_one_states_from_main_are_refused_naming_the_version():
+    # Issue 20: version 1 had no checksum and another piece layout; it is
+    # refused naming the version, never read with this layout.
     with open(os.path.join(TESTDATA, "loader_state_v1.json")) as f:
         sample = json.load(f)
     assert sample["state"]["version"] == 1
     tokens, offsets = sample_data()
-    ld = shardkit.TokenLoader(tokens, offsets, **dict(OPTS, rank=1, world_size=3))
-    ld.load_state_dict(sample["state"])
-    assert pieces(ld) == sample["next_batches"]
-    ld = shardkit.TokenLoader(tokens, offsets, **dict(OPTS, rank=1, world_size=3))
-    ld.load_state_dict(sample["merged"])  # the merged version-1 state too
-    assert len(pieces(ld)) > 0
-
-
-def test_version_one_packer_state_from_main_still_loads():
+    for state in (sample["state"], sample["merged"]):
+        ld = shardkit.TokenLoader(tokens, offsets, **dict(OPTS, rank=1, world_size=3))
+        with pytest.raises(ValueError, match="^state: version: a version 1 loader state"):
+            ld.load_state_dict(state)
     with open(os.path.join(TESTDATA, "packer_state_v1.json")) as f:
-        sample = json.load(f)
-    state = sample["state"]
-    # main returned tuples; json wrote them as lists: both load.
-    as_tuples = dict(state, buffered=[tuple(p) for p in state["buffered"]])
-    for s in (state, as_tuples):
-        sp = shardkit.StreamingPacker(16, algorithm="bfd", oversize="split", buffer=6, state=s)
-        sp.finish()
-        rest = [[list(p) for p in pack] for pack in iter(sp.pop, None)]
-        assert rest == sample["next_packs_after_finish"]
+        packer = json.load(f)["state"]
+    with pytest.raises(ValueError, match='^state: a packer state without "version"'):
+        shardkit.StreamingPacker(16, algorithm="bfd", oversize="split", buffer=6, state=packer)
 
 
 # ---- issue 13: states must prove themselves ----------------------------------
@@ -183,17 +175,18 @@ def test_a_packer_state_over_capacity_or_negative_is_refused():
     for i in range(30):
         sp.push(i, 1 + (37 * i) % 50)
     s = json.loads(sp._packer.state_json())
-    s.pop("checksum")
-    s.pop("version")  # version 1: no checksum to break
+    # Sealed again (an edit alone breaks the checksum): the checks behind it.
     s["pending"] = [[[0, 0, 10, 0], [1, 0, 10, 0]]]
     with pytest.raises(ValueError, match=r"state: pending\[0\]: holds 20 tokens, more than"):
+        shardkit.StreamingPacker(16, oversize="split", buffer=6, state=reseal(s))
+    with pytest.raises(ValueError, match="state: checksum"):
         shardkit.StreamingPacker(16, oversize="split", buffer=6, state=s)
     s["pending"] = [[[0, 0, -1, 0]]]
     with pytest.raises(ValueError, match="must not be negative"):
-        shardkit.StreamingPacker(16, oversize="split", buffer=6, state=s)
+        shardkit.StreamingPacker(16, oversize="split", buffer=6, state=reseal(s))
     s["pending"] = [[[0, 2**63 - 1, 5, 0]]]
     with pytest.raises(ValueError, match="overflows"):
-        shardkit.StreamingPacker(16, oversize="split", buffer=6, state=s)
+        shardkit.StreamingPacker(16, oversize="split", buffer=6, state=reseal(s))
 
 
 # ---- the CLI saves and resumes through the same codec ---------------------------

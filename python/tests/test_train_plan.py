@@ -102,7 +102,7 @@ def test_resume_and_elastic_resume():
     k = plan.num_steps // 2
     state = plan.state_dict(k)
     assert json.loads(json.dumps(state)) == state
-    assert set(state) == {"version", "kind", "epoch", "position", "stream"}
+    assert set(state) == {"version", "kind", "epoch", "position", "stream", "checksum"}
     same = shardkit.TrainPlan(lengths, 2048, 2, 4, seed=1, state=state)
     assert same.num_steps == plan.num_steps - k
     assert all(

@@ -24,6 +24,20 @@ void ThrowOutOfRange(std::string_view param, std::string_view what) {
   throw std::out_of_range(Compose(param, what));
 }
 
+void CheckEpoch(std::string_view param, std::uint64_t epoch) {
+  if (epoch <= kMaxEpoch) return;
+  // "state.epoch" names the field of a state: "state: epoch: ...".
+  std::string field;
+  if (const std::size_t dot = param.find('.'); dot != std::string_view::npos) {
+    field = std::string(param.substr(dot + 1)) + ": ";
+    param = param.substr(0, dot);
+  }
+  ThrowInvalid(param, field + std::to_string(epoch) +
+                          " has no successor (the next epoch would wrap to 0); the largest "
+                          "epoch is 2^64 - 2 = " +
+                          std::to_string(kMaxEpoch));
+}
+
 void CheckAtLeast(std::string_view param, Index value, Index min) {
   if (value < min) {
     ThrowInvalid(param,

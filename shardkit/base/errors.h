@@ -24,6 +24,12 @@ namespace shardkit {
 // Throws std::out_of_range("<param>: <what>").
 [[noreturn]] void ThrowOutOfRange(std::string_view param, std::string_view what);
 
+// The largest epoch: every epoch has a successor (the epoch a loader or a
+// continuous plan moves on to) that does not wrap to 0.
+inline constexpr std::uint64_t kMaxEpoch = ~std::uint64_t{0} - 1;
+// Throws invalid_argument naming `param` when epoch > kMaxEpoch.
+void CheckEpoch(std::string_view param, std::uint64_t epoch);
+
 // REQUIRES nothing. Throws invalid_argument naming `param` unless value >= min.
 void CheckAtLeast(std::string_view param, Index value, Index min);
 

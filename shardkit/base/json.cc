@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "shardkit/base/errors.h"
+#include "shardkit/base/hash.h"
 
 namespace shardkit {
 
@@ -557,6 +558,56 @@ void ExpectOnlyKeys(const Json& object, std::string_view path,
       ThrowAtPath(path, "unknown key '" + k + "'");
     }
   }
+}
+
+// ---------------------------------------------------------------------------
+// Sealed states
+
+namespace {
+constexpr std::uint64_t kChecksumDomain = 0x736b2d73756d0003ULL;  // "sk-sum"
+}  // namespace
+
+std::uint64_t StateChecksum(const Json& body) {
+  Hasher h(kChecksumDomain);
+  h.AddBytes(WriteJson(body));
+  return h.Finish();
+}
+
+std::string SealState(const Json& body) {
+  std::string text = WriteJson(body);
+  const std::uint64_t sum = StateChecksum(body);
+  text.pop_back();  // '}'
+  if (text.size() > 1) text += ", ";
+  text += "\"checksum\": \"" + HexDigest(sum) + "\"}";
+  return text;
+}
+
+std::uint64_t ReadHexField(const Json& object, std::string_view path, std::string_view key) {
+  const std::string field = std::string(path) + "." + std::string(key);
+  const std::string& text = AsString(Field(object, path, key), field);
+  std::uint64_t v = 0;
+  if (!ParseHexDigest(text, &v)) {
+    ThrowAtPath(field, "expected 16 lowercase hex digits, got '" + text.substr(0, 40) + "'");
+  }
+  return v;
+}
+
+void CheckStateSeal(const Json& state, std::string_view path, const Json& body) {
+  if (ReadHexField(state, path, "checksum") != StateChecksum(body)) {
+    ThrowAtPath(std::string(path) + ".checksum",
+                "does not match the state's content (the state was edited or damaged)");
+  }
+}
+
+void ExpectStateVersion(const Json& object, std::string_view path, std::int64_t current,
+                        std::string_view kind, std::string_view why_not) {
+  const std::string field = std::string(path) + ".version";
+  const std::int64_t v = AsInt64(Field(object, path, "version"), field);
+  if (v == current) return;
+  std::string what = "a version " + std::to_string(v) + " " + std::string(kind) +
+                     " state; this shardkit reads version " + std::to_string(current);
+  if (v > 0 && v < current) what += " (" + std::string(why_not) + ")";
+  ThrowAtPath(field, what);
 }
 
 }  // namespace shardkit

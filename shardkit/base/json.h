@@ -110,6 +110,32 @@ void ExpectType(const Json& value, std::string_view path, Json::Type type);
 void ExpectOnlyKeys(const Json& object, std::string_view path,
                     std::initializer_list<std::string_view> allowed);
 
+// ---- Sealed states: one rule for every state kind --------------------------
+// (the loader's, the packer's, the train plan's, the mixture's and the mixture
+// loader's). A state's text ends with "checksum": 16 hex digits of
+// StateChecksum(body), body = every other field, in the format's order, as
+// WriteJson writes it. A reader re-encodes the values it has read into that
+// body and checks the seal (CheckStateSeal) before it uses any of them, so an
+// edit of any value, a relabelled version, a field added or removed shows.
+// Each kind also carries a fingerprint of the data it belongs to, which its
+// user checks against the data at hand (see the kind's header). The hash is
+// not cryptographic: it catches edits and damage, not an adversary who
+// recomputes it (the fingerprint and the kind's range checks still apply).
+[[nodiscard]] std::uint64_t StateChecksum(const Json& body);
+// The text of `body` (an object) with "checksum" appended as its last field.
+[[nodiscard]] std::string SealState(const Json& body);
+// Throws invalid_argument "<path>: checksum: ..." unless `state`'s "checksum"
+// (16 lowercase hex digits) is StateChecksum(body).
+void CheckStateSeal(const Json& state, std::string_view path, const Json& body);
+// The value of `key`, 16 lowercase hex digits; throws naming path.key.
+[[nodiscard]] std::uint64_t ReadHexField(const Json& object, std::string_view path,
+                                         std::string_view key);
+// The state's "version", which must be `current`: an older one is refused
+// naming the version and `why_not` (what changed, so that reading it with
+// this layout would deliver other data), never read with another layout.
+void ExpectStateVersion(const Json& object, std::string_view path, std::int64_t current,
+                        std::string_view kind, std::string_view why_not);
+
 }  // namespace shardkit
 
 #endif  // SHARDKIT_BASE_JSON_H_

@@ -1,7 +1,9 @@
 #include "shardkit/eval/eval_plan.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 
 #include "shardkit/sharding/permutation.h"
 
@@ -257,7 +259,112 @@ std::string CompareFingerprints(const std::vector<std::uint64_t>& by_rank) {
                 static_cast<long long>(count), by_rank.size(),
                 static_cast<unsigned long long>(by_rank[0]));
   return std::string(head) + "ranks " + differing + (count > 8 ? ", ..." : "") +
-         "; every rank must build the EvalPlan with the same parameters and shardkit version";
+         "; every rank must build the plan with the same parameters and shardkit version";
+}
+
+namespace {
+
+// "Kind(a=1, b=[0, 5), c=x)" -> kind "Kind" and the fields in order. A field
+// starts after ", " followed by a name and '=' (a value may hold ", ").
+struct Described {
+  std::string kind;
+  std::vector<std::pair<std::string, std::string>> fields;
+};
+
+Described ParseDescription(std::string_view text) {
+  Described d;
+  const std::size_t open = text.find('(');
+  if (open == std::string_view::npos || text.empty() || text.back() != ')') {
+    d.kind = std::string(text);
+    return d;
+  }
+  d.kind = std::string(text.substr(0, open));
+  const std::string_view body = text.substr(open + 1, text.size() - open - 2);
+  auto name_at = [&](std::size_t i) -> std::size_t {  // length of "name=" at i, or 0
+    std::size_t j = i;
+    while (j < body.size() && (std::isalnum(static_cast<unsigned char>(body[j])) || body[j] == '_'))
+      ++j;
+    return j > i && j < body.size() && body[j] == '=' ? j - i : 0;
+  };
+  std::size_t start = 0;
+  while (start < body.size()) {
+    std::size_t end = start;
+    while (true) {
+      end = body.find(", ", end);
+      if (end == std::string_view::npos || name_at(end + 2) > 0) break;
+      end += 2;
+    }
+    const std::string_view field =
+        body.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+    const std::size_t eq = field.find('=');
+    if (eq == std::string_view::npos) {
+      d.fields.emplace_back(std::string(field), "");
+    } else {
+      d.fields.emplace_back(std::string(field.substr(0, eq)), std::string(field.substr(eq + 1)));
+    }
+    if (end == std::string_view::npos) break;
+    start = end + 2;
+  }
+  return d;
+}
+
+std::string Article(const std::string& kind) {
+  return (!kind.empty() && std::strchr("AEIOU", kind[0]) ? "an " : "a ") + kind;
+}
+
+}  // namespace
+
+std::string ComparePlanDescriptions(const std::vector<std::string>& by_rank) {
+  std::vector<std::size_t> differing;
+  for (std::size_t r = 1; r < by_rank.size(); ++r) {
+    if (by_rank[r] != by_rank[0]) differing.push_back(r);
+  }
+  if (differing.empty()) return "";
+  const Described base = ParseDescription(by_rank[0]);
+  const std::size_t other = differing.front();
+  const Described odd = ParseDescription(by_rank[other]);
+  const std::string r = "rank " + std::to_string(other);
+  std::string what;
+  if (odd.kind != base.kind) {
+    what = r + " has " + Article(odd.kind) + " where rank 0 has " + Article(base.kind);
+  } else {
+    auto find = [](const Described& d, const std::string& name) -> const std::string* {
+      for (const auto& [k, v] : d.fields) {
+        if (k == name) return &v;
+      }
+      return nullptr;
+    };
+    std::vector<std::string> names;
+    for (const auto& [k, v] : base.fields) names.push_back(k);
+    for (const auto& [k, v] : odd.fields) {
+      if (!find(base, k)) names.push_back(k);
+    }
+    std::string mine, theirs;
+    for (const std::string& name : names) {
+      const std::string* a = find(base, name);
+      const std::string* b = find(odd, name);
+      if (a && b && *a == *b) continue;
+      if (!mine.empty()) {
+        mine += ", ";
+        theirs += ", ";
+      }
+      mine += b ? name + "=" + *b : "no " + name;
+      theirs += a ? name + "=" + *a : "no " + name;
+    }
+    if (mine.empty()) {  // same fields in another spelling: show both texts
+      mine = by_rank[other];
+      theirs = by_rank[0];
+    }
+    what = r + " has " + mine + " where rank 0 has " + theirs;
+  }
+  std::string ranks;
+  for (std::size_t i = 0; i < differing.size() && i < 8; ++i) {
+    ranks += (i ? ", " : "") + std::to_string(differing[i]);
+  }
+  if (differing.size() > 8) ranks += ", ...";
+  return base.kind + " mismatch: " + what + " (ranks that differ from rank 0: " + ranks +
+         "); every rank must build the " + base.kind +
+         " with the same parameters and shardkit version";
 }
 
 }  // namespace shardkit

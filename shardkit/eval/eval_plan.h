@@ -200,6 +200,18 @@ struct DevicePadding {
 // whose fingerprint differs from rank 0's.
 [[nodiscard]] std::string CompareFingerprints(const std::vector<std::uint64_t>& by_rank);
 
+// Compares the plans of every rank by their Describe() text (entry r from
+// rank r, "Kind(name=value, name=value, ...)", as EvalPlan and TrainPlan
+// write it). Returns "" when all texts agree, else one line that names the
+// plan kind and, for the first rank that differs from rank 0, each parameter
+// whose value differs:
+//   "TrainPlan mismatch: rank 1 has batch_size=3 where rank 0 has
+//    batch_size=2 (ranks that differ from rank 0: 1); every rank must build
+//    the TrainPlan with the same parameters and shardkit version"
+// (a parameter only one of them has reads "no name"; another kind: "rank 1
+// has a TrainPlan where rank 0 has an EvalPlan").
+[[nodiscard]] std::string ComparePlanDescriptions(const std::vector<std::string>& by_rank);
+
 }  // namespace shardkit
 
 #endif  // SHARDKIT_EVAL_EVAL_PLAN_H_

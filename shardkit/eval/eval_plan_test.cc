@@ -316,6 +316,28 @@ TEST(EvalPlanTest, CompareFingerprintsNamesTheOddRanks) {
   EXPECT_NE(m.find("ranks 2 ("), std::string::npos) << m;
 }
 
+// Regression: a mismatch named only fingerprints (and "EvalPlan" for a
+// training plan); it now names the kind and the parameter that differs.
+TEST(EvalPlanTest, ComparePlanDescriptionsNamesTheKindAndTheParameter) {
+  const std::string a = "TrainPlan(num_documents=9, seq_len=16, batch_size=2, shuffle=False)";
+  const std::string b = "TrainPlan(num_documents=9, seq_len=16, batch_size=3, shuffle=False)";
+  EXPECT_EQ(ComparePlanDescriptions({a, a}), "");
+  EXPECT_EQ(ComparePlanDescriptions({a, a, b, b}),
+            "TrainPlan mismatch: rank 2 has batch_size=3 where rank 0 has batch_size=2 (ranks "
+            "that differ from rank 0: 2, 3); every rank must build the TrainPlan with the same "
+            "parameters and shardkit version");
+  const std::string w = "EvalPlan(num_items=5, window=[0, 3), split=round_robin)";
+  const std::string x = "EvalPlan(num_items=5, window=[1, 3), split=round_robin, seed=4)";
+  const std::string m = ComparePlanDescriptions({w, x});
+  EXPECT_NE(m.find("rank 1 has window=[1, 3), seed=4 where rank 0 has window=[0, 3), no seed"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(ComparePlanDescriptions({a, w}).find("rank 1 has an EvalPlan where rank 0 has a "
+                                                 "TrainPlan"),
+            std::string::npos);
+  EXPECT_EQ(CompareFingerprints({5, 6}).find("EvalPlan"), std::string::npos);
+}
+
 // Every rank of a random mesh (1-4 axes, random data axes, any rank order)
 // builds EvalPlan(N, roles, B): replicas run identical steps, and unsharding
 // every rank's outputs through ReplicaSources yields each item exactly once,

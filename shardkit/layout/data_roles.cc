@@ -40,8 +40,11 @@ std::string ListOf(const std::vector<Index>& values) {
 }  // namespace
 
 DataRoles::DataRoles(const Mesh& mesh, std::vector<std::string> data_axes, Index rank,
-                     std::vector<std::string> broadcast_axes)
-    : data_axes_(std::move(data_axes)), broadcast_axes_(std::move(broadcast_axes)), rank_(rank) {
+                     std::vector<std::string> broadcast_axes, std::vector<std::string> cp_axes)
+    : data_axes_(std::move(data_axes)),
+      broadcast_axes_(std::move(broadcast_axes)),
+      cp_axes_(std::move(cp_axes)),
+      rank_(rank) {
   const std::vector<int> data = AxisPositions(mesh, data_axes_, "data_axes");
   const std::vector<int> broadcast = AxisPositions(mesh, broadcast_axes_, "broadcast_axes");
   for (size_t i = 0; i < broadcast.size(); ++i) {
@@ -49,6 +52,15 @@ DataRoles::DataRoles(const Mesh& mesh, std::vector<std::string> data_axes, Index
       ThrowInvalid("broadcast_axes", Quote(broadcast_axes_[i]) +
                                          " is a data axis; data is received only "
                                          "along axes that replicate it");
+    }
+  }
+  const std::vector<int> cp = AxisPositions(mesh, cp_axes_, "cp_axes");
+  for (size_t i = 0; i < cp.size(); ++i) {
+    if (std::find(data.begin(), data.end(), cp[i]) != data.end() ||
+        std::find(broadcast.begin(), broadcast.end(), cp[i]) != broadcast.end()) {
+      ThrowInvalid("cp_axes", Quote(cp_axes_[i]) +
+                                  " is also a data or broadcast axis; a context-parallel axis "
+                                  "splits the rows of one data shard");
     }
   }
   const Index self_slot = mesh.ProcessSlot(rank);
@@ -109,8 +121,33 @@ DataRoles::DataRoles(const Mesh& mesh, std::vector<std::string> data_axes, Index
   data_coordinates_ = sets[self_slot];
   const Index self_class = data_coordinates_.front();
   dp_rank_ = std::distance(class_size.begin(), class_size.find(self_class));
+
+  // The CP coordinate of every rank: one per rank, the same on all its devices.
+  for (int a : cp) cp_size_ *= mesh.axes()[a].size;
+  auto cp_of_slot = [&](Index p) {
+    Index value = -1;
+    for (Index device : mesh.DevicesOfSlot(p)) {
+      Index c = 0;
+      for (int a : cp) c = c * mesh.axes()[a].size + mesh.Coordinate(device, a);
+      if (value >= 0 && c != value) {
+        ThrowInvalid("cp_axes", "rank " + std::to_string(mesh.processes()[p]) +
+                                    " holds devices of different context-parallel ranks (" +
+                                    std::to_string(value) + " and " + std::to_string(c) + ")");
+      }
+      value = c;
+    }
+    return value;
+  };
+  std::vector<Index> cp_rank_of(static_cast<std::size_t>(slots), 0);
+  for (Index p = 0; p < slots; ++p) cp_rank_of[static_cast<std::size_t>(p)] = cp_of_slot(p);
+  cp_rank_ = cp_rank_of[static_cast<std::size_t>(self_slot)];
+  std::vector<Index> shard_group;  // same data shard, any CP rank
   for (Index p = 0; p < slots; ++p) {
-    if (sets[p].front() == self_class) replica_group_.push_back(mesh.processes()[p]);
+    if (sets[p].front() != self_class) continue;
+    shard_group.push_back(mesh.processes()[p]);
+    if (cp_rank_of[static_cast<std::size_t>(p)] == cp_rank_) {
+      replica_group_.push_back(mesh.processes()[p]);
+    }
   }
 
   auto at_origin = [&](Index device) {
@@ -134,7 +171,7 @@ DataRoles::DataRoles(const Mesh& mesh, std::vector<std::string> data_axes, Index
   }
   // The group holds every non-data coordinate of its data shard, so some
   // member holds the broadcast origin and loads.
-  saver_ = *std::find_if(replica_group_.begin(), replica_group_.end(), loads);
+  saver_ = *std::find_if(shard_group.begin(), shard_group.end(), loads);
 }
 
 Mesh RankOrderMesh(std::vector<MeshAxis> axes) {

@@ -32,6 +32,17 @@
 // evaluation's unshard and global metric sums), so that the replicas, which
 // hold the same outputs, count once (see ReplicaSources in eval/eval_plan.h).
 //
+// Context parallelism. `cp_axes` (non-data, non-broadcast axes) split every
+// row of the data over C = the product of their sizes CP ranks: the CP ranks
+// of a data shard get the same rows of the plan (they share dp_rank) but
+// complementary slices of them (shardkit/packing/context_parallel.h), so they
+// are not replicas of each other. cp_rank = the mixed-radix number of the
+// rank's coordinates along cp_axes (the first listed most significant; all of
+// the rank's devices must agree), cp_size = C; replica_group and reporter()
+// are then the ranks with the same data shard and the same cp_rank (the TP
+// ranks inside a CP rank stay replicas). saver() still picks one rank per
+// data shard: the loader state is the same on every CP rank.
+//
 // Cost: construction is O(mesh size) time and memory (it validates the whole
 // mesh, so every rank fails the same way on a bad layout).
 // Thread-safety: immutable after construction.
@@ -50,18 +61,22 @@ namespace shardkit {
 
 class DataRoles {
  public:
-  // REQUIRES: data_axes and broadcast_axes name distinct axes of `mesh`, no
-  // axis in both; `rank` holds a device of the mesh.
-  // Throws invalid_argument naming `data_axes` or `broadcast_axes` and the
-  // name, or `data_axes` when the ranks' data coordinates overlap partly or
-  // come in unequal numbers (naming the two ranks); out_of_range naming
-  // `rank` when it holds no device.
+  // REQUIRES: data_axes, broadcast_axes and cp_axes name distinct axes of
+  // `mesh`, no axis in two of them; `rank` holds a device of the mesh.
+  // Throws invalid_argument naming `data_axes`, `broadcast_axes` or `cp_axes`
+  // and the name, `data_axes` when the ranks' data coordinates overlap partly
+  // or come in unequal numbers (naming the two ranks), `cp_axes` when a rank's
+  // devices have different CP coordinates; out_of_range naming `rank` when it
+  // holds no device.
   DataRoles(const Mesh& mesh, std::vector<std::string> data_axes, Index rank,
-            std::vector<std::string> broadcast_axes = {});
+            std::vector<std::string> broadcast_axes = {}, std::vector<std::string> cp_axes = {});
 
   [[nodiscard]] Index rank() const { return rank_; }
   [[nodiscard]] Index dp_rank() const { return dp_rank_; }
   [[nodiscard]] Index dp_size() const { return dp_size_; }
+  [[nodiscard]] Index cp_rank() const { return cp_rank_; }
+  [[nodiscard]] Index cp_size() const { return cp_size_; }
+  [[nodiscard]] const std::vector<std::string>& cp_axes() const { return cp_axes_; }
   // Ranks that must see identical data, ascending, including rank().
   [[nodiscard]] const std::vector<Index>& replica_group() const { return replica_group_; }
   // The data coordinates of this rank's devices, ascending (S(rank)).
@@ -78,7 +93,10 @@ class DataRoles {
  private:
   std::vector<std::string> data_axes_;
   std::vector<std::string> broadcast_axes_;
+  std::vector<std::string> cp_axes_;
   Index rank_ = 0;
+  Index cp_rank_ = 0;
+  Index cp_size_ = 1;
   Index dp_rank_ = 0;
   Index dp_size_ = 1;
   std::vector<Index> replica_group_;

@@ -223,6 +223,39 @@ TEST(DataRolesTest, BadAxesRanksAndLayoutsAreRejectedNamingTheValue) {
             "and {1}); a rank's devices must hold whole data shards");
 }
 
+TEST(DataRolesTest, CpRanksShareTheDataShardButAreNotReplicas) {
+  // dp=2, cp=2, tp=2 in torchrun order: rank = 4 dp + 2 cp + tp.
+  Mesh mesh = RankOrderMesh({{"dp", 2}, {"cp", 2}, {"tp", 2}});
+  for (Index rank = 0; rank < 8; ++rank) {
+    DataRoles roles(mesh, {"dp"}, rank, {}, {"cp"});
+    EXPECT_EQ(roles.dp_rank(), rank / 4);
+    EXPECT_EQ(roles.dp_size(), 2);
+    EXPECT_EQ(roles.cp_rank(), (rank / 2) % 2);
+    EXPECT_EQ(roles.cp_size(), 2);
+    // Replicas: the tensor-parallel pair inside one CP rank.
+    EXPECT_EQ(roles.replica_group(), (std::vector<Index>{rank / 2 * 2, rank / 2 * 2 + 1}));
+    EXPECT_EQ(roles.reporter(), rank / 2 * 2);
+    EXPECT_EQ(roles.saver(), rank / 4 * 4);  // one saver per data shard
+  }
+  // Without cp_axes the CP ranks are replicas, as before.
+  DataRoles plain(mesh, {"dp"}, 3);
+  EXPECT_EQ(plain.cp_size(), 1);
+  EXPECT_EQ(plain.replica_group(), (std::vector<Index>{0, 1, 2, 3}));
+  // Two cp axes: mixed radix, the first listed most significant.
+  Mesh two = RankOrderMesh({{"a", 2}, {"b", 3}});
+  EXPECT_EQ(DataRoles(two, {}, 4, {}, {"a", "b"}).cp_rank(), 4);
+  EXPECT_EQ(DataRoles(two, {}, 4, {}, {"b", "a"}).cp_rank(), 3);
+  EXPECT_EQ(Message([&] { DataRoles(mesh, {"dp"}, 0, {}, {"dp"}); }),
+            "cp_axes: 'dp' is also a data or broadcast axis; a context-parallel axis splits the "
+            "rows of one data shard");
+  EXPECT_EQ(Message([&] { DataRoles(mesh, {"dp"}, 0, {}, {"sp"}); }),
+            "cp_axes: 'sp' is not an axis of the mesh dp=2,cp=2,tp=2");
+  // A process holding devices of two CP ranks (a JAX-style mesh).
+  Mesh jax({{"dp", 2}, {"cp", 2}}, {0, 0, 1, 1});
+  EXPECT_EQ(Message([&] { DataRoles(jax, {"dp"}, 0, {}, {"cp"}); }),
+            "cp_axes: rank 0 holds devices of different context-parallel ranks (0 and 1)");
+}
+
 TEST(DataRolesTest, NoDataAxesMakesEveryRankAReplica) {
   Mesh mesh = RankOrderMesh({{"tp", 3}});
   DataRoles roles(mesh, {}, 2, {"tp"});

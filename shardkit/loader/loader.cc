@@ -85,6 +85,7 @@ TrainOptions LoaderTrainOptions(const LoaderOptions& o) {
   t.buffer = o.buffer;
   t.oversize = o.oversize;
   t.cost = o.cost;
+  t.cp = o.cp;
   return t;
 }
 
@@ -196,19 +197,8 @@ class Planner {
   void StartTrainPlan(const LoaderOptions& o) {
     TrainOptions t = LoaderTrainOptions(o);
     t.epoch = base_.epoch;
-    TrainDocuments docs;
-    if (const std::int64_t* offsets = source_.ContiguousOffsets()) {
-      // One part with int64 offsets (memory, or an int64 .npy): the plan
-      // reads the lengths from the offsets, no call per document.
-      docs = TrainDocuments::FromOffsets(
-          std::span<const std::int64_t>(offsets,
-                                        static_cast<std::size_t>(source_.num_documents()) + 1),
-          source_.num_tokens());
-    } else {
-      docs.count = source_.num_documents();
-      const TokenSource* src = &source_;
-      docs.length = [src](Index d) { return src->DocumentLength(d); };
-    }
+    // The plan's stream fingerprint covers the data (its content sample).
+    TrainDocuments docs = TrainDocumentsOf(source_, base_.data_hash.value_or(0));
     // One pass plans the epoch: the reader deals every step (this worker's
     // and the others'), counts the plan's totals as it goes and hands out
     // this rank's rows; the plan learns num_steps when it reaches the end.
@@ -268,6 +258,7 @@ class Planner {
     }
     plan->epoch = base_.epoch;
     plan->index = batches_++;
+    plan->step = plan->index;
     return true;
   }
 
@@ -276,6 +267,7 @@ class Planner {
     plan->rows = std::move(ahead_.rows);
     plan->epoch = base_.epoch;
     plan->index = ahead_.step;
+    plan->step = train_->first_step() + ahead_.step;
     bool more = true;
     for (Index k = 1; k < stride_ && more; ++k) more = reader_->Skip();  // other workers' steps
     if (more) {
@@ -329,6 +321,7 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
   if (o.num_threads > 256) ThrowInvalid("num_threads", "at most 256, got " + Str(o.num_threads));
   CheckInRange("rank", o.rank, 0, o.world_size);
   CheckInRange("worker", o.worker, 0, o.num_workers);
+  CheckEpoch("epoch", o.epoch);
   if (o.oversize == Oversize::kError) {
     ThrowInvalid("oversize",
                  "'error' is not supported by the loader (a long document would "
@@ -345,6 +338,23 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
     (void)CheckedMul("block_mask", batch_tokens, o.seq_len);
   }
   ValidatePackOptions(Planner::Options(o));
+  ValidateContextParallel(o.cp, o.seq_len);
+  CheckInRange("cp_rank", o.cp_rank, 0, o.cp.size, " (cp_size=" + Str(o.cp.size) + ")");
+  if (o.cp.size > 1 || o.cp.granularity) {
+    if (!o.equal_steps) {
+      ThrowInvalid("cp_size", Str(o.cp.size) +
+                                  " needs equal_steps (the global plan packs every "
+                                  "document padded for the context-parallel split)");
+    }
+    if (o.padding_side != PaddingSide::kRight) {
+      ThrowInvalid("padding_side",
+                   "must be right with context parallelism (cp_size=" + Str(o.cp.size) + ")");
+    }
+    if (o.block_mask) {
+      ThrowInvalid("block_mask", "is not delivered with context parallelism (cp_size=" +
+                                     Str(o.cp.size) + "); use cp_index and cu_seqlens_padded");
+    }
+  }
   consumers_ = CheckedMul("num_workers", o.world_size, o.num_workers);
   consumer_ = o.rank + o.worker * o.world_size;
   collate_.seq_len = o.seq_len;
@@ -387,7 +397,9 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
     base.epoch = resume->train->epoch;
   } else if (resume) {
     const LoaderState& s = *resume;
-    CheckFingerprint(s, base, "was saved for another data set or configuration");
+    CheckFingerprint(s, base,
+                     "was saved for another data set or configuration (the data differs, or "
+                     "the options do)");
     ValidateLoaderState(s);
     // Every piece must lie inside its document: collation copies without
     // checks. (ValidateLoaderState has checked start + length for overflow.)
@@ -493,11 +505,13 @@ std::shared_ptr<Batch> LoaderImpl::AcquireBatch() {
 }
 
 std::shared_ptr<Batch> LoaderImpl::AllocateBatch() const {
-  const std::size_t n = static_cast<std::size_t>(options_.batch_size * options_.seq_len);
+  const Index width = options_.seq_len / options_.cp.size;
+  const std::size_t n = static_cast<std::size_t>(options_.batch_size * width);
   try {
     auto b = std::make_shared<Batch>();
     b->batch_size = options_.batch_size;
-    b->seq_len = options_.seq_len;
+    b->seq_len = width;
+    if (options_.cp.size > 1) b->cp_index.resize(n);
     b->input_ids.resize(n);
     b->labels.resize(n);
     b->position_ids.resize(n);
@@ -513,9 +527,14 @@ std::shared_ptr<Batch> LoaderImpl::AllocateBatch() const {
 }
 
 void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
+  if (options_.cp.size > 1) {
+    CollateContextParallel(plan, batch);
+    return;
+  }
   const Index L = options_.seq_len;
   batch->epoch = plan.epoch;
   batch->index = plan.index;
+  batch->step = plan.step;
   batch->documents.clear();
   batch->starts.clear();
   batch->lengths.clear();
@@ -547,6 +566,55 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
     batch->row_tokens[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(used);
   }
   batch->max_seqlen = BatchCuSeqlens(rows, collate_, &batch->cu_seqlens);
+}
+
+void LoaderImpl::CollateContextParallel(const Plan& plan, Batch* batch) const {
+  const Index L = options_.seq_len, width = batch->seq_len;
+  const ContextParallelOptions& cp = options_.cp;
+  const Index granule = CpGranule(cp);
+  batch->epoch = plan.epoch;
+  batch->index = plan.index;
+  batch->step = plan.step;
+  batch->documents.clear();
+  batch->starts.clear();
+  batch->lengths.clear();
+  batch->rows.clear();
+  batch->tokens = 0;
+  batch->cu_seqlens_padded.assign(1, 0);
+  batch->max_seqlen = 0;
+  for (Index b = 0; b < options_.batch_size; ++b) {
+    std::span<const PackItem> pieces;
+    if (b < static_cast<Index>(plan.rows.size())) pieces = plan.rows[static_cast<std::size_t>(b)];
+    const Index offset = b * width;
+    CpRowOutput out;
+    out.input_ids = batch->input_ids.data() + offset;
+    out.labels = batch->labels.data() + offset;
+    out.position_ids = batch->position_ids.data() + offset;
+    out.document_ids = batch->document_ids.data() + offset;
+    out.cp_index = batch->cp_index.data() + offset;
+    CollateCpRow(pieces, collate_, cp, options_.cp_rank, out,
+                 [this](const PackItem& p, std::int64_t* dst) {
+                   source_->Copy(p.item, p.start, p.length, dst);
+                 });
+    for (const PackItem& p : pieces) {
+      batch->documents.push_back(p.item);
+      batch->starts.push_back(p.start);
+      batch->lengths.push_back(p.length);
+      batch->rows.push_back(static_cast<std::int32_t>(b));
+    }
+    std::int32_t used = 0;
+    for (Index j = offset; j < offset + width; ++j) used += batch->cp_index[j] >= 0 ? 1 : 0;
+    batch->tokens += used;
+    batch->row_tokens[static_cast<std::size_t>(b)] = used;
+    batch->max_seqlen =
+        std::max(batch->max_seqlen,
+                 AppendCpCuSeqlensPadded(pieces, L, granule, static_cast<std::int32_t>(b * L),
+                                         &batch->cu_seqlens_padded));
+  }
+  batch->cu_seqlens.resize(batch->cu_seqlens_padded.size());
+  for (std::size_t i = 0; i < batch->cu_seqlens.size(); ++i) {
+    batch->cu_seqlens[i] = batch->cu_seqlens_padded[i] / static_cast<std::int32_t>(cp.size);
+  }
 }
 
 void LoaderImpl::StartThreads() {
@@ -672,6 +740,9 @@ std::shared_ptr<const Batch> LoaderImpl::Next() {
   Ready r = std::move(it->second);
   ready_.erase(it);
   ++next_out_;
+  // Another caller of Next() may be waiting for this (now later) batch or for
+  // the end: a collator only wakes one waiter, and the end is announced once.
+  produced_.notify_all();
   state_ = std::move(r.state);
   if (!planned_.empty() && planned_.front().seq - next_out_ < options_.prefetch) {
     work_.notify_one();  // the window moved: one more batch can start

@@ -38,9 +38,10 @@
 // on). Exact resume works; merging states of file-sharded runs does not (a
 // replicated file belongs to no single consumer) and is refused.
 //
-// Thread-safety: a TokenLoader is used by one thread at a time (its own
-// threads, queue and buffer pool are internal, in internal/loader_impl.h);
-// distinct loaders are independent.
+// Thread-safety: Next() and State() may be called from several threads; calls
+// are serialised and each batch goes to exactly one caller, every caller
+// seeing the end once the epoch is out (its own threads, queue and buffer pool
+// are internal, in internal/loader_impl.h); distinct loaders are independent.
 #ifndef SHARDKIT_LOADER_LOADER_H_
 #define SHARDKIT_LOADER_LOADER_H_
 
@@ -105,6 +106,14 @@ struct LoaderOptions {
   // mask, [batch_size, seq_len, seq_len] bytes), causal within each piece.
   bool block_mask = false;
   bool causal = true;
+  // Context parallelism (shardkit/packing/context_parallel.h): with cp.size
+  // C > 1 the loader delivers CP rank cp_rank's slice of every row (the CP
+  // ranks of a group are replicas for the plan: same rank, same rows) and
+  // reads only that rank's tokens. REQUIRES equal_steps (the plan packs every
+  // document padded to the granularity, so a padded row fits seq_len),
+  // padding_side right, no block_mask; 0 <= cp_rank < C.
+  ContextParallelOptions cp;
+  Index cp_rank = 0;
 };
 
 // The loader's options as a TrainOptions (seq_len, batch_size, world_size,
@@ -119,11 +128,22 @@ struct LoaderOptions {
 // repeated, the states disagree, or they come from file sharding.
 [[nodiscard]] LoaderState MergeLoaderStates(std::span<const LoaderState> states);
 
-// One batch; arrays are row-major [batch_size, seq_len].
+// One batch; arrays are row-major [batch_size, seq_len]. With context
+// parallelism (cp.size C > 1) seq_len here is the slice's width
+// options.seq_len / C and every [batch_size, seq_len] array is the CP rank's
+// slice (CollateCpRow), plus cp_index and cu_seqlens_padded; cu_seqlens are
+// the local ones (cu_seqlens_padded / C) and max_seqlen the full rows' (the
+// longest padded sequence); tokens and row_tokens count the slice's real
+// tokens, while documents / starts / lengths / rows list the full rows'
+// pieces (the same on every CP rank).
 struct Batch {
   Index batch_size = 0, seq_len = 0;
   std::uint64_t epoch = 0;
   Index index = 0;  // 0, 1, 2, ... within this consumer's epoch
+  // The step of the epoch, which a resume keeps counting: equal steps,
+  // TrainPlan::first_step() + the plan's step (index is the plan's step);
+  // per rank, index (it continues from the state's `batches`).
+  Index step = 0;
   std::vector<std::int64_t> input_ids, labels, position_ids;
   std::vector<std::int32_t> document_ids;  // piece index within the row, -1 padding
   std::vector<std::int32_t> cu_seqlens;    // flattened batch, see packing_metadata.h
@@ -141,6 +161,12 @@ struct Batch {
   // With LoaderOptions::block_mask: [batch_size, seq_len, seq_len], 1 iff
   // tokens t and u are real tokens of the same piece (and u <= t if causal).
   std::vector<std::uint8_t> block_mask;
+  // With context parallelism: each slot's position in its full (unpadded)
+  // row, -1 on padding [batch_size, seq_len]; and the THD cu_seqlens_padded
+  // of the full rows flattened row-major (last entry batch_size x
+  // options.seq_len).
+  std::vector<std::int64_t> cp_index;
+  std::vector<std::int32_t> cu_seqlens_padded;
 };
 
 class TokenLoader {

@@ -14,9 +14,8 @@ namespace shardkit {
 
 namespace {
 
-constexpr std::uint64_t kDataDomain = 0x736b2d6461746101ULL;      // "sk-data"
-constexpr std::uint64_t kPlanDomain = 0x736b2d706c616e02ULL;      // "sk-plan"
-constexpr std::uint64_t kChecksumDomain = 0x736b2d73756d0003ULL;  // "sk-sum"
+constexpr std::uint64_t kDataDomain = 0x736b2d6461746101ULL;  // "sk-data"
+constexpr std::uint64_t kPlanDomain = 0x736b2d706c616e02ULL;  // "sk-plan"
 
 std::string At(std::string_view path, std::size_t i) {
   return std::string(path) + "[" + std::to_string(i) + "]";
@@ -34,7 +33,7 @@ Json PieceJson(const PackItem& p) {
 
 Json PackerJson(const PackerState& s, bool with_version) {
   Json out = Json::MakeObject();
-  if (with_version) out.Set("version", Json::Int(kLoaderStateVersion));
+  if (with_version) out.Set("version", Json::Int(kPackerStateVersion));
   Json buffered = Json::MakeArray(), pending = Json::MakeArray();
   for (const PackItem& p : s.buffered) buffered.Push(PieceJson(p));
   for (const Pack& pack : s.pending) {
@@ -82,21 +81,6 @@ Json LoaderBody(const LoaderState& s) {
   return d;
 }
 
-std::uint64_t Checksum(std::string_view body) {
-  Hasher h(kChecksumDomain);
-  h.AddBytes(body);
-  return h.Finish();
-}
-
-// The text of `body` with "checksum" appended as its last field.
-std::string Seal(const Json& body) {
-  std::string text = WriteJson(body);
-  const std::uint64_t sum = Checksum(text);
-  text.pop_back();  // '}'
-  text += ", \"checksum\": \"" + HexDigest(sum) + "\"}";
-  return text;
-}
-
 // ---- reading ---------------------------------------------------------------
 
 Index ReadIndex(const Json& obj, std::string_view path, std::string_view key) {
@@ -109,37 +93,17 @@ Index ReadCount(const Json& obj, std::string_view path, std::string_view key) {
   return v;
 }
 
-std::uint64_t ReadHex(const Json& obj, std::string_view path, std::string_view key) {
-  const std::string& text = AsString(Field(obj, path, key), Dot(path, key));
-  std::uint64_t v = 0;
-  if (!ParseHexDigest(text, &v)) {
-    ThrowAtPath(Dot(path, key),
-                "expected 16 lowercase hex digits, got '" + text.substr(0, 40) + "'");
-  }
-  return v;
-}
-
-// order: the positions of item, start, length, images in the list.
-struct PieceLayout {
-  int item, start, length, images;
-};
-constexpr PieceLayout kPieceLayout{0, 1, 2, 3};     // version 2, and packer version 1
-constexpr PieceLayout kLoaderV1Layout{0, 2, 1, 3};  // the loader's version 1
-
-PackItem ReadPiece(const Json& v, const std::string& path, PieceLayout layout) {
+PackItem ReadPiece(const Json& v, const std::string& path) {
   const Json::Array& a = AsArray(v, path);
   if (a.size() != 4) {
     ThrowAtPath(path, "a piece is 4 integers [item, start, length, images], got " +
                           Str(static_cast<Index>(a.size())));
   }
-  auto get = [&](int k, const char* name) {
-    return AsInt64(a[static_cast<std::size_t>(k)], path + "." + name);
-  };
   PackItem p;
-  p.item = get(layout.item, "item");
-  p.start = get(layout.start, "start");
-  p.length = get(layout.length, "length");
-  p.images = get(layout.images, "images");
+  p.item = AsInt64(a[0], path + ".item");
+  p.start = AsInt64(a[1], path + ".start");
+  p.length = AsInt64(a[2], path + ".length");
+  p.images = AsInt64(a[3], path + ".images");
   if (p.start < 0 || p.length < 0 || p.images < 0) {
     ThrowAtPath(path, "start " + Str(p.start) + ", length " + Str(p.length) + " and images " +
                           Str(p.images) + " must not be negative");
@@ -151,12 +115,12 @@ PackItem ReadPiece(const Json& v, const std::string& path, PieceLayout layout) {
   return p;
 }
 
-PackerState ReadPacker(const Json& obj, const std::string& path, PieceLayout layout) {
+PackerState ReadPacker(const Json& obj, const std::string& path) {
   PackerState s;
   const std::string buffered_path = Dot(path, "buffered");
   const Json::Array& buffered = AsArray(Field(obj, path, "buffered"), buffered_path);
   for (std::size_t i = 0; i < buffered.size(); ++i) {
-    s.buffered.push_back(ReadPiece(buffered[i], At(buffered_path, i), layout));
+    s.buffered.push_back(ReadPiece(buffered[i], At(buffered_path, i)));
   }
   const std::string pending_path = Dot(path, "pending");
   const Json::Array& pending = AsArray(Field(obj, path, "pending"), pending_path);
@@ -165,7 +129,7 @@ PackerState ReadPacker(const Json& obj, const std::string& path, PieceLayout lay
     const Json::Array& pieces = AsArray(pending[i], pack_path);
     Pack pack;
     for (std::size_t j = 0; j < pieces.size(); ++j) {
-      pack.pieces.push_back(ReadPiece(pieces[j], At(pack_path, j), layout));
+      pack.pieces.push_back(ReadPiece(pieces[j], At(pack_path, j)));
       pack.tokens = CheckedAdd(pack_path, pack.tokens, pack.pieces.back().length);
       pack.images = CheckedAdd(pack_path, pack.images, pack.pieces.back().images);
     }
@@ -233,10 +197,51 @@ DataFingerprint FingerprintData(const TokenSource& source) {
       h.Add(static_cast<std::uint64_t>(source.DocumentLength(d)));
     }
   }
+  // The content: a sample of the tokens (the rule is in the header).
+  std::vector<std::int32_t> tokens;
+  auto add_tokens = [&](Index d, Index begin, Index count) {
+    tokens.resize(static_cast<std::size_t>(count));
+    if (count > 0) source.Copy(d, begin, count, tokens.data());
+    h.Add(static_cast<std::uint64_t>(d));
+    for (std::int32_t t : tokens) h.Add(static_cast<std::uint32_t>(t));
+  };
+  if (f.tokens <= kFingerprintAllTokens) {
+    for (Index d = 0; d < f.documents; ++d) add_tokens(d, 0, source.DocumentLength(d));
+  } else {
+    const Index samples = std::min(f.documents, kFingerprintDocuments);
+    for (Index k = 0; k < samples; ++k) {
+      // Document floor(k * D / samples), without overflow.
+      const Index d = static_cast<Index>(static_cast<unsigned __int128>(k) *
+                                         static_cast<unsigned __int128>(f.documents) /
+                                         static_cast<unsigned __int128>(samples));
+      const Index length = source.DocumentLength(d);
+      const Index count = std::min(length, kFingerprintWindow);
+      add_tokens(d, (length - count) / 2, count);
+    }
+  }
   // A gathered view (an order stage) adds what chose its documents.
   if (source.identity() != 0) h.Add(source.identity());
   f.hash = h.Finish();
   return f;
+}
+
+TrainDocuments TrainDocumentsOf(const TokenSource& source, std::uint64_t data_hash) {
+  TrainDocuments docs;
+  if (const std::int64_t* offsets = source.ContiguousOffsets()) {
+    // One part with int64 offsets (memory, or an int64 .npy): the plan reads
+    // the lengths from the offsets, no call per document, clamped to the
+    // tokens (a mapped offsets file edited in place, token_source.h).
+    docs = TrainDocuments::FromOffsets(
+        std::span<const std::int64_t>(offsets,
+                                      static_cast<std::size_t>(source.num_documents()) + 1),
+        source.num_tokens());
+  } else {
+    docs.count = source.num_documents();
+    const TokenSource* src = &source;
+    docs.length = [src](Index d) { return src->DocumentLength(d); };
+  }
+  docs.identity = data_hash;
+  return docs;
 }
 
 std::uint64_t PlanFingerprint(const LoaderState& s) {
@@ -254,12 +259,13 @@ std::uint64_t PlanFingerprint(const LoaderState& s) {
 
 std::string LoaderStateToJson(const LoaderState& state) {
   if (state.train) return TrainStateToJson(*state.train);
-  return Seal(LoaderBody(state));
+  return SealState(LoaderBody(state));
 }
 
 void ValidateLoaderState(const LoaderState& s) {
   const Index D = s.num_documents;
   if (D < 0) ThrowAtPath("state.num_documents", "must not be negative, got " + Str(D));
+  CheckEpoch("state.epoch", s.epoch);
   if (s.num_tokens && *s.num_tokens < 0) {
     ThrowAtPath("state.num_tokens", "must not be negative, got " + Str(*s.num_tokens));
   }
@@ -419,17 +425,13 @@ LoaderState LoaderStateFromJson(std::string_view text) {
     s.epoch = s.train->epoch;
     return s;
   }
-  const Index version = ReadIndex(d, "state", "version");
-  if (version != 1 && version != 2) {
-    ThrowAtPath("state.version",
-                "unknown version " + Str(version) + " (this shardkit reads 1 and 2)");
-  }
-  if (version == 2) {
-    ExpectOnlyKeys(d, "state",
-                   {"version", "epoch", "head", "position", "done", "consumers", "consumer", "read",
-                    "batches", "packer", "num_documents", "num_tokens", "data_hash", "seq_len",
-                    "shuffle", "seed", "shard_files", "fingerprint", "checksum"});
-  }
+  ExpectStateVersion(d, "state", kLoaderStateVersion, "loader",
+                     "version 1 had no checksum and another piece layout, and version 2's "
+                     "data_hash covered the document lengths only, not the data");
+  ExpectOnlyKeys(d, "state",
+                 {"version", "epoch", "head", "position", "done", "consumers", "consumer", "read",
+                  "batches", "packer", "num_documents", "num_tokens", "data_hash", "seq_len",
+                  "shuffle", "seed", "shard_files", "fingerprint", "checksum"});
   LoaderState s;
   s.epoch = AsUint64(Field(d, "state", "epoch"), "state.epoch");
   const Json::Array& head = AsArray(Field(d, "state", "head"), "state.head");
@@ -452,26 +454,20 @@ LoaderState LoaderStateFromJson(std::string_view text) {
   ExpectOnlyKeys(packer, "state.packer",
                  {"buffered", "pending", "items_seen", "dropped", "split_items", "packs_closed",
                   "tokens_closed"});
-  s.packer = ReadPacker(packer, "state.packer", version == 1 ? kLoaderV1Layout : kPieceLayout);
+  s.packer = ReadPacker(packer, "state.packer");
   s.num_documents = ReadIndex(d, "state", "num_documents");
   s.seq_len = ReadIndex(d, "state", "seq_len");
   s.shuffle = AsBool(Field(d, "state", "shuffle"), "state.shuffle");
   s.seed = AsUint64(Field(d, "state", "seed"), "state.seed");
   s.shard_files = AsBool(Field(d, "state", "shard_files"), "state.shard_files");
-  if (version == 2) {
-    s.num_tokens = ReadIndex(d, "state", "num_tokens");
-    s.data_hash = ReadHex(d, "state", "data_hash");
-    const std::uint64_t fingerprint = ReadHex(d, "state", "fingerprint");
-    const std::uint64_t checksum = ReadHex(d, "state", "checksum");
-    // The checksum covers the canonical text of every other field: an edit
-    // anywhere (epoch, head, read, ...) shows here.
-    if (Checksum(WriteJson(LoaderBody(s))) != checksum) {
-      ThrowAtPath("state.checksum",
-                  "does not match the state's content (the state was edited or damaged)");
-    }
-    if (PlanFingerprint(s) != fingerprint) {
-      ThrowAtPath("state.fingerprint", "does not match the state's plan and data fields");
-    }
+  s.num_tokens = ReadIndex(d, "state", "num_tokens");
+  s.data_hash = ReadHexField(d, "state", "data_hash");
+  const std::uint64_t fingerprint = ReadHexField(d, "state", "fingerprint");
+  // The checksum covers the canonical text of every other field: an edit
+  // anywhere (epoch, head, read, ...) shows here.
+  CheckStateSeal(d, "state", LoaderBody(s));
+  if (PlanFingerprint(s) != fingerprint) {
+    ThrowAtPath("state.fingerprint", "does not match the state's plan and data fields");
   }
   ValidateLoaderState(s);
   return s;
@@ -504,30 +500,26 @@ std::vector<LoaderState> LoaderStatesFromJson(std::string_view text) {
   return out;
 }
 
-std::string PackerStateToJson(const PackerState& state) { return Seal(PackerJson(state, true)); }
+std::string PackerStateToJson(const PackerState& state) {
+  return SealState(PackerJson(state, true));
+}
 
 PackerState PackerStateFromJson(std::string_view text) {
   const Json d = ParseJson(text, "state");
   ExpectType(d, "state", Json::Type::kObject);
-  const Json* version = d.Find("version");
-  if (version == nullptr) {
-    // Version 1: the packing binding's dict, pieces (item, start, length, images).
-    ExpectOnlyKeys(d, "state",
-                   {"buffered", "pending", "items_seen", "dropped", "split_items", "packs_closed",
-                    "tokens_closed"});
-    return ReadPacker(d, "state", kPieceLayout);
+  if (d.Find("version") == nullptr) {
+    ThrowInvalid("state",
+                 "a packer state without \"version\" (version 1, unsealed); this shardkit reads "
+                 "version " +
+                     Str(kPackerStateVersion) + " (sealed with a checksum)");
   }
-  const Index v = AsInt64(*version, "state.version");
-  if (v != 2) ThrowAtPath("state.version", "unknown packer state version " + Str(v));
+  ExpectStateVersion(d, "state", kPackerStateVersion, "packer",
+                     "it had no checksum, or the loader's older layout");
   ExpectOnlyKeys(d, "state",
                  {"version", "buffered", "pending", "items_seen", "dropped", "split_items",
                   "packs_closed", "tokens_closed", "checksum"});
-  PackerState s = ReadPacker(d, "state", kPieceLayout);
-  const std::uint64_t checksum = ReadHex(d, "state", "checksum");
-  if (Checksum(WriteJson(PackerJson(s, true))) != checksum) {
-    ThrowAtPath("state.checksum",
-                "does not match the state's content (the state was edited or damaged)");
-  }
+  PackerState s = ReadPacker(d, "state");
+  CheckStateSeal(d, "state", PackerJson(s, true));
   return s;
 }
 

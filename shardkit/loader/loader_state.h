@@ -1,10 +1,10 @@
 // LoaderState: where a TokenLoader stands in an epoch, and the one JSON codec
 // for it and for a StreamingPacker's state (shardkit/packing/packing.h).
 //
-// The JSON text (version 2) is what the Python package's state_dict() returns
+// The JSON text (version 3) is what the Python package's state_dict() returns
 // (as a dict) and what `shardkit loader-stats --save-state` writes:
 //
-//   {"version": 2, "epoch": E, "head": [[document, start, length], ...],
+//   {"version": 3, "epoch": E, "head": [[document, start, length], ...],
 //    "position": P, "done": [...], "consumers": C, "consumer": c, "read": r,
 //    "batches": b,
 //    "packer": {"buffered": [PIECE, ...], "pending": [[PIECE, ...], ...],
@@ -16,21 +16,24 @@
 //
 // PIECE is [item, start, length, images] everywhere (the loader's and the
 // packer's states alike). A standalone packer state is the "packer" object
-// above with "version": 2 first and "checksum" last.
+// above with "version": 2 (kPackerStateVersion) first and "checksum" last.
 //
-// A state proves itself: "fingerprint" hashes the plan and the data it belongs
-// to (document count, token count, a hash of every document length, seq_len,
-// shuffle, seed, epoch, shard_files) and "checksum" hashes the whole content
-// (the canonical text of every other field). Reading refuses a state whose
+// A state proves itself, by the rule every state kind follows
+// (shardkit/base/json.h, "Sealed states"): "fingerprint" hashes the plan and
+// the data it belongs to (document count, token count, data_hash: the
+// lengths and a sample of the tokens, see FingerprintData; seq_len, shuffle,
+// seed, epoch, shard_files) and "checksum" hashes the whole content (the
+// canonical text of every other field). Reading refuses a state whose
 // checksum or fingerprint does not match, or whose fields contradict each
 // other, with std::invalid_argument "state: <field>: <what>". A loader then
-// refuses a state whose fingerprint differs from its own data and options, or
+// refuses a state whose fingerprint differs from its own data and options
+// (another data set of the same lengths included: "the data differs"), or
 // whose pieces do not lie in its documents (TokenLoader's constructor).
 //
-// Version 1 (what shardkit wrote before this codec; no fingerprint or
-// checksum, so only the structural checks apply) still loads: loader states
-// with packer pieces [item, length, start, images], packer states without a
-// "version" field with pieces [item, start, length, images].
+// Older versions are refused naming the version, never read with another
+// layout: version 1 (no checksum; loader pieces were [item, length, start,
+// images]) and version 2 (its data_hash covered the lengths only); a packer
+// state without "version" (version 1, unsealed) too.
 //
 // Integers are exact (seeds are uint64 and round-trip); the text is written in
 // the form of Python's json.dumps (see shardkit/base/json.h).
@@ -54,7 +57,8 @@ namespace shardkit {
 
 class TokenSource;
 
-inline constexpr int kLoaderStateVersion = 2;
+inline constexpr int kLoaderStateVersion = 3;
+inline constexpr int kPackerStateVersion = 2;
 
 // A piece of a document: tokens [start, start + length) of it.
 struct PieceRef {
@@ -84,7 +88,7 @@ struct LoaderState {
   PackerState packer;
   // What the state was made for; a loader refuses a state that differs.
   Index num_documents = 0;
-  // Unknown (nullopt) only in a version-1 state.
+  // Always set by this shardkit's reader (nullopt was a version-1 state).
   std::optional<Index> num_tokens;
   std::optional<std::uint64_t> data_hash;
   Index seq_len = 0;
@@ -98,8 +102,20 @@ struct LoaderState {
   std::optional<TrainState> train;
 };
 
-// The data a state belongs to: document count, token count and a hash of
-// every document's length (O(num_documents), once per loader).
+// The data a state belongs to: document count, token count and `hash`, a
+// hash of the part sizes, of every document's length, and of the content:
+//   every token when the source holds at most kFingerprintAllTokens tokens;
+//   otherwise kFingerprintDocuments documents spread over the whole source
+//   (document floor(k * D / kFingerprintDocuments), every document when
+//   there are fewer), up to kFingerprintWindow tokens from the middle of each,
+// and a gathered view's identity. So two data sets of the same lengths whose
+// tokens differ (anywhere, for a small one; in the sample, for a large one)
+// have different fingerprints. Cost: O(num_documents) for the lengths plus
+// at most 64 Ki tokens read (at most 4096 random pages of a mapped file),
+// once per loader; deterministic, the same on every rank and platform.
+inline constexpr Index kFingerprintAllTokens = Index{1} << 16;
+inline constexpr Index kFingerprintDocuments = 4096;
+inline constexpr Index kFingerprintWindow = 16;
 struct DataFingerprint {
   Index documents = 0;
   Index tokens = 0;
@@ -107,12 +123,20 @@ struct DataFingerprint {
 };
 [[nodiscard]] DataFingerprint FingerprintData(const TokenSource& source);
 
+// The documents of `source` as a TrainPlan reads them: their lengths (from
+// the offsets array when the source has one) and identity `data_hash`
+// (FingerprintData(source).hash, which the caller has computed), so that the
+// plan's stream fingerprint covers the data, not only its lengths. The
+// source must outlive the plan.
+[[nodiscard]] TrainDocuments TrainDocumentsOf(const TokenSource& source, std::uint64_t data_hash);
+
 // The fingerprint of the plan and data a state belongs to (the "fingerprint"
 // field): a hash of num_documents, num_tokens, data_hash, seq_len, shuffle,
 // seed, epoch and shard_files.
 [[nodiscard]] std::uint64_t PlanFingerprint(const LoaderState& state);
 
-// Checks what a state can check without its data set: non-negative counts,
+// Checks what a state can check without its data set: epoch <= kMaxEpoch,
+// non-negative counts,
 // done sorted in [position, num_documents], head pieces of at most seq_len
 // tokens with no token twice, each of a document no longer in the remaining
 // order (before position, or done), consumer in [0, consumers), a merged state's
@@ -123,13 +147,14 @@ struct DataFingerprint {
 // PackerState, counts as k packs). Throws invalid_argument "state.<field>: ...".
 void ValidateLoaderState(const LoaderState& state);
 
-// The version-2 JSON text of `state`.
+// The version-3 JSON text of `state`.
 [[nodiscard]] std::string LoaderStateToJson(const LoaderState& state);
 
-// Reads a version-1 or version-2 loader state: types, every start + length
-// without overflow, for version 2 the checksum and the fingerprint, then
+// Reads a version-3 loader state (or, with "kind": "train_plan", an
+// equal-steps state: TrainStateFromJson): types, every start + length
+// without overflow, the checksum and the fingerprint, then
 // ValidateLoaderState. Throws invalid_argument "state: ..." or
-// "state.<field>: ..." naming the field.
+// "state: <field>: ..." naming the field (and the version for another one).
 [[nodiscard]] LoaderState LoaderStateFromJson(std::string_view text);
 
 // A list of states (one per consumer of a run, as `shardkit loader-stats
@@ -137,10 +162,10 @@ void ValidateLoaderState(const LoaderState& state);
 [[nodiscard]] std::string LoaderStatesToJson(std::span<const LoaderState> states);
 [[nodiscard]] std::vector<LoaderState> LoaderStatesFromJson(std::string_view text);
 
-// The version-2 JSON text of a StreamingPacker's state, and its reader
-// (version 2, or version 1: a packer state dict without "version"). The
-// reader checks types, non-negative numbers and every start + length; the
-// fit to a packer's options is PackerStateFits.
+// The version-2 JSON text of a StreamingPacker's state (sealed), and its
+// reader (version 2 only; the checksum first). The reader checks types,
+// non-negative numbers and every start + length; the fit to a packer's
+// options is PackerStateFits.
 [[nodiscard]] std::string PackerStateToJson(const PackerState& state);
 [[nodiscard]] PackerState PackerStateFromJson(std::string_view text);
 

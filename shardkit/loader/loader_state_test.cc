@@ -69,65 +69,72 @@ std::vector<Pieces> Drain(TokenLoader& loader) {
   return out;
 }
 
-std::vector<std::int64_t> Ints(const Json& array) {
-  std::vector<std::int64_t> out;
-  for (const Json& v : array.array()) out.push_back(AsInt64(v, "sample"));
-  return out;
-}
-
 // ---------------------------------------------------------------------------
 
-TEST(LoaderStateTest, VersionOneLoaderStateStillLoadsAndResumesAsMainDid) {
-  const Json sample = ParseJson(ReadFile("loader_state_v1.json"), "sample");
-  const std::string v1 = WriteJson(*sample.Find("state"));
-  const LoaderState s = LoaderStateFromJson(v1);
-  EXPECT_EQ(s.seed, std::numeric_limits<std::uint64_t>::max() - 4);
-  EXPECT_FALSE(s.data_hash.has_value());
-  ASSERT_FALSE(s.packer.pending.empty());
-  ASSERT_FALSE(s.packer.buffered.empty());
+// Issue 20: version 1 states (no checksum; the loader's pieces were [item,
+// length, start, images]) are refused naming the version, never read with
+// another layout: a version-3 state relabelled "version": 1 skipped its
+// checksum and, read with the version-1 layout, lost documents (4 of 200).
+TEST(LoaderStateTest, RegressionOldVersionsAreRefusedNamingTheVersion) {
+  const Json loader_v1 = ParseJson(ReadFile("loader_state_v1.json"), "sample");
+  EXPECT_EQ(ErrorOf([&] { (void)LoaderStateFromJson(WriteJson(*loader_v1.Find("state"))); })
+                .rfind("state: version: a version 1 loader state; this shardkit reads version 3 "
+                       "(version 1 had no checksum and another piece layout",
+                       0),
+            0u);
+  const Json packer_v1 = ParseJson(ReadFile("packer_state_v1.json"), "sample");
+  EXPECT_EQ(ErrorOf([&] {
+              (void)PackerStateFromJson(WriteJson(*packer_v1.Find("state")));
+            }).rfind("state: a packer state without \"version\" (version 1, unsealed)", 0),
+            0u);
+  // A current state relabelled.
   Data data = SampleData();
-  TokenLoader loader(data.source, SampleOptions(), s);
-  std::vector<Pieces> expected;
-  for (const Json& b : sample.Find("next_batches")->array()) {
-    std::vector<std::int32_t> rows;
-    for (std::int64_t r : Ints(*b.Find("rows"))) rows.push_back(static_cast<std::int32_t>(r));
-    expected.push_back(
-        {Ints(*b.Find("documents")), Ints(*b.Find("starts")), Ints(*b.Find("lengths")), rows});
+  TokenLoader loader(data.source, SampleOptions());
+  for (int i = 0; i < 3; ++i) ASSERT_NE(loader.Next(), nullptr);
+  const std::string text = LoaderStateToJson(loader.State());
+  for (const char* version : {"1", "2"}) {
+    std::string relabelled = text;
+    relabelled.replace(relabelled.find("\"version\": 3"), 12,
+                       std::string("\"version\": ") + version);
+    const std::string e = ErrorOf([&] { (void)LoaderStateFromJson(relabelled); });
+    EXPECT_EQ(e.rfind(std::string("state: version: a version ") + version + " loader state", 0), 0u)
+        << e;
   }
-  EXPECT_EQ(Drain(loader), expected);
-  // The merged version-1 state loads too and agrees with the consumer state.
-  const LoaderState merged = LoaderStateFromJson(WriteJson(*sample.Find("merged")));
-  EXPECT_EQ(merged.consumers, 0);
-  EXPECT_EQ(merged.head, s.head);
+  // The packer's current version reads; a relabelled one does not.
+  const std::string packer = PackerStateToJson(loader.State().packer);
+  EXPECT_EQ(ErrorOf([&] { (void)PackerStateFromJson(packer); }), "no error");
+  std::string relabelled = packer;
+  relabelled.replace(relabelled.find("\"version\": 2"), 12, "\"version\": 1");
+  EXPECT_EQ(ErrorOf([&] {
+              (void)PackerStateFromJson(relabelled);
+            }).rfind("state: version: a version 1 packer state", 0),
+            0u);
 }
 
-TEST(LoaderStateTest, VersionOnePackerStateStillLoadsAndContinuesAsMainDid) {
-  const Json sample = ParseJson(ReadFile("packer_state_v1.json"), "sample");
-  const PackerState s = PackerStateFromJson(WriteJson(*sample.Find("state")));
-  PackOptions o;
-  o.capacity = 16;
-  o.algorithm = PackAlgorithm::kBestFitDecreasing;
-  o.oversize = Oversize::kSplit;
-  o.buffer = 6;
-  PackerStateFits(s, o);
-  StreamingPacker packer(o, s);
-  packer.Finish();
-  std::vector<std::vector<std::vector<std::int64_t>>> packs;  // (item, start, length, images)
-  Pack p;
-  while (packer.Pop(&p)) {
-    packs.emplace_back();
-    for (const PackItem& e : p.pieces)
-      packs.back().push_back({e.item, e.start, e.length, e.images});
-  }
-  std::vector<std::vector<std::vector<std::int64_t>>> expected;
-  for (const Json& pack : sample.Find("next_packs_after_finish")->array()) {
-    expected.emplace_back();
-    for (const Json& e : pack.array()) expected.back().push_back(Ints(e));
-  }
-  EXPECT_EQ(packs, expected);
-  // Written again in version 2 (one piece layout), it reads back the same.
-  const PackerState again = PackerStateFromJson(PackerStateToJson(s));
-  EXPECT_EQ(PackerStateToJson(again), PackerStateToJson(s));
+// Issue 20: the data fingerprint identifies the data, not only its lengths.
+TEST(LoaderStateTest, TheDataFingerprintCoversTheTokensNotOnlyTheLengths) {
+  auto corpus = [](Index docs, Index length, std::int32_t shift, Index changed_document) {
+    Data data;
+    for (Index d = 0; d < docs; ++d) {
+      data.Add(length + d % 7, [=](Index t) {
+        return static_cast<std::int32_t>(d * 31 + t + (d == changed_document || shift ? shift : 0));
+      });
+    }
+    data.Seal();
+    return data;
+  };
+  // Small (every token hashed): one token of one document differs.
+  const Data a = corpus(200, 10, 0, -1), same = corpus(200, 10, 0, -1);
+  const Data one = corpus(200, 10, 1, 123);
+  EXPECT_EQ(FingerprintData(*a.source).hash, FingerprintData(*same.source).hash);
+  EXPECT_NE(FingerprintData(*a.source).hash, FingerprintData(*one.source).hash);
+  EXPECT_EQ(FingerprintData(*a.source).tokens, FingerprintData(*one.source).tokens);
+  // Large (a sample): another data set of the same lengths.
+  const Data big = corpus(20000, 30, 0, -1), big_same = corpus(20000, 30, 0, -1);
+  const Data big_other = corpus(20000, 30, 5, -1);
+  ASSERT_GT(big.source->num_tokens(), kFingerprintAllTokens);
+  EXPECT_EQ(FingerprintData(*big.source).hash, FingerprintData(*big_same.source).hash);
+  EXPECT_NE(FingerprintData(*big.source).hash, FingerprintData(*big_other.source).hash);
 }
 
 TEST(LoaderStateTest, SaveToJsonAndResumeEqualsTheUninterruptedRun) {
@@ -269,6 +276,32 @@ TEST_F(StateRefusals, AnotherDataSetWithTheSameDocumentCountIsRefused) {
   EXPECT_NE(e.find("num_tokens"), std::string::npos) << e;
 }
 
+// Issue 20: a state of data set A resumed a loader over a data set B of the
+// same lengths (B's first packs were never delivered). Per rank and with
+// equal steps; the state resumes its own data exactly.
+TEST_F(StateRefusals, RegressionAStateOfAnotherDataSetWithTheSameLengthsIsRefused) {
+  Data other;
+  for (Index d = 0; d < data_.num_documents(); ++d) {
+    other.Add(data_.length(d), [d](Index t) { return static_cast<std::int32_t>(7 * d + t + 1); });
+  }
+  other.Seal();
+  for (const bool equal : {false, true}) {
+    LoaderOptions o = o_;
+    o.equal_steps = equal;
+    TokenLoader whole(data_.source, o);
+    const std::vector<Pieces> all = Drain(whole);
+    TokenLoader first(data_.source, o);
+    for (int i = 0; i < 3; ++i) ASSERT_NE(first.Next(), nullptr);
+    const std::string text = LoaderStateToJson(first.State());
+    const std::string e =
+        ErrorOf([&] { TokenLoader l(other.source, o, LoaderStateFromJson(text)); });
+    EXPECT_EQ(e.rfind("state: was saved for another data set", 0), 0u) << e;
+    EXPECT_NE(e.find("the data differs"), std::string::npos) << e;
+    TokenLoader rest(data_.source, o, LoaderStateFromJson(text));
+    EXPECT_EQ(Drain(rest), std::vector<Pieces>(all.begin() + 3, all.end())) << equal;
+  }
+}
+
 TEST_F(StateRefusals, InconsistentFieldsAreRefusedNamingTheField) {
   LoaderState s = state_;
   s.head.push_back({4, std::numeric_limits<Index>::max() - 1, 1 << 20});  // overflows
@@ -326,7 +359,8 @@ TEST_F(StateRefusals, HostileTextNeverCrashes) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"", "state: not valid JSON at byte 0"},
       {"[]", "state: expected an object, got a list"},
-      {"{\"version\": 3}", "state: version: unknown version 3"},
+      {"{\"version\": 4}",
+       "state: version: a version 4 loader state; this shardkit reads version 3"},
       {"{\"version\": 1.5}", "only integers"},
       {"{\"version\": 2, \"version\": 2}", "appears twice"},
       {std::string(100000, '['), "nested deeper than 64"},
@@ -351,7 +385,7 @@ TEST_F(StateRefusals, HostileTextNeverCrashes) {
   wrong.replace(wrong.find("\"head\": ["), 9, "\"head\": {\"a\": 1}, \"x\": [");
   EXPECT_NE(LoadText(wrong).find("state: "), std::string::npos);
   const std::string e = LoadText(
-      "{\"version\": 1, \"epoch\": 0, \"head\": 5, \"position\": 0, \"done\": [], \"consumers\": "
+      "{\"version\": 3, \"epoch\": 0, \"head\": 5, \"position\": 0, \"done\": [], \"consumers\": "
       "1}");
   EXPECT_NE(e.find("state: head: expected a list, got an integer"), std::string::npos) << e;
 }

@@ -1,6 +1,7 @@
 #include "shardkit/loader/loader_stats.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace shardkit {
 
@@ -38,6 +39,43 @@ LoadSummary SummarizeLoad(std::span<const RankLoadStats> ranks, const LoadRunSco
       min_tokens > 0 ? static_cast<double>(max_tokens) / static_cast<double>(min_tokens) - 1 : 0.0;
   s.complete = scope.data_tokens > 0 && scope.all_ranks && scope.whole_epoch &&
                !scope.shard_files && s.dropped == 0 && s.tokens == scope.data_tokens;
+  return s;
+}
+
+CpWorkSummary SummarizeCpWork(const TrainPlan& plan) {
+  const TrainOptions& o = plan.options();
+  CpWorkSummary s;
+  s.cp_size = o.cp.size;
+  const Index granule = CpGranule(o.cp);
+  const auto reader = plan.Read(-1, 0);
+  std::vector<TrainStep> all;
+  for (Index step = 0; step < plan.num_steps() && reader->NextAll(&all); ++step) {
+    for (const TrainStep& t : all) {
+      for (const auto& row : t.rows) {
+        const Index tokens = RowTokens(row);
+        if (tokens == 0) continue;
+        ++s.rows;
+        s.tokens += tokens;
+        s.padding += CpPaddedTokens(row, granule) - tokens;
+        for (const CpSplit split :
+             {CpSplit::kContiguous, CpSplit::kHeadTail, CpSplit::kDocumentHeadTail}) {
+          const std::vector<double> work = CpRankWork(row, o.seq_len, o.cp, split);
+          double total = 0, most = 0;
+          for (double w : work) {
+            total += w;
+            most = std::max(most, w);
+          }
+          const double ratio = most / (total / static_cast<double>(o.cp.size));
+          const std::size_t k = static_cast<std::size_t>(split);
+          s.mean_ratio[k] += ratio;
+          s.worst_ratio[k] = std::max(s.worst_ratio[k], ratio);
+        }
+      }
+    }
+  }
+  if (s.rows > 0) {
+    for (double& m : s.mean_ratio) m /= static_cast<double>(s.rows);
+  }
   return s;
 }
 

@@ -7,6 +7,7 @@
 #ifndef SHARDKIT_LOADER_LOADER_STATS_H_
 #define SHARDKIT_LOADER_LOADER_STATS_H_
 
+#include <array>
 #include <span>
 
 #include "shardkit/base/index.h"
@@ -53,6 +54,24 @@ struct LoadSummary {
 // REQUIRES: ranks non-empty.
 [[nodiscard]] LoadSummary SummarizeLoad(std::span<const RankLoadStats> ranks,
                                         const LoadRunScope& scope);
+
+// Context parallelism (`loader-stats --cp C`): how the causal attention work
+// of a plan's rows spreads over its CP ranks (TrainOptions::cp) under each
+// CpSplit (shardkit/packing/context_parallel.h), row by row: max / mean of
+// CpRankWork over the C ranks, averaged over the rows and at worst, and the
+// padding the per-document split adds.
+struct CpWorkSummary {
+  Index cp_size = 1;
+  Index rows = 0;                       // rows with at least one real token
+  Index tokens = 0;                     // their real tokens
+  Index padding = 0;                    // per-document head-tail padding inside the documents
+  std::array<double, 3> mean_ratio{};   // by CpSplit
+  std::array<double, 3> worst_ratio{};  // by CpSplit
+};
+
+// Every row of every rank of every step of `plan` (this epoch's steps;
+// continuous: the steps that start in it).
+[[nodiscard]] CpWorkSummary SummarizeCpWork(const TrainPlan& plan);
 
 }  // namespace shardkit
 

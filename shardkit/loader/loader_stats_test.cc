@@ -102,5 +102,33 @@ TEST(LoaderStatsTest, TokenImbalanceIsMaxOverMinMinusOne) {
   EXPECT_DOUBLE_EQ(SummarizeLoad(ranks, {}).token_imbalance, 0.0);
 }
 
+TEST(LoaderStatsTest, CpWorkOfOneRowUnderEachSplit) {
+  // One row of a 64-token document over 2 CP ranks: contiguous gives rank 1
+  // positions 32..63 (sum 33..64 = 1552) against rank 0's 528; both head-tail
+  // splits even it. A 63-token document is padded to 64: rank 0 loses
+  // position 63, so per-document head-tail gives 976 / 1040 (mean 1008).
+  TrainOptions o;
+  o.seq_len = 64;
+  o.batch_size = 1;
+  o.cp.size = 2;
+  for (const Index length : {Index{64}, Index{63}}) {
+    const std::vector<Index> lengths = {length};
+    const TrainPlan plan(TrainDocuments::FromSpans(lengths), o);
+    const CpWorkSummary s = SummarizeCpWork(plan);
+    EXPECT_EQ(s.cp_size, 2);
+    EXPECT_EQ(s.rows, 1);
+    EXPECT_EQ(s.tokens, length);
+    EXPECT_EQ(s.padding, 64 - length);
+    const auto k = [](CpSplit split) { return static_cast<std::size_t>(split); };
+    if (length == 64) {
+      EXPECT_DOUBLE_EQ(s.mean_ratio[k(CpSplit::kContiguous)], 1552.0 / 1040.0);
+      EXPECT_DOUBLE_EQ(s.mean_ratio[k(CpSplit::kHeadTail)], 1.0);
+      EXPECT_DOUBLE_EQ(s.mean_ratio[k(CpSplit::kDocumentHeadTail)], 1.0);
+    } else {
+      EXPECT_DOUBLE_EQ(s.worst_ratio[k(CpSplit::kDocumentHeadTail)], 1040.0 / 1008.0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardkit

@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <map>
 #include <optional>
@@ -198,6 +201,45 @@ TEST(LoaderTest, ShuffleIsOneGlobalOrderPerSeedAndEpoch) {
   std::vector<Index> expected(50);
   for (Index i = 0; i < 50; ++i) expected[i] = i;
   EXPECT_EQ(sequential, expected);
+}
+
+// Regression: with two callers of Next(), a collator woke one of them and
+// the end was announced once, so the other stayed blocked in Next() for ever.
+TEST(LoaderTest, ConcurrentCallersGetEachBatchOnceAndAllSeeTheEnd) {
+  std::mt19937_64 rng(31);
+  Data data = MakeData(rng, 300, 100);
+  for (bool equal_steps : {false, true}) {
+    for (Index threads : {0, 1, 2, 4}) {
+      LoaderOptions o;
+      o.seq_len = 64;
+      o.batch_size = 2;
+      o.num_threads = threads;
+      o.equal_steps = equal_steps;
+      TokenLoader loader(data.source, o);
+      std::vector<std::future<std::vector<Index>>> callers;
+      for (int c = 0; c < 4; ++c) {
+        callers.push_back(std::async(std::launch::async, [&loader] {
+          std::vector<Index> steps;
+          while (auto b = loader.Next()) steps.push_back(b->index);
+          return steps;
+        }));
+      }
+      std::vector<Index> all;
+      for (auto& f : callers) {
+        if (f.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+          std::fprintf(stderr, "a caller is blocked in Next() (threads %lld)\n",
+                       static_cast<long long>(threads));
+          _exit(1);  // the blocked thread cannot be joined
+        }
+        auto steps = f.get();
+        all.insert(all.end(), steps.begin(), steps.end());
+      }
+      std::sort(all.begin(), all.end());
+      ASSERT_GT(all.size(), 10u);
+      for (std::size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i], static_cast<Index>(i));
+      EXPECT_EQ(loader.Next(), nullptr);
+    }
+  }
 }
 
 TEST(LoaderTest, IdenticalForAnyThreadCountAndQueueDepth) {

@@ -1,7 +1,6 @@
 #include "shardkit/loader/mixture_loader.h"
 
 #include <algorithm>
-#include <charconv>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -10,6 +9,7 @@
 #include "shardkit/base/errors.h"
 #include "shardkit/base/hash.h"
 #include "shardkit/base/json.h"
+#include "shardkit/sharding/mixture_json.h"
 
 namespace shardkit {
 
@@ -271,142 +271,33 @@ std::vector<double> TargetShares(const Mixture& mixture) {
 
 namespace {
 
-// Version 2: the mixture's cumulative rounding and spread rotation (version 1
-// states were made with other orders) and the schedule's unit.
-constexpr int kMixtureLoaderStateVersion = 2;
-
-std::string WeightText(double w) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, w);
-  return std::string(buf, r.ptr);
-}
-
-double ParseWeight(const Json& v, const std::string& path) {
-  const std::string& text = AsString(v, path);
-  double w = 0;
-  const auto r = std::from_chars(text.data(), text.data() + text.size(), w);
-  if (r.ec != std::errc() || r.ptr != text.data() + text.size()) {
-    ThrowAtPath(path, "\"" + text + "\" is not a number");
-  }
-  return w;
-}
-
-Json IndexList(const std::vector<Index>& values) {
-  Json a = Json::MakeArray();
-  for (Index v : values) a.Push(Json::Int(v));
-  return a;
-}
-
-Json WeightList(const std::vector<double>& values) {
-  Json a = Json::MakeArray();
-  for (double v : values) a.Push(Json::String(WeightText(v)));
-  return a;
-}
-
-std::vector<Index> ReadIndexList(const Json& v, const std::string& path) {
-  std::vector<Index> out;
-  const Json::Array& a = AsArray(v, path);
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    out.push_back(AsInt64(a[i], path + "[" + std::to_string(i) + "]"));
-  }
-  return out;
-}
-
-std::vector<double> ReadWeightList(const Json& v, const std::string& path) {
-  std::vector<double> out;
-  const Json::Array& a = AsArray(v, path);
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    out.push_back(ParseWeight(a[i], path + "[" + std::to_string(i) + "]"));
-  }
-  return out;
-}
-
-Json PieceToJson(const Mixture& m) {
-  const MixtureOptions& o = m.options();
-  Json j = Json::MakeObject();
-  j.Set("sizes", IndexList(m.sizes()));
-  j.Set("weights", WeightList(m.weights()));
-  j.Set("by", Json::String(std::string(MixByName(o.by))));
-  j.Set("tokens", IndexList(o.tokens));
-  j.Set("block", o.block.has_value() ? Json::Int(*o.block) : Json());
-  j.Set("seed", Json::Uint(o.seed));
-  Json schedule = Json::MakeArray();
-  for (const SchedulePoint& p : o.schedule) {
-    Json point = Json::MakeArray();
-    point.Push(Json::Int(p.position));
-    point.Push(WeightList(p.weights));
-    schedule.Push(std::move(point));
-  }
-  j.Set("schedule", std::move(schedule));
-  j.Set("interpolation", Json::String(std::string(InterpolationName(o.interpolation))));
-  j.Set("schedule_unit", Json::String(std::string(MixByName(o.schedule_unit))));
-  Json repeat = Json::MakeArray();
-  for (bool r : o.repeat) repeat.Push(Json::Bool(r));
-  j.Set("repeat", std::move(repeat));
-  j.Set("origin", Json::Int(o.origin));
-  j.Set("start", IndexList(o.start));
-  j.Set("skip", Json::Int(o.skip));
-  return j;
-}
-
-Mixture PieceFromJson(const Json& j, const std::string& path) {
-  ExpectType(j, path, Json::Type::kObject);
-  ExpectOnlyKeys(j, path,
-                 {"sizes", "weights", "by", "tokens", "block", "seed", "schedule", "interpolation",
-                  "schedule_unit", "repeat", "origin", "start", "skip"});
-  MixtureOptions o;
-  const std::vector<Index> sizes = ReadIndexList(Field(j, path, "sizes"), path + ".sizes");
-  const std::vector<double> weights = ReadWeightList(Field(j, path, "weights"), path + ".weights");
-  o.by = ParseMixBy(AsString(Field(j, path, "by"), path + ".by"));
-  o.tokens = ReadIndexList(Field(j, path, "tokens"), path + ".tokens");
-  const Json& block = Field(j, path, "block");
-  if (block.type() != Json::Type::kNull) o.block = AsInt64(block, path + ".block");
-  o.seed = AsUint64(Field(j, path, "seed"), path + ".seed");
-  const Json::Array& schedule = AsArray(Field(j, path, "schedule"), path + ".schedule");
-  for (std::size_t i = 0; i < schedule.size(); ++i) {
-    const std::string at = path + ".schedule[" + std::to_string(i) + "]";
-    const Json::Array& point = AsArray(schedule[i], at);
-    if (point.size() != 2) ThrowAtPath(at, "expected [position, weights]");
-    o.schedule.push_back({AsInt64(point[0], at + "[0]"), ReadWeightList(point[1], at + "[1]")});
-  }
-  o.interpolation =
-      ParseInterpolation(AsString(Field(j, path, "interpolation"), path + ".interpolation"));
-  o.schedule_unit =
-      ParseMixBy(AsString(Field(j, path, "schedule_unit"), path + ".schedule_unit"), "state");
-  const Json::Array& repeat = AsArray(Field(j, path, "repeat"), path + ".repeat");
-  for (std::size_t i = 0; i < repeat.size(); ++i) {
-    o.repeat.push_back(AsBool(repeat[i], path + ".repeat[" + std::to_string(i) + "]"));
-  }
-  o.origin = AsInt64(Field(j, path, "origin"), path + ".origin");
-  o.start = ReadIndexList(Field(j, path, "start"), path + ".start");
-  o.skip = AsInt64(Field(j, path, "skip"), path + ".skip");
-  try {
-    return Mixture(sizes, weights, std::move(o));
-  } catch (const std::invalid_argument& e) {
-    ThrowAtPath(path, std::string("not a valid mixture (") + e.what() + ")");
-  }
-}
+// Version 3: sealed (a checksum over the whole state), the loader state of
+// version 3 inside. Version 2 had no checksum; version 1 states were made with
+// the mixture's earlier per-block orders.
+constexpr int kMixtureLoaderStateVersion = 3;
 
 Json ParseMixtureLoaderJson(std::string_view text) {
   Json j = ParseJson(text, "state");
   ExpectType(j, "state", Json::Type::kObject);
-  ExpectOnlyKeys(j, "state", {"version", "kind", "epoch", "samples", "mixture", "loader"});
   if (AsString(Field(j, "state", "kind"), "state.kind") != "mixture_loader") {
     ThrowInvalid("state", "not a mixture loader state");
   }
-  const Index version = AsInt64(Field(j, "state", "version"), "state.version");
-  if (version != kMixtureLoaderStateVersion) {
-    ThrowInvalid("state",
-                 "a version " + Str(version) +
-                     " mixture loader state; this shardkit reads version " +
-                     Str(kMixtureLoaderStateVersion) +
-                     " (version 1 mixtures had other per-block orders, so such a state cannot "
-                     "be resumed exactly)");
-  }
+  ExpectStateVersion(j, "state", kMixtureLoaderStateVersion, "mixture loader",
+                     "version 1 mixtures had other per-block orders and version 2 states had no "
+                     "checksum, so such a state cannot be resumed exactly");
+  ExpectOnlyKeys(j, "state",
+                 {"version", "kind", "epoch", "samples", "mixture", "loader", "checksum"});
   return j;
 }
 
 std::uint64_t StateEpoch(const LoaderState& s) { return s.train ? s.train->epoch : s.epoch; }
+
+// Whether `order` holds the window of `epoch` = previous of `next` (next >= 1).
+bool HoldsEpoch(const MixtureOrder& order, std::uint64_t epoch, std::uint64_t next) {
+  return next > 0 &&
+         static_cast<Index>(epoch) <= std::numeric_limits<Index>::max() / order.samples() &&
+         static_cast<Index>(epoch) * order.samples() >= order.start();
+}
 
 }  // namespace
 
@@ -421,41 +312,62 @@ bool IsMixtureLoaderState(std::string_view text) {
   }
 }
 
-std::string MixtureLoaderStateToJson(const MixtureOrder& order, const LoaderState& loader) {
+namespace {
+
+// Every field but "checksum", in the order of the format: `mixture` is the
+// list of the plans of the order's pieces from the state's window on.
+Json MixtureLoaderBody(Json mixture, Index samples, const LoaderState& loader) {
   Json j = Json::MakeObject();
   j.Set("version", Json::Int(kMixtureLoaderStateVersion));
   j.Set("kind", Json::String("mixture_loader"));
   j.Set("epoch", Json::Uint(StateEpoch(loader)));
-  j.Set("samples", Json::Int(order.samples()));
-  // The pieces from the state's window on (older ones are not needed).
-  const MixtureWindow w = order.Window(StateEpoch(loader));
+  j.Set("samples", Json::Int(samples));
+  j.Set("mixture", std::move(mixture));
+  j.Set("loader", ParseJson(LoaderStateToJson(loader), "state"));
+  return j;
+}
+
+}  // namespace
+
+std::string MixtureLoaderStateToJson(const MixtureOrder& order, const LoaderState& loader) {
+  // The pieces from the state's window on (older ones are not needed), or
+  // from the window before for the start of an epoch (an equal-steps end
+  // state is made for that window: the reader checks its stream against it).
+  const std::uint64_t epoch = StateEpoch(loader);
+  const bool start = loader.train && loader.train->position == 0;
+  const MixtureWindow w =
+      order.Window(start && HoldsEpoch(order, epoch - 1, epoch) ? epoch - 1 : epoch);
   Json pieces = Json::MakeArray();
   const auto& all = order.pieces();
   for (std::size_t i = 0; i < all.size(); ++i) {
     if (i + 1 < all.size() && order.begin(i + 1) <= w.first) continue;
-    pieces.Push(PieceToJson(all[i]));
+    pieces.Push(MixturePlanJson(all[i]));
   }
-  j.Set("mixture", std::move(pieces));
-  j.Set("loader", ParseJson(LoaderStateToJson(loader), "state"));
-  return WriteJson(j);
+  return SealState(MixtureLoaderBody(std::move(pieces), order.samples(), loader));
 }
 
 MixtureLoaderState MixtureLoaderStateFromJson(std::string_view text) {
   const Json j = ParseMixtureLoaderJson(text);
   MixtureLoaderState s;
   s.samples = AsInt64(Field(j, "state", "samples"), "state.samples");
-  if (s.samples < 1 || s.samples > kMaxWindowSamples) {
-    ThrowAtPath("state.samples", "must be in [1, 2^31], got " + Str(s.samples));
-  }
   const Json::Array& pieces = AsArray(Field(j, "state", "mixture"), "state.mixture");
+  Json plans = Json::MakeArray();
   for (std::size_t i = 0; i < pieces.size(); ++i) {
-    s.pieces.push_back(PieceFromJson(pieces[i], "state.mixture[" + std::to_string(i) + "]"));
+    plans.Push(CanonicalMixturePlan(pieces[i], "state.mixture[" + std::to_string(i) + "]"));
   }
-  const MixtureOrder order(s.pieces, s.samples);  // the pieces hold together
   s.loader = LoaderStateFromJson(WriteJson(Field(j, "state", "loader")));
+  // The seal, before anything of the order is built or used.
+  CheckStateSeal(j, "state", MixtureLoaderBody(std::move(plans), s.samples, s.loader));
   if (AsUint64(Field(j, "state", "epoch"), "state.epoch") != StateEpoch(s.loader)) {
     ThrowAtPath("state.epoch", "differs from the loader state's epoch");
   }
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    s.pieces.push_back(MixtureFromPlanJson(pieces[i], "state.mixture[" + std::to_string(i) + "]"));
+  }
+  if (s.samples < 1 || s.samples > kMaxWindowSamples) {
+    ThrowAtPath("state.samples", "must be in [1, 2^31], got " + Str(s.samples));
+  }
+  const MixtureOrder order(s.pieces, s.samples);  // the pieces hold together
   // The epoch's window is in the order (a state whose window begins before
   // its first piece was read, then failed in the writer: fuzzed).
   try {
@@ -549,11 +461,10 @@ TrainOptions PackingOptions(const LoaderOptions& o, std::uint64_t epoch) {
   return t;
 }
 
+// The window's documents as the loader's plan reads them (its stream
+// fingerprint covers the view's data fingerprint).
 TrainDocuments DocumentsOf(const TokenSource* source) {
-  TrainDocuments docs;
-  docs.count = source->num_documents();
-  docs.length = [source](Index d) { return source->DocumentLength(d); };
-  return docs;
+  return TrainDocumentsOf(*source, FingerprintData(*source).hash);
 }
 
 }  // namespace
@@ -576,7 +487,24 @@ MixtureResume ResumeMixtureLoader(const std::vector<std::shared_ptr<const TokenS
   if (s.loader.train && s.loader.train->position == 0) {
     // Nothing of the epoch's stream taken: the start of epoch `epoch` (also
     // the end state of the epoch before, made for that epoch's window), so
-    // the whole window is the order's from here, with its own stream.
+    // the whole window is the order's from here, with its own stream. The
+    // state's stream must be one of those two windows' first (the state is
+    // bound to its data like any other).
+    auto stream_of = [&](std::uint64_t e) {
+      const auto view = MixtureSource(sources, old, old.Window(e));
+      return TrainPlan::Deferred(DocumentsOf(view.get()), PackingOptions(options, e), std::nullopt)
+          ->stream();
+    };
+    bool bound = s.loader.train->stream == stream_of(epoch);
+    if (!bound && HoldsEpoch(old, epoch - 1, epoch)) {
+      bound = s.loader.train->stream == stream_of(epoch - 1);
+    }
+    if (!bound) {
+      ThrowInvalid("state",
+                   "was saved for another data set or mixture: the data differs (its stream "
+                   "fingerprint is neither epoch " +
+                       std::to_string(epoch) + "'s window's nor the epoch before's)");
+    }
     MixtureOrder order = same ? old : old.Changed(window.first, mixture, window.first);
     const auto view = MixtureSource(sources, order, order.Window(epoch));
     const auto plan =

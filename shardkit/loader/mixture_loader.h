@@ -175,21 +175,22 @@ struct MixtureDelivery {
 [[nodiscard]] std::vector<double> TargetShares(const Mixture& mixture);
 
 // A mixture loader's state: the loader's state of its epoch's window and the
-// order it reads. JSON (version 2; version 1 states, made with the mixture's
-// earlier per-block orders, are refused naming `state`):
-//   {"version": 2, "kind": "mixture_loader", "epoch": E, "samples": S,
-//    "mixture": [PIECE, ...], "loader": <the loader's state>}
-//   PIECE = {"sizes": [...], "weights": ["0.5", ...], "by": "samples",
-//            "tokens": [...], "block": null or B, "seed": S,
-//            "schedule": [[position, [weight, ...]], ...],
-//            "interpolation": "step", "schedule_unit": "samples",
-//            "repeat": [bool, ...],
-//            "origin": O, "start": [...], "skip": K}
-// Weights are strings (the shortest text that reads back as the same
-// double: the core's JSON holds integers only). "loader" is the
-// LoaderStateToJson object (a TrainState's with equal steps). FromJson
-// checks the types and builds every piece (so a bad piece is refused naming
-// `state`), then the loader state's own checks; "epoch" must be the loader
+// order it reads, sealed by the rule of every state kind (base/json.h). JSON
+// (version 3; version 1 states, made with the mixture's earlier per-block
+// orders, and version 2 ones, without a checksum, are refused naming the
+// version):
+//   {"version": 3, "kind": "mixture_loader", "epoch": E, "samples": S,
+//    "mixture": [PLAN, ...], "loader": <the loader's state>,
+//    "checksum": "<16 hex>"}
+// PLAN is a mixture's plan (shardkit/sharding/mixture_json.h); the pieces are
+// the order's from the state's epoch's window on (for an equal-steps state at
+// position 0 of epoch E >= 1, from epoch E - 1's window on, when the order
+// holds it: such a state may be the end state of epoch E - 1, whose stream
+// fingerprint is that window's). "loader" is the LoaderStateToJson object (a
+// TrainState's with equal steps), which is bound to its window's data by its
+// own fingerprint. FromJson checks the types, then the checksum (before it
+// builds anything), then builds every piece (a bad piece is refused naming
+// `state`) and the loader state's own checks; "epoch" must be the loader
 // state's.
 struct MixtureLoaderState {
   std::vector<Mixture> pieces;
@@ -229,7 +230,9 @@ struct MixtureResume {
 // consumer), whose read point is its position or the last done position + 1.
 // The state of one consumer of several is refused naming `state` (give all
 // of them, or their merge). Throws invalid_argument naming the parameter, or
-// `state` when it was made for another window (fingerprint).
+// `state` when it was made for another window (fingerprint; at an epoch
+// boundary the equal-steps state's stream must be its epoch's window's or,
+// for the end state of the epoch before, that window's: "the data differs").
 [[nodiscard]] MixtureResume ResumeMixtureLoader(
     const std::vector<std::shared_ptr<const TokenSource>>& sources, const Mixture& mixture,
     std::optional<Index> samples, const LoaderOptions& options, std::string_view text);

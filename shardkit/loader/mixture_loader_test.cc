@@ -455,9 +455,8 @@ TEST(MixtureLoaderTest, RegressionAStateWhoseWindowIsBeforeItsOrderIsRefused) {
   ASSERT_NE(loader.Next(), nullptr);
   std::string text = MixtureLoaderStateToJson(order, loader.State());
   ASSERT_NO_THROW((void)MixtureLoaderStateFromJson(text));
-  const std::size_t at = text.find("\"origin\": 0");
-  ASSERT_NE(at, std::string::npos) << text;
-  text.replace(at, 11, "\"origin\": 1");
+  // Sealed again: the check behind the seal refuses it.
+  text = loader_testing::Resealed(text, "\"origin\": 0", "\"origin\": 1");
   try {
     (void)MixtureLoaderStateFromJson(text);
     ADD_FAILURE() << "accepted a window before the order";
@@ -467,6 +466,67 @@ TEST(MixtureLoaderTest, RegressionAStateWhoseWindowIsBeforeItsOrderIsRefused) {
                                           0),
               0u)
         << e.what();
+  }
+}
+
+// Issue 20: at an epoch-boundary checkpoint (an equal-steps state at position
+// 0) ResumeMixtureLoader overwrote the state's stream fingerprint without
+// checking it, so any well-typed edit was accepted (3 added to start[0]
+// delivered items (0,2),(0,8) instead of (0,5),(0,9)). The state is sealed,
+// and its stream must be its window's.
+TEST(MixtureLoaderTest, RegressionAnEpochBoundaryStateIsSealedAndBoundToItsWindow) {
+  std::mt19937_64 rng(21);
+  const Corpus corpus = MakeCorpus(rng, {30, 80}, 40);
+  MixtureOptions mo;
+  mo.seed = 4;
+  const Mixture mix = MixtureOfSources(corpus.views(), {1, 2}, mo);
+  const MixtureOrder order(mix, 60);
+  LoaderOptions o;
+  o.seq_len = 32;
+  o.batch_size = 2;
+  o.shuffle = false;
+  o.equal_steps = true;
+  // Epoch 1 uninterrupted: what a resume at its start must deliver.
+  LoaderOptions o1 = o;
+  o1.epoch = 1;
+  std::vector<Index> sources(60), items(60);
+  order.Fill(60, 120, sources.data(), items.data());
+  TokenLoader fresh(MixtureSource(corpus.views(), order, order.Window(1)), o1);
+  Delivered expected;
+  Drain(fresh, sources, items, &expected);
+  ASSERT_GT(expected.batches, 0);
+  // The end state of epoch 0 (made for epoch 0's window), and the start
+  // state of epoch 1 (its own window's).
+  TokenLoader epoch0(MixtureSource(corpus.views(), order, order.Window(0)), o);
+  while (epoch0.Next() != nullptr) {
+  }
+  TokenLoader start1(MixtureSource(corpus.views(), order, order.Window(1)), o1);
+  for (const LoaderState& state : {epoch0.State(), start1.State()}) {
+    ASSERT_TRUE(state.train.has_value());
+    ASSERT_EQ(state.train->epoch, 1u);
+    ASSERT_EQ(state.train->position, 0);
+    const std::string text = MixtureLoaderStateToJson(order, state);
+    const MixtureResume r = ResumeMixtureLoader(corpus.views(), mix, 60, o1, text);
+    TokenLoader rest(MixtureSource(corpus.views(), r.order, r.order.Window(1)), o1, r.loader);
+    Delivered got;
+    Drain(rest, sources, items, &got);
+    EXPECT_EQ(got.tokens_of, expected.tokens_of);
+    EXPECT_EQ(got.batches, expected.batches);
+    // An edit: refused by the seal; sealed again, by the stream.
+    const std::size_t at = text.find("\"start\": [0, 0]");
+    ASSERT_NE(at, std::string::npos) << text;
+    std::string edited = text;
+    edited.replace(at, 15, "\"start\": [3, 0]");
+    EXPECT_EQ(loader_testing::ErrorOf(
+                  [&] { (void)ResumeMixtureLoader(corpus.views(), mix, 60, o1, edited); }),
+              "state: checksum: does not match the state's content (the state was edited or "
+              "damaged)");
+    const std::string resealed =
+        loader_testing::Resealed(text, "\"start\": [0, 0]", "\"start\": [3, 0]");
+    const std::string e = loader_testing::ErrorOf(
+        [&] { (void)ResumeMixtureLoader(corpus.views(), mix, 60, o1, resealed); });
+    EXPECT_EQ(e.rfind("state: was saved for another data set or mixture: the data differs", 0), 0u)
+        << e;
   }
 }
 
@@ -557,10 +617,10 @@ TEST(MixtureLoaderTest, WindowsAndBadInput) {
   {
     LoaderState st;
     st.train = TrainState{};
-    std::string text = MixtureLoaderStateToJson(MixtureOrder(bounded, 4), st);
-    const std::string from = "\"samples\": 4";
-    ASSERT_NE(text.find(from), std::string::npos);
-    text.replace(text.find(from), from.size(), "\"samples\": 1099511627776");
+    // Sealed again (the seal alone would refuse the edit): the bound.
+    const std::string text =
+        loader_testing::Resealed(MixtureLoaderStateToJson(MixtureOrder(bounded, 4), st),
+                                 "\"samples\": 4", "\"samples\": 1099511627776");
     EXPECT_EQ(message([&] { (void)MixtureLoaderStateFromJson(text); }).rfind("state", 0), 0u);
     EXPECT_NE(message([&] { (void)MixtureLoaderStateFromJson(text); }).find("2^31"),
               std::string::npos);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -18,15 +19,36 @@
 namespace shardkit {
 
 namespace {
-constexpr EnumNames<TokenDType, 3> kTokenDTypes{"token_dtype",
+constexpr EnumNames<TokenDType, 7> kTokenDTypes{"token_dtype",
                                                 "token dtype",
                                                 {{{TokenDType::kUint16, "uint16"},
                                                   {TokenDType::kInt32, "int32"},
-                                                  {TokenDType::kUint32, "uint32"}}}};
+                                                  {TokenDType::kUint32, "uint32"},
+                                                  {TokenDType::kUint8, "uint8"},
+                                                  {TokenDType::kInt8, "int8"},
+                                                  {TokenDType::kInt16, "int16"},
+                                                  {TokenDType::kInt64, "int64"}}}};
 }  // namespace
 
 TokenDType ParseTokenDType(std::string_view name) { return kTokenDTypes.Parse(name); }
 std::string_view TokenDTypeName(TokenDType type) { return kTokenDTypes.Name(type); }
+
+int TokenDTypeSize(TokenDType type) {
+  switch (type) {
+    case TokenDType::kUint8:
+    case TokenDType::kInt8:
+      return 1;
+    case TokenDType::kUint16:
+    case TokenDType::kInt16:
+      return 2;
+    case TokenDType::kInt32:
+    case TokenDType::kUint32:
+      return 4;
+    case TokenDType::kInt64:
+      return 8;
+  }
+  return 4;
+}
 
 MappedFile::MappedFile(const std::string& path, std::string_view param) : path_(path) {
   const int fd = OpenRegularFile(param, path);
@@ -59,7 +81,11 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-int TokenSize(TokenDType type) { return type == TokenDType::kUint16 ? 2 : 4; }
+std::int64_t LoadInt64(const char* p) {
+  std::int64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
 
 }  // namespace
 
@@ -69,6 +95,14 @@ Index TokenSource::Part::Offset(Index i) const {
 }
 
 Index TokenSource::Part::RawOffset(Index i) const {
+  if (sequence_pointers != nullptr) {
+    // A Megatron part: the sequence id read is clamped as well, so an index
+    // edited after open never makes this read leave the mapping.
+    const Index s = document_indices == nullptr
+                        ? i
+                        : std::clamp<Index>(LoadInt64(document_indices + 8 * i), 0, num_sequences);
+    return s == num_sequences ? num_tokens : LoadInt64(sequence_pointers + 8 * s) >> token_shift;
+  }
   const char* p = offsets + i * offset_size;
   switch (offset_size) {
     case 8: {
@@ -132,7 +166,7 @@ TokenSource::Part TokenSource::OpenPart(const std::string& tokens_path,
     part.num_tokens = h.count;
   } else {
     part.type = options.raw_token_dtype;
-    const int size = TokenSize(part.type);
+    const int size = TokenDTypeSize(part.type);
     if (t.size() % size != 0) {
       ThrowInvalid("tokens", tokens_path + ": raw " + std::string(TokenDTypeName(part.type)) +
                                  " file of " + std::to_string(t.size()) +
@@ -202,6 +236,26 @@ TokenSource::Part TokenSource::OpenPart(const std::string& tokens_path,
 }
 
 void TokenSource::AddPart(Part part) {
+  if (part.type == TokenDType::kInt64) {
+    // The same rule for int64 ids (a Megatron dtype, a raw file's): each must
+    // fit the int32 it is delivered as.
+    std::int64_t low = 0, high = 0;
+    for (Index i = 0; i < part.num_tokens; ++i) {
+      const std::int64_t v = LoadInt64(part.tokens + 8 * i);
+      low = std::min(low, v);
+      high = std::max(high, v);
+    }
+    if (low < INT32_MIN || high > INT32_MAX) {
+      for (Index i = 0; i < part.num_tokens; ++i) {
+        const std::int64_t v = LoadInt64(part.tokens + 8 * i);
+        if (v < INT32_MIN || v > INT32_MAX) {
+          ThrowInvalid("tokens", part.name + ": token " + Str(i) + " is " + Str(v) +
+                                     "; int64 ids must fit in int32 (they are delivered as "
+                                     "int32)");
+        }
+      }
+    }
+  }
   if (part.type == TokenDType::kUint32) {
     // Ids are delivered as int32: every uint32 id must be below 2^31. One
     // pass at open (the OR of all ids vectorises); reading never checks.
@@ -275,6 +329,31 @@ std::shared_ptr<const TokenSource> TokenSource::OpenDirectory(const std::string&
     source->AddPart(OpenPart(tokens_path, offsets_path, options));
   }
   return source;
+}
+
+std::shared_ptr<const TokenSource> TokenSource::Concat(
+    const std::vector<std::shared_ptr<const TokenSource>>& sources) {
+  if (sources.empty()) ThrowInvalid("sources", "no sources; give at least one");
+  std::shared_ptr<TokenSource> out(new TokenSource());
+  for (std::size_t k = 0; k < sources.size(); ++k) {
+    if (sources[k] == nullptr) ThrowInvalid("sources", "source " + Str(Index(k)) + " is null");
+    if (sources[k]->gathered_ != nullptr) {
+      ThrowInvalid("sources", "source " + Str(Index(k)) +
+                                  " is a gathered view (an order stage); concatenate files");
+    }
+    for (const Part& part : sources[k]->parts_) {
+      // Validated when its source was opened: append without a second pass
+      // (AddPart would rescan uint32 / int64 tokens).
+      Part copy = part;
+      if (out->part_begin_.empty()) out->part_begin_.push_back(0);
+      copy.first_document = out->num_documents_;
+      out->num_documents_ = CheckedAdd("sources", out->num_documents_, copy.num_documents);
+      out->num_tokens_ = CheckedAdd("sources", out->num_tokens_, copy.num_tokens);
+      out->part_begin_.push_back(out->num_documents_);
+      out->parts_.push_back(std::move(copy));
+    }
+  }
+  return out;
 }
 
 std::shared_ptr<const TokenSource> TokenSource::FromMemory(const void* tokens, TokenDType type,
@@ -422,6 +501,19 @@ void CopyTokens(const char* tokens, TokenDType type, Index first, Index count, O
       return;
     case TokenDType::kUint16:
       Widen<std::uint16_t>(tokens + first * 2, count, out);
+      return;
+    case TokenDType::kInt16:
+      Widen<std::int16_t>(tokens + first * 2, count, out);
+      return;
+    case TokenDType::kUint8:
+      Widen<std::uint8_t>(tokens + first, count, out);
+      return;
+    case TokenDType::kInt8:
+      Widen<std::int8_t>(tokens + first, count, out);
+      return;
+    case TokenDType::kInt64:
+      // Validated inside the int32 range when the part was opened.
+      Widen<std::int64_t>(tokens + first * 8, count, out);
       return;
   }
 }

@@ -6,8 +6,12 @@
 // num_documents + 1 entries. Tokens are uint16, int32 or uint32; offsets are
 // any integer type. Arrays are .npy files (dtype and length from the validated
 // header) or raw little-endian files (token dtype given; offsets int64).
-// A source of several parts (a directory) numbers the documents of part 0
-// first, then part 1, and so on; a document never spans parts.
+// A part may also be a Megatron-LM IndexedDataset (PREFIX.bin + PREFIX.idx,
+// shardkit/loader/megatron_source.h): its documents' offsets are read from
+// the index, and its tokens may be any of the integer types below.
+// A source of several parts (a directory, a list of prefixes) numbers the
+// documents of part 0 first, then part 1, and so on; a document never spans
+// parts.
 //
 // Everything is validated when the source is opened: only regular files are
 // read (a FIFO, a device or a directory is refused by name, never waited on),
@@ -17,17 +21,19 @@
 // truncated offsets file is caught). Errors are
 // std::invalid_argument "tokens: <file>: ..." / "offsets: <file>: ..." (or
 // "directory: ..."), naming the file. After that, reading never throws.
-// Token ids are delivered as int32; uint32 ids must be below 2^31 (checked
-// when the source is opened, invalid_argument naming tokens and the position).
+// Token ids are delivered as int32; uint32 ids must be below 2^31 and int64
+// ids inside the int32 range (checked when the source is opened, one pass over
+// such a part's tokens; invalid_argument naming tokens and the position).
 //
 // Files changed after opening: the files are mapped, not copied (an offsets
 // array of 10^8 documents is 800 MB), so bytes written into them later reach
 // the reader. Whatever they become, reading never leaves the mapping: every
-// offset read is clamped to [0, num_tokens] of its part, DocumentLength is
-// then >= 0, and Copy delivers zeros for tokens past the part's end. The
-// tokens delivered from a file edited in place are unspecified (keep data
-// files immutable; write new versions under new names). A file *truncated*
-// after opening is not caught: touching a page past its new end raises SIGBUS
+// offset read (and a Megatron index's sequence id) is clamped to
+// [0, num_tokens] of its part, DocumentLength is then >= 0, and Copy delivers
+// zeros for tokens past the part's end. The tokens delivered from a file
+// edited in place are unspecified (keep data files immutable; write new
+// versions under new names). A file *truncated* after opening is not caught:
+// touching a page past its new end raises SIGBUS
 // (the kernel's rule for a shrunk shared mapping; a size check before each
 // read would race with the truncation and is not made).
 //
@@ -47,11 +53,16 @@
 
 namespace shardkit {
 
-enum class TokenDType { kUint16, kInt32, kUint32 };
+// The first three are the dtypes of .npy token files and arrays; every one
+// may be a raw file's (SourceOptions) or a Megatron part's.
+enum class TokenDType { kUint16, kInt32, kUint32, kUint8, kInt8, kInt16, kInt64 };
 
-// "uint16" | "int32" | "uint32"; throws invalid_argument naming token_dtype.
+// "uint16" | "int32" | "uint32" | "uint8" | "int8" | "int16" | "int64"; throws
+// invalid_argument naming token_dtype.
 [[nodiscard]] TokenDType ParseTokenDType(std::string_view name);
 [[nodiscard]] std::string_view TokenDTypeName(TokenDType type);
+// Bytes per token of `type` (1, 2, 4 or 8).
+[[nodiscard]] int TokenDTypeSize(TokenDType type);
 
 // A read-only memory map of a whole file; unmapped on destruction.
 class MappedFile {
@@ -89,6 +100,19 @@ class TokenSource {
   // tokens file lacks its offsets file.
   static std::shared_ptr<const TokenSource> OpenDirectory(const std::string& directory,
                                                           SourceOptions options = {});
+  // A Megatron-LM IndexedDataset: PREFIX.bin and PREFIX.idx, validated as
+  // shardkit/loader/megatron_source.h says (errors name the file, the field
+  // and the value). One part; document d is the run of sequences
+  // [document_indices[d], document_indices[d + 1]). Defined in
+  // megatron_source.cc.
+  static std::shared_ptr<const TokenSource> OpenMegatron(const std::string& prefix);
+  // The parts of `sources` (files or memory, not gathered views) as one
+  // source: the documents of sources[0] first, then sources[1]'s, ... No
+  // data is copied (the parts share their maps). Throws invalid_argument
+  // naming `sources` when it is empty, holds a null or a gathered source, or
+  // the totals overflow.
+  static std::shared_ptr<const TokenSource> Concat(
+      const std::vector<std::shared_ptr<const TokenSource>>& sources);
   // A view of caller-owned tokens (they must outlive the source and not
   // change) and a copy of `offsets` (num_documents + 1 entries, validated
   // like files; later changes to the caller's array do not reach the source).
@@ -152,6 +176,17 @@ class TokenSource {
     bool offset_signed = true;
     Index num_documents = 0;
     Index first_document = 0;  // global id of the part's document 0
+    // A Megatron part (sequence_pointers set): offsets are not stored;
+    // offset i is the token position of sequence s = document_indices[i]
+    // (its byte pointer >> token_shift, or num_tokens past the last
+    // sequence). document_indices is null when every document is one
+    // sequence (s = i: one load per offset, as for an offsets array). Both
+    // arrays are little-endian int64, validated when opened.
+    std::shared_ptr<MappedFile> index_file;
+    const char* sequence_pointers = nullptr;  // num_sequences entries
+    const char* document_indices = nullptr;   // num_documents + 1 entries
+    Index num_sequences = 0;
+    int token_shift = 0;  // log2 of the token size
     // Offset i as the file holds it now; Offset clamps it to [0, num_tokens].
     [[nodiscard]] Index RawOffset(Index i) const;
     [[nodiscard]] Index Offset(Index i) const;

@@ -12,6 +12,8 @@
 #include <utility>
 
 #include "shardkit/base/enum_names.h"
+#include "shardkit/base/hash.h"
+#include "shardkit/base/json.h"
 #include "shardkit/sharding/permutation.h"
 
 namespace shardkit {
@@ -33,6 +35,18 @@ bool SamePieces(const std::vector<PackItem>& a, const std::vector<PackItem>& b) 
 double PieceCost(const PackItem& p, CostModel model) {
   const double l = static_cast<double>(p.length);
   return model == CostModel::kTokens ? l : l * l;
+}
+
+// The deal cost of one pack: its tokens, the sum of its squared piece
+// lengths, or (squared, with CP) the causal work of its busiest CP rank.
+double PackCost(const Pack& pack, CostModel model, const ContextParallelOptions& cp) {
+  // Tokens: the pack's total, which the packer keeps (an integer below
+  // 2^53, so the same double as the sum of its pieces).
+  if (model == CostModel::kTokens) return static_cast<double>(pack.tokens);
+  if (cp.size > 1) return CpRowCost(pack.pieces, cp);
+  double c = 0;
+  for (const PackItem& p : pack.pieces) c += PieceCost(p, model);
+  return c;
 }
 
 }  // namespace
@@ -65,6 +79,7 @@ class PackStream {
         shuffle_(o.shuffle),
         seed_(o.seed),
         continuous_(continuous),
+        granule_(CpGranule(o.cp)),
         lengths_(docs->length_data ? docs->length_data : docs->offsets_data),
         order_(docs->count, o.seed, o.epoch),
         epoch_(o.epoch),
@@ -109,9 +124,30 @@ class PackStream {
       StartEpoch(epoch_ + 1);
     }
     (void)packer_.Pop(pack);
+    if (granule_ > 1) {
+      // The packer saw padded lengths; the pieces get their real ones back
+      // (only a document's last piece holds its padding).
+      pack->tokens = 0;
+      for (PackItem& p : pack->pieces) {
+        p.length = std::min(p.length, docs_->Length(p.item) - p.start);
+        pack->tokens += p.length;
+      }
+    }
     *epoch = epoch_;
     *index = popped_++;
     return true;
+  }
+
+  // Takes up to n packs of the current epoch's stream (never beyond its end,
+  // also in continuous mode); returns how many there were.
+  Index SkipInEpoch(Index n) {
+    Index k = 0;
+    for (; k < n && HasPackInEpoch(); ++k) {
+      Pack pack;
+      (void)packer_.Pop(&pack);
+      ++popped_;
+    }
+    return k;
   }
 
   // Takes n packs (no output); returns how many there were.
@@ -185,7 +221,7 @@ class PackStream {
     }
     const Index d = block_[static_cast<std::size_t>(block_at_++)];
     ++pushed_;
-    packer_.Push(d, docs_->Length(d), docs_->Images(d));
+    packer_.Push(d, CpPaddedLength(docs_->Length(d), granule_), docs_->Images(d));
     if (!packer_.dropped_items().empty()) {
       std::vector<Index> dropped = packer_.TakeDropped();
       dropped_ += static_cast<Index>(dropped.size());
@@ -206,6 +242,7 @@ class PackStream {
   bool shuffle_;
   std::uint64_t seed_;
   bool continuous_;
+  Index granule_;                // CP granularity: documents packed padded to it
   const std::int64_t* lengths_;  // length_data or offsets_data (prefetched)
   Permutation order_;
   std::uint64_t epoch_;
@@ -257,20 +294,14 @@ Index Gather(PackStream* stream, Index R, Deal* deal) {
 // the step), each to the cheapest rank with a free row (ties: lower rank).
 // Only ranks [0, min(W, K)) can receive a pack (an unused rank costs 0 and the
 // lowest one wins ties), so the work is O(K log K) for any W.
-void DealPacks(Index W, Index rows, CostModel model, Deal* deal) {
+void DealPacks(Index W, Index rows, CostModel model, const ContextParallelOptions& cp, Deal* deal) {
   const Index K = static_cast<Index>(deal->packs.size());
   const Index used = std::min(W, K);
   deal->costs.assign(static_cast<std::size_t>(K), 0.0);
   deal->total = 0;
   for (Index k = 0; k < K; ++k) {
     const Pack& pack = deal->packs[static_cast<std::size_t>(k)];
-    // Tokens: the pack's total, which the packer keeps (an integer below
-    // 2^53, so the same double as the sum of its pieces).
-    double c = static_cast<double>(pack.tokens);
-    if (model != CostModel::kTokens) {
-      c = 0;
-      for (const PackItem& p : pack.pieces) c += PieceCost(p, model);
-    }
+    const double c = PackCost(pack, model, cp);
     deal->costs[static_cast<std::size_t>(k)] = c;
     deal->total += c;
   }
@@ -342,13 +373,17 @@ void FillStep(const Deal& deal, Index rank, Index rows, Index step, TrainStep* o
 
 // Throws invalid_argument naming `position` when the epoch's stream has
 // fewer packs than options.position (after taking them from *stream).
-void SkipToPosition(const TrainDocuments* docs, const TrainOptions& o, PackStream* stream) {
-  const bool continuous = o.mode == TrainMode::kContinuous;
-  if (stream->Skip(o.position) != o.position || (continuous && stream->epoch() != o.epoch)) {
+// Reaching `position` replays the epoch's stream, never beyond its end (a
+// position past it is refused: in continuous mode the stream would go on
+// into the next epochs for ever). TrainPlan::Prepare has bounded position by
+// MaxPacks first.
+void SkipToPosition(const TrainDocuments* docs, const TrainOptions& o, PackStream* stream,
+                    std::string_view param) {
+  if (stream->SkipInEpoch(o.position) != o.position) {
     PackStream count(docs, o, false);
-    const Index p = count.Skip(std::numeric_limits<Index>::max());
-    ThrowInvalid("position", Str(o.position) + " is outside [0, " + Str(p) +
-                                 "] (the packs of epoch " + Str(o.epoch) + "'s stream)");
+    const Index p = count.SkipInEpoch(std::numeric_limits<Index>::max());
+    ThrowAtPath(param, Str(o.position) + " is outside [0, " + Str(p) + "] (the packs of epoch " +
+                           Str(o.epoch) + "'s stream)");
   }
 }
 
@@ -384,7 +419,7 @@ class Tally {
       done_ = true;
       return false;
     }
-    DealPacks(o_.world_size, rows_per_rank_, o_.cost, deal);
+    DealPacks(o_.world_size, rows_per_rank_, o_.cost, o_.cp, deal);
     for (std::size_t k = 0; k < deal->packs.size(); ++k) {
       if (deal->epochs[k] != o_.epoch) {
         ++s_.next_epoch_rows;
@@ -528,14 +563,20 @@ TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options, const Train
   if (state) {
     options_.epoch = state->epoch;
     options_.position = state->position;
+    epoch_param_ = "state.epoch";
+    position_param_ = "state.position";
   }
   Prepare();
   if (state && state->stream != stream_) {
     ThrowInvalid("state",
-                 "was saved for another data set or packing configuration (stream fingerprint "
-                 "differs: documents, seq_len, shuffle, seed, algorithm, buffer, budgets and "
-                 "oversize must match; world size and batch shape may change)");
+                 "was saved for another data set or packing configuration: the data differs "
+                 "or its packing does (stream fingerprint " +
+                     HexDigest(state->stream) + " vs this plan's " + HexDigest(stream_) +
+                     "; the documents (lengths and content), seq_len, shuffle, seed, algorithm, "
+                     "buffer, budgets and oversize must match; world size and batch shape may "
+                     "change)");
   }
+  CheckPositionBound();
   if (!deferred) {
     Construct();
     return;
@@ -543,7 +584,7 @@ TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options, const Train
   // The stream at `position`, checked, is checkpoint 0: the reader starts there.
   const bool continuous = options_.mode == TrainMode::kContinuous;
   PackStream stream(&documents_, options_, continuous);
-  SkipToPosition(&documents_, options_, &stream);
+  SkipToPosition(&documents_, options_, &stream, position_param_);
   checkpoints_.push_back(std::make_shared<const Checkpoint>(stream.Save()));
   lazy_ = std::make_unique<Lazy>();
 }
@@ -575,7 +616,8 @@ void TrainPlan::Prepare() {
   CheckAtLeast("batch_size", o.batch_size, 1);
   CheckAtLeast("world_size", o.world_size, 1);
   CheckAtLeast("micro_batches", o.micro_batches, 1);
-  CheckAtLeast("position", o.position, 0);
+  if (o.position < 0) ThrowAtPath(position_param_, "must not be negative, got " + Str(o.position));
+  CheckEpoch(epoch_param_, o.epoch);
   CheckAtLeast("num_documents", documents_.count, 0);
   if (o.oversize == Oversize::kError) {
     ThrowInvalid("oversize",
@@ -583,6 +625,7 @@ void TrainPlan::Prepare() {
                  "half-way); use split or drop");
   }
   ValidatePackOptions(TrainPackOptions(o));
+  ValidateContextParallel(o.cp, o.seq_len);
   if (o.max_images && !documents_.images) {
     ThrowInvalid("max_images", "is set but no images were given");
   }
@@ -604,12 +647,15 @@ void TrainPlan::Prepare() {
   add(static_cast<std::uint64_t>(o.max_images.value_or(-1)));
   add(static_cast<std::uint64_t>(o.max_sequences.value_or(-1)));
   add(static_cast<std::uint64_t>(o.oversize));
+  const Index granule = CpGranule(o.cp);
+  if (granule > 1) add(0x4350000000000000ULL ^ static_cast<std::uint64_t>(granule));
   std::uint64_t content = 0;
   Index total = 0, total_images = 0;
   for (Index d = 0; d < documents_.count; ++d) {
     const Index len = documents_.Length(d);
     if (len < 0) ThrowInvalid("lengths", "document " + Str(d) + " has negative length " + Str(len));
     total = CheckedAdd("lengths", total, len);
+    if (granule > 1) (void)CheckedAdd("lengths", len, granule - 1);  // its padded length
     Index img = 0;
     if (documents_.images) {
       img = documents_.Images(d);
@@ -623,7 +669,27 @@ void TrainPlan::Prepare() {
               Mix64(static_cast<std::uint64_t>(len) ^ (static_cast<std::uint64_t>(img) << 40)));
   }
   add(content);
+  // The data's identity beyond its lengths (a token source's content hash).
+  if (documents_.identity != 0) add(documents_.identity);
   stream_ = h;
+  // Every pack holds at least one piece, and a document gives at most
+  // 1 + length / seq_len pieces: the epoch's stream has at most this many.
+  max_packs_ = documents_.count;
+  if (__builtin_add_overflow(max_packs_, total / o.seq_len, &max_packs_)) {
+    max_packs_ = std::numeric_limits<Index>::max();
+  }
+}
+
+void TrainPlan::CheckPositionBound() const {
+  // O(1), before any replay: a position from outside (a state, an argument)
+  // beyond what the epoch's stream can hold is refused here, not after
+  // replaying the stream (in continuous mode, for ever).
+  if (options_.position > max_packs_) {
+    ThrowAtPath(position_param_, Str(options_.position) + " is more packs than epoch " +
+                                     Str(options_.epoch) + "'s stream can hold (at most " +
+                                     Str(max_packs_) +
+                                     ": one per document plus one per seq_len tokens)");
+  }
 }
 
 // The construction pass: the whole epoch through the packer and the deal,
@@ -632,7 +698,7 @@ void TrainPlan::Construct() const {
   const TrainOptions& o = options_;
   const bool continuous = o.mode == TrainMode::kContinuous;
   PackStream stream(&documents_, o, continuous);
-  SkipToPosition(&documents_, o, &stream);
+  SkipToPosition(&documents_, o, &stream, position_param_);
   Tally tally(o, rows_per_rank_, stream_);
   Deal deal;
   checkpoint_stride_ = 1;
@@ -725,7 +791,7 @@ struct TrainPlan::Reader::Impl {
     const Index R = o.world_size * plan->rows_per_rank_;
     const Index K = Gather(&stream, R, &deal);
     if (K == 0) return false;
-    DealPacks(o.world_size, plan->rows_per_rank_, o.cost, &deal);
+    DealPacks(o.world_size, plan->rows_per_rank_, o.cost, o.cp, &deal);
     return true;
   }
   bool published = false;
@@ -835,6 +901,8 @@ std::uint64_t TrainPlan::Fingerprint() const {
   add(static_cast<std::uint64_t>(options_.cost));
   add(options_.epoch);
   add(static_cast<std::uint64_t>(options_.position));
+  if (options_.cp.size > 1)
+    add(0x4350000000000000ULL ^ static_cast<std::uint64_t>(options_.cp.size));
   return h;
 }
 
@@ -849,6 +917,8 @@ std::string TrainPlan::Describe() const {
   if (o.buffer) s += ", buffer=" + Str(*o.buffer);
   if (o.max_images) s += ", max_images=" + Str(*o.max_images);
   if (o.max_sequences) s += ", max_sequences=" + Str(*o.max_sequences);
+  if (o.cp.size > 1) s += ", cp_size=" + Str(o.cp.size);
+  if (o.cp.granularity) s += ", cp_granularity=" + Str(*o.cp.granularity);
   s += ", oversize=" + std::string(OversizeName(o.oversize)) +
        ", cost=" + std::string(CostModelName(o.cost));
   s += o.shuffle ? ", shuffle=True, seed=" + Str(o.seed) : std::string(", shuffle=False");
@@ -862,104 +932,39 @@ std::string TrainPlan::Describe() const {
 // ---------------------------------------------------------------------------
 // State codec
 
-std::string TrainStateToJson(const TrainState& state) {
-  char buf[200];
-  std::snprintf(buf, sizeof buf,
-                "{\"version\": %d, \"kind\": \"train_plan\", \"epoch\": %llu, "
-                "\"position\": %lld, \"stream\": \"%016llx\"}",
-                kTrainStateVersion, static_cast<unsigned long long>(state.epoch),
-                static_cast<long long>(state.position),
-                static_cast<unsigned long long>(state.stream));
-  return buf;
+namespace {
+
+// Every field of a train state but "checksum", in the order of the format.
+Json TrainStateBody(const TrainState& s) {
+  Json d = Json::MakeObject();
+  d.Set("version", Json::Int(kTrainStateVersion));
+  d.Set("kind", Json::String("train_plan"));
+  d.Set("epoch", Json::Uint(s.epoch));
+  d.Set("position", Json::Int(s.position));
+  d.Set("stream", Json::String(HexDigest(s.stream)));
+  return d;
 }
 
+}  // namespace
+
+std::string TrainStateToJson(const TrainState& state) { return SealState(TrainStateBody(state)); }
+
 TrainState TrainStateFromJson(std::string_view json) {
-  auto bad = [](const std::string& what) { ThrowInvalid("state", what); };
-  std::size_t i = 0;
-  auto skip = [&] {
-    while (i < json.size() &&
-           (json[i] == ' ' || json[i] == '\n' || json[i] == '\t' || json[i] == '\r')) {
-      ++i;
-    }
-  };
-  auto expect = [&](char c) {
-    skip();
-    if (i >= json.size() || json[i] != c) {
-      bad(std::string("expected '") + c + "' at offset " + std::to_string(i) +
-          " of a train_plan state (a JSON object)");
-    }
-    ++i;
-  };
-  auto string = [&] {
-    expect('"');
-    const std::size_t start = i;
-    while (i < json.size() && json[i] != '"') ++i;
-    if (i >= json.size()) bad("unterminated string");
-    return std::string(json.substr(start, i++ - start));
-  };
-  auto number = [&](const std::string& key) {
-    skip();
-    std::size_t start = i;
-    if (i < json.size() && json[i] == '-') ++i;
-    while (i < json.size() && json[i] >= '0' && json[i] <= '9') ++i;
-    const std::string digits(json.substr(start, i - start));
-    if (digits.empty() || digits == "-" || digits.size() > 20)
-      bad("key '" + key + "' is not an integer");
-    if (digits[0] == '-') bad("key '" + key + "' is negative: " + digits);
-    errno = 0;
-    const unsigned long long v = std::strtoull(digits.c_str(), nullptr, 10);
-    if (errno == ERANGE) bad("key '" + key + "' is out of range: " + digits);
-    return static_cast<std::uint64_t>(v);
-  };
+  const Json d = ParseJson(json, "state");
+  ExpectType(d, "state", Json::Type::kObject);
+  ExpectOnlyKeys(d, "state", {"version", "kind", "epoch", "position", "stream", "checksum"});
+  const std::string& kind = AsString(Field(d, "state", "kind"), "state.kind");
+  if (kind != "train_plan") ThrowAtPath("state.kind", "'" + kind + "' is not a train_plan state");
+  ExpectStateVersion(d, "state", kTrainStateVersion, "train_plan",
+                     "version 1 had no checksum, and its stream fingerprint covered the "
+                     "document lengths only, not the data");
   TrainState s;
-  int seen = 0;
-  expect('{');
-  skip();
-  if (i < json.size() && json[i] == '}') bad("is empty");
-  while (true) {
-    const std::string key = string();
-    expect(':');
-    if (key == "version") {
-      const std::uint64_t v = number(key);
-      if (v != kTrainStateVersion) {
-        bad("version " + std::to_string(v) + " is not supported (this build reads version " +
-            std::to_string(kTrainStateVersion) + ")");
-      }
-      seen |= 1;
-    } else if (key == "kind") {
-      const std::string kind = string();
-      if (kind != "train_plan") bad("kind '" + kind + "' is not a train_plan state");
-      seen |= 2;
-    } else if (key == "epoch") {
-      s.epoch = number(key);
-      seen |= 4;
-    } else if (key == "position") {
-      const std::uint64_t p = number(key);
-      if (p > static_cast<std::uint64_t>(std::numeric_limits<Index>::max())) {
-        bad("position " + std::to_string(p) + " is out of range");
-      }
-      s.position = static_cast<Index>(p);
-      seen |= 8;
-    } else if (key == "stream") {
-      const std::string hex = string();
-      char* end = nullptr;
-      s.stream = std::strtoull(hex.c_str(), &end, 16);
-      if (hex.empty() || hex.size() > 16 || *end != '\0') bad("stream '" + hex + "' is not hex");
-      seen |= 16;
-    } else {
-      bad("unknown key '" + key + "'");
-    }
-    skip();
-    if (i < json.size() && json[i] == ',') {
-      ++i;
-      continue;
-    }
-    expect('}');
-    break;
-  }
-  skip();
-  if (i != json.size()) bad("trailing characters after the object");
-  if (seen != 31) bad("missing keys (version, kind, epoch, position and stream are required)");
+  s.epoch = AsUint64(Field(d, "state", "epoch"), "state.epoch");
+  s.position = AsInt64(Field(d, "state", "position"), "state.position");
+  s.stream = ReadHexField(d, "state", "stream");
+  CheckStateSeal(d, "state", TrainStateBody(s));
+  if (s.position < 0) ThrowAtPath("state.position", "must not be negative, got " + Str(s.position));
+  CheckEpoch("state.epoch", s.epoch);
   return s;
 }
 
@@ -996,7 +1001,12 @@ TrainAudit TrainPlan::Audit() const {
   {
     std::vector<std::vector<std::pair<Index, Index>>> by_doc(
         static_cast<std::size_t>(documents_.count));
+    const Index granule = CpGranule(o.cp);
     for (const auto& pack : packs) {
+      // Every row fits seq_len with each piece padded to the CP granularity.
+      if (CpPaddedTokens(pack, granule) > o.seq_len) {
+        fail("a pack of " + Str(CpPaddedTokens(pack, granule)) + " padded tokens exceeds seq_len");
+      }
       for (const PackItem& p : pack) {
         if (p.item < 0 || p.item >= documents_.count) {
           fail("a piece names document " + Str(p.item));

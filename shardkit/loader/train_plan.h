@@ -75,6 +75,7 @@
 #include <vector>
 
 #include "shardkit/base/errors.h"
+#include "shardkit/packing/context_parallel.h"
 #include "shardkit/packing/packing.h"
 
 namespace shardkit {
@@ -100,6 +101,12 @@ struct TrainDocuments {
   const Index* images_data = nullptr;
   const std::int64_t* offsets_data = nullptr;
   Index offsets_limit = 0;  // offsets_data's values are clamped to [0, offsets_limit]
+  // What identifies the documents beyond their lengths: for a token source,
+  // its data fingerprint (FingerprintData(source).hash, loader_state.h, which
+  // hashes a sample of the tokens); 0 when only the lengths are known. Mixed
+  // into the stream fingerprint, so a state of another data set with the
+  // same lengths is refused.
+  std::uint64_t identity = 0;
 
   // Document d's length and images, from the arrays when set.
   [[nodiscard]] Index Length(Index d) const {
@@ -148,6 +155,17 @@ struct TrainOptions {
   std::optional<Index> max_sequences;    // pieces per row
   Oversize oversize = Oversize::kSplit;  // split | drop (error is refused)
   CostModel cost = CostModel::kTokens;
+  // Context parallelism (shardkit/packing/context_parallel.h): with a
+  // granularity g > 1 (cp.size > 1, or cp.granularity set) the packer packs
+  // every document at its padded length RoundUp(length, g), so a row padded
+  // per piece still fits seq_len (CpPaddedTokens(row, g) <= seq_len; seq_len
+  // a multiple of g; split pieces are seq_len long, multiples of g); the
+  // pieces a plan delivers carry their real lengths. The stream depends on g
+  // only (in the stream fingerprint when g > 1), so a run resumes with another
+  // CP size under the same cp.granularity. With cost kSquaredLengths the deal
+  // balances CpRowCost (the causal work of the busiest CP rank of the row)
+  // instead of the squared lengths. Defaults: no CP, the plan as before.
+  ContextParallelOptions cp;
 };
 
 // The packer options of the plan's pack stream: capacity seq_len, algorithm,
@@ -156,8 +174,12 @@ struct TrainOptions {
 [[nodiscard]] PackOptions TrainPackOptions(const TrainOptions& options);
 
 // Where a run stands: the same on every rank, independent of world size and
-// batch shape. `stream` fingerprints the pack stream's inputs (documents and
-// packing options); a plan refuses a state made for another stream.
+// batch shape. `stream` fingerprints the pack stream's inputs (the documents'
+// lengths and TrainDocuments::identity, the packing options); a plan refuses
+// a state made for another stream, naming `state` and saying the data (or its
+// packing) differs, and a position beyond what the epoch's stream can hold
+// (one pack per document plus one per seq_len tokens) in O(1), before it
+// replays anything.
 struct TrainState {
   std::uint64_t epoch = 0;
   Index position = 0;
@@ -165,13 +187,18 @@ struct TrainState {
   friend bool operator==(const TrainState&, const TrainState&) = default;
 };
 
-// The state as one small JSON object, the same on every rank:
-//   {"version": 1, "kind": "train_plan", "epoch": E, "position": P,
-//    "stream": "<16 hex digits>"}
-// FromJson accepts the keys in any order with any whitespace and throws
-// invalid_argument naming `state` for anything else (a missing or unknown key,
-// another version or kind, a negative position).
-inline constexpr int kTrainStateVersion = 1;
+// The state as one small sealed JSON object, the same on every rank:
+//   {"version": 2, "kind": "train_plan", "epoch": E, "position": P,
+//    "stream": "<16 hex digits>", "checksum": "<16 hex digits>"}
+// "checksum" seals the other fields (shardkit/base/json.h: StateChecksum), so
+// an edited epoch, position or stream is refused before use. FromJson reads
+// with the strict reader of base/json.h (keys in any order, any whitespace; a
+// duplicate key, an unknown or missing one, another kind, a version other
+// than 2, a negative position, an epoch above kMaxEpoch or a checksum that
+// does not match are refused with invalid_argument naming `state`). Version
+// 1 (no checksum; its stream hashed the lengths only) is refused naming the
+// version.
+inline constexpr int kTrainStateVersion = 2;
 [[nodiscard]] std::string TrainStateToJson(const TrainState& state);
 [[nodiscard]] TrainState TrainStateFromJson(std::string_view json);
 
@@ -233,13 +260,16 @@ class TrainPlan {
 
   // Validates and runs the construction pass. Throws invalid_argument naming
   // seq_len, batch_size, world_size, micro_batches, buffer, max_images,
-  // max_sequences, oversize (error is refused), position (outside [0, P]),
+  // max_sequences, oversize (error is refused), epoch (above kMaxEpoch),
+  // position (outside [0, P]: beyond the bound of TrainState's comment in
+  // O(1), before the replay; else after a replay that stays in the epoch),
   // lengths / images (a negative value, or totals that overflow an Index),
   // or batch_size when a step's slots overflow an Index.
   TrainPlan(TrainDocuments documents, TrainOptions options);
   // Continues from a state: options.epoch and options.position are taken
   // from it. Throws invalid_argument naming `state` when it was made for
-  // another stream (documents or packing options).
+  // another stream (documents, their identity, or packing options: "the data
+  // differs"), and "state: epoch: ..." / "state: position: ..." as above.
   TrainPlan(TrainDocuments documents, TrainOptions options, const TrainState& state);
   // For a loader, which reads one rank's steps once, in order: validates
   // (and checks `state`) as the constructors do, and leaves the construction
@@ -261,6 +291,18 @@ class TrainPlan {
   [[nodiscard]] Index num_documents() const { return documents_.count; }
   [[nodiscard]] Index num_steps() const;
   [[nodiscard]] Index rows_per_rank() const { return rows_per_rank_; }
+  // The step of the epoch that this plan's step 0 is: floor(position / R),
+  // R = world_size * rows_per_rank (0 from the epoch's start). A resumed run
+  // numbers its steps first_step(), first_step() + 1, ... and counts
+  // epoch_steps() = first_step() + num_steps() in its epoch, so a schedule
+  // keyed on the step neither jumps back nor shortens. Resumed on the same
+  // world size and batch shape these are the uninterrupted run's numbers;
+  // on another shape the packs before the state count as floor(position / R)
+  // steps (continuous mode: also an epoch entered a few packs in).
+  [[nodiscard]] Index first_step() const {
+    return options_.position / (options_.world_size * rows_per_rank_);
+  }
+  [[nodiscard]] Index epoch_steps() const { return first_step() + num_steps(); }
   [[nodiscard]] const TrainSummary& summary() const;
 
   // The state before step s (s = num_steps: the state after the plan).
@@ -311,7 +353,8 @@ class TrainPlan {
   friend class Reader;
   struct Lazy;  // a Deferred plan's once-only construction
   TrainPlan(TrainDocuments documents, TrainOptions options, const TrainState* state, bool deferred);
-  void Prepare();  // validation and the stream fingerprint
+  void Prepare();  // validation, the stream fingerprint and max_packs_
+  void CheckPositionBound() const;
   void Construct() const;
   void EnsureBuilt() const;
   void Publish(TrainSummary summary) const;
@@ -320,6 +363,11 @@ class TrainPlan {
   TrainOptions options_;
   Index rows_per_rank_ = 1;
   std::uint64_t stream_ = 0;
+  Index max_packs_ = 0;  // an upper bound on the packs of an epoch's stream
+  // What errors about the epoch and position name: the arguments, or the
+  // state's fields when the plan continues from a state.
+  std::string_view epoch_param_ = "epoch";
+  std::string_view position_param_ = "position";
   // Written once: by the constructor, or for a Deferred plan under Lazy's
   // once flag (by Construct or Publish).
   mutable TrainSummary summary_;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -12,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/base/hash.h"
+#include "shardkit/base/json.h"
+#include "shardkit/loader/internal/test_corpus.h"
 #include "shardkit/sharding/permutation.h"
 
 namespace shardkit {
@@ -373,6 +377,24 @@ TEST(TrainPlan, ResumeAtRandomStepsEqualsTheUninterruptedRun) {
   }
 }
 
+// Regression: a resumed plan numbered its steps from 0 and counted only the
+// rest of the epoch, so a learning-rate schedule keyed on the step jumped back.
+TEST(TrainPlan, ResumedPlanKeepsTheEpochsStepNumbersAndCount) {
+  std::mt19937_64 rng(22);
+  for (int trial = 0; trial < 150; ++trial) {
+    Config c = RandomConfig(rng);
+    TrainPlan plan = Make(c);
+    if (plan.num_steps() == 0) continue;
+    SCOPED_TRACE(plan.Describe());
+    const Index k = static_cast<Index>(rng() % plan.num_steps());  // num_steps: next epoch
+    TrainPlan resumed(TrainDocuments::FromSpans(c.lengths, c.images), c.options, plan.StateAt(k));
+    EXPECT_EQ(resumed.first_step(), plan.first_step() + k);
+    EXPECT_EQ(resumed.epoch_steps(), plan.epoch_steps());
+    const Index R = c.options.world_size * plan.rows_per_rank();
+    EXPECT_EQ(resumed.first_step(), resumed.options().position / R);
+  }
+}
+
 TEST(TrainPlan, ElasticResumeDeliversTheRestOfTheEpochExactlyOnce) {
   std::mt19937_64 rng(33);
   for (int trial = 0; trial < 150; ++trial) {
@@ -664,33 +686,156 @@ TEST(TrainPlan, BadInputNamesTheParameter) {
   EXPECT_THROW(TrainPlan(TrainDocuments::FromSpans(changed), ok, state), std::invalid_argument);
 }
 
+using loader_testing::Resealed;
+
+std::string StateError(const std::string& text) {
+  try {
+    (void)TrainStateFromJson(text);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(TrainPlan, StateJsonRoundTripsAndRejectsOtherObjects) {
   const TrainState s{7, 123456789012345, 0xfedcba9876543210ULL};
-  EXPECT_EQ(TrainStateFromJson(TrainStateToJson(s)), s);
-  EXPECT_EQ(TrainStateFromJson(" { \"stream\" :\"00000000000000ff\", \"position\":3,\n"
-                               "\"epoch\": 2, \"kind\": \"train_plan\", \"version\": 1 } "),
-            (TrainState{2, 3, 255}));
-  for (const char* bad :
-       {"", "{}", "[]",
-        "{\"version\": 2, \"kind\": \"train_plan\", \"epoch\": 0, "
-        "\"position\": 0, \"stream\": \"0\"}",
-        "{\"version\": 1, \"kind\": \"loader\", \"epoch\": 0, \"position\": 0, \"stream\": \"0\"}",
-        "{\"version\": 1, \"kind\": \"train_plan\", \"epoch\": 0, \"position\": -1, "
-        "\"stream\": \"0\"}",
-        "{\"version\": 1, \"kind\": \"train_plan\", \"epoch\": 0, \"position\": 0}",
-        "{\"version\": 1, \"kind\": \"train_plan\", \"epoch\": 0, \"position\": 0, "
-        "\"stream\": \"xyz\"}",
-        "{\"version\": 1, \"kind\": \"train_plan\", \"epoch\": 0, \"position\": 0, "
-        "\"stream\": \"0\", \"extra\": 1}",
-        "{\"version\": 1, \"kind\": \"train_plan\", \"epoch\": 0, \"position\": 0, "
-        "\"stream\": \"0\"} x"}) {
-    try {
-      (void)TrainStateFromJson(bad);
-      ADD_FAILURE() << "accepted " << bad;
-    } catch (const std::invalid_argument& e) {
-      EXPECT_EQ(std::string(e.what()).rfind("state: ", 0), 0u) << e.what();
-    }
+  const std::string text = TrainStateToJson(s);
+  EXPECT_EQ(text,
+            "{\"version\": 2, \"kind\": \"train_plan\", \"epoch\": 7, \"position\": "
+            "123456789012345, \"stream\": \"fedcba9876543210\", \"checksum\": \"" +
+                HexDigest(StateChecksum(
+                    ParseJson(text.substr(0, text.find(", \"checksum\"")) + "}", "t"))) +
+                "\"}");
+  EXPECT_EQ(TrainStateFromJson(text), s);
+  // Keys in another order, other whitespace: the same state.
+  const Json j = ParseJson(text, "t");
+  Json reordered = Json::MakeObject();
+  for (auto it = j.object().rbegin(); it != j.object().rend(); ++it)
+    reordered.Set(it->first, it->second);
+  EXPECT_EQ(TrainStateFromJson(" " + WriteJson(reordered) + "\n"), s);
+  const std::string sealed = TrainStateToJson({0, 0, 0});
+  for (const std::string& bad :
+       {std::string(""), std::string("{}"), std::string("[]"),
+        Resealed(sealed, "\"kind\": \"train_plan\"", "\"kind\": \"loader\""),
+        Resealed(sealed, "\"position\": 0", "\"position\": -1"),
+        Resealed(sealed, ", \"position\": 0", ""),
+        Resealed(sealed, "\"stream\": \"0000000000000000\"", "\"stream\": \"xyz\""),
+        Resealed(sealed, "\"stream\": \"0000000000000000\"", "\"stream\": \"0\""),
+        Resealed(sealed, "\"position\": 0", "\"position\": 0, \"extra\": 1"), sealed + " x"}) {
+    EXPECT_EQ(StateError(bad).rfind("state: ", 0), 0u) << bad << ": " << StateError(bad);
   }
+}
+
+// Issue 20: the equal-steps state was unsealed (an edited position loaded
+// silently), read by a hand-written parser (a duplicate key: the last won) and
+// version 1 had the same layout as any relabelled text.
+TEST(TrainPlan, RegressionTheStateIsSealedAndReadByTheStrictReader) {
+  const std::string text = TrainStateToJson({2, 5, 0x1234});
+  std::string edited = text;
+  edited.replace(edited.find("\"position\": 5"), 13, "\"position\": 8");
+  EXPECT_EQ(StateError(edited),
+            "state: checksum: does not match the state's content (the state was edited or "
+            "damaged)");
+  std::string twice = text;
+  twice.replace(twice.find("\"position\": 5"), 13, "\"position\": 8, \"position\": 5");
+  EXPECT_EQ(StateError(twice).rfind("state: not valid JSON", 0), 0u) << StateError(twice);
+  EXPECT_NE(StateError(twice).find("key \"position\" appears twice"), std::string::npos)
+      << StateError(twice);
+  const std::string v1 = Resealed(text, "\"version\": 2", "\"version\": 1");
+  EXPECT_EQ(StateError(v1).rfind("state: version: a version 1 train_plan state; this shardkit "
+                                 "reads version 2 (version 1 had no checksum",
+                                 0),
+            0u)
+      << StateError(v1);
+  // The old unsealed text is refused naming the version, not read.
+  EXPECT_EQ(StateError("{\"version\": 1, \"kind\": \"train_plan\", \"epoch\": 0, \"position\": "
+                       "0, \"stream\": \"0000000000000000\"}")
+                .rfind("state: version: a version 1", 0),
+            0u);
+}
+
+// Issue 20: a continuous-mode state with position 2^62 replayed the stream for
+// ever before checking it (10^8: over a minute); now refused in O(1).
+TEST(TrainPlan, RegressionAHugePositionIsRefusedBeforeAnyReplay) {
+  const std::vector<Index> lengths = {5, 6, 7, 30, 2, 9, 1};
+  const auto docs = TrainDocuments::FromSpans(lengths);
+  TrainOptions o;
+  o.seq_len = 8;
+  o.batch_size = 2;
+  o.world_size = 2;
+  o.mode = TrainMode::kContinuous;
+  const Index packs = TrainPlan(docs, o).summary().stream_packs;
+  for (const Index huge : {Index{1} << 62, Index{100000000}, std::numeric_limits<Index>::max()}) {
+    TrainOptions x = o;
+    x.position = huge;
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(loader_testing::ErrorOf([&] { TrainPlan p(docs, x); }).rfind("position: ", 0), 0u);
+    const std::string from_state = loader_testing::ErrorOf([&] {
+      TrainPlan p(docs, o,
+                  TrainStateFromJson(TrainStateToJson({0, huge, TrainPlan(docs, o).stream()})));
+    });
+    EXPECT_EQ(from_state.rfind("state: position: ", 0), 0u) << from_state;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  }
+  // Past the end of the epoch's stream by one: refused, also in continuous
+  // mode (which would otherwise run on into the next epoch); at the end: fine.
+  for (const TrainMode mode : {TrainMode::kContinuous, TrainMode::kPad}) {
+    TrainOptions x = o;
+    x.mode = mode;
+    x.position = packs + 1;
+    EXPECT_EQ(loader_testing::ErrorOf([&] { TrainPlan p(docs, x); }),
+              "position: " + std::to_string(packs + 1) + " is outside [0, " +
+                  std::to_string(packs) + "] (the packs of epoch 0's stream)");
+    x.position = packs;
+    EXPECT_EQ(loader_testing::ErrorOf([&] { TrainPlan p(docs, x); }), "no error");
+  }
+}
+
+// Issue 20: epoch 2^64 - 1 wrapped to 0 at the next epoch.
+TEST(TrainPlan, RegressionAnEpochWithoutASuccessorIsRefused) {
+  const std::vector<Index> lengths = {5, 6, 7, 30, 2};
+  const auto docs = TrainDocuments::FromSpans(lengths);
+  TrainOptions o;
+  o.seq_len = 8;
+  o.batch_size = 2;
+  o.epoch = std::numeric_limits<std::uint64_t>::max();
+  EXPECT_EQ(loader_testing::ErrorOf([&] {
+              TrainPlan p(docs, o);
+            }).rfind("epoch: 18446744073709551615 has no successor", 0),
+            0u);
+  EXPECT_EQ(StateError(TrainStateToJson({o.epoch, 0, 0}))
+                .rfind("state: epoch: 18446744073709551615 has no successor", 0),
+            0u);
+  o.epoch = kMaxEpoch;
+  const TrainPlan last(docs, o);
+  EXPECT_EQ(last.summary().end.epoch, std::numeric_limits<std::uint64_t>::max());
+}
+
+// Issue 20: the stream fingerprint covers what identifies the documents beyond
+// their lengths (a token source's content), so a state of another data set of
+// the same lengths is refused saying the data differs.
+TEST(TrainPlan, AStateOfOtherDataWithTheSameLengthsIsRefused) {
+  const std::vector<Index> lengths = {5, 6, 7, 30, 2};
+  auto a = TrainDocuments::FromSpans(lengths);
+  auto b = TrainDocuments::FromSpans(lengths);
+  a.identity = 1;
+  b.identity = 2;
+  TrainOptions o;
+  o.seq_len = 8;
+  o.batch_size = 1;
+  const TrainPlan whole(a, o);
+  const TrainState state = whole.StateAt(1);
+  // On its own documents the state delivers the rest of the uninterrupted run.
+  const TrainPlan rest(a, o, state);
+  ASSERT_EQ(rest.num_steps(), whole.num_steps() - 1);
+  for (Index s = 0; s < rest.num_steps(); ++s)
+    EXPECT_EQ(rest.Step(0, s).rows, whole.Step(0, s + 1).rows);
+  const std::string e = loader_testing::ErrorOf([&] { TrainPlan p(b, o, state); });
+  EXPECT_EQ(e.rfind("state: was saved for another data set or packing configuration: the data "
+                    "differs",
+                    0),
+            0u)
+      << e;
 }
 
 TEST(TrainPlan, FingerprintCoversTheParameters) {

@@ -41,6 +41,7 @@ struct Plan {
   std::vector<std::vector<PackItem>> rows;
   std::uint64_t epoch = 0;
   Index index = 0;
+  Index step = 0;  // Batch::step
 };
 
 // Where the planner stands after a batch: what LoaderImpl::Publish turns into
@@ -95,6 +96,8 @@ class LoaderImpl {
   // batch before it has been returned). REQUIRES: mu_ held.
   void Fail(std::exception_ptr error, Index seq);
   void Collate(const Plan& plan, Batch* batch) const;
+  // Collate with context parallelism: the CP rank's slice of every row.
+  void CollateContextParallel(const Plan& plan, Batch* batch) const;
   std::shared_ptr<Batch> AcquireBatch();
   // A new batch of batch_size x seq_len; std::bad_alloc becomes
   // invalid_argument naming batch_size and the bytes asked for.

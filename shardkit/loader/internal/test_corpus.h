@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "shardkit/base/index.h"
+#include "shardkit/base/json.h"
 #include "shardkit/loader/token_source.h"
 
 namespace shardkit::loader_testing {
@@ -62,6 +63,23 @@ inline std::string ErrorOf(const std::function<void()>& f) {
     return e.what();
   }
   return "no error";
+}
+
+// A state's text with `from` replaced by `to` and sealed again, as someone
+// who recomputes the checksum would (shardkit/base/json.h): what only the
+// checks behind the seal can refuse. `from` must occur in `text`.
+inline std::string Resealed(const std::string& text, const std::string& from,
+                            const std::string& to) {
+  std::string edited = text;
+  const std::size_t at = edited.find(from);
+  if (at == std::string::npos) throw std::logic_error("Resealed: '" + from + "' not in the text");
+  edited.replace(at, from.size(), to);
+  Json body = Json::MakeObject();
+  const Json parsed = ParseJson(edited, "state");
+  for (const auto& [k, v] : parsed.object()) {
+    if (k != "checksum") body.Set(k, v);
+  }
+  return SealState(body);
 }
 
 }  // namespace shardkit::loader_testing

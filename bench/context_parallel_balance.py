@@ -1,0 +1,143 @@
+"""Context parallelism: causal attention work per CP rank, side by side on the
+same rows (docs/loader.md, "Context parallelism").
+
+Rows are packed by shardkit.TrainPlan(cp_size=C) (every document packed at its
+length rounded up to 2C, so the per-document split fits) from lognormal and
+SFT-like document lengths, and each row is split over C ranks three ways:
+contiguous (C runs), document-blind head-tail (2C chunks, rank r takes r and
+2C-1-r: torch's _HeadTailLoadBalancer) and per-document head-tail (shardkit's
+layout, TransformerEngine's THD rule). Work of a rank = the keys its real
+queries attend causally within their documents (shardkit.cp_rank_work).
+Reported per row: max/mean work over the C ranks (mean over rows, and worst),
+and the padding the per-document split costs. Then the deal across DP ranks:
+the busiest CP rank's work summed per DP rank per step, max/mean over the DP
+ranks, for cost="tokens" against cost="squared" (which deals by that work).
+Then planning speed with and without CP (documents per CPU second).
+
+    PYTHONPATH=python .venv/bin/python bench/context_parallel_balance.py [--quick]
+"""
+
+import argparse
+import time
+
+import numpy as np
+
+import shardkit
+
+SPLITS = ("contiguous", "head_tail", "document_head_tail")
+
+
+def lengths_of(kind, tokens, rng):
+    out, total = [], 0
+    while total < tokens:
+        if kind == "lognormal":
+            n = int(max(1, rng.lognormal(np.log(2000), 1.3)))
+        else:  # SFT-like: mostly short conversations, a few long documents
+            n = (
+                int(rng.integers(4096, 32768))
+                if rng.random() < 0.05
+                else int(max(8, rng.lognormal(np.log(400), 0.8)))
+            )
+        out.append(n)
+        total += n
+    return np.asarray(out, dtype=np.int64)
+
+
+def row_ratios(plan, seq_len, cp):
+    ratios = {s: [] for s in SPLITS}
+    real = padded = 0
+    for s in range(plan.num_steps):
+        for r in range(plan.world_size):
+            for row in plan.step(r, s):
+                lens = [n for _, _, n in row if n > 0]
+                if not lens:
+                    continue
+                real += sum(lens)
+                padded += sum(-(-n // (2 * cp)) * 2 * cp for n in lens)
+                for split in SPLITS:
+                    w = shardkit.cp_rank_work(lens, seq_len, cp, split)
+                    ratios[split].append(max(w) / (sum(w) / cp))
+    return ratios, (padded - real) / real
+
+
+def dp_imbalance(plan, seq_len, cp):
+    """Mean and worst over full steps of max/mean over DP ranks of the summed
+    busiest-CP-rank work of each DP rank's rows."""
+    values = []
+    for s in range(plan.num_steps):
+        per_rank = []
+        for r in range(plan.world_size):
+            rows = plan.step(r, s)
+            if any(not row for row in rows):
+                per_rank = None  # the last step's filler
+                break
+            per_rank.append(
+                sum(max(shardkit.cp_rank_work([n for _, _, n in row], seq_len, cp)) for row in rows)
+            )
+        if per_rank:
+            values.append(max(per_rank) / np.mean(per_rank))
+    return float(np.mean(values)), float(np.max(values))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer rows and sizes")
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    rows = 16 if args.quick else 64
+    sizes = (16384, 131072) if args.quick else (16384, 65536, 131072)
+    print(
+        "| lengths | S | C | contiguous mean / worst | head-tail (blind) mean / worst | per-document head-tail mean / worst | padding |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for kind in ("lognormal", "sft"):
+        for seq_len in sizes:
+            lengths = lengths_of(kind, rows * seq_len, rng)
+            for cp in (2, 4, 8):
+                plan = shardkit.TrainPlan(
+                    lengths, seq_len=seq_len, batch_size=1, world_size=8, cp_size=cp
+                )
+                ratios, padding = row_ratios(plan, seq_len, cp)
+                cells = " | ".join(
+                    f"{np.mean(ratios[s]):.3f} / {np.max(ratios[s]):.3f}" for s in SPLITS
+                )
+                print(f"| {kind} | {seq_len // 1024}k | {cp} | {cells} | {100 * padding:.3f}% |")
+
+    print()
+    print(
+        "| lengths | S | C | DP max/mean, cost=tokens: mean / worst | cost=squared (CP work): mean / worst |"
+    )
+    print("|---|---|---|---|---|")
+    for kind in ("lognormal", "sft"):
+        seq_len = 32768
+        lengths = lengths_of(kind, (64 if args.quick else 256) * seq_len, rng)
+        for cp in (2, 8):
+            cells = []
+            for cost in ("tokens", "squared"):
+                plan = shardkit.TrainPlan(
+                    lengths, seq_len=seq_len, batch_size=2, world_size=8, cp_size=cp, cost=cost
+                )
+                cells.append("%.3f / %.3f" % dp_imbalance(plan, seq_len, cp))
+            print(f"| {kind} | {seq_len // 1024}k | {cp} | {cells[0]} | {cells[1]} |")
+
+    print()
+    n = 200_000 if args.quick else 4_000_000
+    lengths = np.maximum(1, rng.lognormal(np.log(2000), 1.3, n)).astype(np.int64)
+    configs = ((1, "tokens"), (8, "tokens"), (1, "squared"), (8, "squared"))
+    best = dict.fromkeys(configs, float("inf"))
+    for _ in range(5):  # rounds interleave the configurations (a shared machine drifts)
+        for cp, cost in configs:
+            t = time.perf_counter()
+            shardkit.TrainPlan(
+                lengths, seq_len=32768, batch_size=2, world_size=8, cp_size=cp, cost=cost
+            )
+            best[cp, cost] = min(best[cp, cost], time.perf_counter() - t)
+    print("| plan | cost | documents/s (best of 5) | vs cp_size=1 |")
+    print("|---|---|---|---|")
+    for cp, cost in configs:
+        ratio = best[1, cost] / best[cp, cost]
+        print(f"| cp_size={cp} | {cost} | {n / best[cp, cost] / 1e6:.2f} M | {ratio:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

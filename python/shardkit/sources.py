@@ -1,0 +1,149 @@
+"""Token sources from the formats users already have (the loader area).
+
+``open_source`` opens shardkit's ``.npy`` pairs or a Megatron-LM
+IndexedDataset (``PREFIX.bin`` + ``PREFIX.idx``) as one :class:`TokenSource`:
+memory-mapped, validated when opened (every error names the file, the field and
+the value), lengths from the index alone. The format is decided from the files
+unless given; the rule and every check are the C++ core's
+(``shardkit/loader/source_formats.h``, ``megatron_source.h``). A source goes
+wherever tokens and offsets go: ``TokenLoader(source, ...)``,
+``TokenDataset``, ``TokenLoader.mixture([...])``, ``TrainPlan.from_source``.
+
+>>> import os, tempfile, numpy as np, shardkit
+>>> d = tempfile.mkdtemp()
+>>> np.save(os.path.join(d, "a.tokens.npy"), np.arange(10, dtype=np.int32))
+>>> np.save(os.path.join(d, "a.offsets.npy"), np.array([0, 4, 4, 10]))
+>>> source = shardkit.open_source(os.path.join(d, "a.tokens.npy"))
+>>> source.num_documents, source.num_tokens, source.lengths().tolist()
+(3, 10, [4, 0, 6])
+>>> source.document(2).tolist()
+[4, 5, 6, 7, 8, 9]
+>>> loader = shardkit.TokenLoader(source, seq_len=8, batch_size=1, shuffle=False)
+>>> sorted(d for b in loader for d in b["documents"].tolist())
+[0, 1, 2]
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, List, Optional, Sequence, Union
+
+import numpy as np
+
+from shardkit import _core
+
+__all__ = ["TokenSource", "open_source"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# Keywords of formats this version does not read yet (DESIGN's olmo, arrow, parquet).
+_LATER = {"eos_token_id": "olmo", "bos_token_id": "olmo", "column": "arrow/parquet"}
+
+
+class TokenSource:
+    """Tokenised documents numbered ``0 .. num_documents - 1``, read in place.
+
+    Made by :func:`open_source`. Immutable and thread-safe; memory is the
+    mapped files plus O(number of files). Pickles as the paths it was opened
+    from (a DataLoader worker reopens them).
+    """
+
+    def __init__(self, core: Any, reopen: tuple) -> None:
+        self._core = core
+        self._reopen = reopen  # (paths, format, token_dtype) for pickling
+
+    @property
+    def num_documents(self) -> int:
+        return self._core.num_documents
+
+    @property
+    def num_tokens(self) -> int:
+        return self._core.num_tokens
+
+    @property
+    def num_files(self) -> int:
+        """Parts of the source: one per Megatron prefix or token file."""
+        return self._core.num_parts
+
+    @property
+    def fingerprint(self) -> int:
+        """The data fingerprint every loader state of this source carries
+        (documents, tokens, files and every document's length): a resume
+        against other data is refused."""
+        return self._core.fingerprint
+
+    def lengths(self) -> np.ndarray:
+        """Every document's length in tokens (int64), from the index alone."""
+        return self._core.lengths()
+
+    def document(self, d: int) -> np.ndarray:
+        """The tokens of document ``d`` (int32, a copy); IndexError outside
+        ``[0, num_documents)``."""
+        return self._core.document(_core._index(d, "document"))
+
+    def __len__(self) -> int:
+        return self.num_documents
+
+    def __reduce__(self) -> Any:
+        paths, fmt, token_dtype = self._reopen
+        return (functools.partial(open_source, format=fmt, token_dtype=token_dtype), (paths,))
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenSource(num_documents={self.num_documents}, num_tokens={self.num_tokens}, "
+            f"num_files={self.num_files})"
+        )
+
+
+def _paths(path: Any) -> List[str]:
+    if isinstance(path, (str, os.PathLike)):
+        return [os.fspath(path)]
+    if isinstance(path, Sequence) and not isinstance(path, (bytes, bytearray)):
+        out = []
+        for k, p in enumerate(path):
+            if not isinstance(p, (str, os.PathLike)):
+                raise ValueError(f"path: entry {k} is a {type(p).__name__}, expected a path")
+            out.append(os.fspath(p))
+        return out
+    raise ValueError(f"path: expected a path or a list of paths, got {type(path).__name__}")
+
+
+def open_source(
+    path: Union[PathLike, Sequence[PathLike]],
+    *,
+    format: Optional[str] = None,
+    token_dtype: Optional[str] = None,
+    eos_token_id: Optional[int] = None,
+    bos_token_id: Optional[int] = None,
+    column: str = "input_ids",
+) -> TokenSource:
+    """Opens ``path`` (a path, or a list of paths read as one source in the
+    order given) as a :class:`TokenSource`.
+
+    ``format``: ``"npy"`` (a directory of ``<stem>.tokens.npy`` +
+    ``<stem>.offsets.npy`` pairs, or one ``<stem>.tokens.npy``),
+    ``"megatron"`` (``PREFIX.bin`` + ``PREFIX.idx``; ``path`` is ``PREFIX`` or
+    either file) or ``None``: decided from the files (a directory is npy;
+    ``PATH.idx`` + ``PATH.bin`` is megatron; ``*.tokens.npy`` is npy).
+    ``token_dtype``: the dtype of raw (not ``.npy``) npy-format token files
+    (default ``"int32"``). Megatron tokens of every integer dtype are
+    delivered as int32 (int64 ids outside that range are refused when
+    opened); float dtypes are refused. ``eos_token_id``, ``bos_token_id`` and
+    ``column`` belong to the OLMo and Arrow/Parquet formats, which this version
+    does not read yet (ValueError when given).
+
+    Errors: ValueError naming ``path`` (and the file, field and value) or
+    ``format``.
+    """
+    for name, value in (("eos_token_id", eos_token_id), ("bos_token_id", bos_token_id)):
+        if value is not None:
+            raise ValueError(f"{name}: {value} applies to format '{_LATER[name]}', not read yet")
+    if column != "input_ids":
+        raise ValueError(f"column: {column!r} applies to format '{_LATER['column']}', not read yet")
+    paths = _paths(path)
+    if format is not None:
+        format = _core._str(format, "format")
+    token_dtype = "int32" if token_dtype is None else _core._str(token_dtype, "token_dtype")
+    core = _core._TokenSource.open_source(paths, format=format, token_dtype=token_dtype)
+    return TokenSource(core, (paths, format, token_dtype))

@@ -1,0 +1,89 @@
+#include "shardkit/loader/source_formats.h"
+
+#include <filesystem>
+
+#include "shardkit/base/enum_names.h"
+#include "shardkit/base/errors.h"
+
+namespace shardkit {
+
+namespace {
+
+constexpr EnumNames<SourceFormat, 2> kFormats{
+    "format",
+    "source format",
+    {{{SourceFormat::kNpy, "npy"}, {SourceFormat::kMegatron, "megatron"}}}};
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+bool Exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
+// PATH.idx / PATH.bin -> PATH; a prefix stays itself.
+std::string MegatronPrefix(const std::string& path) {
+  if ((EndsWith(path, ".idx") || EndsWith(path, ".bin")) && !Exists(path + ".idx")) {
+    return path.substr(0, path.size() - 4);
+  }
+  return path;
+}
+
+std::shared_ptr<const TokenSource> OpenNpy(const std::string& path, const SourceOptions& options) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return TokenSource::OpenDirectory(path, options);
+  for (const char* ext : {".npy", ".bin"}) {
+    const std::string suffix = std::string(".tokens") + ext;
+    if (EndsWith(path, suffix)) {
+      const std::string offsets = path.substr(0, path.size() - suffix.size()) + ".offsets" + ext;
+      if (!Exists(offsets)) ThrowInvalid("path", path + " has no offsets file " + offsets);
+      return TokenSource::Open(path, offsets, options);
+    }
+  }
+  ThrowInvalid("path", "'" + path +
+                           "': an npy source is a directory of <stem>.tokens.npy + "
+                           "<stem>.offsets.npy pairs or one <stem>.tokens.npy file");
+}
+
+}  // namespace
+
+SourceFormat ParseSourceFormat(std::string_view name) { return kFormats.Parse(name); }
+std::string_view SourceFormatName(SourceFormat format) { return kFormats.Name(format); }
+
+SourceFormat DetectSourceFormat(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return SourceFormat::kNpy;
+  if (Exists(path + ".idx") && Exists(path + ".bin")) return SourceFormat::kMegatron;
+  const std::string stem = path.size() >= 4 ? path.substr(0, path.size() - 4) : "";
+  if ((EndsWith(path, ".idx") && Exists(stem + ".bin")) ||
+      (EndsWith(path, ".bin") && Exists(stem + ".idx"))) {
+    return SourceFormat::kMegatron;
+  }
+  if (EndsWith(path, ".tokens.npy") || EndsWith(path, ".tokens.bin")) return SourceFormat::kNpy;
+  ThrowInvalid("path", "'" + path +
+                           "': cannot tell the format (not a directory, no PATH.idx + PATH.bin, "
+                           "not a <stem>.tokens.npy); does it exist? Or give format (npy, "
+                           "megatron)");
+}
+
+std::shared_ptr<const TokenSource> OpenSource(const std::vector<std::string>& paths,
+                                              const OpenSourceOptions& options) {
+  if (paths.empty()) ThrowInvalid("path", "no paths; give at least one");
+  std::vector<std::shared_ptr<const TokenSource>> parts;
+  for (const std::string& path : paths) {
+    const SourceFormat format = options.format ? *options.format : DetectSourceFormat(path);
+    switch (format) {
+      case SourceFormat::kNpy:
+        parts.push_back(OpenNpy(path, options.npy));
+        break;
+      case SourceFormat::kMegatron:
+        parts.push_back(TokenSource::OpenMegatron(MegatronPrefix(path)));
+        break;
+    }
+  }
+  return parts.size() == 1 ? parts[0] : TokenSource::Concat(parts);
+}
+
+}  // namespace shardkit

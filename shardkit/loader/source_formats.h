@@ -1,0 +1,61 @@
+// Opening a TokenSource from the files users have, by format: the one rule
+// behind shardkit.open_source (Python) and loader-stats --source (CLI).
+//
+// Formats:
+//   npy       shardkit's pairs: a directory of <stem>.tokens.npy|.bin +
+//             <stem>.offsets.npy|.bin (TokenSource::OpenDirectory), or one
+//             <stem>.tokens.npy|.bin file with its offsets file beside it
+//   megatron  a Megatron-LM IndexedDataset PREFIX.bin + PREFIX.idx
+//             (megatron_source.h); the path is PREFIX, or either file
+//
+// Detection, for a path given without a format, in this order:
+//   1. a directory                                   -> npy
+//   2. PATH.idx and PATH.bin exist                   -> megatron, prefix PATH
+//   3. PATH ends in .idx or .bin and its sibling (.bin / .idx) exists
+//                                                    -> megatron
+//   4. PATH ends in .tokens.npy or .tokens.bin       -> npy
+//   otherwise invalid_argument "path: '<path>': cannot tell the format ...".
+// Several paths are one source (TokenSource::Concat): the documents of
+// paths[0] first, then paths[1]'s, ...; each path is detected on its own.
+//
+// Errors: std::invalid_argument naming path (a missing or unreadable file, a
+// file the format refuses: see each format's reader) or format.
+//
+// Thread-safety: pure functions over the files named.
+#ifndef SHARDKIT_LOADER_SOURCE_FORMATS_H_
+#define SHARDKIT_LOADER_SOURCE_FORMATS_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/loader/token_source.h"
+
+namespace shardkit {
+
+enum class SourceFormat { kNpy, kMegatron };
+
+// "npy" | "megatron"; throws invalid_argument naming format.
+[[nodiscard]] SourceFormat ParseSourceFormat(std::string_view name);
+[[nodiscard]] std::string_view SourceFormatName(SourceFormat format);
+
+struct OpenSourceOptions {
+  std::optional<SourceFormat> format;  // nullopt: detected per path
+  SourceOptions npy;                   // raw token dtype of npy-format raw files
+};
+
+// The format of `path` by the detection rule above; throws invalid_argument
+// naming path when no rule matches.
+[[nodiscard]] SourceFormat DetectSourceFormat(const std::string& path);
+
+// Every path opened in its format (given, or detected) as one source.
+// REQUIRES nothing; throws invalid_argument naming path (none given, or a
+// path's files refused) or format.
+[[nodiscard]] std::shared_ptr<const TokenSource> OpenSource(const std::vector<std::string>& paths,
+                                                            const OpenSourceOptions& options = {});
+
+}  // namespace shardkit
+
+#endif  // SHARDKIT_LOADER_SOURCE_FORMATS_H_
