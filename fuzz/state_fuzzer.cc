@@ -31,7 +31,9 @@
 // epoch's packs, and the packs before its position (the pack stream does not
 // depend on the batch shape) with what the loader delivers hold every token
 // once. A state accepted that no run passes through is a finding: for a sealed
-// state that means any edit must be refused.
+// state that means any edit must be refused (the input's own text; a state
+// the harness sealed again after its mutation is a forgery the seal cannot
+// see, held to the structural checks above).
 //
 // The data set is fixed (Documents() below: 40 documents of 0 to 96 tokens,
 // token p of document d is d * 1000 + p); fuzz/corpus/state/ holds states
@@ -305,7 +307,10 @@ void CheckTrainDelivery(const shardkit::LoaderOptions& o, const shardkit::Loader
   }
 }
 
-void RunState(const shardkit::LoaderOptions& base, const shardkit::LoaderState& s) {
+// `as_given`: the state is the input's own text, not one the harness sealed
+// again after a mutation (a forged seal, which only the structural checks
+// can catch); only such a state must be a checkpoint of a real run.
+void RunState(const shardkit::LoaderOptions& base, const shardkit::LoaderState& s, bool as_given) {
   shardkit::LoaderOptions o = base;
   o.epoch = s.epoch;
   if (s.train) {
@@ -332,7 +337,7 @@ void RunState(const shardkit::LoaderOptions& base, const shardkit::LoaderState& 
     o.rank = s.consumer >= 0 && s.consumer < s.consumers ? s.consumer : 0;
     Delivered delivered;
     const auto after = RunLoader(o, s, &delivered);
-    if (after && !s.shard_files) CheckConsumerDelivery(o, s, *after);
+    if (after && as_given && !s.shard_files) CheckConsumerDelivery(o, s, *after);
     return;
   }
   // A merged state: every consumer of a new run, no token twice among them.
@@ -395,7 +400,8 @@ void FuzzLoaderStates(std::uint8_t flags, std::string_view text) {
   } catch (const std::invalid_argument&) {
   }
 
-  for (const std::string& t : texts) {
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const std::string& t = texts[i];
     std::vector<shardkit::LoaderState> states;
     try {
       states = shardkit::LoaderStatesFromJson(t);
@@ -407,7 +413,7 @@ void FuzzLoaderStates(std::uint8_t flags, std::string_view text) {
       const std::string once = shardkit::LoaderStateToJson(s);
       const std::string twice = shardkit::LoaderStateToJson(shardkit::LoaderStateFromJson(once));
       if (once != twice) __builtin_trap();
-      if (Runnable(s)) RunState(o, s);
+      if (Runnable(s)) RunState(o, s, i == 0);
     }
     if (states.size() > 1) {
       bool runnable = true;
@@ -418,7 +424,7 @@ void FuzzLoaderStates(std::uint8_t flags, std::string_view text) {
         if (shardkit::LoaderStateToJson(shardkit::LoaderStateFromJson(once)) != once) {
           __builtin_trap();
         }
-        if (runnable) RunState(o, merged);
+        if (runnable) RunState(o, merged, i == 0);
       } catch (const std::invalid_argument&) {
       }
     }
