@@ -19,6 +19,22 @@
 // twice, and a state its own reader accepts again. Refusals must be
 // std::invalid_argument.
 //
+// The delivery oracle (docs/loader.md "State and resume"): a consumer's state
+// that a loader accepts must be a checkpoint of an uninterrupted run, the run
+// of that consumer (under the options byte's packing options or any other
+// algorithm, batch size, buffer and oversize, which a state does not record)
+// that passes through it, the writer's text equal, after `batches` batches;
+// the resumed loader must deliver exactly that run's remaining batches (the
+// same options), or nothing that run delivered before the state and, both
+// splitting, every other token of its share once (other options). An
+// equal-steps state of this data's stream (pad, split) must resume inside the
+// epoch's packs, and the packs before its position (the pack stream does not
+// depend on the batch shape) with what the loader delivers hold every token
+// once. A state accepted that no run passes through is a finding: for a sealed
+// state that means any edit must be refused (the input's own text; a state
+// the harness sealed again after its mutation is a forgery the seal cannot
+// see, held to the structural checks above).
+//
 // The data set is fixed (Documents() below: 40 documents of 0 to 96 tokens,
 // token p of document d is d * 1000 + p); fuzz/corpus/state/ holds states
 // saved from it by fuzz/make_state_corpus.py.
@@ -30,6 +46,7 @@
 // point): the loader must deliver only pieces of its window's documents, with
 // those documents' tokens, no token of the window twice, and a state its
 // reader accepts. Windows above kMaxWindow samples are read, not run.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -141,23 +158,39 @@ void CheckBatch(const shardkit::Batch& b, Delivered* delivered) {
   }
 }
 
-// Runs a loader from `state` to the end of its epoch.
-void RunLoader(shardkit::LoaderOptions options, const shardkit::LoaderState& state,
-               Delivered* delivered) {
+// A batch as its pieces: (document, start, length, row) each.
+using Pieces = std::vector<std::array<Index, 4>>;
+
+Pieces PiecesOf(const shardkit::Batch& b) {
+  Pieces out;
+  for (std::size_t i = 0; i < b.documents.size(); ++i) {
+    out.push_back({b.documents[i], b.starts[i], b.lengths[i], b.rows[i]});
+  }
+  return out;
+}
+
+// Runs a loader from `state` (or from the start of its epoch) to the end of
+// its epoch; the batches it delivered, or nullopt when it refused the state.
+std::optional<std::vector<Pieces>> RunLoader(shardkit::LoaderOptions options,
+                                             const std::optional<shardkit::LoaderState>& state,
+                                             Delivered* delivered) {
   std::optional<shardkit::TokenLoader> loader;
   try {
     loader.emplace(Documents().source, options, state);
   } catch (const std::invalid_argument&) {
-    return;
+    return std::nullopt;
   }
+  std::vector<Pieces> batches;
   for (Index n = 0; n < kMaxBatches; ++n) {
     const auto batch = loader->Next();
     if (!batch) break;
     CheckBatch(*batch, delivered);
+    batches.push_back(PiecesOf(*batch));
   }
   // The loader's own state reads back.
   const std::string text = shardkit::LoaderStateToJson(loader->State());
   (void)shardkit::LoaderStateFromJson(text);
+  return batches;
 }
 
 bool Runnable(const shardkit::LoaderState& s) {
@@ -166,7 +199,118 @@ bool Runnable(const shardkit::LoaderState& s) {
          s.consumers <= kMaxConsumers;
 }
 
-void RunState(const shardkit::LoaderOptions& base, const shardkit::LoaderState& s) {
+// The delivery oracle of a consumer's state: an accepted state must be a
+// checkpoint of an uninterrupted run of that consumer, the one that passes
+// through it after `batches` batches, under the options of the options byte
+// or other packing options (algorithm, batch size, buffer, oversize, which the
+// state does not record). The options of that run (the byte's first), or
+// nullopt when no run passes through the state.
+std::optional<shardkit::LoaderOptions> Origin(const shardkit::LoaderOptions& o,
+                                              const shardkit::LoaderState& s) {
+  shardkit::LoaderState want = s;
+  std::vector<shardkit::LoaderOptions> candidates{o};
+  for (int algorithm = 0; algorithm < 4; ++algorithm) {
+    for (Index batch = 1; batch <= 4; ++batch) {
+      for (bool buffer : {false, true}) {
+        for (bool drop : {false, true}) {
+          shardkit::LoaderOptions c = o;
+          c.algorithm = static_cast<shardkit::PackAlgorithm>(algorithm);
+          c.batch_size = batch;
+          c.buffer = buffer ? std::optional<Index>(8) : std::nullopt;
+          c.oversize = drop ? shardkit::Oversize::kDrop : shardkit::Oversize::kSplit;
+          candidates.push_back(c);
+        }
+      }
+    }
+  }
+  for (shardkit::LoaderOptions c : candidates) {
+    c.num_threads = 0;
+    shardkit::TokenLoader fresh(Documents().source, c);
+    Index k = 0;
+    while (k < s.batches && fresh.Next()) ++k;
+    if (k != s.batches) continue;
+    const shardkit::LoaderState at = fresh.State();
+    // A version-1 state (upgraded) does not know the data's token count
+    // and hash; everything else must be the run's.
+    if (!want.num_tokens) want.num_tokens = at.num_tokens;
+    if (!want.data_hash) want.data_hash = at.data_hash;
+    if (shardkit::LoaderStateToJson(at) == shardkit::LoaderStateToJson(want)) return c;
+  }
+  return std::nullopt;
+}
+
+bool SamePacking(const shardkit::LoaderOptions& a, const shardkit::LoaderOptions& b) {
+  return a.algorithm == b.algorithm && a.batch_size == b.batch_size && a.buffer == b.buffer &&
+         a.oversize == b.oversize;
+}
+
+// Every token of the batches, once each (traps on a token twice).
+void MarkAll(const std::vector<Pieces>& batches, Delivered* delivered) {
+  for (const Pieces& b : batches) {
+    for (const auto& p : b) delivered->Mark(p[0], p[1], p[2]);
+  }
+}
+
+// A consumer's state that the loader accepted (it delivered `after`): the
+// rule of docs/loader.md "State and resume". The same options as the run that
+// passes through the state: exactly that run's remaining batches. Other
+// packing options: nothing that run delivered before the state again, no
+// token twice, and (both splitting long documents) every token of the
+// consumer's share once.
+void CheckConsumerDelivery(const shardkit::LoaderOptions& o, const shardkit::LoaderState& s,
+                           const std::vector<Pieces>& after) {
+  const std::optional<shardkit::LoaderOptions> origin = Origin(o, s);
+  if (!origin) __builtin_trap();  // accepted, but no uninterrupted run passes through it
+  shardkit::LoaderOptions c = *origin;
+  c.num_threads = 0;
+  const std::vector<Pieces> run = *RunLoader(c, std::nullopt, nullptr);
+  const auto k = static_cast<std::size_t>(s.batches);
+  if (SamePacking(c, o)) {
+    if (run.size() - k != after.size()) __builtin_trap();
+    for (std::size_t i = 0; i < after.size(); ++i) {
+      if (after[i] != run[k + i]) __builtin_trap();  // not the run's remaining batches
+    }
+    return;
+  }
+  Delivered delivered;
+  MarkAll(std::vector<Pieces>(run.begin(), run.begin() + static_cast<std::ptrdiff_t>(k)),
+          &delivered);
+  MarkAll(after, &delivered);
+  if (c.oversize == shardkit::Oversize::kSplit && o.oversize == shardkit::Oversize::kSplit) {
+    Delivered whole;
+    MarkAll(run, &whole);
+    if (whole.seen != delivered.seen) __builtin_trap();  // a token of the share lost
+  }
+}
+
+// An equal-steps state with this data's stream: the pack stream does not
+// depend on the batch shape, so with one row per step (world 1, batch 1)
+// step p is pack p. The packs before the state's position and the batches
+// the loader delivered from it hold every token once (mode pad, split).
+void CheckTrainDelivery(const shardkit::LoaderOptions& o, const shardkit::LoaderState& t,
+                        const std::vector<Pieces>& after) {
+  if (o.oversize != shardkit::Oversize::kSplit || t.train->position < 0) return;
+  shardkit::LoaderOptions one = o;
+  one.batch_size = 1;
+  one.world_size = 1;
+  one.rank = 0;
+  one.num_threads = 0;
+  const std::vector<Pieces> packs = *RunLoader(one, std::nullopt, nullptr);
+  const auto p = static_cast<std::size_t>(t.train->position);
+  if (p > packs.size()) __builtin_trap();  // accepted a position past the epoch's packs
+  Delivered delivered;
+  MarkAll(std::vector<Pieces>(packs.begin(), packs.begin() + static_cast<std::ptrdiff_t>(p)),
+          &delivered);
+  MarkAll(after, &delivered);
+  for (bool seen : delivered.seen) {
+    if (!seen) __builtin_trap();  // a token never delivered
+  }
+}
+
+// `as_given`: the state is the input's own text, not one the harness sealed
+// again after a mutation (a forged seal, which only the structural checks
+// can catch); only such a state must be a checkpoint of a real run.
+void RunState(const shardkit::LoaderOptions& base, const shardkit::LoaderState& s, bool as_given) {
   shardkit::LoaderOptions o = base;
   o.epoch = s.epoch;
   if (s.train) {
@@ -178,7 +322,10 @@ void RunState(const shardkit::LoaderOptions& base, const shardkit::LoaderState& 
     shardkit::LoaderState t = s;
     t.train->stream = fresh.train_plan()->StateAt(0).stream;
     Delivered delivered;
-    RunLoader(o, t, &delivered);
+    const auto after = RunLoader(o, t, &delivered);
+    if (after && o.mode == shardkit::TrainMode::kPad && t.train->epoch == o.epoch) {
+      CheckTrainDelivery(o, t, *after);
+    }
     return;
   }
   o.seq_len = s.seq_len;
@@ -189,7 +336,8 @@ void RunState(const shardkit::LoaderOptions& base, const shardkit::LoaderState& 
     o.world_size = s.consumers;
     o.rank = s.consumer >= 0 && s.consumer < s.consumers ? s.consumer : 0;
     Delivered delivered;
-    RunLoader(o, s, &delivered);
+    const auto after = RunLoader(o, s, &delivered);
+    if (after && as_given && !s.shard_files) CheckConsumerDelivery(o, s, *after);
     return;
   }
   // A merged state: every consumer of a new run, no token twice among them.
@@ -198,7 +346,7 @@ void RunState(const shardkit::LoaderOptions& base, const shardkit::LoaderState& 
   for (Index world : {Index{1}, Index{3}}) {
     delivered = Delivered();
     o.world_size = world;
-    for (o.rank = 0; o.rank < world; ++o.rank) RunLoader(o, s, &delivered);
+    for (o.rank = 0; o.rank < world; ++o.rank) (void)RunLoader(o, s, &delivered);
   }
 }
 
@@ -252,7 +400,8 @@ void FuzzLoaderStates(std::uint8_t flags, std::string_view text) {
   } catch (const std::invalid_argument&) {
   }
 
-  for (const std::string& t : texts) {
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const std::string& t = texts[i];
     std::vector<shardkit::LoaderState> states;
     try {
       states = shardkit::LoaderStatesFromJson(t);
@@ -264,7 +413,7 @@ void FuzzLoaderStates(std::uint8_t flags, std::string_view text) {
       const std::string once = shardkit::LoaderStateToJson(s);
       const std::string twice = shardkit::LoaderStateToJson(shardkit::LoaderStateFromJson(once));
       if (once != twice) __builtin_trap();
-      if (Runnable(s)) RunState(o, s);
+      if (Runnable(s)) RunState(o, s, i == 0);
     }
     if (states.size() > 1) {
       bool runnable = true;
@@ -275,7 +424,7 @@ void FuzzLoaderStates(std::uint8_t flags, std::string_view text) {
         if (shardkit::LoaderStateToJson(shardkit::LoaderStateFromJson(once)) != once) {
           __builtin_trap();
         }
-        if (runnable) RunState(o, merged);
+        if (runnable) RunState(o, merged, i == 0);
       } catch (const std::invalid_argument&) {
       }
     }

@@ -1,7 +1,8 @@
 """A generated sweep of bad and boundary inputs over the whole public surface.
 
     PYTHONPATH=python python tools/sweep.py --cli build/dev/cli/shardkit \
-        [--cli-cases 10000] [--py-cases 10000] [--seed 0] [--jobs 2]
+        [--cli-cases 10000] [--py-cases 10000] [--delivery-cases 4000] \
+        [--cli-state-cases 2000] [--kill-cases 60] [--quick] [--seed 0] [--jobs 2]
 
 Generates command lines for every subcommand and calls of every public
 constructor and entry point, from boundaries (0, 1, -1, 2^31, 2^53 + 1,
@@ -16,6 +17,15 @@ truncated .npy), and checks what shardkit promises:
   message names one of the parameters passed; never another exception type,
   never a crash of the interpreter (calls run in child processes; a child
   that dies is a crash, one that overruns is a hang).
+
+And what an accepted input delivers (tools/sweep_delivery.py): Python cases
+that take a real state of every kind (per-rank, merged, equal-steps, TrainPlan,
+Mixture, mixture loader, packer), mutate it and resume, mixtures with extreme
+weights, one loader in two threads; CLI cases that resume `loader-stats` from a
+mutated state and that kill it while it saves over its checkpoint. A case
+accepted that delivers anything the documented rule does not is a finding
+("wrong"), beside crashes, hangs and unclear errors. `--quick` runs a few
+hundred of each (about 30 s); `--replay KIND SEED` reruns one delivery case.
 
 Prints the counts and every finding (the command or call, what happened);
 exits 1 if there is any. docs/reliability.md records the figures.
@@ -35,6 +45,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # sweep_delivery
 
 INTS = [0, 1, 2, 3, 7, -1, -2, 2**31, 2**53 + 1, 2**62, 2**63 - 1, 2**63, 2**64, 10**30]
 SMALL = [0, 1, 2, 3, 4, 5, 8, 10, 16, 100, 1000]
@@ -853,6 +865,10 @@ def _call(case: dict):
 
 
 def run_py_case(case: dict) -> dict:
+    if case["target"] == "delivery":
+        import sweep_delivery
+
+        return sweep_delivery.run_case(case["kwargs"]["kind"], case["kwargs"]["seed"])
     try:
         _call(case)
         return {"verdict": "ok"}
@@ -956,11 +972,46 @@ def run_py_cases(cases: list, timeout: float, batch: int) -> list:
 # ---- main --------------------------------------------------------------------
 
 
+def run_py_parallel(cases: list, timeout: float, batch: int, jobs: int) -> list:
+    """run_py_cases over `jobs` interleaved slices at once, results in order."""
+    if jobs <= 1 or len(cases) < 2:
+        return run_py_cases(cases, timeout, batch)
+    slices = [cases[j::jobs] for j in range(jobs)]
+    with futures.ThreadPoolExecutor(jobs) as pool:
+        parts = list(pool.map(lambda c: run_py_cases(c, timeout, batch), slices))
+    out = [None] * len(cases)
+    for j, part in enumerate(parts):
+        out[j::jobs] = part
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cli", default=os.environ.get("SHARDKIT_CLI", "build/dev/cli/shardkit"))
     ap.add_argument("--cli-cases", type=int, default=10000)
     ap.add_argument("--py-cases", type=int, default=10000)
+    ap.add_argument(
+        "--delivery-cases",
+        type=int,
+        default=4000,
+        help="Python cases with the delivery oracle (tools/sweep_delivery.py), beside --py-cases",
+    )
+    ap.add_argument(
+        "--cli-state-cases",
+        type=int,
+        default=2000,
+        help="loader-stats --resume with a mutated state, beside --cli-cases",
+    )
+    ap.add_argument("--kill-cases", type=int, default=60, help="kill during --save-state")
+    ap.add_argument(
+        "--quick", action="store_true", help="300 / 300 / 300 / 100 / 6 cases (about a minute)"
+    )
+    ap.add_argument(
+        "--replay",
+        nargs=2,
+        metavar=("KIND", "SEED"),
+        help="run one delivery case (KIND as printed, or cli / kill) and print its verdict",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=20.0)
@@ -969,10 +1020,37 @@ def main() -> int:
     if a.py_child:
         py_child()
         return 0
+    import sweep_delivery as delivery
+
+    if a.replay:
+        kind, seed = a.replay[0], int(a.replay[1])
+        if kind in ("cli", "kill"):
+            with tempfile.TemporaryDirectory() as tmp:
+                setup = delivery.cli_setup(a.cli, tmp)
+                run = delivery.cli_state_case if kind == "cli" else delivery.kill_during_save_case
+                print(json.dumps(run(a.cli, setup, seed, a.timeout), indent=1))
+        else:
+            print(json.dumps(delivery.run_case(kind, seed), indent=1))
+        return 0
+    if a.quick:
+        a.cli_cases, a.py_cases, a.delivery_cases, a.cli_state_cases, a.kill_cases = (
+            300,
+            300,
+            300,
+            100,
+            6,
+        )
     rng = random.Random(a.seed)
     start = time.monotonic()
     findings = []
     counts: dict = {}
+    seconds: dict = {}
+
+    def count(key, r, what):
+        counts[key] = counts.get(key, 0) + 1
+        if r["verdict"] not in ("ok", "rejected"):
+            findings.append((key.split(" ")[0], what, r["detail"], r.get("op"), r["verdict"]))
+
     with tempfile.TemporaryDirectory() as tmp:
         files = make_files(Path(tmp))
         cli_cases = [cli_case(rng, files) for _ in range(a.cli_cases)]
@@ -980,35 +1058,75 @@ def main() -> int:
             for i, r in enumerate(pool.map(lambda c: run_cli(a.cli, c, a.timeout), cli_cases)):
                 if (i + 1) % 1000 == 0:
                     print(f"  {i + 1} CLI cases, {time.monotonic() - start:.0f} s", file=sys.stderr)
-                key = "cli " + r["verdict"]
-                counts[key] = counts.get(key, 0) + 1
-                if r["verdict"] not in ("ok", "rejected"):
-                    findings.append(("cli", " ".join(map(repr, r["args"])), r["detail"]))
-        cli_seconds = time.monotonic() - start
+                count("cli " + r["verdict"], r, " ".join(map(repr, r["args"])))
+        seconds["cli"] = time.monotonic() - start
         py_cases = [py_case(rng) for _ in range(a.py_cases)]
-        py_start = time.monotonic()
+        t = time.monotonic()
         results = run_py_cases(py_cases, a.timeout, 500)
         for case, r in zip(py_cases, results):
-            key = "python " + r["verdict"]
-            counts[key] = counts.get(key, 0) + 1
-            if r["verdict"] not in ("ok", "rejected"):
-                findings.append(("python", f"{case['target']}({case['kwargs']!r})", r["detail"]))
-        py_seconds = time.monotonic() - py_start
+            count("python " + r["verdict"], r, f"{case['target']}({case['kwargs']!r})")
+        seconds["python"] = time.monotonic() - t
+
+        # The delivery oracle: states (and weights, threads) that are accepted
+        # must deliver what the rule says.
+        drng = random.Random(f"delivery:{a.seed}")
+        kinds = drng.choices(delivery.KINDS, delivery.KIND_WEIGHTS, k=a.delivery_cases)
+        dcases = [
+            {"target": "delivery", "kwargs": {"kind": k, "seed": a.seed * 10**6 + i}}
+            for i, k in enumerate(kinds)
+        ]
+        t = time.monotonic()
+        results = run_py_parallel(dcases, min(a.timeout, 10.0), 200, a.jobs)
+        for case, r in zip(dcases, results):
+            kw = case["kwargs"]
+            count(f"delivery {kw['kind']} {r['verdict']}", r, f"--replay {kw['kind']} {kw['seed']}")
+        seconds["delivery"] = time.monotonic() - t
+
+        t = time.monotonic()
+        setup = delivery.cli_setup(a.cli, Path(tmp) / "cli")
+        seeds = [a.seed * 10**6 + i for i in range(a.cli_state_cases)]
+        with futures.ThreadPoolExecutor(a.jobs) as pool:
+            runs = pool.map(lambda s: delivery.cli_state_case(a.cli, setup, s, a.timeout), seeds)
+            for s, r in zip(seeds, runs):
+                count(f"cli-state {r['verdict']}", r, f"--replay cli {s}")
+        seconds["cli-state"] = time.monotonic() - t
+        t = time.monotonic()
+        for i in range(a.kill_cases):
+            s = a.seed * 10**6 + i
+            r = delivery.kill_during_save_case(a.cli, setup, s, a.timeout)
+            count(f"kill-during-save {r['verdict']}", r, f"--replay kill {s}")
+        seconds["kill"] = time.monotonic() - t
     print(
-        f"sweep seed {a.seed}: {a.cli_cases} CLI command lines in {cli_seconds:.0f} s, "
-        f"{a.py_cases} Python calls in {py_seconds:.0f} s"
+        f"sweep seed {a.seed}: {a.cli_cases} CLI command lines in {seconds['cli']:.0f} s, "
+        f"{a.py_cases} Python calls in {seconds['python']:.0f} s, "
+        f"{a.delivery_cases} Python delivery cases in {seconds['delivery']:.0f} s, "
+        f"{a.cli_state_cases} CLI --resume cases in {seconds['cli-state']:.0f} s, "
+        f"{a.kill_cases} kill-during-save cases in {seconds['kill']:.0f} s"
     )
     for key in sorted(counts):
-        print(f"  {key:28s} {counts[key]:7d}")
+        print(f"  {key:36s} {counts[key]:7d}")
+    verdicts: dict = {}
+    for key, n in counts.items():
+        v = key.split(" ")[-1]
+        verdicts[v] = verdicts.get(v, 0) + n
+    print("  totals: " + ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items())))
     print(f"findings: {len(findings)}")
     # Grouped: the first case of every distinct (kind, command or target,
-    # message start), with how many cases gave it.
+    # mutation, message start), with how many cases gave it.
     groups: dict = {}
-    for kind, what, detail in findings:
-        key = (kind, what.split("(")[0].split(" ")[0], detail[:50])
+    for kind, what, detail, op, verdict in findings:
+        head = re.sub(r"[0-9]+", "N", detail)[:50]
+        if kind == "delivery":
+            head = re.sub(r"[0-9]+", "N", detail.split(": ")[-1])[:40]
+        where = what.split("(")[0].split(" ")[0]
+        if what.startswith("--replay"):
+            where = what.split(" ")[1]
+        key = (kind, verdict, where, op, head)
         groups.setdefault(key, [0, what, detail])[0] += 1
-    for (kind, _, _), (count, what, detail) in sorted(groups.items()):
-        print(f"  [{kind}] x{count} {what[:300]}\n      -> {detail[:300]}")
+    for (kind, verdict, _, op, _), (n, what, detail) in sorted(groups.items(), key=str):
+        tag = f"{kind} {verdict}" + (f", mutation {op}" if op else "")
+        detail = detail.replace("\n", " | ")
+        print(f"  [{tag}] x{n} {what[:300]}\n      -> {detail[:500]}")
     return 1 if findings else 0
 
 
