@@ -189,8 +189,10 @@ DataFingerprint FingerprintData(const TokenSource& source) {
     h.Add(static_cast<std::uint64_t>(source.PartBegin(part + 1) - source.PartBegin(part)));
   }
   if (const std::int64_t* offsets = source.ContiguousOffsets()) {
+    // Unsigned: a mapped offsets file edited in place may hold any values
+    // (token_source.h); for valid offsets this is the length.
     for (Index d = 0; d < f.documents; ++d) {
-      h.Add(static_cast<std::uint64_t>(offsets[d + 1] - offsets[d]));
+      h.Add(static_cast<std::uint64_t>(offsets[d + 1]) - static_cast<std::uint64_t>(offsets[d]));
     }
   } else {
     for (Index d = 0; d < f.documents; ++d) {
