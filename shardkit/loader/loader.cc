@@ -527,12 +527,7 @@ std::shared_ptr<Batch> LoaderImpl::AllocateBatch() const {
   }
 }
 
-void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
-  if (options_.cp.size > 1) {
-    CollateContextParallel(plan, batch);
-    return;
-  }
-  const Index L = options_.seq_len;
+void LoaderImpl::StartBatch(const Plan& plan, Batch* batch) {
   batch->epoch = plan.epoch;
   batch->index = plan.index;
   batch->step = plan.step;
@@ -541,6 +536,15 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
   batch->lengths.clear();
   batch->rows.clear();
   batch->tokens = 0;
+}
+
+void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
+  if (options_.cp.size > 1) {
+    CollateContextParallel(plan, batch);
+    return;
+  }
+  const Index L = options_.seq_len;
+  StartBatch(plan, batch);
   std::vector<std::span<const PackItem>> rows(static_cast<std::size_t>(options_.batch_size));
   for (Index b = 0; b < options_.batch_size; ++b) {
     std::span<const PackItem> pieces;
@@ -573,14 +577,7 @@ void LoaderImpl::CollateContextParallel(const Plan& plan, Batch* batch) const {
   const Index L = options_.seq_len, width = batch->seq_len;
   const ContextParallelOptions& cp = options_.cp;
   const Index granule = CpGranule(cp);
-  batch->epoch = plan.epoch;
-  batch->index = plan.index;
-  batch->step = plan.step;
-  batch->documents.clear();
-  batch->starts.clear();
-  batch->lengths.clear();
-  batch->rows.clear();
-  batch->tokens = 0;
+  StartBatch(plan, batch);
   batch->cu_seqlens_padded.assign(1, 0);
   batch->max_seqlen = 0;
   for (Index b = 0; b < options_.batch_size; ++b) {

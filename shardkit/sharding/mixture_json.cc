@@ -145,6 +145,15 @@ void ReadMixturePlan(const Json& j, const std::string& path, std::vector<Index>*
   o.skip = AsInt64(Field(j, path, "skip"), path + ".skip");
 }
 
+// A plan object on its own (no state fields around it): exactly its keys.
+static void ReadStandalonePlan(const Json& j, const std::string& path, std::vector<Index>* sizes,
+                               std::vector<double>* weights, MixtureOptions* options) {
+  ExpectOnlyKeys(j, path,
+                 {"sizes", "weights", "by", "tokens", "block", "seed", "schedule", "interpolation",
+                  "schedule_unit", "repeat", "origin", "start", "skip"});
+  ReadMixturePlan(j, path, sizes, weights, options);
+}
+
 Json MixturePlanJson(const Mixture& m) {
   Json j = Json::MakeObject();
   AppendMixturePlan(m.sizes(), m.weights(), m.options(), &j);
@@ -152,26 +161,20 @@ Json MixturePlanJson(const Mixture& m) {
 }
 
 Json CanonicalMixturePlan(const Json& j, const std::string& path) {
-  ExpectOnlyKeys(j, path,
-                 {"sizes", "weights", "by", "tokens", "block", "seed", "schedule", "interpolation",
-                  "schedule_unit", "repeat", "origin", "start", "skip"});
   std::vector<Index> sizes;
   std::vector<double> weights;
   MixtureOptions o;
-  ReadMixturePlan(j, path, &sizes, &weights, &o);
+  ReadStandalonePlan(j, path, &sizes, &weights, &o);
   Json out = Json::MakeObject();
   AppendMixturePlan(sizes, weights, o, &out);
   return out;
 }
 
 Mixture MixtureFromPlanJson(const Json& j, const std::string& path) {
-  ExpectOnlyKeys(j, path,
-                 {"sizes", "weights", "by", "tokens", "block", "seed", "schedule", "interpolation",
-                  "schedule_unit", "repeat", "origin", "start", "skip"});
   std::vector<Index> sizes;
   std::vector<double> weights;
   MixtureOptions o;
-  ReadMixturePlan(j, path, &sizes, &weights, &o);
+  ReadStandalonePlan(j, path, &sizes, &weights, &o);
   try {
     return Mixture(std::move(sizes), std::move(weights), std::move(o));
   } catch (const std::invalid_argument& e) {

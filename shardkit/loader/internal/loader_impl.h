@@ -95,6 +95,9 @@ class LoaderImpl {
   // Records a failure of batch `seq` (the consumer rethrows it once every
   // batch before it has been returned). REQUIRES: mu_ held.
   void Fail(std::exception_ptr error, Index seq);
+  // What every collate path sets first: the batch's epoch, index and step,
+  // and its piece lists and token count emptied.
+  static void StartBatch(const Plan& plan, Batch* batch);
   void Collate(const Plan& plan, Batch* batch) const;
   // Collate with context parallelism: the CP rank's slice of every row.
   void CollateContextParallel(const Plan& plan, Batch* batch) const;
