@@ -35,18 +35,15 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 from shardkit import _core
+from shardkit._arrays import int64_array as _int64_array
 
 __all__ = ["MultimodalPlan", "flat_vision_tokens", "qwen_vision_tokens", "tile_vision_tokens"]
 
 
 def _int64(values: Any, name: str) -> np.ndarray:
-    try:
-        out = np.ascontiguousarray(np.asarray(values if values is not None else [], np.int64))
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{name}: expected a sequence of integers") from None
-    if out.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D sequence, got shape {out.shape}")
-    return out
+    """int64_array (a contiguous 1-D int64 array; floats must be whole
+    numbers, never truncated); None is empty."""
+    return _int64_array([] if values is None else values, name)
 
 
 def flat_vision_tokens(per_sample: Sequence[Sequence[int]]) -> tuple:

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from shardkit.multimodal import MultimodalPlan, flat_vision_tokens
+from shardkit.multimodal import MultimodalPlan, flat_vision_tokens, qwen_vision_tokens
 
 
 def _mix(n=300, seed=0, tiles=False):
@@ -109,6 +109,20 @@ def test_plan_refuses_bad_input_naming_the_parameter():
     with pytest.raises(ValueError, match="^state: was made for another sample table"):
         MultimodalPlan([5, 7], [1, 0], seq_len=8, state=plan.state_dict(0))
     assert flat_vision_tokens([[3], []]) == ([1, 0], [3])
+
+
+def test_regression_fractional_sizes_are_refused_not_truncated():
+    # Was: np.asarray(..., np.int64) cut 5.5 to 5 and 224.7 to 224 silently.
+    with pytest.raises(ValueError, match="^lengths: item 1 is 5.5, not a whole number"):
+        MultimodalPlan([5, 5.5], [0, 0], seq_len=8)
+    with pytest.raises(ValueError, match="^heights: item 0 is 224.7, not a whole number"):
+        qwen_vision_tokens([224.7], [224])
+    # Whole floats are the integers they name: the same rows as from ints.
+    floats = MultimodalPlan([5.0, 6.0, 2.0], [1, 0, 2], seq_len=8)
+    ints = MultimodalPlan([5, 6, 2], [1, 0, 2], seq_len=8)
+    assert floats.num_steps == ints.num_steps
+    for s in range(ints.num_steps):
+        assert floats.rows(0, s) == ints.rows(0, s)
 
 
 def test_balance_on_the_issue_mix_is_within_five_percent():
