@@ -41,6 +41,11 @@ bool BestFitFast(std::span<const Index> len, const PackOptions& options, Packing
 [[nodiscard]] Index LowerBound(Index tokens, Index images, Index pieces,
                                const PackOptions& options);
 
+// Classifies item i: 0 fits, 1 dropped, 2 split (text longer than capacity),
+// the one oversize rule of PackItems and StreamingPacker. Throws under
+// oversize error.
+[[nodiscard]] int Classify(Index i, Index length, Index images, const PackOptions& options);
+
 }  // namespace shardkit::internal
 
 #endif  // SHARDKIT_PACKING_INTERNAL_PLACE_H_
