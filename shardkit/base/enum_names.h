@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shardkit/base/errors.h"
 
@@ -43,6 +44,13 @@ struct EnumNames {
       if (e.value == value) return e.name;
     }
     return "?";
+  }
+
+  // Every name, in table order (the `--help` and error lists).
+  [[nodiscard]] std::vector<std::string_view> Names() const {
+    std::vector<std::string_view> names;
+    for (const Entry& e : entries) names.push_back(e.name);
+    return names;
   }
 
   [[nodiscard]] E Parse(std::string_view name) const {

@@ -56,11 +56,7 @@ constexpr EnumNames<TrainMode, 3> kTrainModes{"mode",
 
 TrainMode ParseTrainMode(std::string_view name) { return kTrainModes.Parse(name); }
 std::string_view TrainModeName(TrainMode mode) { return kTrainModes.Name(mode); }
-std::vector<std::string_view> TrainModeNames() {
-  std::vector<std::string_view> names;
-  for (const auto& entry : kTrainModes.entries) names.push_back(entry.name);
-  return names;
-}
+std::vector<std::string_view> TrainModeNames() { return kTrainModes.Names(); }
 
 TrainDocuments TrainDocuments::FromSpans(std::span<const Index> lengths,
                                          std::span<const Index> images) {

@@ -34,11 +34,7 @@ std::string_view CpStrategyName(CpStrategy strategy) { return kCpStrategies.Name
 
 CpSplit ParseCpSplit(std::string_view name) { return kCpSplits.Parse(name); }
 std::string_view CpSplitName(CpSplit split) { return kCpSplits.Name(split); }
-std::vector<std::string_view> CpSplitNames() {
-  std::vector<std::string_view> names;
-  for (const auto& entry : kCpSplits.entries) names.push_back(entry.name);
-  return names;
-}
+std::vector<std::string_view> CpSplitNames() { return kCpSplits.Names(); }
 
 void ValidateContextParallel(const ContextParallelOptions& cp, Index seq_len) {
   CheckAtLeast("cp_size", cp.size, 1);

@@ -32,13 +32,6 @@ constexpr EnumNames<Oversize, 3> kOversize{
 constexpr EnumNames<PackCompat, 2> kCompat{
     "compat", "compat", {{{PackCompat::kNone, "none"}, {PackCompat::kTrl, "trl"}}}};
 
-template <typename Table>
-std::vector<std::string_view> NamesOf(const Table& table) {
-  std::vector<std::string_view> names;
-  for (const auto& entry : table.entries) names.push_back(entry.name);
-  return names;
-}
-
 }  // namespace
 
 PackAlgorithm ParsePackAlgorithm(std::string_view name) { return kAlgorithms.Parse(name); }
@@ -48,9 +41,9 @@ std::string_view OversizeName(Oversize oversize) { return kOversize.Name(oversiz
 
 PackCompat ParsePackCompat(std::string_view name) { return kCompat.Parse(name); }
 std::string_view PackCompatName(PackCompat compat) { return kCompat.Name(compat); }
-std::vector<std::string_view> PackAlgorithmNames() { return NamesOf(kAlgorithms); }
-std::vector<std::string_view> OversizeNames() { return NamesOf(kOversize); }
-std::vector<std::string_view> PackCompatNames() { return NamesOf(kCompat); }
+std::vector<std::string_view> PackAlgorithmNames() { return kAlgorithms.Names(); }
+std::vector<std::string_view> OversizeNames() { return kOversize.Names(); }
+std::vector<std::string_view> PackCompatNames() { return kCompat.Names(); }
 
 void ValidatePackOptions(const PackOptions& o) {
   CheckAtLeast("capacity", o.capacity, 1);

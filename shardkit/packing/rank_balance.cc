@@ -21,11 +21,7 @@ constexpr EnumNames<CostModel, 2> kCostModels{
 
 CostModel ParseCostModel(std::string_view name) { return kCostModels.Parse(name); }
 std::string_view CostModelName(CostModel model) { return kCostModels.Name(model); }
-std::vector<std::string_view> CostModelNames() {
-  std::vector<std::string_view> names;
-  for (const auto& entry : kCostModels.entries) names.push_back(entry.name);
-  return names;
-}
+std::vector<std::string_view> CostModelNames() { return kCostModels.Names(); }
 
 double PieceCost(Index length, CostModel model) {
   const double l = static_cast<double>(length);

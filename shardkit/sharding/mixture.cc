@@ -9,6 +9,7 @@
 #include <tuple>
 #include <utility>
 
+#include "shardkit/base/enum_names.h"
 #include "shardkit/sharding/permutation.h"
 
 namespace shardkit {
@@ -273,23 +274,29 @@ struct Mixture::Rotation {
   }
 };
 
+namespace {
+// The parameter of a MixBy is the caller's (mix_by, schedule_unit): Parse
+// takes a copy of the table with that name.
+constexpr EnumNames<MixBy, 2> kMixBy{
+    "mix_by", "value", {{{MixBy::kSamples, "samples"}, {MixBy::kTokens, "tokens"}}}};
+constexpr EnumNames<Interpolation, 2> kInterpolations{
+    "interpolation",
+    "value",
+    {{{Interpolation::kStep, "step"}, {Interpolation::kLinear, "linear"}}}};
+}  // namespace
+
 MixBy ParseMixBy(std::string_view name, std::string_view param) {
-  if (name == "samples") return MixBy::kSamples;
-  if (name == "tokens") return MixBy::kTokens;
-  ThrowInvalid(param, "unknown value '" + std::string(name) + "' (expected samples or tokens)");
+  EnumNames<MixBy, 2> table = kMixBy;
+  table.param = param;
+  return table.Parse(name);
 }
 
-std::string_view MixByName(MixBy by) { return by == MixBy::kSamples ? "samples" : "tokens"; }
+std::string_view MixByName(MixBy by) { return kMixBy.Name(by); }
 
-Interpolation ParseInterpolation(std::string_view name) {
-  if (name == "step") return Interpolation::kStep;
-  if (name == "linear") return Interpolation::kLinear;
-  ThrowInvalid("interpolation",
-               "unknown value '" + std::string(name) + "' (expected step or linear)");
-}
+Interpolation ParseInterpolation(std::string_view name) { return kInterpolations.Parse(name); }
 
 std::string_view InterpolationName(Interpolation interpolation) {
-  return interpolation == Interpolation::kStep ? "step" : "linear";
+  return kInterpolations.Name(interpolation);
 }
 
 Index TotalTokens(std::span<const std::int64_t> lengths) {
