@@ -197,6 +197,20 @@ std::vector<Index> RandomLengths(std::mt19937_64& rng, Index n, Index capacity, 
   return out;
 }
 
+// One random input: a capacity in [1, max_capacity], fewer than max_items
+// items, their lengths up to spread x capacity in RandomLengths' shape
+// trial % 6 (the draws in that order).
+struct Trial {
+  Index capacity;
+  std::vector<Index> len;
+};
+Trial RandomTrial(std::mt19937_64& rng, int trial, Index max_capacity, Index max_items,
+                  Index spread = 1) {
+  const Index capacity = 1 + static_cast<Index>(rng() % max_capacity);
+  const Index n = static_cast<Index>(rng() % max_items);
+  return {capacity, RandomLengths(rng, n, spread * capacity, trial % 6)};
+}
+
 // Checks a packing against its input: every item is packed exactly once
 // (split items: pieces cover [0, length) exactly) or dropped, no budget is
 // exceeded, totals and bounds are consistent.
@@ -271,44 +285,37 @@ void ExpectValid(const Packing& p, const std::vector<Index>& len, const std::vec
 
 // ---------------------------------------------------------------------------
 
-TEST(PackItems, FirstFitDecreasingEqualsTextbookDefinition) {
-  std::mt19937_64 rng(1);
+// PackItems under `algorithm` gives the packs of `reference`, the textbook
+// definition written above, on 300 random inputs, a third of them under a
+// sequence budget.
+void ExpectTextbookPacks(std::uint64_t seed, PackAlgorithm algorithm,
+                         decltype(&RefFirstFitDecreasing) reference) {
+  std::mt19937_64 rng(seed);
   for (int trial = 0; trial < 300; ++trial) {
-    const Index capacity = 1 + static_cast<Index>(rng() % 200);
-    const Index n = static_cast<Index>(rng() % 300);
-    auto len = RandomLengths(rng, n, capacity, trial % 6);
+    auto [capacity, len] = RandomTrial(rng, trial, 200, 300);
     Budget budget{capacity};
-    PackOptions o = Options(capacity, PackAlgorithm::kFirstFitDecreasing);
+    PackOptions o = Options(capacity, algorithm);
     if (trial % 3 == 1) {
       o.max_sequences = budget.max_sequences = 1 + static_cast<Index>(rng() % 5);
     }
-    EXPECT_EQ(Packs(PackItems(len, o)), RefFirstFitDecreasing(len, {}, budget)) << trial;
+    EXPECT_EQ(Packs(PackItems(len, o)), reference(len, {}, budget)) << trial;
   }
 }
 
+TEST(PackItems, FirstFitDecreasingEqualsTextbookDefinition) {
+  ExpectTextbookPacks(1, PackAlgorithm::kFirstFitDecreasing, RefFirstFitDecreasing);
+}
+
 TEST(PackItems, BestFitDecreasingEqualsTextbookDefinition) {
-  std::mt19937_64 rng(2);
-  for (int trial = 0; trial < 300; ++trial) {
-    const Index capacity = 1 + static_cast<Index>(rng() % 200);
-    const Index n = static_cast<Index>(rng() % 300);
-    auto len = RandomLengths(rng, n, capacity, trial % 6);
-    Budget budget{capacity};
-    PackOptions o = Options(capacity, PackAlgorithm::kBestFitDecreasing);
-    if (trial % 3 == 1) {
-      o.max_sequences = budget.max_sequences = 1 + static_cast<Index>(rng() % 5);
-    }
-    EXPECT_EQ(Packs(PackItems(len, o)), RefBestFitDecreasing(len, {}, budget)) << trial;
-  }
+  ExpectTextbookPacks(2, PackAlgorithm::kBestFitDecreasing, RefBestFitDecreasing);
 }
 
 TEST(PackItems, MultiResourceFitsEqualReferenceWithImageBudgets) {
   std::mt19937_64 rng(3);
   for (int trial = 0; trial < 300; ++trial) {
-    const Index capacity = 1 + static_cast<Index>(rng() % 300);
-    const Index n = static_cast<Index>(rng() % 200);
-    auto len = RandomLengths(rng, n, capacity, trial % 6);
+    auto [capacity, len] = RandomTrial(rng, trial, 300, 200);
     const Index max_images = static_cast<Index>(rng() % 6);
-    std::vector<Index> img(n);
+    std::vector<Index> img(len.size());
     for (auto& k : img) k = static_cast<Index>(rng() % (max_images + 1));
     Budget budget{capacity, max_images};
     PackOptions o = Options(capacity, PackAlgorithm::kFirstFitDecreasing);
@@ -323,9 +330,7 @@ TEST(PackItems, MultiResourceFitsEqualReferenceWithImageBudgets) {
 TEST(PackItems, NextFitPreservesInputOrder) {
   std::mt19937_64 rng(4);
   for (int trial = 0; trial < 200; ++trial) {
-    const Index capacity = 1 + static_cast<Index>(rng() % 100);
-    const Index n = static_cast<Index>(rng() % 200);
-    auto len = RandomLengths(rng, n, capacity, trial % 6);
+    auto [capacity, len] = RandomTrial(rng, trial, 100, 200);
     Budget budget{capacity};
     PackOptions o = Options(capacity, PackAlgorithm::kNextFit);
     Packing p = PackItems(len, o);
@@ -341,16 +346,14 @@ TEST(PackItems, NoItemLostOrRepeatedAndNoBudgetExceeded) {
   const PackAlgorithm algorithms[] = {PackAlgorithm::kNextFit, PackAlgorithm::kFirstFitDecreasing,
                                       PackAlgorithm::kBestFitDecreasing, PackAlgorithm::kBalanced};
   for (int trial = 0; trial < 800; ++trial) {
-    const Index capacity = 1 + static_cast<Index>(rng() % 500);
-    const Index n = static_cast<Index>(rng() % 400);
     // Lengths up to 3x the capacity, so oversize items occur.
-    auto len = RandomLengths(rng, n, 3 * capacity, trial % 6);
+    auto [capacity, len] = RandomTrial(rng, trial, 500, 400, 3);
     PackOptions o = Options(capacity, algorithms[trial % 4]);
     o.oversize = trial % 5 == 0 ? Oversize::kDrop : Oversize::kSplit;
     std::vector<Index> img;
     if (trial % 3 == 0) {
       o.max_images = static_cast<Index>(rng() % 5);
-      img.resize(n);
+      img.resize(len.size());
       for (auto& k : img) k = rng() % 3 == 0 ? static_cast<Index>(rng() % 7) : 0;
     }
     if (trial % 4 == 1) o.max_sequences = 1 + static_cast<Index>(rng() % 8);
@@ -518,9 +521,7 @@ TEST(PackItems, LowerBoundOnLognormalIsNearlyReached) {
 TEST(CompatTrl, EqualsBestFitWithOldestTies) {
   std::mt19937_64 rng(31);
   for (int trial = 0; trial < 400; ++trial) {
-    const Index capacity = 1 + static_cast<Index>(rng() % 200);
-    const Index n = static_cast<Index>(rng() % 300);
-    auto len = RandomLengths(rng, n, capacity, trial % 6);
+    auto [capacity, len] = RandomTrial(rng, trial, 200, 300);
     for (auto& l : len) l = std::max<Index>(l, 1);  // TRL drops empty items
     PackOptions o = Options(capacity, PackAlgorithm::kBestFitDecreasing);
     o.compat = PackCompat::kTrl;
@@ -594,9 +595,7 @@ TEST(CompatTrl, BufferPacksEveryBatchOnItsOwn) {
 TEST(Histogram, NoItemLostOrRepeatedAndNoBudgetExceeded) {
   std::mt19937_64 rng(21);
   for (int trial = 0; trial < 600; ++trial) {
-    const Index capacity = 1 + static_cast<Index>(rng() % 400);
-    const Index n = static_cast<Index>(rng() % 500);
-    auto len = RandomLengths(rng, n, 2 * capacity, trial % 6);
+    auto [capacity, len] = RandomTrial(rng, trial, 400, 500, 2);
     for (auto algorithm : {PackAlgorithm::kHistogram, PackAlgorithm::kBalanced}) {
       PackOptions o = Options(capacity, algorithm);
       o.oversize = trial % 4 == 0 ? Oversize::kDrop : Oversize::kSplit;
