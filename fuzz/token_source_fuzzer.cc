@@ -6,33 +6,16 @@
 // split point, then the bytes of the tokens file followed by the offsets
 // file. Opening must validate everything (throw invalid_argument) so that
 // reading every document afterwards stays inside the mapped files.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
+#include "fuzz/fuzz_files.h"
 #include "shardkit/loader/token_source.h"
 
-namespace {
-
-std::string TempPath(const char* name) {
-  const char* dir = std::getenv("TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/shardkit_fuzz_" + std::to_string(getpid()) + "_" +
-         name;
-}
-
-void WriteFile(const std::string& path, const std::uint8_t* data, std::size_t size) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) __builtin_trap();
-  if (size && std::fwrite(data, 1, size, f) != size) __builtin_trap();
-  std::fclose(f);
-}
-
-}  // namespace
+using shardkit::fuzz::TempPath;
+using shardkit::fuzz::WriteFile;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 3) return 0;
@@ -51,16 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   options.raw_token_dtype = static_cast<shardkit::TokenDType>(((flags >> 2) & 3) % 3);
   try {
     auto source = shardkit::TokenSource::Open(tokens, offsets, options);
-    std::vector<std::int32_t> buffer;
-    shardkit::Index total = 0;
-    for (shardkit::Index d = 0; d < source->num_documents(); ++d) {
-      const shardkit::Index n = source->DocumentLength(d);
-      if (n < 0 || n > source->num_tokens()) __builtin_trap();
-      total += n;
-      if (total > source->num_tokens()) __builtin_trap();
-      buffer.resize(static_cast<size_t>(n));
-      source->Copy(d, 0, n, buffer.data());
-    }
+    (void)shardkit::fuzz::ReadEveryDocument<std::int32_t>(*source);
   } catch (const std::invalid_argument&) {
   }
   return 0;
