@@ -36,6 +36,13 @@ std::string ErrorOf(const std::string& bytes) {
       [&] { (void)ParseNpyHeader(bytes, bytes.size(), "tokens", "/data/t.npy"); });
 }
 
+// The bytes are refused with an error that names the file and says `what`.
+void ExpectRefused(const std::string& bytes, const std::string& what) {
+  const std::string e = ErrorOf(bytes);
+  EXPECT_EQ(e.rfind("tokens: /data/t.npy: ", 0), 0u) << e;
+  EXPECT_NE(e.find(what), std::string::npos) << what << " / " << e;
+}
+
 TEST(NpyTest, ParsesTheHeadersNumpyWritesInEveryVersion) {
   for (int major : {1, 2, 3}) {
     const std::string bytes =
@@ -68,33 +75,25 @@ TEST(NpyTest, CorruptOrTruncatedFilesAreErrorsNamingTheFile) {
   const std::string good =
       Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", 16);
   EXPECT_EQ(ErrorOf(good), "no error");
-  auto has = [](const std::string& message, const std::string& what) {
-    return message.rfind("tokens: /data/t.npy: ", 0) == 0 &&
-           message.find(what) != std::string::npos;
-  };
-  EXPECT_TRUE(has(ErrorOf("hello world, not numpy"), "bad magic")) << ErrorOf("hello");
-  EXPECT_TRUE(has(ErrorOf(good.substr(0, 40)), "truncated header"));
-  EXPECT_TRUE(has(ErrorOf(good.substr(0, good.size() - 1)), "truncated data"));
-  EXPECT_TRUE(
-      has(ErrorOf(Handmade(1, "{'descr': '>i4', 'fortran_order': False, 'shape': (4,), }", 16)),
-          "big-endian"));
-  EXPECT_TRUE(
-      has(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': True, 'shape': (4,), }", 16)),
-          "Fortran"));
-  EXPECT_TRUE(
-      has(ErrorOf(Handmade(1, "{'descr': '|O', 'fortran_order': False, 'shape': (4,), }", 16)),
-          "unsupported dtype"));
-  EXPECT_TRUE(has(ErrorOf(Handmade(1, "{'descr': '<i4', 'shape': (4,), }", 16)), "lacks"));
-  EXPECT_TRUE(has(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,", 16)),
-                  "malformed"));
-  EXPECT_TRUE(
-      has(ErrorOf(Handmade(9, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", 16)),
-          "version 9"));
-  EXPECT_TRUE(has(ErrorOf(Handmade(1,
-                                   "{'descr': '<i4', 'fortran_order': False, 'shape': "
-                                   "(99999999999, 99999999999), }",
-                                   16)),
-                  "overflows"));
+  ExpectRefused("hello world, not numpy", "bad magic");
+  ExpectRefused(good.substr(0, 40), "truncated header");
+  ExpectRefused(good.substr(0, good.size() - 1), "truncated data");
+  ExpectRefused(Handmade(1, "{'descr': '>i4', 'fortran_order': False, 'shape': (4,), }", 16),
+                "big-endian");
+  ExpectRefused(Handmade(1, "{'descr': '<i4', 'fortran_order': True, 'shape': (4,), }", 16),
+                "Fortran");
+  ExpectRefused(Handmade(1, "{'descr': '|O', 'fortran_order': False, 'shape': (4,), }", 16),
+                "unsupported dtype");
+  ExpectRefused(Handmade(1, "{'descr': '<i4', 'shape': (4,), }", 16), "lacks");
+  ExpectRefused(Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,", 16),
+                "malformed");
+  ExpectRefused(Handmade(9, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", 16),
+                "version 9");
+  ExpectRefused(Handmade(1,
+                         "{'descr': '<i4', 'fortran_order': False, 'shape': "
+                         "(99999999999, 99999999999), }",
+                         16),
+                "overflows");
   // Corrupting any single byte of the header never crashes: it parses or throws.
   for (std::size_t i = 0; i < good.size() - 16; ++i) {
     for (int v : {0, 32, 40, 39, 0x93, 0xff}) {
@@ -124,26 +123,19 @@ TEST(NpyTest, RegressionCorruptedShapeDigitHidingElementsIsRefused) {
 }
 
 TEST(NpyTest, RegressionHeadersNumpyRefusesAreRefused) {
-  auto has = [](const std::string& message, const std::string& what) {
-    return message.rfind("tokens: /data/t.npy: ", 0) == 0 &&
-           message.find(what) != std::string::npos;
-  };
   // Missing commas between entries (numpy: a SyntaxError in the header).
-  EXPECT_TRUE(
-      has(ErrorOf(Handmade(1, "{'descr': '<i4' 'fortran_order': False 'shape': (4,) }", 16)),
-          "malformed header: expected ','"));
+  ExpectRefused(Handmade(1, "{'descr': '<i4' 'fortran_order': False 'shape': (4,) }", 16),
+                "malformed header: expected ','");
   // Another minor version byte.
   std::string minor = Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", 16);
   minor[7] = '\x01';
-  EXPECT_TRUE(has(ErrorOf(minor), "unsupported .npy format version 1.1"));
+  ExpectRefused(minor, "unsupported .npy format version 1.1");
   // Leading zeros are not a Python integer literal.
-  EXPECT_TRUE(
-      has(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (04,), }", 16)),
-          "leading zero"));
+  ExpectRefused(Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (04,), }", 16),
+                "leading zero");
   // '(4)' is an int, not a shape tuple.
-  EXPECT_TRUE(
-      has(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4), }", 16)),
-          "not a tuple"));
+  ExpectRefused(Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4), }", 16),
+                "not a tuple");
   // What numpy does accept still parses: no trailing comma, 0 as an extent.
   EXPECT_EQ(ErrorOf(Handmade(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,)}", 16)),
             "no error");
