@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+from thread_engines import ThreadEngines
 
 import shardkit
 
@@ -202,46 +203,13 @@ def test_regression_token_data_loader_batch_size_is_a_clear_error():
     assert len(list(TokenDataLoader(ds, batch_size=None))) == len(ds)
 
 
-class _ThreadEngines:
-    """W ranks as W threads of one process (a barrier per collective)."""
-
-    def __init__(self, world):
-        self.world, self.table = world, [None] * world
-        self.barrier = threading.Barrier(world, timeout=30)
-
-    def engine(self, rank):
-        outer = self
-
-        class Engine:
-            world_size = outer.world
-
-            def _gather(self, value):
-                outer.table[rank] = value
-                outer.barrier.wait()
-                out = list(outer.table)
-                outer.barrier.wait()
-                return out
-
-            def allgather_int64(self, values):
-                return np.stack(self._gather(np.asarray(values, np.int64)))
-
-            def allgather_rows(self, local):
-                return self._gather(local)
-
-        e = Engine()
-        e.rank = rank
-        return e
-
-
 def test_regression_plan_mismatch_names_the_plan_kind_and_the_parameter():
     """Was: "... every rank must build the EvalPlan ..." for a training plan, and only
     fingerprints: the ranks now exchange their plans' parameters on a mismatch."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from shardkit.eval import PlanMismatchError, check_plan
 
     tokens, offsets, _ = corpus(60, seed=9)
-    engines = _ThreadEngines(3)
+    engines = ThreadEngines(3)
     loaders = [
         shardkit.TokenLoader(
             tokens, offsets, rank=r, world_size=3, **dict(OPTS, seed=7 if r == 2 else 3)
@@ -254,8 +222,7 @@ def test_regression_plan_mismatch_names_the_plan_kind_and_the_parameter():
             check_plan(loaders[r], engines.engine(r))
         return str(e.value)
 
-    with ThreadPoolExecutor(3) as pool:
-        messages = list(pool.map(check, range(3)))
+    messages = engines.run(check)
     for m in messages:
         assert m.startswith("plan fingerprint mismatch: 1 of 3 ranks"), m
         assert "TrainPlan mismatch: rank 2 has seed=7, stream=" in m, m

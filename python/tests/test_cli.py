@@ -18,47 +18,16 @@ def test_shard_json_matches_the_design_contract(cli):
 
 
 def test_shard_one_rank_with_window_and_workers(cli):
-    out = cli(
-        "shard",
-        "--items",
-        100,
-        "--world",
-        3,
-        "--rank",
-        1,
-        "--offset",
-        10,
-        "--limit",
-        20,
-        "--workers",
-        2,
-        "--worker",
-        1,
-        "--indices",
-        "--json",
-    )
+    # Rank 1 of 3 over the window [10, 30) of 100 items, split between 2 workers.
+    shard = ["shard", "--items", 100, "--world", 3, "--rank", 1, "--offset", 10, "--limit", 20]
+    shard += ["--workers", 2, "--indices", "--json"]
+    out = cli(*shard, "--worker", 1)
     doc = json.loads(out.stdout)
     assert doc["window"] == [10, 30]
     (rank,) = doc["ranks"]
     assert rank["rank"] == 1 and rank["worker"] == 1
     assert rank["indices"] == list(range(11, 30, 3))[1::2]
-    out = cli(
-        "shard",
-        "--items",
-        100,
-        "--world",
-        3,
-        "--rank",
-        1,
-        "--offset",
-        10,
-        "--limit",
-        20,
-        "--workers",
-        2,
-        "--indices",
-        "--json",
-    )
+    out = cli(*shard)
     (rank,) = json.loads(out.stdout)["ranks"]
     assert rank["indices"] == list(range(11, 30, 3))
     assert [w["indices"] for w in rank["workers"]] == [rank["indices"][0::2], rank["indices"][1::2]]

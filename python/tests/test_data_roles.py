@@ -6,13 +6,15 @@ import itertools
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import jax_launch
 import numpy as np
 import pytest
+import torchrun_launch
+from thread_engines import ThreadEngines
 
 import shardkit
 from shardkit import DataRoles, Mesh
@@ -25,6 +27,7 @@ from shardkit.layout import (
 
 HERE = Path(__file__).resolve().parent
 PYTHON_DIR = str(HERE.parent)
+WORKERS = HERE / "workers"
 
 
 def _brute(axes, owners, data_axes, rank, broadcast_axes):
@@ -250,40 +253,18 @@ print("ok")
 
 
 def _torchrun(tmp_path, mode):
-    torchrun = Path(sys.executable).with_name("torchrun")
-    env = dict(os.environ, PYTHONPATH=PYTHON_DIR, OMP_NUM_THREADS="1")
-    port = str(29500 + random.Random().randrange(0, 3000))
-    proc = subprocess.Popen(
-        [
-            str(torchrun),
-            "--standalone",
-            "--nproc-per-node=4",
-            f"--master-port={port}",
-            str(HERE / "roles_torchrun_worker.py"),
-            str(tmp_path),
-            mode,
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    torchrun_launch.finish(
+        torchrun_launch.launch("roles_torchrun_worker.py", 4, tmp_path, mode), 150
     )
-    try:
-        out, _ = proc.communicate(timeout=150)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-    assert proc.returncode == 0, out.decode()[-3000:]
     return json.loads((tmp_path / f"{mode}.json").read_text())
 
 
 def _worker_offsets():
-    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(WORKERS))
     try:
         import roles_torchrun_worker
     finally:
-        sys.path.remove(str(HERE))
+        sys.path.remove(str(WORKERS))
     return roles_torchrun_worker.data()[1]
 
 
@@ -357,35 +338,8 @@ def test_torchrun_diverging_replica_fails_fast_on_every_rank(tmp_path):
 
 def test_jax_two_processes_global_batches_roles_and_psum():
     """2 processes x 4 CPU devices, data x model mesh with interleaved owners."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "roles_jax_worker.py"), str(i), "2", str(port)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    outputs = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=120)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, out in zip(procs, outputs):
-        assert p.returncode == 0 and "ok" in out.splitlines()[-1], out[-3000:]
+    for r in jax_launch.run("roles_jax_worker.py", 2, devices=4):
+        assert r.returncode == 0 and "ok" in r.out.splitlines()[-1], r.out[-3000:]
 
 
 def test_a_discover_result_stands_for_the_rank():
@@ -394,47 +348,6 @@ def test_a_discover_result_stands_for_the_rank():
     )
     roles = DataRoles({"dp": 2, "tp": 2}, "dp", info)
     assert (roles.rank, roles.dp_rank, roles.replica_group) == (2, 1, [2, 3])
-
-
-class _ThreadEngines:
-    """The collectives of W ranks as W threads of one process (a barrier per
-    collective): engine(g) is rank g's view."""
-
-    def __init__(self, world):
-        import threading
-
-        self.world, self.table = world, [None] * world
-        self.barrier = threading.Barrier(world, timeout=60)
-
-    def engine(self, rank):
-        outer = self
-
-        class Engine:
-            world_size = outer.world
-
-            def _gather(self, value):
-                outer.table[rank] = value
-                outer.barrier.wait()
-                out = list(outer.table)
-                outer.barrier.wait()
-                return out
-
-            def allgather_int64(self, values):
-                return np.stack(self._gather(np.asarray(values, np.int64)))
-
-            def allgather_rows(self, local):
-                return self._gather(local)
-
-        e = Engine()
-        e.rank = rank
-        return e
-
-    def run(self, fn):
-        """fn(rank) on every rank at once; returns the results (or raises the first error)."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(self.world) as pool:
-            return [f.result(timeout=120) for f in [pool.submit(fn, g) for g in range(self.world)]]
 
 
 def test_eval_plan_with_roles_unshards_each_item_once_over_random_meshes():
@@ -466,7 +379,7 @@ def test_eval_plan_with_roles_unshards_each_item_once_over_random_meshes():
                 )
             ids = np.concatenate([i for i, _ in batches]) if steps else np.zeros(0, np.int64)
             outputs.append(ids * 1000 + g)
-        engines = _ThreadEngines(world)
+        engines = ThreadEngines(world)
         results = engines.run(lambda g: gather_unshard(plans[g], outputs[g], engines.engine(g)))
         for got in results:
             assert (got // 1000).tolist() == list(range(n)), (trial, axes, data)
@@ -509,7 +422,7 @@ def test_eval_plan_roles_arguments_and_errors():
         shardkit.EvalPlan(10, batch_size=4, roles=DataRoles({"dp": 2}, "dp", 0)),
         shardkit.EvalPlan(10, batch_size=4, roles=DataRoles({"dp": 2, "tp": 2}, "dp", 1)),
     ]  # rank 1 thinks it is a tensor-parallel replica of rank 0: nobody holds dp_rank 1
-    engines = _ThreadEngines(2)
+    engines = ThreadEngines(2)
     rows = np.zeros(plan.num_steps * 4)
 
     def run(plans):

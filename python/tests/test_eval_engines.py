@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax_launch
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -259,30 +260,11 @@ def test_mpirun_rank_that_raises_stops_every_rank_with_its_reason():
 
 def _jax(n, mode):
     pytest.importorskip("jax")
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKERS / "eval_jax_worker.py"), str(i), str(n), str(port), mode],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-        )
-        for i in range(n)
-    ]
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=TIMEOUT)
-            results.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    end = time.time()
-    stderr = "".join(err for _, _, err in results)
+    results = jax_launch.run("eval_jax_worker.py", n, mode, timeout=TIMEOUT, merge=False)
+    end = max(r.ended for r in results)
+    stderr = "".join(r.err for r in results)
     seconds = _seconds_since_event(stderr, end) if "TEST-EVENT" in stderr else 0.0
-    return results, seconds
+    return [(r.returncode, r.out, r.err) for r in results], seconds
 
 
 def test_jax_3_processes_cover_every_item_once_in_equal_steps():

@@ -8,53 +8,20 @@ through os._exit after the grace period, skipping their ``finally`` blocks; the
 eval helpers refused to run on one process without
 jax.distributed.initialize."""
 
-import os
-import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("jax")
 
-HERE = Path(__file__).resolve().parent
-WORKER = HERE / "workers" / "fail_fast_jax_worker.py"
+import jax_launch  # noqa: E402
+
 ABORT_SIGNS = ("Check failure", "SIGABRT", "Aborted", "terminate called", "*** ")
 
 
-def _env():
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env["PYTHONPATH"] = str(HERE.parent) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 def _launch(n, failing, hold):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(i), str(n), str(port), str(failing), str(hold)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-        )
-        for i in range(n)
-    ]
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=120)
-            results.append((p.returncode, out, err, time.time()))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return results
+    return jax_launch.run("fail_fast_jax_worker.py", n, failing, hold, merge=False)
 
 
 @pytest.mark.parametrize("failing", [0, 1, 2])
@@ -102,6 +69,10 @@ except ValueError as e:
 print("ok")
 """
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=_env()
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=jax_launch.env(),
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

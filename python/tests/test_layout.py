@@ -3,40 +3,33 @@ process with 8 host devices, make_array_from_process_local_data across 2 and 4
 real processes, and the errors, loading plan and CLI."""
 
 import json
-import os
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
+import jax_launch
 import numpy as np
 import pytest
 
 import shardkit
 from shardkit import LoadingPlan, Mesh, NamedSharding, PartitionSpec
 
-HERE = Path(__file__).resolve().parent
-PYTHON_DIR = str(HERE.parent)
 
-
-def _env(devices):
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def test_index_maps_shard_shapes_and_replica_ids_equal_jax_on_random_meshes():
+def _counts_of_one_process(script, *args):
+    """Runs workers/`script` as one JAX process on 8 CPU devices; returns the
+    JSON counts it prints last."""
     out = subprocess.run(
-        [sys.executable, str(HERE / "layout_jax_single.py"), "600", "3"],
-        env=_env(8),
+        [sys.executable, str(jax_launch.WORKERS / script), *args],
+        env=jax_launch.env(8),
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_index_maps_shard_shapes_and_replica_ids_equal_jax_on_random_meshes():
+    counts = _counts_of_one_process("layout_jax_single.py", "600", "3")
     assert counts["cases"] == 600
     # The sweep did reach the interesting cases, not only trivial ones.
     assert counts["tuples"] > 50 and counts["zero_size"] > 50
@@ -44,54 +37,16 @@ def test_index_maps_shard_shapes_and_replica_ids_equal_jax_on_random_meshes():
 
 
 def test_drop_in_equals_jax_for_pytrees_shapes_dtypes_and_errors_on_one_process():
-    out = subprocess.run(
-        [sys.executable, str(HERE / "layout_jax_dropin.py")],
-        env=_env(8),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    counts = _counts_of_one_process("layout_jax_dropin.py")
     assert counts["equal"] >= 25 and counts["errors"] >= 8, counts
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("num_processes", [2, 4])
 def test_drop_in_equals_jax_make_array_from_process_local_data_across_processes(num_processes):
-    port = _free_port()
-    env = _env(8 // num_processes)
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(HERE / "layout_jax_worker.py"),
-                str(i),
-                str(num_processes),
-                str(port),
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(num_processes)
-    ]
-    outputs = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=90)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for i, (p, text) in enumerate(zip(procs, outputs)):
+    results = jax_launch.run(
+        "layout_jax_worker.py", num_processes, devices=8 // num_processes, timeout=90
+    )
+    for i, (p, text) in enumerate((r, r.out) for r in results):
         assert p.returncode == 0, f"process {i}:\n{text[-3000:]}"
         assert f"process {i}: all ok" in text
         assert "non-uniform, explicit global shape: ok" in text

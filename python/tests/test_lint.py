@@ -24,17 +24,16 @@ def test_lint_passes_on_well_formatted_files():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_lint_fails_on_a_misformatted_cpp_file(tmp_path):
-    bad = tmp_path / "bad.cc"
-    bad.write_text("int   f( int x ){return x;}\n")
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("bad.cc", "int   f( int x ){return x;}\n"),  # clang-format
+        ("bad.py", "import os\nx=[1,2 ,3]\n"),  # ruff: an unused import, misformatted
+    ],
+)
+def test_lint_fails_on_a_misformatted_or_unclean_file(tmp_path, name, text):
+    bad = tmp_path / name
+    bad.write_text(text)
     result = _lint(bad)
     assert result.returncode != 0
-    assert "bad.cc" in result.stdout + result.stderr
-
-
-def test_lint_fails_on_a_misformatted_or_unclean_python_file(tmp_path):
-    bad = tmp_path / "bad.py"
-    bad.write_text("import os\nx=[1,2 ,3]\n")
-    result = _lint(bad)
-    assert result.returncode != 0
-    assert "bad.py" in result.stdout + result.stderr
+    assert name in result.stdout + result.stderr

@@ -8,20 +8,13 @@ tokens of the data set itself. Coverage is checked against the document list.
 """
 
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+import torchrun_launch
 
 from shardkit import TokenLoader
-
-HERE = Path(__file__).resolve().parent
 
 
 def make_data(rng, docs, max_len, dtype=np.int32):
@@ -388,60 +381,18 @@ def test_torchrun_killed_mid_epoch_restarted_on_three_processes(tmp_path, torch)
     tokens, offsets = make_data(random.Random(11), 600, 120)
     np.save(tmp_path / "tokens.npy", tokens)
     np.save(tmp_path / "offsets.npy", offsets)
-    torchrun = Path(sys.executable).with_name("torchrun")
-    script = HERE / "loader_torchrun_worker.py"
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent), OMP_NUM_THREADS="1")
+    marker = tmp_path / "checkpoint.json"
 
     def launch(nproc, mode):
-        port = str(29500 + random.Random().randrange(0, 2000))
-        return subprocess.Popen(
-            [
-                str(torchrun),
-                "--standalone",
-                f"--nproc-per-node={nproc}",
-                f"--master-port={port}",
-                str(script),
-                str(tmp_path),
-                mode,
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        return torchrun_launch.launch("loader_torchrun_worker.py", nproc, tmp_path, mode)
 
-    first = launch(4, "first")
-    marker = tmp_path / "checkpoint.json"
     # Generous: 4 processes importing torch on a loaded 2-core machine can take
     # minutes; the wait ends as soon as the checkpoint is there.
-    deadline = time.time() + 240
-    while not marker.exists() and time.time() < deadline and first.poll() is None:
-        time.sleep(0.05)
-    try:
-        if not marker.exists():
-            try:
-                os.killpg(first.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            raise AssertionError(first.communicate(timeout=30)[0].decode()[-3000:])
-        time.sleep(0.3)  # let the ranks run on past the checkpoint
-        assert first.poll() is None, "the first run must still be running when killed"
-    finally:
-        try:
-            os.killpg(first.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        first.wait(timeout=30)
+    torchrun_launch.kill_after_checkpoint(lambda: launch(4, "first"), marker, timeout=240)
     checkpoint = json.loads(marker.read_text())
     assert len(checkpoint["states"]) == 4
 
-    second = launch(3, "resume")
-    try:
-        out, _ = second.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(second.pid, signal.SIGKILL)
-        raise
-    assert second.returncode == 0, out.decode()[-3000:]
+    torchrun_launch.finish(launch(3, "resume"), 300)
     delivered = [tuple(p) for p in checkpoint["delivered"]]
     for rank in range(3):
         delivered += [tuple(p) for p in json.loads((tmp_path / f"resumed-{rank}.json").read_text())]
@@ -452,21 +403,9 @@ def test_cli_loader_stats_reports_every_token_once(cli, tmp_path):
     tokens, offsets = make_data(random.Random(12), 300, 500)
     np.save(tmp_path / "t.npy", tokens)
     np.save(tmp_path / "o.npy", offsets)
-    r = cli(
-        "loader-stats",
-        "--tokens",
-        tmp_path / "t.npy",
-        "--offsets",
-        tmp_path / "o.npy",
-        "--seq-len",
-        256,
-        "--batch",
-        4,
-        "--world",
-        3,
-        "--per-rank",
-        "--json",
-    )
+    stats = ["loader-stats", "--tokens", tmp_path / "t.npy", "--offsets", tmp_path / "o.npy"]
+    stats += ["--seq-len", 256, "--batch", 4]
+    r = cli(*stats, "--world", 3, "--per-rank", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["real_tokens"] == int(offsets[-1]) and out["complete"] is True
@@ -488,18 +427,7 @@ def test_cli_loader_stats_reports_every_token_once(cli, tmp_path):
         assert rank["batches"] == len(batches)
         assert rank["tokens"] == sum(int((b["document_ids"] >= 0).sum()) for b in batches)
     assert "100.0%" in r.stderr  # the progress bar
-    quiet = cli(
-        "loader-stats",
-        "--tokens",
-        tmp_path / "t.npy",
-        "--offsets",
-        tmp_path / "o.npy",
-        "--seq-len",
-        256,
-        "--batch",
-        4,
-        "--quiet",
-    )
+    quiet = cli(*stats, "--quiet")
     assert quiet.returncode == 0 and quiet.stderr == "" and "every token delivered" in quiet.stdout
 
 

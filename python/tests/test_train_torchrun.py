@@ -3,20 +3,18 @@ all_reduce every step over two epochs of a lognormal corpus in pad,
 continuous and drop modes with 0 and 2 DataLoader workers; SIGKILL mid-epoch
 and resume on 3 processes and on 4 with another batch size; a rank with
 another seed fails on every rank within seconds. Every launch has a hard
-timeout. The worker is train_torchrun_worker.py."""
+timeout. The worker is workers/train_torchrun_worker.py; each test takes the
+`torch` fixture (conftest.py), which skips it where torch is not installed."""
 
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torchrun_launch
+from torchrun_launch import finish, kill_after_checkpoint
 
-pytest.importorskip("torch")
-
-import torchrun_launch  # noqa: E402
-from torchrun_launch import finish, kill_after_checkpoint  # noqa: E402
-
-import shardkit  # noqa: E402
+import shardkit
 
 HERE = Path(__file__).resolve().parent
 SEQ_LEN = 256
@@ -51,7 +49,7 @@ def tiles(lengths, pieces):
         assert at == n, f"document {d}"
 
 
-def test_two_epochs_all_modes_and_worker_counts_equal_steps_exactly_once(corpus):
+def test_two_epochs_all_modes_and_worker_counts_equal_steps_exactly_once(corpus, torch):
     root, lengths = corpus
     finish(launch(root, 4, "epochs"), 600, lambda: launch(root, 4, "epochs"))
     by_rank = [json.loads((root / f"epochs-{r}.json").read_text()) for r in range(4)]
@@ -82,7 +80,7 @@ def test_two_epochs_all_modes_and_worker_counts_equal_steps_exactly_once(corpus)
     assert plan.audit().exactly_once
 
 
-def test_sigkill_mid_epoch_then_resume_on_3_processes_and_on_4_with_another_batch(corpus):
+def test_sigkill_mid_epoch_then_resume_on_3_processes_and_on_4_with_another_batch(corpus, torch):
     root, lengths = corpus
     marker = root / "checkpoint.json"
     kill_after_checkpoint(lambda: launch(root, 4, "first"), marker)
@@ -100,7 +98,7 @@ def test_sigkill_mid_epoch_then_resume_on_3_processes_and_on_4_with_another_batc
         tiles(lengths, delivered)
 
 
-def test_a_rank_with_another_seed_fails_on_every_rank_within_seconds(corpus):
+def test_a_rank_with_another_seed_fails_on_every_rank_within_seconds(corpus, torch):
     root, _ = corpus
     finish(launch(root, 4, "mismatch"), 400, lambda: launch(root, 4, "mismatch"))
     for r in range(4):
@@ -111,7 +109,7 @@ def test_a_rank_with_another_seed_fails_on_every_rank_within_seconds(corpus):
         assert float(elapsed) < 120, elapsed
 
 
-def test_docs_ddp_loop_runs_under_torchrun(corpus, tmp_path):
+def test_docs_ddp_loop_runs_under_torchrun(corpus, torch, tmp_path):
     """The DDP loop of docs/loader.md, copied out of the page and run on 2 gloo
     processes: two epochs, then again from its checkpoint."""
     root, _ = corpus

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+WORKERS = HERE / "workers"
 
 
 def free_port():
@@ -25,17 +26,19 @@ def free_port():
 
 def launch(script, nproc, *args, cwd=None, env=None):
     """torchrun --nproc-per-node=nproc of `script` (a path, or a file name in
-    this folder) with `args`; env adds to PYTHONPATH=this folder's parent and
-    OMP_NUM_THREADS=1."""
+    workers/) with `args`; env adds to PYTHONPATH=this folder's parent (the
+    package) and this folder (the workers' helpers: torchrun_common.py,
+    mixture_common.py) and OMP_NUM_THREADS=1."""
     torchrun = Path(sys.executable).with_name("torchrun")
-    full = dict(os.environ, PYTHONPATH=str(HERE.parent), OMP_NUM_THREADS="1", **(env or {}))
+    path = os.pathsep.join([str(HERE.parent), str(HERE)])
+    full = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", **(env or {}))
     return subprocess.Popen(
         [
             str(torchrun),
             "--standalone",
             f"--nproc-per-node={nproc}",
             f"--master-port={free_port()}",
-            str(HERE / script),
+            str(WORKERS / script),
             *map(str, args),
         ],
         cwd=cwd,

@@ -9,17 +9,13 @@ import sys
 import time
 
 import jax
+import jax_worker
 
 
 def main() -> None:
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     pid, nproc, port, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    jax.distributed.initialize(
-        f"127.0.0.1:{port}",
-        num_processes=nproc,
-        process_id=pid,
-        heartbeat_timeout_seconds=10,
-        shutdown_timeout_seconds=5,
+    jax_worker.initialize(
+        pid, nproc, port, gloo=True, heartbeat_timeout_seconds=10, shutdown_timeout_seconds=5
     )
 
     import shardkit  # noqa: E402

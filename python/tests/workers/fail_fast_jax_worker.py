@@ -13,19 +13,14 @@ import sys
 import time
 
 import jax
+import jax_worker
 
 
 def main() -> None:
-    jax.config.update("jax_platforms", "cpu")
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     pid, nproc, port, failing = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     hold = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
-    jax.distributed.initialize(
-        f"127.0.0.1:{port}",
-        num_processes=nproc,
-        process_id=pid,
-        heartbeat_timeout_seconds=10,
-        shutdown_timeout_seconds=5,
+    jax_worker.initialize(
+        pid, nproc, port, gloo=True, heartbeat_timeout_seconds=10, shutdown_timeout_seconds=5
     )
     import numpy as np
     from shardkit.jax import fail_fast, global_masked_sum

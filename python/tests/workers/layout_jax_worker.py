@@ -9,6 +9,7 @@ import random
 import sys
 
 import jax
+import jax_worker
 import numpy as np
 import shardkit.jax as skjax
 from jax._src.sharding_impls import local_to_global_shape, num_addressable_indices
@@ -19,18 +20,10 @@ import shardkit
 
 
 def main(process_id, num_processes, port):
-    jax.config.update("jax_platforms", "cpu")
-    jax.distributed.initialize(
-        coordinator_address=f"127.0.0.1:{port}",
-        num_processes=num_processes,
-        process_id=process_id,
-        initialization_timeout=30,
-    )
+    jax_worker.initialize(process_id, num_processes, port, initialization_timeout=30)
 
     devices = jax.devices()
-    by_process = {}
-    for d in devices:
-        by_process.setdefault(d.process_index, []).append(d)
+    by_process = jax_worker.devices_by_process()
     assert sorted(by_process) == list(range(num_processes)), by_process
 
     def mesh_from_owners(shape, names, owners):

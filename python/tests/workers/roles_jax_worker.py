@@ -9,6 +9,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import jax_worker
 import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
@@ -96,17 +97,9 @@ def replicas_and_roles_in_evaluation(mesh, me):
 
 
 def main(process_id, num_processes, port):
-    jax.config.update("jax_platforms", "cpu")
-    jax.distributed.initialize(
-        coordinator_address=f"127.0.0.1:{port}",
-        num_processes=num_processes,
-        process_id=process_id,
-        initialization_timeout=30,
-    )
+    jax_worker.initialize(process_id, num_processes, port, initialization_timeout=30)
     me = jax.process_index()
-    pools = {}
-    for d in jax.devices():
-        pools.setdefault(d.process_index, []).append(d)
+    pools = jax_worker.devices_by_process()
     owners = [0, 0, 1, 1, 0, 0, 1, 1]  # data row r is held by process r % 2
     grid = [pools[p].pop(0) for p in owners]
     mesh = Mesh(np.array(grid, dtype=object).reshape(4, 2), ("data", "model"))

@@ -12,6 +12,7 @@ usage: token_batches_jax_worker.py PROCESS_ID NUM_PROCESSES PORT; prints "ok".
 import sys
 
 import jax
+import jax_worker
 import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
@@ -113,17 +114,8 @@ def check_epochs(sharding, blocks_per_process, tokens, offsets):
 
 
 def main(process_id, num_processes, port):
-    jax.config.update("jax_platforms", "cpu")
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=f"127.0.0.1:{port}",
-        num_processes=num_processes,
-        process_id=process_id,
-        initialization_timeout=60,
-    )
-    by_process = {}
-    for d in jax.devices():
-        by_process.setdefault(d.process_index, []).append(d)
+    jax_worker.initialize(process_id, num_processes, port, gloo=True, initialization_timeout=60)
+    by_process = jax_worker.devices_by_process()
     per = len(by_process[0])
     devices = [d for p in sorted(by_process) for d in by_process[p]]  # process-major
     tokens, offsets = corpus()
