@@ -147,7 +147,7 @@ std::vector<std::vector<TrainStep>> AllSteps(const TrainPlan& plan, Index steps)
   return out;
 }
 
-TEST(TrainPlan, EqualStepsEveryPieceExactlyOnceOverRandomConfigurations) {
+TEST(TrainPlanTest, EqualStepsEveryPieceExactlyOnceOverRandomConfigurations) {
   std::mt19937_64 rng(12);
   for (int trial = 0; trial < 300; ++trial) {
     Config c = RandomConfig(rng);
@@ -218,7 +218,7 @@ TEST(TrainPlan, EqualStepsEveryPieceExactlyOnceOverRandomConfigurations) {
   }
 }
 
-TEST(TrainPlan, ReaderStepAndRebuiltPlanAgree) {
+TEST(TrainPlanTest, ReaderStepAndRebuiltPlanAgree) {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 100; ++trial) {
     Config c = RandomConfig(rng);
@@ -249,7 +249,7 @@ TEST(TrainPlan, ReaderStepAndRebuiltPlanAgree) {
 // constructed up front and learns the same totals, whether they are asked
 // before its reader starts, or only once it has reached the end; also when
 // it continues from a state.
-TEST(TrainPlan, DeferredPlanReadOnceMatchesTheConstructedPlan) {
+TEST(TrainPlanTest, DeferredPlanReadOnceMatchesTheConstructedPlan) {
   std::mt19937_64 rng(33);
   for (int trial = 0; trial < 200; ++trial) {
     Config c = RandomConfig(rng);
@@ -316,7 +316,7 @@ TEST(TrainPlan, DeferredPlanReadOnceMatchesTheConstructedPlan) {
 // The lengths read from offsets (what the loader passes for a source of one
 // part with int64 offsets), from an array, or through a call per document:
 // the same plan, step by step, and the same stream fingerprint.
-TEST(TrainPlan, DocumentsFromOffsetsArraysOrCallsGiveTheSamePlan) {
+TEST(TrainPlanTest, DocumentsFromOffsetsArraysOrCallsGiveTheSamePlan) {
   std::mt19937_64 rng(41);
   for (int trial = 0; trial < 150; ++trial) {
     Config c = RandomConfig(rng);
@@ -359,7 +359,7 @@ TEST(TrainPlan, DocumentsFromOffsetsArraysOrCallsGiveTheSamePlan) {
   }
 }
 
-TEST(TrainPlan, ResumeAtRandomStepsEqualsTheUninterruptedRun) {
+TEST(TrainPlanTest, ResumeAtRandomStepsEqualsTheUninterruptedRun) {
   std::mt19937_64 rng(21);
   for (int trial = 0; trial < 150; ++trial) {
     Config c = RandomConfig(rng);
@@ -381,7 +381,7 @@ TEST(TrainPlan, ResumeAtRandomStepsEqualsTheUninterruptedRun) {
 
 // Regression: a resumed plan numbered its steps from 0 and counted only the
 // rest of the epoch, so a learning-rate schedule keyed on the step jumped back.
-TEST(TrainPlan, ResumedPlanKeepsTheEpochsStepNumbersAndCount) {
+TEST(TrainPlanTest, ResumedPlanKeepsTheEpochsStepNumbersAndCount) {
   std::mt19937_64 rng(22);
   for (int trial = 0; trial < 150; ++trial) {
     Config c = RandomConfig(rng);
@@ -397,7 +397,7 @@ TEST(TrainPlan, ResumedPlanKeepsTheEpochsStepNumbersAndCount) {
   }
 }
 
-TEST(TrainPlan, ElasticResumeDeliversTheRestOfTheEpochExactlyOnce) {
+TEST(TrainPlanTest, ElasticResumeDeliversTheRestOfTheEpochExactlyOnce) {
   std::mt19937_64 rng(33);
   for (int trial = 0; trial < 150; ++trial) {
     Config c = RandomConfig(rng);
@@ -430,7 +430,7 @@ TEST(TrainPlan, ElasticResumeDeliversTheRestOfTheEpochExactlyOnce) {
   }
 }
 
-TEST(TrainPlan, DocumentsReadAtIsAllThatTheFirstPacksDependOn) {
+TEST(TrainPlanTest, DocumentsReadAtIsAllThatTheFirstPacksDependOn) {
   // Replace every document from DocumentsReadAt(p) on: the first p packs
   // stay the same (what a mixture loader resumed with new weights relies on).
   std::mt19937_64 rng(31);
@@ -484,7 +484,7 @@ TEST(TrainPlan, DocumentsReadAtIsAllThatTheFirstPacksDependOn) {
   }
 }
 
-TEST(TrainPlan, ContinuousStepsCrossIntoTheNextEpochWithoutFiller) {
+TEST(TrainPlanTest, ContinuousStepsCrossIntoTheNextEpochWithoutFiller) {
   std::vector<Index> lengths;
   std::mt19937_64 rng(5);
   for (int d = 0; d < 103; ++d) lengths.push_back(static_cast<Index>(1 + rng() % 60));
@@ -525,7 +525,7 @@ TEST(TrainPlan, ContinuousStepsCrossIntoTheNextEpochWithoutFiller) {
   EXPECT_TRUE(Tiles(lengths, {}, by_epoch[3]));
 }
 
-TEST(TrainPlan, StepsAreBalancedOnLognormalLengths) {
+TEST(TrainPlanTest, StepsAreBalancedOnLognormalLengths) {
   std::mt19937_64 rng(1);
   std::lognormal_distribution<double> length(6.0, 1.2);
   std::vector<Index> lengths;
@@ -583,7 +583,7 @@ TEST(TrainPlan, StepsAreBalancedOnLognormalLengths) {
 // deal through DealStep, TrainPlan each step on its own (BalanceRanks' first
 // step carries nothing either). Short
 // documents and small rows make equal pack costs, so the tie-breaks count.
-TEST(TrainPlan, EveryStepIsDealtAsBalanceRanksDealsTheStepsPacks) {
+TEST(TrainPlanTest, EveryStepIsDealtAsBalanceRanksDealsTheStepsPacks) {
   std::mt19937_64 rng(5);
   std::uniform_int_distribution<Index> length(1, 12);
   std::vector<Index> lengths;
@@ -636,7 +636,7 @@ TEST(TrainPlan, EveryStepIsDealtAsBalanceRanksDealsTheStepsPacks) {
   }
 }
 
-TEST(TrainPlan, EdgesEmptyFewerPacksThanRanksOneRankHugeWorld) {
+TEST(TrainPlanTest, EdgesEmptyFewerPacksThanRanksOneRankHugeWorld) {
   TrainOptions o;
   o.seq_len = 8;
   o.batch_size = 2;
@@ -679,7 +679,7 @@ TEST(TrainPlan, EdgesEmptyFewerPacksThanRanksOneRankHugeWorld) {
   }
 }
 
-TEST(TrainPlan, BadInputNamesTheParameter) {
+TEST(TrainPlanTest, BadInputNamesTheParameter) {
   std::vector<Index> lengths = {5, 6, 7};
   auto docs = TrainDocuments::FromSpans(lengths);
   auto expect = [&](TrainOptions o, const std::string& prefix, std::vector<Index> l = {5, 6, 7}) {
@@ -742,7 +742,7 @@ std::string StateError(const std::string& text) {
   return loader_testing::ErrorOf([&] { (void)TrainStateFromJson(text); });
 }
 
-TEST(TrainPlan, StateJsonRoundTripsAndRejectsOtherObjects) {
+TEST(TrainPlanTest, StateJsonRoundTripsAndRejectsOtherObjects) {
   const TrainState s{7, 123456789012345, 0xfedcba9876543210ULL};
   const std::string text = TrainStateToJson(s);
   EXPECT_EQ(text,
@@ -774,7 +774,7 @@ TEST(TrainPlan, StateJsonRoundTripsAndRejectsOtherObjects) {
 // Issue 20: the equal-steps state was unsealed (an edited position loaded
 // silently), read by a hand-written parser (a duplicate key: the last won) and
 // version 1 had the same layout as any relabelled text.
-TEST(TrainPlan, RegressionTheStateIsSealedAndReadByTheStrictReader) {
+TEST(TrainPlanTest, RegressionTheStateIsSealedAndReadByTheStrictReader) {
   const std::string text = TrainStateToJson({2, 5, 0x1234});
   std::string edited = text;
   edited.replace(edited.find("\"position\": 5"), 13, "\"position\": 8");
@@ -801,7 +801,7 @@ TEST(TrainPlan, RegressionTheStateIsSealedAndReadByTheStrictReader) {
 
 // Issue 20: a continuous-mode state with position 2^62 replayed the stream for
 // ever before checking it (10^8: over a minute); now refused in O(1).
-TEST(TrainPlan, RegressionAHugePositionIsRefusedBeforeAnyReplay) {
+TEST(TrainPlanTest, RegressionAHugePositionIsRefusedBeforeAnyReplay) {
   const std::vector<Index> lengths = {5, 6, 7, 30, 2, 9, 1};
   const auto docs = TrainDocuments::FromSpans(lengths);
   TrainOptions o;
@@ -837,7 +837,7 @@ TEST(TrainPlan, RegressionAHugePositionIsRefusedBeforeAnyReplay) {
 }
 
 // Issue 20: epoch 2^64 - 1 wrapped to 0 at the next epoch.
-TEST(TrainPlan, RegressionAnEpochWithoutASuccessorIsRefused) {
+TEST(TrainPlanTest, RegressionAnEpochWithoutASuccessorIsRefused) {
   const std::vector<Index> lengths = {5, 6, 7, 30, 2};
   const auto docs = TrainDocuments::FromSpans(lengths);
   TrainOptions o;
@@ -859,7 +859,7 @@ TEST(TrainPlan, RegressionAnEpochWithoutASuccessorIsRefused) {
 // Issue 20: the stream fingerprint covers what identifies the documents beyond
 // their lengths (a token source's content), so a state of another data set of
 // the same lengths is refused saying the data differs.
-TEST(TrainPlan, AStateOfOtherDataWithTheSameLengthsIsRefused) {
+TEST(TrainPlanTest, AStateOfOtherDataWithTheSameLengthsIsRefused) {
   const std::vector<Index> lengths = {5, 6, 7, 30, 2};
   auto a = TrainDocuments::FromSpans(lengths);
   auto b = TrainDocuments::FromSpans(lengths);
@@ -883,7 +883,7 @@ TEST(TrainPlan, AStateOfOtherDataWithTheSameLengthsIsRefused) {
       << e;
 }
 
-TEST(TrainPlan, FingerprintCoversTheParameters) {
+TEST(TrainPlanTest, FingerprintCoversTheParameters) {
   std::vector<Index> lengths = {5, 6, 7, 30, 2};
   TrainOptions o;
   o.seq_len = 8;

@@ -302,15 +302,15 @@ void ExpectTextbookPacks(std::uint64_t seed, PackAlgorithm algorithm,
   }
 }
 
-TEST(PackItems, FirstFitDecreasingEqualsTextbookDefinition) {
+TEST(PackItemsTest, FirstFitDecreasingEqualsTextbookDefinition) {
   ExpectTextbookPacks(1, PackAlgorithm::kFirstFitDecreasing, RefFirstFitDecreasing);
 }
 
-TEST(PackItems, BestFitDecreasingEqualsTextbookDefinition) {
+TEST(PackItemsTest, BestFitDecreasingEqualsTextbookDefinition) {
   ExpectTextbookPacks(2, PackAlgorithm::kBestFitDecreasing, RefBestFitDecreasing);
 }
 
-TEST(PackItems, MultiResourceFitsEqualReferenceWithImageBudgets) {
+TEST(PackItemsTest, MultiResourceFitsEqualReferenceWithImageBudgets) {
   std::mt19937_64 rng(3);
   for (int trial = 0; trial < 300; ++trial) {
     auto [capacity, len] = RandomTrial(rng, trial, 300, 200);
@@ -327,7 +327,7 @@ TEST(PackItems, MultiResourceFitsEqualReferenceWithImageBudgets) {
   }
 }
 
-TEST(PackItems, NextFitPreservesInputOrder) {
+TEST(PackItemsTest, NextFitPreservesInputOrder) {
   std::mt19937_64 rng(4);
   for (int trial = 0; trial < 200; ++trial) {
     auto [capacity, len] = RandomTrial(rng, trial, 100, 200);
@@ -341,7 +341,7 @@ TEST(PackItems, NextFitPreservesInputOrder) {
   }
 }
 
-TEST(PackItems, NoItemLostOrRepeatedAndNoBudgetExceeded) {
+TEST(PackItemsTest, NoItemLostOrRepeatedAndNoBudgetExceeded) {
   std::mt19937_64 rng(5);
   const PackAlgorithm algorithms[] = {PackAlgorithm::kNextFit, PackAlgorithm::kFirstFitDecreasing,
                                       PackAlgorithm::kBestFitDecreasing, PackAlgorithm::kBalanced};
@@ -364,7 +364,7 @@ TEST(PackItems, NoItemLostOrRepeatedAndNoBudgetExceeded) {
   }
 }
 
-TEST(PackItems, SameInputGivesSamePacks) {
+TEST(PackItemsTest, SameInputGivesSamePacks) {
   std::mt19937_64 rng(6);
   for (int trial = 0; trial < 40; ++trial) {
     auto len = RandomLengths(rng, 1000, 512, trial % 6);
@@ -379,7 +379,7 @@ TEST(PackItems, SameInputGivesSamePacks) {
   }
 }
 
-TEST(PackItems, BalancedNeverUsesMorePacksThanBestFitAndEvensLoads) {
+TEST(PackItemsTest, BalancedNeverUsesMorePacksThanBestFitAndEvensLoads) {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
     const Index capacity = 50 + static_cast<Index>(rng() % 500);
@@ -409,7 +409,7 @@ TEST(PackItems, BalancedNeverUsesMorePacksThanBestFitAndEvensLoads) {
   EXPECT_EQ(b.PackTokens(2), 5);
 }
 
-TEST(PackItems, OversizeDropCountsAndListsDroppedItems) {
+TEST(PackItemsTest, OversizeDropCountsAndListsDroppedItems) {
   std::vector<Index> len = {5, 11, 3, 20, 10};
   Packing p = PackItems(len, Options(10, PackAlgorithm::kBestFitDecreasing));
   EXPECT_EQ(p.dropped_items, (std::vector<Index>{1, 3}));
@@ -418,7 +418,7 @@ TEST(PackItems, OversizeDropCountsAndListsDroppedItems) {
   ExpectValid(p, len, {}, Options(10, PackAlgorithm::kBestFitDecreasing));
 }
 
-TEST(PackItems, OversizeErrorNamesTheItem) {
+TEST(PackItemsTest, OversizeErrorNamesTheItem) {
   std::vector<Index> len = {5, 11};
   PackOptions o = Options(10, PackAlgorithm::kBestFitDecreasing);
   o.oversize = Oversize::kError;
@@ -431,7 +431,7 @@ TEST(PackItems, OversizeErrorNamesTheItem) {
   }
 }
 
-TEST(PackItems, OversizeSplitCutsCapacitySizedPiecesButNeverImages) {
+TEST(PackItemsTest, OversizeSplitCutsCapacitySizedPiecesButNeverImages) {
   std::vector<Index> len = {25, 4, 30}, img = {0, 1, 1};
   PackOptions o = Options(10, PackAlgorithm::kBestFitDecreasing);
   o.oversize = Oversize::kSplit;
@@ -445,7 +445,7 @@ TEST(PackItems, OversizeSplitCutsCapacitySizedPiecesButNeverImages) {
   EXPECT_EQ(p.tokens, 29);
 }
 
-TEST(PackItems, EdgeCases) {
+TEST(PackItemsTest, EdgeCases) {
   PackOptions o = Options(8, PackAlgorithm::kBestFitDecreasing);
   Packing empty = PackItems({}, o);
   EXPECT_EQ(empty.num_packs(), 0);
@@ -474,7 +474,7 @@ TEST(PackItems, EdgeCases) {
                std::invalid_argument);
 }
 
-TEST(PackItems, BadInputNamesTheValue) {
+TEST(PackItemsTest, BadInputNamesTheValue) {
   auto message = [](auto&& f) {
     try {
       f();
@@ -502,7 +502,7 @@ TEST(PackItems, BadInputNamesTheValue) {
             "histogram)");
 }
 
-TEST(PackItems, LowerBoundOnLognormalIsNearlyReached) {
+TEST(PackItemsTest, LowerBoundOnLognormalIsNearlyReached) {
   std::mt19937_64 rng(8);
   std::lognormal_distribution<double> d(std::log(600.0), 0.8);
   std::vector<Index> len(200000);
@@ -518,7 +518,7 @@ TEST(PackItems, LowerBoundOnLognormalIsNearlyReached) {
 // ---------------------------------------------------------------------------
 // compat trl
 
-TEST(CompatTrl, EqualsBestFitWithOldestTies) {
+TEST(CompatTrlTest, EqualsBestFitWithOldestTies) {
   std::mt19937_64 rng(31);
   for (int trial = 0; trial < 400; ++trial) {
     auto [capacity, len] = RandomTrial(rng, trial, 200, 300);
@@ -533,7 +533,7 @@ TEST(CompatTrl, EqualsBestFitWithOldestTies) {
   }
 }
 
-TEST(CompatTrl, TiesGoToTheOldestPackAndEmptyItemsAreDropped) {
+TEST(CompatTrlTest, TiesGoToTheOldestPackAndEmptyItemsAreDropped) {
   // Two packs with room 4 when the 3 comes: TRL takes the first, the default
   // the most recently filled.
   std::vector<Index> len = {6, 6, 3, 0};
@@ -545,7 +545,7 @@ TEST(CompatTrl, TiesGoToTheOldestPackAndEmptyItemsAreDropped) {
   EXPECT_EQ(p.dropped_items, (std::vector<Index>{3}));
 }
 
-TEST(CompatTrl, SplitPiecesAreOrderedWithTheItemsAsBfdSplit) {
+TEST(CompatTrlTest, SplitPiecesAreOrderedWithTheItemsAsBfdSplit) {
   // The example of TRL's pack_dataset docstring (trl 1.16.0), bfd_split at
   // seq_length 4 over input_ids of lengths 5, 2, 3, 1: rows [1, 2, 3, 4],
   // [8, 9, 10, 5], [6, 7, 11], i.e. item 0's first piece alone, item 2 with
@@ -565,7 +565,7 @@ TEST(CompatTrl, SplitPiecesAreOrderedWithTheItemsAsBfdSplit) {
   EXPECT_EQ(Packs(PackItems(fits, o)), (std::vector<std::vector<Index>>{{0}, {2, 3}, {1}}));
 }
 
-TEST(CompatTrl, BufferPacksEveryBatchOnItsOwn) {
+TEST(CompatTrlTest, BufferPacksEveryBatchOnItsOwn) {
   std::mt19937_64 rng(32);
   auto len = RandomLengths(rng, 250, 100, 1);
   for (auto& l : len) l = std::max<Index>(l, 1);
@@ -592,7 +592,7 @@ TEST(CompatTrl, BufferPacksEveryBatchOnItsOwn) {
 // ---------------------------------------------------------------------------
 // Histogram packing
 
-TEST(Histogram, NoItemLostOrRepeatedAndNoBudgetExceeded) {
+TEST(HistogramTest, NoItemLostOrRepeatedAndNoBudgetExceeded) {
   std::mt19937_64 rng(21);
   for (int trial = 0; trial < 600; ++trial) {
     auto [capacity, len] = RandomTrial(rng, trial, 400, 500, 2);
@@ -609,7 +609,7 @@ TEST(Histogram, NoItemLostOrRepeatedAndNoBudgetExceeded) {
   }
 }
 
-TEST(Histogram, ExactTriplesByHand) {
+TEST(HistogramTest, ExactTriplesByHand) {
   // 5+3+2 fills 10 exactly: three such packs, units of each length in input
   // order, longest first within a pack.
   std::vector<Index> len = {5, 3, 2, 5, 3, 2, 5, 3, 2};
@@ -629,7 +629,7 @@ TEST(Histogram, ExactTriplesByHand) {
   EXPECT_EQ(PackItems(zeros, o).num_packs(), 1);
 }
 
-TEST(Histogram, RejectsImagesAndHugeCapacities) {
+TEST(HistogramTest, RejectsImagesAndHugeCapacities) {
   PackOptions o = Options(10, PackAlgorithm::kHistogram);
   o.max_images = 2;
   EXPECT_THROW(ValidatePackOptions(o), std::invalid_argument);
@@ -640,7 +640,7 @@ TEST(Histogram, RejectsImagesAndHugeCapacities) {
 // The Wikipedia-512 histogram (1/128 of every count, 127k items): under 3
 // sequences per pack, bfd is about 12% over the lower bound; histogram
 // packing stays within 0.5% of it, and balanced takes it.
-TEST(Histogram, BeatsBestFitUnderASequenceBudgetOnWikipedia) {
+TEST(HistogramTest, BeatsBestFitUnderASequenceBudgetOnWikipedia) {
   std::vector<Index> len;
   Index tokens = 0;
   for (Index l = 1; l <= 512; ++l) {
@@ -689,7 +689,7 @@ void EveryPattern(const std::vector<Index>& lengths, Index capacity, Index k, si
 // pricing: the basis patterns are patterns, x >= 0 covers every count
 // exactly, no pattern (all of them enumerated) has duals summing to more than
 // 1, and sum x = sum n_l y_l (so x is optimal). Both pricers (k <= 3, k >= 4).
-TEST(PatternLp, OptimumHasACertificateOverEveryPattern) {
+TEST(PatternLpTest, OptimumHasACertificateOverEveryPattern) {
   std::mt19937_64 rng(31);
   for (int trial = 0; trial < 400; ++trial) {
     const Index capacity = 1 + static_cast<Index>(rng() % 40);
@@ -750,7 +750,7 @@ TEST(PatternLp, OptimumHasACertificateOverEveryPattern) {
   }
 }
 
-TEST(PatternLp, RefusesWhatItCannotSolveInItsLimit) {
+TEST(PatternLpTest, RefusesWhatItCannotSolveInItsLimit) {
   std::vector<Index> lengths(internal::kPatternLpMaxLengths + 1), counts(lengths.size(), 1);
   std::iota(lengths.begin(), lengths.end(), 0);
   EXPECT_FALSE(internal::SolvePatternLp(lengths, counts, 4096, 3, Index{1} << 40).has_value());
@@ -794,7 +794,7 @@ Index BruteForcePacks(std::vector<Index> len, Index capacity, Index k) {
 // Small random inputs against the exhaustive optimum: histogram packing is
 // valid, never below the optimum (a check of the check), and at most one
 // pack above it; it finds the optimum in nearly every case.
-TEST(Histogram, SmallInputsAgainstTheBruteForceOptimum) {
+TEST(HistogramTest, SmallInputsAgainstTheBruteForceOptimum) {
   std::mt19937_64 rng(32);
   int trials = 0, optimal = 0;
   for (int trial = 0; trial < 1500; ++trial) {
@@ -826,7 +826,7 @@ TEST(Histogram, SmallInputsAgainstTheBruteForceOptimum) {
 // packs than ceil(LP) (a check of the check) nor more than ceil(LP) +
 // k x distinct (floor leaves less than one pack of each basis pattern, at
 // most k units each); balanced never more than bfd or histogram packing.
-TEST(Histogram, LpRoundingOnManyItemsOfFewLengths) {
+TEST(HistogramTest, LpRoundingOnManyItemsOfFewLengths) {
   std::mt19937_64 rng(33);
   int at_lp = 0;
   for (int trial = 0; trial < 60; ++trial) {
@@ -874,7 +874,7 @@ TEST(Histogram, LpRoundingOnManyItemsOfFewLengths) {
 // (8,143,828.86; HiGHS, run offline on the same histogram, agrees) rounded
 // up, so no packing has fewer; NNLSHP needs 8,155,059. At 12, at most
 // LPFHP's 8,149,619.
-TEST(Histogram, WikipediaCountsBeatNnlshpAtThreeAndLpfhpAtTwelve) {
+TEST(HistogramTest, WikipediaCountsBeatNnlshpAtThreeAndLpfhpAtTwelve) {
   std::vector<Index> count(513, 0);
   for (Index l = 1; l <= 512; ++l) count[l] = internal::kWikipedia512Histogram[l - 1];
   PackOptions o = Options(512, PackAlgorithm::kHistogram);
@@ -892,7 +892,7 @@ TEST(Histogram, WikipediaCountsBeatNnlshpAtThreeAndLpfhpAtTwelve) {
 // when this changed): here each item exactly once, no pack over capacity or
 // over 3 sequences, and a count near the lower bound. The time bound is loose
 // (a loaded machine): the fixed search takes about 0.01 s.
-TEST(Histogram, RegressionSparseHistogramAtCapacity65536IsNotQuadraticInCapacity) {
+TEST(HistogramTest, RegressionSparseHistogramAtCapacity65536IsNotQuadraticInCapacity) {
   std::mt19937_64 rng(11);
   std::vector<Index> lengths(2000);
   for (Index& l : lengths) l = 1 + static_cast<Index>(rng() % 65536);
@@ -921,7 +921,7 @@ TEST(Histogram, RegressionSparseHistogramAtCapacity65536IsNotQuadraticInCapacity
 // oversize split of five items of 2^40 tokens at capacity 4096 listed 2^30
 // pieces: it allocated until bad_alloc (67 s). The entries are counted first
 // and refused beyond kMaxPackEntries, naming lengths, the count and capacity.
-TEST(PackItems, RegressionSplitIntoBillionsOfPiecesIsRefusedBeforeAllocating) {
+TEST(PackItemsTest, RegressionSplitIntoBillionsOfPiecesIsRefusedBeforeAllocating) {
   const std::vector<Index> lengths(5, Index{1} << 40);
   for (PackAlgorithm a :
        {PackAlgorithm::kBestFitDecreasing, PackAlgorithm::kNextFit, PackAlgorithm::kHistogram}) {
@@ -971,7 +971,7 @@ bool SamePacks(const std::vector<Pack>& a, const std::vector<Pack>& b) {
   return true;
 }
 
-TEST(StreamingPacker, EqualsWholeDataModeWithTheSameBuffer) {
+TEST(StreamingPackerTest, EqualsWholeDataModeWithTheSameBuffer) {
   std::mt19937_64 rng(9);
   for (int trial = 0; trial < 100; ++trial) {
     auto len = RandomLengths(rng, static_cast<Index>(rng() % 500), 300, trial % 6);
@@ -1008,7 +1008,7 @@ TEST(StreamingPacker, EqualsWholeDataModeWithTheSameBuffer) {
 // (a path of its own, without the general placement's allocations) gives the
 // packs of the general placement, internal::Place: a packer with an image
 // budget that never binds (every image count 0) takes the general path.
-TEST(StreamingPacker, BestFitRepackMatchesTheGeneralPlacement) {
+TEST(StreamingPackerTest, BestFitRepackMatchesTheGeneralPlacement) {
   std::mt19937_64 rng(41);
   for (int trial = 0; trial < 400; ++trial) {
     const Index capacity = std::vector<Index>{1, 7, 64, 500, 4096}[rng() % 5];
@@ -1054,7 +1054,7 @@ TEST(StreamingPacker, BestFitRepackMatchesTheGeneralPlacement) {
   }
 }
 
-TEST(StreamingPacker, RestoredStateContinuesExactly) {
+TEST(StreamingPackerTest, RestoredStateContinuesExactly) {
   std::mt19937_64 rng(10);
   for (int trial = 0; trial < 100; ++trial) {
     auto len = RandomLengths(rng, 300, 200, trial % 6);
@@ -1080,7 +1080,7 @@ TEST(StreamingPacker, RestoredStateContinuesExactly) {
   }
 }
 
-TEST(StreamingPacker, RejectsAStateThatDoesNotFit) {
+TEST(StreamingPackerTest, RejectsAStateThatDoesNotFit) {
   PackOptions o = Options(10, PackAlgorithm::kBestFitDecreasing);
   o.buffer = 4;
   PackerState s;
@@ -1092,7 +1092,7 @@ TEST(StreamingPacker, RejectsAStateThatDoesNotFit) {
   EXPECT_THROW(packer.Push(0, -1), std::invalid_argument);
 }
 
-TEST(StreamingPacker, RegressionLongItemIsOneRunNotOnePendingPackPerPiece) {
+TEST(StreamingPackerTest, RegressionLongItemIsOneRunNotOnePendingPackPerPiece) {
   // An item split into k full pieces put k packs into the state, so every
   // snapshot copied them all (1M/2M/4M tokens at capacity 64: 17/39/258 s in
   // the loader). The pieces are now one run, popped a pack at a time, and a
@@ -1148,7 +1148,7 @@ std::string StateError(const PackOptions& o, const PackerState& s) {
   return base_testing::ErrorOf([&] { StreamingPacker restored(o, s); });
 }
 
-TEST(StreamingPacker, RegressionStateWithPendingPacksOverCapacityNegativeOrDuplicateIsRefused) {
+TEST(StreamingPackerTest, RegressionStateWithPendingPacksOverCapacityNegativeOrDuplicateIsRefused) {
   // The pending packs of a state were taken as they came: over capacity,
   // negative lengths, repeated pieces and wrapping start + length all passed.
   for (PackAlgorithm a : {PackAlgorithm::kNextFit, PackAlgorithm::kBestFitDecreasing}) {
@@ -1204,7 +1204,7 @@ TEST(StreamingPacker, RegressionStateWithPendingPacksOverCapacityNegativeOrDupli
 // ---------------------------------------------------------------------------
 // Cross-rank balance
 
-TEST(BalanceRanks, EveryRankGetsTheSameNumberOfPacksPerStepAndEveryPackOnce) {
+TEST(BalanceRanksTest, EveryRankGetsTheSameNumberOfPacksPerStepAndEveryPackOnce) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 300; ++trial) {
     const Index packs = static_cast<Index>(rng() % 200);
@@ -1245,7 +1245,7 @@ TEST(BalanceRanks, EveryRankGetsTheSameNumberOfPacksPerStepAndEveryPackOnce) {
   }
 }
 
-TEST(BalanceRanks, StepsAreEvenWhenCostsAllowIt) {
+TEST(BalanceRanksTest, StepsAreEvenWhenCostsAllowIt) {
   // 8 packs of cost 10,10,9,9,...: two ranks, two packs each per step.
   std::vector<double> costs = {10, 1, 9, 2, 8, 3, 7, 4};
   RankSchedule s = BalanceRanks(costs, 2, 2);
@@ -1262,7 +1262,7 @@ TEST(BalanceRanks, StepsAreEvenWhenCostsAllowIt) {
 // Regression: pack --world 9223372036854775807 failed with "cannot create
 // std::vector larger than max_size()", and --world 100000000 over 3 packs
 // allocated gigabytes of padding before answering.
-TEST(BalanceRanks, HugeWorldOverFewPacksIsRefusedNamingWorldSize) {
+TEST(BalanceRanksTest, HugeWorldOverFewPacksIsRefusedNamingWorldSize) {
   const std::vector<double> costs = {3, 2, 1};
   for (Index world : {Index{100000000}, std::numeric_limits<Index>::max()}) {
     try {
@@ -1275,7 +1275,7 @@ TEST(BalanceRanks, HugeWorldOverFewPacksIsRefusedNamingWorldSize) {
   EXPECT_EQ(BalanceRanks(costs, 1000, 1).padding_packs, 997);  // small worlds still pad
 }
 
-TEST(PackCosts, SquaredLengthsIsTheAttentionCost) {
+TEST(PackCostsTest, SquaredLengthsIsTheAttentionCost) {
   std::vector<Index> len = {3, 4, 5};
   Packing p = PackItems(len, Options(100, PackAlgorithm::kNextFit));
   EXPECT_EQ(PackCosts(p, CostModel::kTokens), (std::vector<double>{12}));
