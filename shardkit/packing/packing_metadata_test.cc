@@ -34,7 +34,7 @@ Row Collate(const std::vector<PackItem>& pieces, const CollateOptions& o) {
   return r;
 }
 
-TEST(Collate, HandMadeRowRightPadding) {
+TEST(CollateTest, HandMadeRowRightPadding) {
   CollateOptions o;
   o.seq_len = 7;
   Row r = Collate({{0, 3, 0, 0}, {1, 2, 0, 0}}, o);
@@ -54,7 +54,7 @@ TEST(Collate, HandMadeRowRightPadding) {
   EXPECT_EQ(r.block_mask, expected);
 }
 
-TEST(Collate, HandMadeRowLeftPaddingAndSplitPiece) {
+TEST(CollateTest, HandMadeRowLeftPaddingAndSplitPiece) {
   CollateOptions o;
   o.seq_len = 6;
   o.padding_side = PaddingSide::kLeft;
@@ -74,7 +74,7 @@ TEST(Collate, HandMadeRowLeftPaddingAndSplitPiece) {
   EXPECT_EQ(r.block_mask[0], 0);
 }
 
-TEST(Collate, CuSeqlensCoverTheFlattenedBatch) {
+TEST(CollateTest, CuSeqlensCoverTheFlattenedBatch) {
   CollateOptions o;
   o.seq_len = 8;
   std::vector<PackItem> a = {{0, 3, 0, 0}, {1, 2, 0, 0}}, b = {{2, 5, 0, 0}, {0, 3, 0, 0}},
@@ -89,7 +89,7 @@ TEST(Collate, CuSeqlensCoverTheFlattenedBatch) {
   EXPECT_EQ(cu, (I32{0, 3, 6, 8, 13, 16, 24}));
 }
 
-TEST(Collate, ImageMapPointsEveryImageAtItsSample) {
+TEST(CollateTest, ImageMapPointsEveryImageAtItsSample) {
   std::vector<PackItem> a = {{4, 3, 2, 0}, {9, 2, 0, 0}, {5, 1, 1, 0}}, b = {{6, 4, 1, 0}};
   std::vector<std::span<const PackItem>> rows = {a, b};
   auto map = ImageMap(rows);
@@ -104,7 +104,7 @@ TEST(Collate, ImageMapPointsEveryImageAtItsSample) {
 }
 
 // Random rows against a reconstruction written directly from the definition.
-TEST(Collate, RandomRowsMatchTheDefinition) {
+TEST(CollateTest, RandomRowsMatchTheDefinition) {
   std::mt19937_64 rng(3);
   std::vector<std::int32_t> tokens(1000);
   for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % 50000);
@@ -161,7 +161,7 @@ TEST(Collate, RandomRowsMatchTheDefinition) {
   }
 }
 
-TEST(Collate, BadOptionsNameTheValue) {
+TEST(CollateTest, BadOptionsNameTheValue) {
   CollateOptions o;
   try {
     ValidateCollateOptions(o);

@@ -32,7 +32,7 @@ Mixture Sample() {
   return Mixture({40, 70, 9}, {0.5, 0.25, 1.0 / 3}, o);
 }
 
-TEST(MixtureJson, StateRoundTripsAndContinuesTheUninterruptedRun) {
+TEST(MixtureJsonTest, StateRoundTripsAndContinuesTheUninterruptedRun) {
   const Mixture mix = Sample();
   for (const Index cut : {Index{0}, Index{7}, Index{333}, Index{640}}) {
     const std::string text = MixtureStateToJson(mix.State(cut));
@@ -45,7 +45,7 @@ TEST(MixtureJson, StateRoundTripsAndContinuesTheUninterruptedRun) {
 
 // Issue 20: Mixture.from_state accepted edited consumed, seed, block and
 // sizes (the state had no seal); new weights are arguments, not edits.
-TEST(MixtureJson, RegressionAnEditedStateIsRefused) {
+TEST(MixtureJsonTest, RegressionAnEditedStateIsRefused) {
   const std::string text = MixtureStateToJson(Sample().State(333));
   EXPECT_EQ(ErrorOf(text), "no error");
   const MixtureState s = MixtureStateFromJson(text);
@@ -77,7 +77,7 @@ TEST(MixtureJson, RegressionAnEditedStateIsRefused) {
   }
 }
 
-TEST(MixtureJson, OtherVersionsAndKindsAreRefusedNamingThem) {
+TEST(MixtureJsonTest, OtherVersionsAndKindsAreRefusedNamingThem) {
   const std::string text = MixtureStateToJson(Sample().State(5));
   EXPECT_EQ(ErrorOf(Resealed(text, "\"version\": 3", "\"version\": 2"))
                 .rfind("state: version: a version 2 mixture state; this shardkit reads version 3 "
