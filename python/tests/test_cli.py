@@ -198,18 +198,8 @@ def test_pack_help_lists_exactly_the_names_the_parser_takes(cli, flag, names, de
 def test_pack_compat_trl_gives_trls_rows(cli):
     # Two packs with room 4 after the 6s: TRL's bfd puts the 3 into the first
     # (oldest) one, shardkit's default into the last filled one.
-    r = cli(
-        "pack",
-        "--lengths",
-        "-",
-        "--capacity",
-        10,
-        "--compat",
-        "trl",
-        "--packs",
-        "--json",
-        input="6\n6\n3\n0\n",
-    )
+    trl = ["pack", "--lengths", "-", "--capacity", 10, "--compat", "trl"]
+    r = cli(*trl, "--packs", "--json", input="6\n6\n3\n0\n")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["packs"] == [[0, 2], [1]] and doc["compat"] == "trl"
@@ -217,18 +207,7 @@ def test_pack_compat_trl_gives_trls_rows(cli):
     r = cli("pack", "--lengths", "-", "--capacity", 10, "--packs", "--json", input="6\n6\n3\n0\n")
     assert json.loads(r.stdout)["packs"] == [[0], [1, 2, 3]]
     assert json.loads(r.stdout)["compat"] == "none"
-    human = cli("pack", "--lengths", "-", "--capacity", 10, "--compat", "trl", input="6\n6\n3\n")
+    human = cli(*trl, input="6\n6\n3\n")
     assert "bfd, compat trl" in human.stdout
-    bad = cli(
-        "pack",
-        "--lengths",
-        "-",
-        "--capacity",
-        10,
-        "--compat",
-        "trl",
-        "--algorithm",
-        "ffd",
-        input="6\n",
-    )
+    bad = cli(*trl, "--algorithm", "ffd", input="6\n")
     assert bad.returncode == 2 and bad.stderr.startswith("shardkit pack: --compat: trl reproduces")
