@@ -503,6 +503,17 @@ def _leave(engine: Engine, grace: float) -> None:
         leave(grace)
 
 
+def _leave_and_exit(engine: Engine, grace: float) -> None:
+    """Flushes stdout and stderr, leaves the collectives (``_leave``) and
+    ends the process with status 1, whatever leaving raises."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        _leave(engine, grace)
+    finally:
+        os._exit(1)
+
+
 @contextlib.contextmanager
 def fail_fast(engine: Engine, *, grace: float = 2.0, poll: float = 0.05):
     """Makes one rank's failure end every rank with its reason, in bounded time.
@@ -575,12 +586,7 @@ def fail_fast(engine: Engine, *, grace: float = 2.0, poll: float = 0.05):
                     file=sys.stderr,
                     flush=True,
                 )
-                sys.stdout.flush()
-                sys.stderr.flush()
-                try:
-                    _leave(engine, grace)
-                finally:
-                    os._exit(1)
+                _leave_and_exit(engine, grace)
             return
 
     watcher = threading.Thread(target=watch, name="shardkit-fail-fast", daemon=True)
@@ -672,12 +678,4 @@ def _leave_at_exit(engine: Engine, grace: float) -> None:
     _exit_hooked = True
     import atexit
 
-    def leave() -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        try:
-            _leave(engine, grace)
-        finally:
-            os._exit(1)
-
-    atexit.register(leave)
+    atexit.register(_leave_and_exit, engine, grace)

@@ -236,6 +236,19 @@ def host_rows(
     return LoadingPlan(to_shardkit(sharding), batch_size).rows(_process(process_index))
 
 
+def _global_order(order, param: str):
+    """A ShardPlan as the global order: its one shard (ValueError naming
+    `param` unless its world_size is 1); anything else as it is."""
+    if not isinstance(order, ShardPlan):
+        return order
+    if order.world_size != 1:
+        raise ValueError(
+            f"{param}: a ShardPlan must have world_size 1 to be the global order, got "
+            f"{order.world_size}; pass one of its shards instead"
+        )
+    return order.shard(0)
+
+
 def host_items(
     sharding: Any,
     batch_size: int,
@@ -248,13 +261,7 @@ def host_items(
     entries [t * batch_size, (t + 1) * batch_size) of ``order`` (a Shard, or a
     ShardPlan with world_size 1, the same on every host), and the host reads only
     the entries of its rows, in local-data order."""
-    if isinstance(order, ShardPlan):
-        if order.world_size != 1:
-            raise ValueError(
-                f"order: a ShardPlan must have world_size 1 to be the global order, got "
-                f"{order.world_size}; pass one of its shards instead"
-            )
-        order = order.shard(0)
+    order = _global_order(order, "order")
     plan = LoadingPlan(to_shardkit(sharding), batch_size)
     return plan.items(order, step, _process(process_index))
 
@@ -311,13 +318,7 @@ def global_batches(
     dropped. Replica processes read the same rows (``LoadingPlan``); every process must
     iterate in step.
     """
-    if isinstance(source, ShardPlan):
-        if source.world_size != 1:
-            raise ValueError(
-                f"source: a ShardPlan must have world_size 1 to be the global order, got "
-                f"{source.world_size}; pass one of its shards instead"
-            )
-        source = source.shard(0)
+    source = _global_order(source, "source")
     if isinstance(source, EvalPlan):
         rows_per_step = source.world_size * source.batch_size
         steps = source.num_steps

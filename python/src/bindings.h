@@ -232,11 +232,9 @@ inline std::span<const Index> Span(const I64In& a) {
   return {reinterpret_cast<const Index*>(a.data()), a.shape(0)};
 }
 
-// A Python integer (int, numpy integer, anything with __index__) as an
-// Index: TypeError naming `name` and the value for anything else (a float
-// such as 1.9 is never truncated), ValueError naming them when it does not
-// fit in a signed 64-bit integer (instead of nanobind's signature dump).
-inline Index ToIndex(nb::handle value, const char* name) {
+// operator.index(value) as a new reference: TypeError naming `name`, the
+// value's type and the value for anything without __index__.
+inline PyObject* NumberIndex(nb::handle value, const char* name) {
   PyObject* number = PyNumber_Index(value.ptr());
   if (!number) {
     PyErr_Clear();
@@ -245,6 +243,15 @@ inline Index ToIndex(nb::handle value, const char* name) {
                           nb::cast<std::string>(nb::repr(value)))
                              .c_str());
   }
+  return number;
+}
+
+// A Python integer (int, numpy integer, anything with __index__) as an
+// Index: TypeError naming `name` and the value for anything else (a float
+// such as 1.9 is never truncated), ValueError naming them when it does not
+// fit in a signed 64-bit integer (instead of nanobind's signature dump).
+inline Index ToIndex(nb::handle value, const char* name) {
+  PyObject* number = NumberIndex(value, name);
   int overflow = 0;
   const long long v = PyLong_AsLongLongAndOverflow(number, &overflow);
   const std::string text = nb::cast<std::string>(nb::repr(nb::handle(number)));
@@ -264,14 +271,7 @@ inline std::optional<Index> ToOptionalIndex(nb::handle value, const char* name) 
 // As ToIndex, for unsigned 64-bit values (seeds, epochs): ValueError naming
 // `name` for a negative value or one >= 2^64.
 inline std::uint64_t ToUint64(nb::handle value, const char* name) {
-  PyObject* number = PyNumber_Index(value.ptr());
-  if (!number) {
-    PyErr_Clear();
-    throw nb::type_error((std::string(name) + ": expected an integer, got " +
-                          nb::cast<std::string>(nb::str(value.type().attr("__name__"))) + " " +
-                          nb::cast<std::string>(nb::repr(value)))
-                             .c_str());
-  }
+  PyObject* number = NumberIndex(value, name);
   const unsigned long long v = PyLong_AsUnsignedLongLong(number);
   const bool bad = v == static_cast<unsigned long long>(-1) && PyErr_Occurred();
   const std::string text = nb::cast<std::string>(nb::repr(nb::handle(number)));
