@@ -49,21 +49,17 @@ void Comm::Wait(MPI_Request* request, const char* what) {
   }
 }
 
-Index Comm::AllreduceSum(Index value) {
+Index Comm::Allreduce(Index value, MPI_Op op, const char* what) {
   long long in = value, out = 0;
   MPI_Request r;
-  MPI_Iallreduce(&in, &out, 1, MPI_LONG_LONG, MPI_SUM, comm_, &r);
-  Wait(&r, "allreduce(sum)");
+  MPI_Iallreduce(&in, &out, 1, MPI_LONG_LONG, op, comm_, &r);
+  Wait(&r, what);
   return out;
 }
 
-Index Comm::AllreduceMax(Index value) {
-  long long in = value, out = 0;
-  MPI_Request r;
-  MPI_Iallreduce(&in, &out, 1, MPI_LONG_LONG, MPI_MAX, comm_, &r);
-  Wait(&r, "allreduce(max)");
-  return out;
-}
+Index Comm::AllreduceSum(Index value) { return Allreduce(value, MPI_SUM, "allreduce(sum)"); }
+
+Index Comm::AllreduceMax(Index value) { return Allreduce(value, MPI_MAX, "allreduce(max)"); }
 
 std::vector<std::uint64_t> Comm::Allgather(std::uint64_t value) {
   std::vector<std::uint64_t> out(static_cast<size_t>(size_));

@@ -70,6 +70,9 @@ class Comm {
   [[noreturn]] void Fail(const std::string& reason, double grace_s = 2.0);
 
  private:
+  // One Index reduced over the ranks by `op` (what: the collective's name in
+  // a timeout message).
+  Index Allreduce(Index value, MPI_Op op, const char* what);
   void Wait(MPI_Request* request, const char* what);
 
   MPI_Comm comm_;
