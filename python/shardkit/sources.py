@@ -1,11 +1,13 @@
 """Token sources from the formats users already have (the loader area).
 
-``open_source`` opens shardkit's ``.npy`` pairs or a Megatron-LM
-IndexedDataset (``PREFIX.bin`` + ``PREFIX.idx``) as one :class:`TokenSource`:
+``open_source`` opens shardkit's ``.npy`` pairs, a Megatron-LM
+IndexedDataset (``PREFIX.bin`` + ``PREFIX.idx``) or OLMo / Dolma token files
+as one :class:`TokenSource`:
 memory-mapped, validated when opened (every error names the file, the field and
 the value), lengths from the index alone. The format is decided from the files
 unless given; the rule and every check are the C++ core's
-(``shardkit/loader/source_formats.h``, ``megatron_source.h``). A source goes
+(``shardkit/loader/source_formats.h``, ``megatron_source.h``,
+``olmo_source.h``). A source goes
 wherever tokens and offsets go: ``TokenLoader(source, ...)``,
 ``TokenDataset``, ``TokenLoader.mixture([...])``, ``TrainPlan.from_source``.
 
@@ -37,8 +39,8 @@ __all__ = ["TokenSource", "open_source"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-# Keywords of formats this version does not read yet (DESIGN's olmo, arrow, parquet).
-_LATER = {"eos_token_id": "olmo", "bos_token_id": "olmo", "column": "arrow/parquet"}
+# Keywords of formats this version does not read yet (DESIGN's arrow, parquet).
+_LATER = {"column": "arrow/parquet"}
 
 
 class TokenSource:
@@ -51,7 +53,7 @@ class TokenSource:
 
     def __init__(self, core: Any, reopen: tuple) -> None:
         self._core = core
-        self._reopen = reopen  # (paths, format, token_dtype) for pickling
+        self._reopen = reopen  # (paths, keyword arguments of open_source) for pickling
 
     @property
     def num_documents(self) -> int:
@@ -86,8 +88,8 @@ class TokenSource:
         return self.num_documents
 
     def __reduce__(self) -> Any:
-        paths, fmt, token_dtype = self._reopen
-        return (functools.partial(open_source, format=fmt, token_dtype=token_dtype), (paths,))
+        paths, kwargs = self._reopen
+        return (functools.partial(open_source, **kwargs), (paths,))
 
     def __repr__(self) -> str:
         return (
@@ -117,6 +119,7 @@ def open_source(
     eos_token_id: Optional[int] = None,
     bos_token_id: Optional[int] = None,
     column: str = "input_ids",
+    vocab_size: Optional[int] = None,
 ) -> TokenSource:
     """Opens ``path`` (a path, or a list of paths read as one source in the
     order given) as a :class:`TokenSource`.
@@ -124,26 +127,44 @@ def open_source(
     ``format``: ``"npy"`` (a directory of ``<stem>.tokens.npy`` +
     ``<stem>.offsets.npy`` pairs, or one ``<stem>.tokens.npy``),
     ``"megatron"`` (``PREFIX.bin`` + ``PREFIX.idx``; ``path`` is ``PREFIX`` or
-    either file) or ``None``: decided from the files (a directory is npy;
-    ``PATH.idx`` + ``PATH.bin`` is megatron; ``*.tokens.npy`` is npy).
+    either file), ``"olmo"`` (an OLMo / Dolma headerless token file, see below)
+    or ``None``: decided from the files (a directory is npy;
+    ``PATH.idx`` + ``PATH.bin`` is megatron; ``*.tokens.npy`` is npy; another
+    ``*.npy`` without the NumPy header is olmo).
     ``token_dtype``: the dtype of raw (not ``.npy``) npy-format token files
-    (default ``"int32"``). Megatron tokens of every integer dtype are
+    (default ``"int32"``) and of OLMo files (``uint8``/``uint16``/``uint32``/
+    ``uint64``; or give ``vocab_size`` and the smallest that holds it is
+    used, OLMo-core's rule). Megatron tokens of every integer dtype are
     delivered as int32 (int64 ids outside that range are refused when
-    opened); float dtypes are refused. ``eos_token_id``, ``bos_token_id`` and
-    ``column`` belong to the OLMo and Arrow/Parquet formats, which this version
-    does not read yet (ValueError when given).
+    opened); float dtypes are refused.
 
-    Errors: ValueError naming ``path`` (and the file, field and value) or
-    ``format``.
+    OLMo documents: with ``eos_token_id`` an EOS scan (each EOS ends a
+    document; with ``bos_token_id`` only an EOS followed by the BOS, or the
+    file's last token; tokens after the last boundary are one more document),
+    done once and cached beside the file (``PATH.shardkit-docs-eos<E>``, reused
+    only when it proves itself against the data, else rebuilt); without it
+    the ``start,end`` rows of the sibling ``.csv.gz`` (PATH with ``.npy``
+    replaced). ``column`` belongs to the Arrow/Parquet formats, which this
+    version does not read yet (ValueError when given).
+
+    Errors: ValueError naming ``path`` (and the file, field and value),
+    ``format`` or the keyword at fault.
     """
-    for name, value in (("eos_token_id", eos_token_id), ("bos_token_id", bos_token_id)):
-        if value is not None:
-            raise ValueError(f"{name}: {value} applies to format '{_LATER[name]}', not read yet")
     if column != "input_ids":
         raise ValueError(f"column: {column!r} applies to format '{_LATER['column']}', not read yet")
     paths = _paths(path)
     if format is not None:
         format = _core._str(format, "format")
-    token_dtype = "int32" if token_dtype is None else _core._str(token_dtype, "token_dtype")
-    core = _core._TokenSource.open_source(paths, format=format, token_dtype=token_dtype)
-    return TokenSource(core, (paths, format, token_dtype))
+    if token_dtype is not None:
+        token_dtype = _core._str(token_dtype, "token_dtype")
+    ids = {}
+    for name, value in (
+        ("eos_token_id", eos_token_id),
+        ("bos_token_id", bos_token_id),
+        ("vocab_size", vocab_size),
+    ):
+        if value is not None:
+            ids[name] = _core._index(value, name)
+    core = _core._TokenSource.open_source(paths, format=format, token_dtype=token_dtype, **ids)
+    kwargs = dict(format=format, token_dtype=token_dtype, **ids)
+    return TokenSource(core, (paths, kwargs))

@@ -134,14 +134,22 @@ void init_loader(nb::module_& m) {
       .def_static(
           "open_source",
           [](const std::vector<std::string>& paths, std::optional<std::string> format,
-             const std::string& token_dtype) {
+             std::optional<std::string> token_dtype, std::optional<Index> vocab_size,
+             std::optional<std::int64_t> eos_token_id, std::optional<std::int64_t> bos_token_id) {
             OpenSourceOptions o;
             if (format) o.format = ParseSourceFormat(*format);
-            o.npy.raw_token_dtype = ParseTokenDType(token_dtype);
+            if (token_dtype) {
+              o.npy.raw_token_dtype = ParseTokenDType(*token_dtype);
+              o.olmo.token_dtype = o.npy.raw_token_dtype;
+            }
+            o.olmo.vocab_size = vocab_size;
+            o.olmo.eos_token_id = eos_token_id;
+            o.olmo.bos_token_id = bos_token_id;
             ReleaseGil release;
             return PySource{OpenSource(paths, o), {}, {}};
           },
-          "paths"_a, "format"_a = nb::none(), "token_dtype"_a = "int32",
+          "paths"_a, "format"_a = nb::none(), "token_dtype"_a = nb::none(),
+          "vocab_size"_a = nb::none(), "eos_token_id"_a = nb::none(), "bos_token_id"_a = nb::none(),
           "The paths as one source, each in `format` or the format detected from its files "
           "(shardkit/loader/source_formats.h).")
       .def_static(

@@ -242,7 +242,7 @@ def test_open_source_names_the_parameter_of_bad_arguments(tmp_path):
         (dict(path=str(tmp_path / "nothing")), "path: '"),
         (dict(path=[str(tmp_path), 3]), "path: entry 1 is a int"),
         (dict(path=str(tmp_path), format="csv"), "format: unknown source format 'csv'"),
-        (dict(path=str(tmp_path), eos_token_id=2), "eos_token_id: 2 applies to format 'olmo'"),
+        (dict(path=str(tmp_path / "a.npy"), format="olmo"), "token_dtype: an OLMo token file"),
         (dict(path=str(tmp_path), column="ids"), "column: 'ids' applies"),
     ]
     for kwargs, words in cases:

@@ -1,6 +1,7 @@
 #include "shardkit/loader/source_formats.h"
 
 #include <filesystem>
+#include <fstream>
 
 #include "shardkit/base/enum_names.h"
 #include "shardkit/base/errors.h"
@@ -9,10 +10,11 @@ namespace shardkit {
 
 namespace {
 
-constexpr EnumNames<SourceFormat, 2> kFormats{
-    "format",
-    "source format",
-    {{{SourceFormat::kNpy, "npy"}, {SourceFormat::kMegatron, "megatron"}}}};
+constexpr EnumNames<SourceFormat, 3> kFormats{"format",
+                                              "source format",
+                                              {{{SourceFormat::kNpy, "npy"},
+                                                {SourceFormat::kMegatron, "megatron"},
+                                                {SourceFormat::kOlmo, "olmo"}}}};
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -21,6 +23,14 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 bool Exists(const std::string& path) {
   std::error_code ec;
   return std::filesystem::exists(path, ec);
+}
+
+// Whether the file's first bytes are "\x93NUMPY" (an unreadable file: no).
+bool StartsWithNumpyMagic(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[6] = {};
+  in.read(head, sizeof head);
+  return in.gcount() == 6 && std::string_view(head, 6) == std::string_view("\x93NUMPY", 6);
 }
 
 // PATH.idx / PATH.bin -> PATH; a prefix stays itself.
@@ -62,10 +72,13 @@ SourceFormat DetectSourceFormat(const std::string& path) {
     return SourceFormat::kMegatron;
   }
   if (EndsWith(path, ".tokens.npy") || EndsWith(path, ".tokens.bin")) return SourceFormat::kNpy;
+  if (EndsWith(path, ".npy") && Exists(path) && !StartsWithNumpyMagic(path)) {
+    return SourceFormat::kOlmo;
+  }
   ThrowInvalid("path", "'" + path +
                            "': cannot tell the format (not a directory, no PATH.idx + PATH.bin, "
-                           "not a <stem>.tokens.npy); does it exist? Or give format (npy, "
-                           "megatron)");
+                           "not a <stem>.tokens.npy, not a headerless .npy); does it exist? Or "
+                           "give format (npy, megatron, olmo)");
 }
 
 std::shared_ptr<const TokenSource> OpenSource(const std::vector<std::string>& paths,
@@ -80,6 +93,9 @@ std::shared_ptr<const TokenSource> OpenSource(const std::vector<std::string>& pa
         break;
       case SourceFormat::kMegatron:
         parts.push_back(TokenSource::OpenMegatron(MegatronPrefix(path)));
+        break;
+      case SourceFormat::kOlmo:
+        parts.push_back(TokenSource::OpenOlmo(path, options.olmo));
         break;
     }
   }

@@ -7,6 +7,8 @@
 //             <stem>.tokens.npy|.bin file with its offsets file beside it
 //   megatron  a Megatron-LM IndexedDataset PREFIX.bin + PREFIX.idx
 //             (megatron_source.h); the path is PREFIX, or either file
+//   olmo      an OLMo / Dolma headerless token file (olmo_source.h): its
+//             documents from its .csv.gz or an EOS scan (OpenSourceOptions::olmo)
 //
 // Detection, for a path given without a format, in this order:
 //   1. a directory                                   -> npy
@@ -14,6 +16,8 @@
 //   3. PATH ends in .idx or .bin and its sibling (.bin / .idx) exists
 //                                                    -> megatron
 //   4. PATH ends in .tokens.npy or .tokens.bin       -> npy
+//   5. PATH ends in .npy and does not start with the NumPy magic
+//      (a headerless token file)                     -> olmo
 //   otherwise invalid_argument "path: '<path>': cannot tell the format ...".
 // Several paths are one source (TokenSource::Concat): the documents of
 // paths[0] first, then paths[1]'s, ...; each path is detected on its own.
@@ -31,19 +35,21 @@
 #include <string_view>
 #include <vector>
 
+#include "shardkit/loader/olmo_source.h"
 #include "shardkit/loader/token_source.h"
 
 namespace shardkit {
 
-enum class SourceFormat { kNpy, kMegatron };
+enum class SourceFormat { kNpy, kMegatron, kOlmo };
 
-// "npy" | "megatron"; throws invalid_argument naming format.
+// "npy" | "megatron" | "olmo"; throws invalid_argument naming format.
 [[nodiscard]] SourceFormat ParseSourceFormat(std::string_view name);
 [[nodiscard]] std::string_view SourceFormatName(SourceFormat format);
 
 struct OpenSourceOptions {
   std::optional<SourceFormat> format;  // nullopt: detected per path
   SourceOptions npy;                   // raw token dtype of npy-format raw files
+  OlmoOptions olmo;                    // dtype, EOS/BOS ids of olmo-format files
 };
 
 // The format of `path` by the detection rule above; throws invalid_argument
