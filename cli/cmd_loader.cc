@@ -162,13 +162,16 @@ int RunLoaderStats(const Argv& argv) {
             "Megatron PREFIX (PREFIX.bin + PREFIX.idx), a <stem>.tokens.npy; several\n"
             "paths are one source, numbered in the order given")
       .Flag("format", "NAME",
-            "with --source or --mixture: npy | megatron | olmo (default: from the files)")
+            "with --source or --mixture: npy | megatron | olmo | arrow (default: from the\nfiles)")
       .Flag("eos-token-id", "ID",
             "olmo files: documents end at this EOS id (a scan, cached beside the file);\n"
             "without it, from the file's .csv.gz")
       .Flag("bos-token-id", "ID",
             "olmo files, with --eos-token-id: an EOS ends a document only "
             "before this BOS")
+      .Flag("column", "NAME",
+            "arrow sources (a datasets save_to_disk folder, .arrow files): the list-of-ids\n"
+            "column (default input_ids)")
       .Flag("vocab-size", "V",
             "olmo files without --token-dtype: the smallest uint dtype "
             "holding V ids")
@@ -248,6 +251,7 @@ int RunLoaderStats(const Argv& argv) {
     open_options.olmo.token_dtype = source_options.raw_token_dtype;
   }
   open_options.olmo.vocab_size = args.Int("vocab-size");
+  if (auto c = args.Str("column")) open_options.column = *c;
   open_options.olmo.eos_token_id = args.Int("eos-token-id");
   open_options.olmo.bos_token_id = args.Int("bos-token-id");
   if (auto f = args.Str("format")) {

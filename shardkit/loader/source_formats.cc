@@ -5,16 +5,18 @@
 
 #include "shardkit/base/enum_names.h"
 #include "shardkit/base/errors.h"
+#include "shardkit/loader/arrow_source.h"
 
 namespace shardkit {
 
 namespace {
 
-constexpr EnumNames<SourceFormat, 3> kFormats{"format",
+constexpr EnumNames<SourceFormat, 4> kFormats{"format",
                                               "source format",
                                               {{{SourceFormat::kNpy, "npy"},
                                                 {SourceFormat::kMegatron, "megatron"},
-                                                {SourceFormat::kOlmo, "olmo"}}}};
+                                                {SourceFormat::kOlmo, "olmo"},
+                                                {SourceFormat::kArrow, "arrow"}}}};
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -64,7 +66,20 @@ std::string_view SourceFormatName(SourceFormat format) { return kFormats.Name(fo
 
 SourceFormat DetectSourceFormat(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return SourceFormat::kNpy;
+  if (std::filesystem::is_directory(path, ec)) {
+    const std::filesystem::path dir(path);
+    if (Exists((dir / "state.json").string()) || Exists((dir / "dataset_dict.json").string())) {
+      return SourceFormat::kArrow;
+    }
+    return SourceFormat::kNpy;
+  }
+  if (EndsWith(path, ".arrow")) return SourceFormat::kArrow;
+  if (EndsWith(path, ".parquet")) {
+    ThrowInvalid("path", "'" + path +
+                             "': Parquet is decoded by the Python package (shardkit.open_source, "
+                             "pyarrow); for the core, convert it once: "
+                             "datasets.Dataset.from_parquet(path).save_to_disk(folder)");
+  }
   if (Exists(path + ".idx") && Exists(path + ".bin")) return SourceFormat::kMegatron;
   const std::string stem = path.size() >= 4 ? path.substr(0, path.size() - 4) : "";
   if ((EndsWith(path, ".idx") && Exists(stem + ".bin")) ||
@@ -78,7 +93,7 @@ SourceFormat DetectSourceFormat(const std::string& path) {
   ThrowInvalid("path", "'" + path +
                            "': cannot tell the format (not a directory, no PATH.idx + PATH.bin, "
                            "not a <stem>.tokens.npy, not a headerless .npy); does it exist? Or "
-                           "give format (npy, megatron, olmo)");
+                           "give format (npy, megatron, olmo, arrow)");
 }
 
 std::shared_ptr<const TokenSource> OpenSource(const std::vector<std::string>& paths,
@@ -97,6 +112,17 @@ std::shared_ptr<const TokenSource> OpenSource(const std::vector<std::string>& pa
       case SourceFormat::kOlmo:
         parts.push_back(TokenSource::OpenOlmo(path, options.olmo));
         break;
+      case SourceFormat::kArrow: {
+        std::error_code ec;
+        if (std::filesystem::is_directory(path, ec)) {
+          for (const std::string& file : ArrowFilesOfFolder(path)) {
+            parts.push_back(TokenSource::OpenArrow(file, options.column));
+          }
+        } else {
+          parts.push_back(TokenSource::OpenArrow(path, options.column));
+        }
+        break;
+      }
     }
   }
   return parts.size() == 1 ? parts[0] : TokenSource::Concat(parts);

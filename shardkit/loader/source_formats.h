@@ -9,8 +9,15 @@
 //             (megatron_source.h); the path is PREFIX, or either file
 //   olmo      an OLMo / Dolma headerless token file (olmo_source.h): its
 //             documents from its .csv.gz or an EOS scan (OpenSourceOptions::olmo)
+//   arrow     a Hugging Face `datasets` save_to_disk folder (its .arrow files
+//             in state.json's order) or one Arrow IPC file; the documents are
+//             the rows of the list<intN> column OpenSourceOptions::column
+//             (arrow_source.h)
 //
 // Detection, for a path given without a format, in this order:
+//   0. a directory holding state.json or dataset_dict.json, or a path
+//      ending in .arrow                              -> arrow
+//      (a path ending in .parquet is refused naming the Python reader)
 //   1. a directory                                   -> npy
 //   2. PATH.idx and PATH.bin exist                   -> megatron, prefix PATH
 //   3. PATH ends in .idx or .bin and its sibling (.bin / .idx) exists
@@ -40,9 +47,10 @@
 
 namespace shardkit {
 
-enum class SourceFormat { kNpy, kMegatron, kOlmo };
+enum class SourceFormat { kNpy, kMegatron, kOlmo, kArrow };
 
-// "npy" | "megatron" | "olmo"; throws invalid_argument naming format.
+// "npy" | "megatron" | "olmo" | "arrow"; throws invalid_argument naming
+// format.
 [[nodiscard]] SourceFormat ParseSourceFormat(std::string_view name);
 [[nodiscard]] std::string_view SourceFormatName(SourceFormat format);
 
@@ -50,6 +58,7 @@ struct OpenSourceOptions {
   std::optional<SourceFormat> format;  // nullopt: detected per path
   SourceOptions npy;                   // raw token dtype of npy-format raw files
   OlmoOptions olmo;                    // dtype, EOS/BOS ids of olmo-format files
+  std::string column = "input_ids";    // the token column of arrow-format files
 };
 
 // The format of `path` by the detection rule above; throws invalid_argument

@@ -114,6 +114,13 @@ class TokenSource {
   // when given, receives where the documents came from (the metadata file,
   // or the scan cache and whether it was reused, built or rebuilt and why).
   // Defined in olmo_source.cc.
+  // The list<intN> / large_list<intN> column `column` of an Arrow IPC file
+  // (stream or file format: what `datasets` writes), as
+  // shardkit/loader/arrow_source.h says: one part per record batch with
+  // rows, tokens and offsets viewed in the mapped file. Defined in
+  // arrow_source.cc.
+  static std::shared_ptr<const TokenSource> OpenArrow(const std::string& path,
+                                                      const std::string& column);
   static std::shared_ptr<const TokenSource> OpenOlmo(const std::string& path,
                                                      const OlmoOptions& options,
                                                      std::string* origin = nullptr);
