@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -232,6 +233,39 @@ TEST(OlmoSourceTest, ScanCacheIsBuiltReusedAndRebuiltWhenTheDataChanges) {
   EXPECT_EQ(TokenSource::OpenOlmo(path.string(), eos9, &origin)->num_documents(), 2);
   EXPECT_EQ(origin, "scan (cache not written: write_cache is off)");
   EXPECT_FALSE(fs::exists(OlmoCachePath(path.string(), eos9)));
+  fs::remove_all(dir);
+}
+
+TEST(OlmoSourceTest, GlobsAndDirectoriesAreTheirFilesInByteOrder) {
+  const fs::path dir = loader_testing::TempDir("olmo", "glob");
+  std::vector<Doc> all;
+  // Written out of order; names sort as part-0-00000 < part-0-00001 < part-1-00000.
+  const std::vector<std::string> names = {"part-1-00000.npy", "part-0-00001.npy",
+                                          "part-0-00000.npy"};
+  std::map<std::string, std::vector<Doc>> by_name;
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    const std::vector<Doc> docs = {{static_cast<std::int64_t>(k) + 5, 0}, {9, 9, 0}};
+    WriteBytes(dir / names[k], Encode(docs, TokenDType::kUint32));
+    by_name[names[k]] = docs;
+  }
+  for (const auto& [name, docs] : by_name) all.insert(all.end(), docs.begin(), docs.end());
+  OpenSourceOptions o;
+  o.olmo = Scan(TokenDType::kUint32, 0);
+  auto globbed = OpenSource({(dir / "part-*.npy").string()}, o);
+  ExpectDocuments(*globbed, all);
+  EXPECT_EQ(globbed->PartName(0), (dir / "part-0-00000.npy").string());
+  o.format = SourceFormat::kOlmo;
+  ExpectDocuments(*OpenSource({dir.string()}, o), all);  // the folder: its *.npy files
+  // A pattern beside a path: in the order given, each pattern's matches in place.
+  auto mixed =
+      OpenSource({(dir / "part-1-*.npy").string(), (dir / "part-0-00000.npy").string()}, o);
+  std::vector<Doc> want = by_name["part-1-00000.npy"];
+  want.insert(want.end(), by_name["part-0-00000.npy"].begin(), by_name["part-0-00000.npy"].end());
+  ExpectDocuments(*mixed, want);
+  const std::string e = ErrorOf([&] { (void)OpenSource({(dir / "nothing-*.npy").string()}, o); });
+  EXPECT_NE(e.find("path: '" + (dir / "nothing-*.npy").string() + "': the pattern matches no file"),
+            std::string::npos)
+      << e;
   fs::remove_all(dir);
 }
 

@@ -1,5 +1,8 @@
 #include "shardkit/loader/source_formats.h"
 
+#include <glob.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -59,7 +62,43 @@ std::shared_ptr<const TokenSource> OpenNpy(const std::string& path, const Source
                            "<stem>.offsets.npy pairs or one <stem>.tokens.npy file");
 }
 
+// The files of `dir` ending in `suffix`, in byte order of their names.
+std::vector<std::string> FilesEndingIn(const std::string& dir, std::string_view suffix,
+                                       std::string_view what) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string p = entry.path().string();
+    if (EndsWith(p, suffix) && entry.is_regular_file(ec)) out.push_back(p);
+  }
+  if (ec) ThrowInvalid("path", "cannot list '" + dir + "': " + ec.message());
+  std::sort(out.begin(), out.end());
+  if (out.empty()) {
+    ThrowInvalid("path", "'" + dir + "' holds no *" + std::string(suffix) + " files (" +
+                             std::string(what) + ")");
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::string> ExpandSourcePath(const std::string& path) {
+  if (path.find_first_of("*?[") == std::string::npos || Exists(path)) return {path};
+  glob_t g{};
+  const int rc = ::glob(path.c_str(), GLOB_ERR, nullptr, &g);
+  std::vector<std::string> out;
+  if (rc == 0) {
+    for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  }
+  ::globfree(&g);
+  if (rc == GLOB_NOMATCH || (rc == 0 && out.empty())) {
+    ThrowInvalid("path", "'" + path + "': the pattern matches no file");
+  }
+  if (rc != 0)
+    ThrowInvalid("path", "'" + path + "': cannot expand the pattern (a folder unreadable?)");
+  std::sort(out.begin(), out.end());  // byte order, whatever the locale
+  return out;
+}
 
 SourceFormat ParseSourceFormat(std::string_view name) { return kFormats.Parse(name); }
 std::string_view SourceFormatName(SourceFormat format) { return kFormats.Name(format); }
@@ -99,8 +138,12 @@ SourceFormat DetectSourceFormat(const std::string& path) {
 std::shared_ptr<const TokenSource> OpenSource(const std::vector<std::string>& paths,
                                               const OpenSourceOptions& options) {
   if (paths.empty()) ThrowInvalid("path", "no paths; give at least one");
-  std::vector<std::shared_ptr<const TokenSource>> parts;
+  std::vector<std::string> expanded;
   for (const std::string& path : paths) {
+    for (std::string& p : ExpandSourcePath(path)) expanded.push_back(std::move(p));
+  }
+  std::vector<std::shared_ptr<const TokenSource>> parts;
+  for (const std::string& path : expanded) {
     const SourceFormat format = options.format ? *options.format : DetectSourceFormat(path);
     switch (format) {
       case SourceFormat::kNpy:
@@ -109,12 +152,26 @@ std::shared_ptr<const TokenSource> OpenSource(const std::vector<std::string>& pa
       case SourceFormat::kMegatron:
         parts.push_back(TokenSource::OpenMegatron(MegatronPrefix(path)));
         break;
-      case SourceFormat::kOlmo:
-        parts.push_back(TokenSource::OpenOlmo(path, options.olmo));
-        break;
-      case SourceFormat::kArrow: {
+      case SourceFormat::kOlmo: {
         std::error_code ec;
         if (std::filesystem::is_directory(path, ec)) {
+          for (const std::string& file : FilesEndingIn(path, ".npy", "OLMo token files")) {
+            parts.push_back(TokenSource::OpenOlmo(file, options.olmo));
+          }
+        } else {
+          parts.push_back(TokenSource::OpenOlmo(path, options.olmo));
+        }
+        break;
+      }
+      case SourceFormat::kArrow: {
+        std::error_code ec;
+        const bool saved = Exists((std::filesystem::path(path) / "state.json").string()) ||
+                           Exists((std::filesystem::path(path) / "dataset_dict.json").string());
+        if (std::filesystem::is_directory(path, ec) && !saved) {
+          for (const std::string& file : FilesEndingIn(path, ".arrow", "Arrow files")) {
+            parts.push_back(TokenSource::OpenArrow(file, options.column));
+          }
+        } else if (std::filesystem::is_directory(path, ec)) {
           for (const std::string& file : ArrowFilesOfFolder(path)) {
             parts.push_back(TokenSource::OpenArrow(file, options.column));
           }

@@ -28,6 +28,11 @@
 //   otherwise invalid_argument "path: '<path>': cannot tell the format ...".
 // Several paths are one source (TokenSource::Concat): the documents of
 // paths[0] first, then paths[1]'s, ...; each path is detected on its own.
+// A path holding *, ? or [ that names no file is a glob pattern: its matches
+// in byte order of their paths, in its place (no match: invalid_argument
+// naming the pattern). A directory given with format olmo is its *.npy
+// files, with format arrow and no state.json its *.arrow files, both in byte
+// order of their names.
 //
 // Errors: std::invalid_argument naming path (a missing or unreadable file, a
 // file the format refuses: see each format's reader) or format.
@@ -60,6 +65,11 @@ struct OpenSourceOptions {
   OlmoOptions olmo;                    // dtype, EOS/BOS ids of olmo-format files
   std::string column = "input_ids";    // the token column of arrow-format files
 };
+
+// `path` as the paths it stands for: itself, or a glob pattern's matches in
+// byte order (see above). Throws invalid_argument naming path when a
+// pattern matches nothing.
+[[nodiscard]] std::vector<std::string> ExpandSourcePath(const std::string& path);
 
 // The format of `path` by the detection rule above; throws invalid_argument
 // naming path when no rule matches.
