@@ -376,6 +376,22 @@ std::uint64_t OlmoSampleHash(std::string_view data) {
   return h.Finish();
 }
 
+std::string ResealOlmoCache(std::string cache, const std::string& path) {
+  const FileStat data = StatOf(path);
+  MappedFile mapped(path, "path");
+  const std::string_view bytes(mapped.data() == nullptr ? "" : mapped.data(), mapped.size());
+  char* p = cache.data();
+  std::memcpy(p + 16, &data.size, 8);
+  std::memcpy(p + 24, &data.mtime_ns, 8);
+  const std::uint64_t sample = OlmoSampleHash(bytes);
+  std::memcpy(p + 56, &sample, 8);
+  const std::uint64_t n = std::min<std::uint64_t>(Load<std::uint64_t>(p + 64),
+                                                  (cache.size() - kOlmoCacheHeaderBytes) / 8);
+  const std::uint64_t sum = CacheChecksum(std::string_view(p, 72), p + kOlmoCacheHeaderBytes, n);
+  std::memcpy(p + 72, &sum, 8);
+  return cache;
+}
+
 std::shared_ptr<const TokenSource> TokenSource::OpenOlmo(const std::string& path,
                                                          const OlmoOptions& options,
                                                          std::string* origin) {

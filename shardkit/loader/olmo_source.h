@@ -112,6 +112,13 @@ inline constexpr std::uint64_t kOlmoCacheHeaderBytes = 80;
 // The decompressed bytes of a gzip file; throws invalid_argument naming
 // metadata (not gzip, truncated, corrupt, larger than max_bytes).
 [[nodiscard]] std::string ReadGzipFile(const std::string& path, std::uint64_t max_bytes);
+// A cache's bytes sealed for the data file `path`: its size, mtime and
+// sample hash written in, the checksum recomputed, the rest as given (a tool
+// for tests and the fuzzer: what a writer who forges a cache would do, so
+// that the structural checks behind the seal are reached). REQUIRES:
+// cache.size() >= kOlmoCacheHeaderBytes; the offset count field is clamped to
+// what the bytes hold.
+[[nodiscard]] std::string ResealOlmoCache(std::string cache, const std::string& path);
 // A hash of the data's size, its first and last 4 KiB and 4096 16-byte
 // windows spread over it: what a cache records of the bytes it was built from.
 [[nodiscard]] std::uint64_t OlmoSampleHash(std::string_view data);

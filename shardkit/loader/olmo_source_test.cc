@@ -269,6 +269,39 @@ TEST(OlmoSourceTest, GlobsAndDirectoriesAreTheirFilesInByteOrder) {
   fs::remove_all(dir);
 }
 
+TEST(OlmoSourceTest, AForgedCacheSealedForTheDataIsCheckedAgainstItsTokens) {
+  // A writer who recomputes the seal (size, mtime, sample hash, checksum):
+  // the offsets themselves must still agree with the data.
+  const fs::path dir = loader_testing::TempDir("olmo", "forged");
+  const fs::path path = dir / "a.npy";
+  const std::vector<Doc> docs = {{5, 6, 0}, {7, 0}, {8, 9, 9, 0}};
+  WriteBytes(path, Encode(docs, TokenDType::kUint16));
+  const OlmoOptions o = Scan(TokenDType::kUint16, 0);
+  const std::string cache = OlmoCachePath(path.string(), o);
+  (void)TokenSource::OpenOlmo(path.string(), o);
+  std::ifstream in(cache, std::ios::binary);
+  const std::string good(std::istreambuf_iterator<char>(in), {});
+  std::string origin;
+  WriteBytes(cache, ResealOlmoCache(good, path.string()));
+  ExpectDocuments(*TokenSource::OpenOlmo(path.string(), o, &origin), docs);
+  EXPECT_EQ(origin, "cache " + cache + " (reused)");  // the seal alone is sound
+  struct Forgery {
+    std::int64_t offset1, offset3;
+    const char* words;
+  };
+  for (const Forgery& f : {Forgery{2, 9, "stale: offsets[1] = 2 is not after an EOS"},
+                           Forgery{3, 8, "its offsets do not run from 0 to the token count 9"},
+                           Forgery{7, 9, "offsets[2] decreases"}}) {
+    std::string bad = good;
+    std::memcpy(bad.data() + kOlmoCacheHeaderBytes + 8, &f.offset1, 8);
+    std::memcpy(bad.data() + kOlmoCacheHeaderBytes + 24, &f.offset3, 8);
+    WriteBytes(cache, ResealOlmoCache(bad, path.string()));
+    ExpectDocuments(*TokenSource::OpenOlmo(path.string(), o, &origin), docs);
+    EXPECT_NE(origin.find(std::string("(rebuilt: ") + f.words), std::string::npos) << origin;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(OlmoSourceTest, CacheOfAnotherBosIsRebuiltNotTrusted) {
   const fs::path dir = loader_testing::TempDir("olmo", "cachebos");
   const fs::path path = dir / "a.npy";
