@@ -63,7 +63,8 @@ class TokenSource:
 
     @property
     def num_files(self) -> int:
-        """Parts of the source: one per Megatron prefix or token file."""
+        """Parts of the source: one per Megatron prefix, token file, Arrow
+        record batch or Parquet file."""
         return self._core.num_parts
 
     @property

@@ -216,6 +216,14 @@ def test_cli_loader_stats_reads_a_save_to_disk_folder(tmp_path):
     labels = subprocess.run(run + ["--column", "text"], capture_output=True, text=True, timeout=60)
     assert labels.returncode != 0 and "column: 'text' is Utf8" in labels.stderr, labels.stderr
     assert labels.stderr.strip().count("\n") == 0
+    # The CLI does not decode Parquet: one line saying how to convert it.
+    path = str(tmp_path / "t.parquet")
+    ds.to_parquet(path)
+    run[3] = path
+    parquet = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert parquet.returncode != 0, parquet.stdout
+    assert "Parquet is decoded by the Python package" in parquet.stderr, parquet.stderr
+    assert parquet.stderr.strip().count("\n") == 0
 
 
 if __name__ == "__main__":  # pragma: no cover
