@@ -108,6 +108,55 @@ TEST(ArrowSourceTest, BadColumnsNullsAndCompressionAreRefusedByName) {
   }
 }
 
+// An IPC stream of one Schema message with no fields and `endianness`,
+// its flatbuffer laid out by hand (Message.fbs / Schema.fbs): pyarrow writes
+// little-endian only, and leaves the default endianness out.
+std::string SchemaOnlyStream(std::int16_t endianness) {
+  std::string m(56, '\0');
+  auto put = [&](std::size_t at, auto v) { std::memcpy(m.data() + at, &v, sizeof v); };
+  put(0, std::uint32_t{16});  // root: the Message table
+  // Message vtable at 4: size 12, table 16 bytes, version +12, header_type
+  // +4, header +8, bodyLength absent.
+  put(4, std::uint16_t{12});
+  put(6, std::uint16_t{16});
+  put(8, std::uint16_t{12});
+  put(10, std::uint16_t{4});
+  put(12, std::uint16_t{8});
+  put(14, std::uint16_t{0});
+  put(16, std::int32_t{12});   // table at 16 -> vtable at 4
+  put(20, std::uint8_t{1});    // header_type: Schema
+  put(24, std::uint32_t{16});  // header -> 40
+  put(28, std::int16_t{4});    // version V5
+  // Schema vtable at 32: size 8, table 12 bytes, endianness +4, fields +8.
+  put(32, std::uint16_t{8});
+  put(34, std::uint16_t{12});
+  put(36, std::uint16_t{4});
+  put(38, std::uint16_t{8});
+  put(40, std::int32_t{8});  // table at 40 -> vtable at 32
+  put(44, endianness);
+  put(48, std::uint32_t{4});  // fields -> 52
+  put(52, std::uint32_t{0});  // no fields
+  std::string out("\xff\xff\xff\xff", 4);
+  const std::int32_t length = 56;
+  out.append(reinterpret_cast<const char*>(&length), 4);
+  out += m;
+  out.append("\xff\xff\xff\xff\0\0\0\0", 8);
+  return out;
+}
+
+TEST(ArrowSourceTest, BigEndianSchemasAreRefused) {
+  const std::string e =
+      ErrorOf([&] { (void)ParseArrowIpc(SchemaOnlyStream(1), "be.arrow", "input_ids"); });
+  EXPECT_NE(e.find("path: be.arrow: message[0]: schema: big-endian data (endianness 1)"),
+            std::string::npos)
+      << e;
+  const std::string little =
+      ErrorOf([&] { (void)ParseArrowIpc(SchemaOnlyStream(0), "le.arrow", "input_ids"); });
+  EXPECT_NE(little.find("path: le.arrow: column: no column 'input_ids'; the columns are none"),
+            std::string::npos)
+      << little;
+}
+
 TEST(ArrowSourceTest, EveryTruncationIsRefusedOrReadsOnlyWhatIsThere) {
   // Cut at every length: refused with one line, or (a cut at a message
   // boundary: a stream may end without its end marker) a prefix of the rows.
