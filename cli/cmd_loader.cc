@@ -162,9 +162,22 @@ int RunLoaderStats(const Argv& argv) {
             "Megatron PREFIX (PREFIX.bin + PREFIX.idx), a <stem>.tokens.npy; several\n"
             "paths are one source, numbered in the order given")
       .Flag("format", "NAME",
-            "with --source or --mixture: npy | megatron (default: from the files)")
+            "with --source or --mixture: npy | megatron | olmo | arrow (default: from the\nfiles)")
+      .Flag("eos-token-id", "ID",
+            "olmo files: documents end at this EOS id (a scan, cached beside the file);\n"
+            "without it, from the file's .csv.gz")
+      .Flag("bos-token-id", "ID",
+            "olmo files, with --eos-token-id: an EOS ends a document only "
+            "before this BOS")
+      .Flag("column", "NAME",
+            "arrow sources (a datasets save_to_disk folder, .arrow files): the list-of-ids\n"
+            "column (default input_ids)")
+      .Flag("vocab-size", "V",
+            "olmo files without --token-dtype: the smallest uint dtype "
+            "holding V ids")
       .Flag("token-dtype", "T",
-            "dtype of raw token files: int32 | uint16 | uint32 | uint8 | int8 | int16 | int64 "
+            "dtype of raw token files: int32 | uint16 | uint32 | uint8 | int8 | int16 | int64 | "
+            "uint64 "
             "(default " +
                 std::string(TokenDTypeName(SourceOptions{}.raw_token_dtype)) + ")")
       .Flag("seq-len", "L", "tokens per row (required)")
@@ -233,7 +246,14 @@ int RunLoaderStats(const Argv& argv) {
 
   OpenSourceOptions open_options;
   SourceOptions& source_options = open_options.npy;
-  if (auto t = args.Str("token-dtype")) source_options.raw_token_dtype = ParseTokenDType(*t);
+  if (auto t = args.Str("token-dtype")) {
+    source_options.raw_token_dtype = ParseTokenDType(*t);
+    open_options.olmo.token_dtype = source_options.raw_token_dtype;
+  }
+  open_options.olmo.vocab_size = args.Int("vocab-size");
+  if (auto c = args.Str("column")) open_options.column = *c;
+  open_options.olmo.eos_token_id = args.Int("eos-token-id");
+  open_options.olmo.bos_token_id = args.Int("bos-token-id");
   if (auto f = args.Str("format")) {
     if (!args.Has("source") && !args.Has("mixture")) {
       throw UsageError("--format: needs --source or --mixture");

@@ -134,14 +134,25 @@ void init_loader(nb::module_& m) {
       .def_static(
           "open_source",
           [](const std::vector<std::string>& paths, std::optional<std::string> format,
-             const std::string& token_dtype) {
+             std::optional<std::string> token_dtype, std::optional<Index> vocab_size,
+             std::optional<std::int64_t> eos_token_id, std::optional<std::int64_t> bos_token_id,
+             const std::string& column) {
             OpenSourceOptions o;
+            o.column = column;
             if (format) o.format = ParseSourceFormat(*format);
-            o.npy.raw_token_dtype = ParseTokenDType(token_dtype);
+            if (token_dtype) {
+              o.npy.raw_token_dtype = ParseTokenDType(*token_dtype);
+              o.olmo.token_dtype = o.npy.raw_token_dtype;
+            }
+            o.olmo.vocab_size = vocab_size;
+            o.olmo.eos_token_id = eos_token_id;
+            o.olmo.bos_token_id = bos_token_id;
             ReleaseGil release;
             return PySource{OpenSource(paths, o), {}, {}};
           },
-          "paths"_a, "format"_a = nb::none(), "token_dtype"_a = "int32",
+          "paths"_a, "format"_a = nb::none(), "token_dtype"_a = nb::none(),
+          "vocab_size"_a = nb::none(), "eos_token_id"_a = nb::none(), "bos_token_id"_a = nb::none(),
+          "column"_a = "input_ids",
           "The paths as one source, each in `format` or the format detected from its files "
           "(shardkit/loader/source_formats.h).")
       .def_static(
@@ -166,6 +177,20 @@ void init_loader(nb::module_& m) {
             return s;
           },
           "tokens"_a, "offsets"_a)
+      .def_static(
+          "concat",
+          [](nb::list sources) {
+            std::vector<std::shared_ptr<const TokenSource>> parts;
+            for (nb::handle h : sources) parts.push_back(nb::cast<const PySource&>(h).source);
+            PySource s;
+            {
+              ReleaseGil release;
+              s.source = TokenSource::Concat(parts);
+            }
+            s.keep_tokens = sources;  // the sources, and the arrays they view
+            return s;
+          },
+          "sources"_a, "The sources as one, in the order given (TokenSource::Concat).")
       .def_static(
           "mixture_window",
           [](nb::list sources, const MixtureOrder& order, std::uint64_t epoch) {

@@ -155,7 +155,7 @@ TEST(MegatronSourceTest, ListOfPrefixesIsOneSourceInTheOrderGiven) {
   auto source = OpenSource(paths);
   EXPECT_EQ(source->num_parts(), 4);
   ExpectDocuments(*source, all);
-  auto given = OpenSource(paths, OpenSourceOptions{SourceFormat::kMegatron, {}});
+  auto given = OpenSource(paths, OpenSourceOptions{SourceFormat::kMegatron, {}, {}});
   ExpectDocuments(*given, all);
   fs::remove_all(dir);
 }

@@ -19,7 +19,7 @@
 namespace shardkit {
 
 namespace {
-constexpr EnumNames<TokenDType, 7> kTokenDTypes{"token_dtype",
+constexpr EnumNames<TokenDType, 8> kTokenDTypes{"token_dtype",
                                                 "token dtype",
                                                 {{{TokenDType::kUint16, "uint16"},
                                                   {TokenDType::kInt32, "int32"},
@@ -27,7 +27,8 @@ constexpr EnumNames<TokenDType, 7> kTokenDTypes{"token_dtype",
                                                   {TokenDType::kUint8, "uint8"},
                                                   {TokenDType::kInt8, "int8"},
                                                   {TokenDType::kInt16, "int16"},
-                                                  {TokenDType::kInt64, "int64"}}}};
+                                                  {TokenDType::kInt64, "int64"},
+                                                  {TokenDType::kUint64, "uint64"}}}};
 }  // namespace
 
 TokenDType ParseTokenDType(std::string_view name) { return kTokenDTypes.Parse(name); }
@@ -45,6 +46,7 @@ int TokenDTypeSize(TokenDType type) {
     case TokenDType::kUint32:
       return 4;
     case TokenDType::kInt64:
+    case TokenDType::kUint64:
       return 8;
   }
   return 4;
@@ -252,6 +254,25 @@ void TokenSource::AddPart(Part part) {
           ThrowInvalid("tokens", part.name + ": token " + Str(i) + " is " + Str(v) +
                                      "; int64 ids must fit in int32 (they are delivered as "
                                      "int32)");
+        }
+      }
+    }
+  }
+  if (part.type == TokenDType::kUint64) {
+    std::uint64_t all = 0;
+    for (Index i = 0; i < part.num_tokens; ++i) {
+      std::uint64_t v;
+      std::memcpy(&v, part.tokens + 8 * i, 8);
+      all |= v;
+    }
+    if (all >> 31) {
+      for (Index i = 0; i < part.num_tokens; ++i) {
+        std::uint64_t v;
+        std::memcpy(&v, part.tokens + 8 * i, 8);
+        if (v >> 31) {
+          ThrowInvalid("tokens",
+                       part.name + ": token " + std::to_string(i) + " is " + std::to_string(v) +
+                           "; uint64 ids must be below 2^31 (they are delivered as int32)");
         }
       }
     }
@@ -514,6 +535,10 @@ void CopyTokens(const char* tokens, TokenDType type, Index first, Index count, O
     case TokenDType::kInt64:
       // Validated inside the int32 range when the part was opened.
       Widen<std::int64_t>(tokens + first * 8, count, out);
+      return;
+    case TokenDType::kUint64:
+      // Validated below 2^31 when the part was opened.
+      Widen<std::uint64_t>(tokens + first * 8, count, out);
       return;
   }
 }

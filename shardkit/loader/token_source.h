@@ -21,8 +21,8 @@
 // truncated offsets file is caught). Errors are
 // std::invalid_argument "tokens: <file>: ..." / "offsets: <file>: ..." (or
 // "directory: ..."), naming the file. After that, reading never throws.
-// Token ids are delivered as int32; uint32 ids must be below 2^31 and int64
-// ids inside the int32 range (checked when the source is opened, one pass over
+// Token ids are delivered as int32; uint32 and uint64 ids must be below 2^31
+// and int64 ids inside the int32 range (checked when the source is opened, one pass over
 // such a part's tokens; invalid_argument naming tokens and the position).
 //
 // Files changed after opening: the files are mapped, not copied (an offsets
@@ -54,15 +54,18 @@
 namespace shardkit {
 
 // The first three are the dtypes of .npy token files and arrays; every one
-// may be a raw file's (SourceOptions) or a Megatron part's.
-enum class TokenDType { kUint16, kInt32, kUint32, kUint8, kInt8, kInt16, kInt64 };
+// may be a raw file's (SourceOptions) or a Megatron part's; uint64 is an OLMo
+// token file's (shardkit/loader/olmo_source.h).
+enum class TokenDType { kUint16, kInt32, kUint32, kUint8, kInt8, kInt16, kInt64, kUint64 };
 
-// "uint16" | "int32" | "uint32" | "uint8" | "int8" | "int16" | "int64"; throws
-// invalid_argument naming token_dtype.
+// "uint16" | "int32" | "uint32" | "uint8" | "int8" | "int16" | "int64" |
+// "uint64"; throws invalid_argument naming token_dtype.
 [[nodiscard]] TokenDType ParseTokenDType(std::string_view name);
 [[nodiscard]] std::string_view TokenDTypeName(TokenDType type);
 // Bytes per token of `type` (1, 2, 4 or 8).
 [[nodiscard]] int TokenDTypeSize(TokenDType type);
+
+struct OlmoOptions;  // shardkit/loader/olmo_source.h
 
 // A read-only memory map of a whole file; unmapped on destruction.
 class MappedFile {
@@ -106,6 +109,21 @@ class TokenSource {
   // [document_indices[d], document_indices[d + 1]). Defined in
   // megatron_source.cc.
   static std::shared_ptr<const TokenSource> OpenMegatron(const std::string& prefix);
+  // An OLMo / Dolma headerless token file, its documents from its .csv.gz or
+  // an EOS scan, as shardkit/loader/olmo_source.h says. One part. `origin`,
+  // when given, receives where the documents came from (the metadata file,
+  // or the scan cache and whether it was reused, built or rebuilt and why).
+  // Defined in olmo_source.cc.
+  // The list<intN> / large_list<intN> column `column` of an Arrow IPC file
+  // (stream or file format: what `datasets` writes), as
+  // shardkit/loader/arrow_source.h says: one part per record batch with
+  // rows, tokens and offsets viewed in the mapped file. Defined in
+  // arrow_source.cc.
+  static std::shared_ptr<const TokenSource> OpenArrow(const std::string& path,
+                                                      const std::string& column);
+  static std::shared_ptr<const TokenSource> OpenOlmo(const std::string& path,
+                                                     const OlmoOptions& options,
+                                                     std::string* origin = nullptr);
   // The parts of `sources` (files or memory, not gathered views) as one
   // source: the documents of sources[0] first, then sources[1]'s, ... No
   // data is copied (the parts share their maps). Throws invalid_argument

@@ -30,7 +30,8 @@ int MegatronCode(TokenDType type) {
     case TokenDType::kUint16:
       return 8;
     case TokenDType::kUint32:
-      return 0;  // Megatron has no uint32
+    case TokenDType::kUint64:
+      return 0;  // Megatron has no uint32 / uint64
   }
   return 0;
 }
@@ -61,6 +62,7 @@ std::pair<std::int64_t, std::int64_t> Range(TokenDType type) {
     case TokenDType::kUint16:
       return {0, 65535};
     case TokenDType::kUint32:
+    case TokenDType::kUint64:
       return {0, std::numeric_limits<std::int32_t>::max()};
     case TokenDType::kInt32:
     case TokenDType::kInt64:

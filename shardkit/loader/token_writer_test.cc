@@ -46,7 +46,7 @@ TEST(TokenWriterTest, WhatIsWrittenReadsBackDocumentForDocumentInEveryFormat) {
       ASSERT_EQ(r.documents, static_cast<Index>(docs.size()));
       ASSERT_EQ(r.files.size(), 2u);
       const std::string path = format == SourceFormat::kNpy ? r.files[0] : prefix;
-      auto source = OpenSource({path}, OpenSourceOptions{format, {}});
+      auto source = OpenSource({path}, OpenSourceOptions{format, {}, {}});
       ASSERT_EQ(source->num_documents(), static_cast<Index>(docs.size()));
       Index total = 0;
       for (std::size_t k = 0; k < docs.size(); ++k) {

@@ -1,0 +1,91 @@
+// libFuzzer harness: an OLMo token file and its scan cache, or its metadata
+// text, whose bytes come from the input (shardkit/loader/olmo_source.h).
+//
+// Input: a mode byte, two bytes of little-endian split point, then bytes.
+// Mode even: the first part is the data file (uint16 tokens), the rest the
+// cache file beside it; opened with EOS 0 (and BOS 1 when bit 1 of the mode
+// is set) and write_cache off (bit 2: the cache resealed for the data): a cache that does not prove
+// itself must be ignored (the scan's documents used), one that does must give documents inside the
+// file. Mode odd: the rest is metadata text, parsed against a token count from the split point.
+// Every document is read; ASan catches a read past a file's end.
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "shardkit/loader/olmo_source.h"
+#include "shardkit/loader/token_source.h"
+
+namespace {
+
+void WriteFile(const std::string& path, const std::uint8_t* data, std::size_t size) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) __builtin_trap();
+  if (size && std::fwrite(data, 1, size, f) != size) __builtin_trap();
+  std::fclose(f);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 3) return 0;
+  const std::uint8_t mode = data[0];
+  std::size_t split = data[1] | (static_cast<std::size_t>(data[2]) << 8);
+  data += 3;
+  size -= 3;
+  if (mode & 1) {
+    try {
+      const std::string text(reinterpret_cast<const char*>(data), size);
+      const auto offsets = shardkit::ParseOlmoMetadata(
+          text, "fuzz.csv.gz", static_cast<shardkit::Index>(split), "fuzz.npy");
+      if (offsets.front() != 0 || offsets.back() != static_cast<std::int64_t>(split))
+        __builtin_trap();
+      for (std::size_t i = 1; i < offsets.size(); ++i) {
+        if (offsets[i] < offsets[i - 1]) __builtin_trap();
+      }
+    } catch (const std::invalid_argument&) {
+    }
+    return 0;
+  }
+  if (split > size) split = size;
+  static const std::string path = [] {
+    const char* dir = std::getenv("TMPDIR");
+    return std::string(dir ? dir : "/tmp") + "/shardkit_fuzz_olmo_" + std::to_string(getpid()) +
+           ".npy";
+  }();
+  shardkit::OlmoOptions options;
+  options.token_dtype = shardkit::TokenDType::kUint16;
+  options.eos_token_id = 0;
+  if (mode & 2) options.bos_token_id = 1;
+  options.write_cache = false;
+  WriteFile(path, data, split);
+  std::string cache(reinterpret_cast<const char*>(data + split), size - split);
+  // Bit 2: the cache sealed for this data file (size, mtime, sample hash,
+  // checksum), so that the checks behind the seal (offsets, boundaries) are
+  // what must refuse it.
+  if ((mode & 4) && cache.size() >= shardkit::kOlmoCacheHeaderBytes) {
+    cache = shardkit::ResealOlmoCache(std::move(cache), path);
+  }
+  WriteFile(shardkit::OlmoCachePath(path, options),
+            reinterpret_cast<const std::uint8_t*>(cache.data()), cache.size());
+  try {
+    auto source = shardkit::TokenSource::OpenOlmo(path, options);
+    std::vector<std::int64_t> buffer;
+    shardkit::Index total = 0;
+    for (shardkit::Index d = 0; d < source->num_documents(); ++d) {
+      const shardkit::Index n = source->DocumentLength(d);
+      if (n < 0 || n > source->num_tokens()) __builtin_trap();
+      total += n;
+      buffer.resize(static_cast<std::size_t>(n));
+      source->Copy(d, 0, n, buffer.data());
+    }
+    if (total != source->num_tokens()) __builtin_trap();
+  } catch (const std::invalid_argument&) {
+  }
+  return 0;
+}
