@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <set>
@@ -64,6 +65,26 @@ TEST(HasherTest, AddArrayHashesTheCountAndTheDomain) {
   a.AddArray(words.data(), words.size());
   b.AddArray(words.data(), words.size());
   EXPECT_NE(a.Finish(), b.Finish());
+}
+
+// An array longer than a block hashes as its blocks added one by one (what
+// FingerprintData does while it reads the lengths), and every word of every
+// block still counts.
+TEST(HasherTest, AddArrayOfManyBlocksIsItsBlocksInOrder) {
+  const std::vector<std::uint64_t> words = RandomWords(2 * Hasher::kArrayBlock + 5, 9);
+  Hasher whole(3), pieces(3);
+  whole.AddArray(words.data(), words.size());
+  for (std::size_t b = 0; b < words.size(); b += Hasher::kArrayBlock) {
+    pieces.AddArray(words.data() + b, std::min(Hasher::kArrayBlock, words.size() - b));
+  }
+  EXPECT_EQ(whole.Finish(), pieces.Finish());
+  std::set<std::uint64_t> seen = {whole.Finish()};
+  for (std::size_t i : {std::size_t{0}, Hasher::kArrayBlock - 1, Hasher::kArrayBlock,
+                        2 * Hasher::kArrayBlock + 4}) {
+    std::vector<std::uint64_t> edited = words;
+    edited[i] += 1;
+    EXPECT_TRUE(seen.insert(ArrayHash(edited)).second) << i;
+  }
 }
 
 }  // namespace

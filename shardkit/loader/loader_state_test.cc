@@ -385,7 +385,7 @@ TEST_F(StateRefusals, HostileTextNeverCrashes) {
   wrong.replace(wrong.find("\"head\": ["), 9, "\"head\": {\"a\": 1}, \"x\": [");
   EXPECT_NE(LoadText(wrong).find("state: "), std::string::npos);
   const std::string e = LoadText(
-      "{\"version\": 3, \"epoch\": 0, \"head\": 5, \"position\": 0, \"done\": [], \"consumers\": "
+      "{\"version\": 4, \"epoch\": 0, \"head\": 5, \"position\": 0, \"done\": [], \"consumers\": "
       "1}");
   EXPECT_NE(e.find("state: head: expected a list, got an integer"), std::string::npos) << e;
 }
