@@ -1,22 +1,29 @@
 """One rank's shuffled epoch, side by side: shardkit vs torch's DistributedSampler vs Grain's
 IndexSampler, on the same (N, W, rank), in one run.
 
-Each side runs in its own subprocess so that its peak memory is its own; the figure
-reported is the peak RSS above the process's RSS after imports. Usage:
+Like for like, in two pairs: the array paths (shardkit's Shard.numpy chunks against torch's
+own array path, torch.randperm(n)[rank::world] materialised, one thread) and the drop-in
+samplers that hand out Python ints (shardkit.torch.DistributedSampler against
+torch.utils.data.DistributedSampler); Grain's IndexSampler on a prefix. Each side runs in
+its own subprocess so that its peak memory is its own; the figure reported is the peak RSS
+above the process's RSS after imports. CPU seconds (time.process_time) and wall seconds,
+the sides interleaved round by round, the best of --rounds kept, with the load average;
+the memcpy baseline (numpy copyto) of the rank's int64 indices beside. Usage:
 
     PYTHONPATH=python .venv/bin/python bench/shuffle_epoch.py [--n 100000000] [--world 8]
+        [--rounds 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
 import subprocess
 import sys
 import time
+
+import bench_util
 
 
 def rss_mb() -> float:
@@ -25,13 +32,36 @@ def rss_mb() -> float:
 
 def time_sampler(sampler_class, n, world, rank):
     base = rss_mb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     it = iter(sampler_class(range(n), num_replicas=world, rank=rank, shuffle=True))
     next(it)
     first = time.perf_counter() - t0
     count = 1 + sum(1 for _ in it)
     return dict(
-        seconds=time.perf_counter() - t0, indices=count, first_s=first, extra_mb=rss_mb() - base
+        seconds=time.perf_counter() - t0,
+        cpu=time.process_time() - c0,
+        indices=count,
+        first_s=first,
+        extra_mb=rss_mb() - base,
+    )
+
+
+def side_torch_array(n, world, rank, limit):
+    import torch
+
+    torch.set_num_threads(1)
+    base = rss_mb()
+    t0, c0 = time.perf_counter(), time.process_time()
+    g = torch.Generator()
+    g.manual_seed(0)
+    shard = torch.randperm(n, generator=g)[rank::world].contiguous()
+    first = time.perf_counter() - t0
+    return dict(
+        seconds=time.perf_counter() - t0,
+        cpu=time.process_time() - c0,
+        indices=len(shard),
+        first_s=first,
+        extra_mb=rss_mb() - base,
     )
 
 
@@ -53,7 +83,7 @@ def side_shardkit_numpy(n, world, rank, limit):
     import shardkit
 
     base = rss_mb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     shard = shardkit.ShardPlan(n, world, remainder="pad", shuffle=True).shard(rank)
     shard.numpy(0, 1)
     first = time.perf_counter() - t0
@@ -66,6 +96,7 @@ def side_shardkit_numpy(n, world, rank, limit):
         checksum ^= int(block[-1])
     return dict(
         seconds=time.perf_counter() - t0,
+        cpu=time.process_time() - c0,
         indices=len(shard),
         first_s=first,
         extra_mb=rss_mb() - base,
@@ -76,7 +107,7 @@ def side_grain(n, world, rank, limit):
     import grain.python as gp
 
     base = rss_mb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     sampler = gp.IndexSampler(
         n, shard_options=gp.ShardOptions(rank, world), shuffle=True, num_epochs=1, seed=0
     )
@@ -86,12 +117,17 @@ def side_grain(n, world, rank, limit):
     for k in range(count):
         sampler[rank + k * world].record_key
     return dict(
-        seconds=time.perf_counter() - t0, indices=count, first_s=first, extra_mb=rss_mb() - base
+        seconds=time.perf_counter() - t0,
+        cpu=time.process_time() - c0,
+        indices=count,
+        first_s=first,
+        extra_mb=rss_mb() - base,
     )
 
 
 SIDES = {
     "shardkit (numpy chunks)": side_shardkit_numpy,
+    "torch randperm(n)[r::W] (array)": side_torch_array,
     "shardkit.torch.DistributedSampler": side_shardkit_sampler,
     "torch DistributedSampler": side_torch,
     "grain IndexSampler": side_grain,
@@ -109,6 +145,7 @@ def main() -> None:
         default=100_000,
         help="Grain yields one record per Python call; time this many",
     )
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
@@ -118,47 +155,62 @@ def main() -> None:
 
     print(
         f"one rank's shuffled epoch: N={args.n:,} W={args.world} rank={args.rank}; "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"python {platform.python_version()}"
+        f"{bench_util.machine()}"
     )
+    runs = {name: [] for name in SIDES}
+    for _ in range(args.rounds):
+        for name in SIDES:
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--side",
+                    name,
+                    "--n",
+                    str(args.n),
+                    "--world",
+                    str(args.world),
+                    "--rank",
+                    str(args.rank),
+                    "--grain-limit",
+                    str(args.grain_limit),
+                ],
+                capture_output=True,
+                text=True,
+            )
+            if proc.returncode != 0:
+                print(f"  {name}: not run ({proc.stderr.strip().splitlines()[-1]})")
+                continue
+            runs[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
     results = {}
-    for name in SIDES:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--side",
-                name,
-                "--n",
-                str(args.n),
-                "--world",
-                str(args.world),
-                "--rank",
-                str(args.rank),
-                "--grain-limit",
-                str(args.grain_limit),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            print(f"  {name}: not run ({proc.stderr.strip().splitlines()[-1]})")
-            continue
-        results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
-    ours = results["shardkit (numpy chunks)"]
-    ours_rate = ours["indices"] / ours["seconds"]
+    for name, rs in runs.items():
+        if rs:
+            results[name] = {k: min(r[k] for r in rs) for k in rs[0]}
+    print(f"best of {args.rounds} interleaved rounds ({bench_util.load_average()} at the end)")
     print(
-        f"{'side':36} {'indices':>12} {'seconds':>9} {'indices/s':>12} "
-        f"{'first index':>12} {'extra peak RSS':>15} {'shardkit is':>12}"
+        f"{'side':36} {'indices':>12} {'CPU s':>8} {'wall s':>8} {'indices/CPU s':>13} "
+        f"{'first index':>12} {'extra peak RSS':>15}"
     )
     for name, r in results.items():
-        rate = r["indices"] / r["seconds"]
-        note = "" if r["indices"] == ours["indices"] else " (partial)"
+        note = "" if r["indices"] == results["shardkit (numpy chunks)"]["indices"] else " (partial)"
         print(
-            f"{name:36} {r['indices']:>12,} {r['seconds']:>9.3f} {rate:>12.3g} "
-            f"{r['first_s'] * 1e3:>10.2f}ms {r['extra_mb']:>12.1f} MB "
-            f"{ours_rate / rate:>10.1f}x{note}"
+            f"{name:36} {r['indices']:>12,} {r['cpu']:>8.3f} {r['seconds']:>8.3f} "
+            f"{r['indices'] / r['cpu']:>13.3g} {r['first_s'] * 1e3:>10.2f}ms "
+            f"{r['extra_mb']:>12.1f} MB{note}"
         )
+
+    def rate(name):
+        return results[name]["indices"] / results[name]["cpu"]
+
+    for ours, peer in (
+        ("shardkit (numpy chunks)", "torch randperm(n)[r::W] (array)"),
+        ("shardkit.torch.DistributedSampler", "torch DistributedSampler"),
+        ("shardkit (numpy chunks)", "grain IndexSampler"),
+    ):
+        if ours in results and peer in results:
+            print(f"like for like: {ours} is {rate(ours) / rate(peer):,.1f}x {peer} per CPU s")
+    line, _, _ = bench_util.memcpy_line(8, "indices", 8 << 16)
+    print(line)
 
 
 if __name__ == "__main__":

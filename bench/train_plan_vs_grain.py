@@ -3,9 +3,15 @@
 1. planning: shardkit.TrainPlan (the global pack plan of one epoch, what every
    rank computes at the start of an epoch) in documents/s on one core, and its
    padding against the lower bound ceil(tokens / seq_len);
-2. packed token batches: shardkit.TokenLoader (equal steps, one thread) against
-   Grain's FirstFitPackIterDataset and BestFitPackIterDataset (grain 0.2.18)
-   over the same documents in memory: tokens/s and padding;
+2. packed token batches: shardkit.TokenLoader (equal steps, no threads) against Grain's
+   FirstFitPackIterDataset and BestFitPackIterDataset (grain 0.2.18) over the same
+   documents in memory, interleaved round by round: Grain as its ReadOptions docstring
+   recommends for data in memory (num_threads=0) and with its default (16) for reference,
+   as unbatched rows (what the packers yield: 3 int32 arrays, 12 B per slot) and through
+   .batch(batch) (the same [batch, seq_len] form as shardkit's: 28 B per slot, input_ids,
+   labels, position_ids int64 + document_ids int32), and .mp_prefetch(2 workers) tried
+   (its workers' CPU counted). Tokens per CPU and wall second, bytes per slot, padding,
+   and numpy's streaming / in-cache copy of the same bytes beside (bench_util);
 3. the loader with the equal-steps plan against the per-rank plan (rank 0 of
    8), interleaved run by run, with 0, 1 and 2 collating threads: tokens per
    CPU second of the process (0 threads: all work in the caller's thread) and
@@ -30,6 +36,7 @@ import os
 import platform
 import time
 
+import bench_util
 import numpy as np
 
 import shardkit
@@ -91,7 +98,13 @@ def loader_side(tokens, offsets, seq_len, batch, world, equal_steps, repeat, thr
     )
 
 
-def grain_side(tokens, offsets, seq_len, bins, kind, repeat):
+def grain_side(tokens, offsets, seq_len, bins, kind, threads=0, batch=0, mp_workers=0):
+    """One Grain pipeline over the documents in memory, as a function of no arguments
+    returning (real tokens, rows, bytes delivered). threads: ReadOptions(num_threads=...)
+    (Grain's default is 16; its docstring recommends 0 for data already in memory);
+    batch > 0: rows stacked into [batch, seq_len] arrays by Grain's .batch (the same
+    output form as shardkit's batches); mp_workers > 0: .mp_prefetch with that many
+    worker processes (their CPU time is charged: bench_util.cpu_seconds)."""
     import grain.python as gp
     from grain import experimental as ge
 
@@ -99,18 +112,50 @@ def grain_side(tokens, offsets, seq_len, bins, kind, repeat):
     cls = ge.FirstFitPackIterDataset if kind == "first" else ge.BestFitPackIterDataset
 
     def run():
-        ds = gp.MapDataset.source(docs).map(lambda t: {"tokens": t}).to_iter_dataset()
-        packed = cls(
-            ds, length_struct={"tokens": seq_len}, num_packing_bins=bins, shuffle_bins=False
+        ds = (
+            gp.MapDataset.source(docs)
+            .map(lambda t: {"tokens": t})
+            .to_iter_dataset(gp.ReadOptions(num_threads=threads, prefetch_buffer_size=500))
         )
-        real = rows = 0
-        for ex in packed:
-            real += int((ex["tokens_segment_ids"] > 0).sum())
-            rows += 1
-        return real, rows
+        ds = cls(ds, length_struct={"tokens": seq_len}, num_packing_bins=bins, shuffle_bins=False)
+        if batch:
+            ds = ds.batch(batch)
+        if mp_workers:
+            from absl import flags  # Grain's workers read absl flags (parsed by absl.app)
 
-    (real, rows), cpu, wall = best(run, repeat)
-    return dict(tokens_per_s=real / cpu, wall=wall, cpu=cpu, padding=1 - real / (rows * seq_len))
+            if not flags.FLAGS.is_parsed():
+                flags.FLAGS.mark_as_parsed()
+            ds = ds.mp_prefetch(gp.MultiprocessingOptions(num_workers=mp_workers))
+        it = iter(ds)
+        real = rows = nbytes = 0
+        for ex in it:
+            real += int((ex["tokens_segment_ids"] > 0).sum())
+            rows += ex["tokens"].size // seq_len
+            nbytes += sum(v.nbytes for v in ex.values())
+        if mp_workers:
+            it.close()
+        return real, rows, nbytes
+
+    return run
+
+
+def grain_sides(tokens, offsets, args):
+    bins = args.world * args.batch
+    sides = {}
+    for kind, name in (("first", "FirstFit"), ("best", "BestFit")):
+        sides[f"grain {name}, rows, num_threads=16 (default)"] = grain_side(
+            tokens, offsets, args.seq_len, bins, kind, threads=16
+        )
+        sides[f"grain {name}, rows, num_threads=0"] = grain_side(
+            tokens, offsets, args.seq_len, bins, kind
+        )
+        sides[f"grain {name}, .batch({args.batch}), num_threads=0"] = grain_side(
+            tokens, offsets, args.seq_len, bins, kind, batch=args.batch
+        )
+    sides[f"grain FirstFit, .batch({args.batch}), mp_prefetch(2)"] = grain_side(
+        tokens, offsets, args.seq_len, bins, "first", batch=args.batch, mp_workers=2
+    )
+    return sides
 
 
 def main():
@@ -121,6 +166,8 @@ def main():
     ap.add_argument("--world", type=int, default=8)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--grain-docs", type=int, default=10_000, help="documents for section 2")
+    ap.add_argument("--grain-rounds", type=int, default=3, help="interleaved rounds of section 2")
     ap.add_argument(
         "--loader-repeat",
         type=int,
@@ -132,7 +179,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small sizes, one repeat")
     args = ap.parse_args()
     if args.quick:
-        args.docs, args.loader_docs, args.repeat, args.loader_repeat = 200_000, 10_000, 1, 1
+        (args.docs, args.loader_docs, args.repeat, args.loader_repeat) = (200_000, 10_000, 1, 1)
+        args.grain_docs, args.grain_rounds = 2_000, 1
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"load average {os.getloadavg()[0]:.1f}; seq_len {args.seq_len}, world {args.world}, "
@@ -157,29 +205,69 @@ def plan_and_grain(args, tokens, offsets):
         f"max imbalance of a full step {100 * p['imbalance']:.3f}%"
     )
 
-    ours = loader_side(tokens, offsets, args.seq_len, args.batch, 1, True, args.repeat)
-    print(
-        f"\n2. packed batches of {args.loader_docs:,} documents ({offsets[-1] / 1e6:.1f} M tokens), "
-        "one process:"
-    )
-    print(f"   {'side':46s} {'M tokens / CPU s':>17s} {'padding':>9s} {'shardkit is':>12s}")
-    print(
-        f"   {'shardkit TokenLoader (equal steps, 1 thread)':46s} "
-        f"{ours['tokens_per_s'] / 1e6:17.1f} {100 * ours['padding']:8.3f}% {'1x':>12s}"
-    )
-    for kind in ("first", "best"):
-        try:
-            g = grain_side(
-                tokens, offsets, args.seq_len, args.world * args.batch, kind, args.repeat
-            )
-        except ImportError as e:
-            print(f"   grain {kind}-fit: not installed ({e})")
-            continue
-        name = f"grain {'FirstFit' if kind == 'first' else 'BestFit'}PackIterDataset ({args.world * args.batch} bins)"
-        print(
-            f"   {name:46s} {g['tokens_per_s'] / 1e6:17.1f} {100 * g['padding']:8.3f}% "
-            f"{ours['tokens_per_s'] / g['tokens_per_s']:11.1f}x"
+    grain_vs_loader(args)
+
+
+def shardkit_batches(tokens, offsets, seq_len, batch):
+    """shardkit's side of section 2: (real tokens, rows, bytes of the per-slot arrays)."""
+
+    def run():
+        lo = shardkit.TokenLoader(
+            tokens, offsets, seq_len=seq_len, batch_size=batch, num_threads=0, equal_steps=True
         )
+        real = rows = nbytes = 0
+        for b in lo:
+            real += int(b["row_tokens"].sum())
+            rows += b["input_ids"].shape[0]
+            nbytes += sum(
+                b[k].nbytes for k in ("input_ids", "labels", "position_ids", "document_ids")
+            )
+        return real, rows, nbytes
+
+    return run
+
+
+def grain_vs_loader(args):
+    small = lengths_of(args.grain_docs, args.seq_len, seed=2)
+    offsets = np.concatenate([[0], np.cumsum(small)])
+    tokens = (np.arange(offsets[-1]) % 50_000).astype(np.int32)
+    ours_name = f"shardkit TokenLoader, [{args.batch}, {args.seq_len}] batches, 0 threads"
+    sides = {ours_name: shardkit_batches(tokens, offsets, args.seq_len, args.batch)}
+    try:
+        sides.update(grain_sides(tokens, offsets, args))
+    except ImportError as e:
+        print(f"   grain: not installed ({e})")
+    print(
+        f"\n2. packed rows of {args.grain_docs:,} documents ({offsets[-1] / 1e6:.1f} M tokens), "
+        f"best of {args.grain_rounds} interleaved rounds, CPU s of the process and its "
+        f"workers ({bench_util.load_average()} before):"
+    )
+    best = bench_util.interleaved(sides, args.grain_rounds)
+    print(f"   ({bench_util.load_average()} after)")
+    ours = best[ours_name]
+    ours_rate = ours.out[0] / ours.cpu
+    print(
+        f"   {'side':52s} {'M tok/CPU s':>11s} {'M tok/wall s':>12s} {'B/slot':>6s} "
+        f"{'GB/CPU s':>8s} {'padding':>8s} {'shardkit is':>11s}"
+    )
+    for name, r in best.items():
+        real, rows, nbytes = r.out
+        print(
+            f"   {name:52s} {real / r.cpu / 1e6:11.1f} {real / r.wall / 1e6:12.1f} "
+            f"{nbytes / (rows * args.seq_len):6.0f} {nbytes / r.cpu / 1e9:8.2f} "
+            f"{100 * (1 - real / (rows * args.seq_len)):7.3f}% "
+            f"{ours_rate / (real / r.cpu):10.1f}x"
+        )
+    real, rows, nbytes = ours.out
+    per_slot = nbytes // (rows * args.seq_len)
+    line, stream, cache = bench_util.memcpy_line(
+        per_slot, "slots", args.batch * args.seq_len * per_slot
+    )
+    print(f"   {line}")
+    print(
+        f"   shardkit writes its batches at {nbytes / ours.cpu / 1e9 / stream:.0%} of streaming "
+        f"memcpy, {nbytes / ours.cpu / 1e9 / cache:.0%} of in-cache memcpy (per CPU s)"
+    )
 
 
 def loaders(args, tokens, offsets):

@@ -58,7 +58,7 @@ def test_state_dict_is_the_core_json_byte_for_byte():
         ld = started(n)
         assert json.dumps(ld.state_dict()) == ld._loader.state_json()
         assert ld.state_dict()["seed"] == 2**64 - 5  # uint64 exactly
-        assert ld.state_dict()["version"] == 3
+        assert ld.state_dict()["version"] == 4
     merged = shardkit.TokenLoader.merge_states([_rank_state(r) for r in range(3)])
     assert json.loads(json.dumps(merged)) == merged
     sp = shardkit.StreamingPacker(16, oversize="split", buffer=6)

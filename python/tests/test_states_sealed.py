@@ -75,8 +75,8 @@ def test_regression_edited_and_relabelled_states_are_refused():
     for _ in range(3):
         next(it)
     state = ld.state_dict()
-    assert state["version"] == 3
-    for version in (1, 2):
+    assert state["version"] == 4
+    for version in (1, 2, 3):
         for relabelled in (dict(state, version=version), reseal(dict(state, version=version))):
             with pytest.raises(ValueError, match=f"^state: version: a version {version} loader"):
                 shardkit.TokenLoader(tokens, offsets, equal_steps=False, **OPTS).load_state_dict(

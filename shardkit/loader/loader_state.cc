@@ -188,16 +188,26 @@ DataFingerprint FingerprintData(const TokenSource& source) {
   for (Index part = 0; part < source.num_parts(); ++part) {
     h.Add(static_cast<std::uint64_t>(source.PartBegin(part + 1) - source.PartBegin(part)));
   }
-  if (const std::int64_t* offsets = source.ContiguousOffsets()) {
-    // Unsigned: a mapped offsets file edited in place may hold any values
-    // (token_source.h); for valid offsets this is the length.
-    for (Index d = 0; d < f.documents; ++d) {
-      h.Add(static_cast<std::uint64_t>(offsets[d + 1]) - static_cast<std::uint64_t>(offsets[d]));
+  // The lengths, a block at a time through Hasher::AddArray (~10 GB/s; the
+  // same blocks whichever way the lengths are read).
+  constexpr Index kBlock = static_cast<Index>(Hasher::kArrayBlock);
+  std::uint64_t lengths[kBlock];
+  const std::int64_t* offsets = source.ContiguousOffsets();
+  for (Index begin = 0; begin < f.documents; begin += kBlock) {
+    const Index n = std::min(kBlock, f.documents - begin);
+    if (offsets != nullptr) {
+      // Unsigned: a mapped offsets file edited in place may hold any values
+      // (token_source.h); for valid offsets this is the length.
+      for (Index i = 0; i < n; ++i) {
+        lengths[i] = static_cast<std::uint64_t>(offsets[begin + i + 1]) -
+                     static_cast<std::uint64_t>(offsets[begin + i]);
+      }
+    } else {
+      for (Index i = 0; i < n; ++i) {
+        lengths[i] = static_cast<std::uint64_t>(source.DocumentLength(begin + i));
+      }
     }
-  } else {
-    for (Index d = 0; d < f.documents; ++d) {
-      h.Add(static_cast<std::uint64_t>(source.DocumentLength(d)));
-    }
+    h.AddArray(lengths, static_cast<std::size_t>(n));
   }
   // The content: a sample of the tokens (the rule is in the header).
   std::vector<std::int32_t> tokens;
@@ -428,8 +438,10 @@ LoaderState LoaderStateFromJson(std::string_view text) {
     return s;
   }
   ExpectStateVersion(d, "state", kLoaderStateVersion, "loader",
-                     "version 1 had no checksum and another piece layout, and version 2's "
-                     "data_hash covered the document lengths only, not the data");
+                     "version 1 had no checksum and another piece layout, version 2's "
+                     "data_hash covered the document lengths only, not the data, and "
+                     "version 3's data_hash hashed the lengths one at a time (version 4 "
+                     "hashes them in blocks, Hasher::AddArray)");
   ExpectOnlyKeys(d, "state",
                  {"version", "epoch", "head", "position", "done", "consumers", "consumer", "read",
                   "batches", "packer", "num_documents", "num_tokens", "data_hash", "seq_len",

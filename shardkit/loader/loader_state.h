@@ -1,10 +1,10 @@
 // LoaderState: where a TokenLoader stands in an epoch, and the one JSON codec
 // for it and for a StreamingPacker's state (shardkit/packing/packing.h).
 //
-// The JSON text (version 3) is what the Python package's state_dict() returns
+// The JSON text (version 4) is what the Python package's state_dict() returns
 // (as a dict) and what `shardkit loader-stats --save-state` writes:
 //
-//   {"version": 3, "epoch": E, "head": [[document, start, length], ...],
+//   {"version": 4, "epoch": E, "head": [[document, start, length], ...],
 //    "position": P, "done": [...], "consumers": C, "consumer": c, "read": r,
 //    "batches": b,
 //    "packer": {"buffered": [PIECE, ...], "pending": [[PIECE, ...], ...],
@@ -32,8 +32,10 @@
 //
 // Older versions are refused naming the version, never read with another
 // layout: version 1 (no checksum; loader pieces were [item, length, start,
-// images]) and version 2 (its data_hash covered the lengths only); a packer
-// state without "version" (version 1, unsealed) too.
+// images]), version 2 (its data_hash covered the lengths only) and version 3
+// (its data_hash added the lengths one word at a time; version 4 adds them in
+// blocks through Hasher::AddArray, see FingerprintData); a packer state
+// without "version" (version 1, unsealed) too.
 //
 // Integers are exact (seeds are uint64 and round-trip); the text is written in
 // the form of Python's json.dumps (see shardkit/base/json.h).
@@ -57,7 +59,7 @@ namespace shardkit {
 
 class TokenSource;
 
-inline constexpr int kLoaderStateVersion = 3;
+inline constexpr int kLoaderStateVersion = 4;
 inline constexpr int kPackerStateVersion = 2;
 
 // A piece of a document: tokens [start, start + length) of it.
@@ -103,7 +105,9 @@ struct LoaderState {
 };
 
 // The data a state belongs to: document count, token count and `hash`, a
-// hash of the part sizes, of every document's length, and of the content:
+// hash of the part sizes, of every document's length (in blocks of
+// Hasher::kArrayBlock lengths through Hasher::AddArray: ~7 GB/s of offsets
+// from memory on one core, BM_FingerprintDataLarge), and of the content:
 //   every token when the source holds at most kFingerprintAllTokens tokens;
 //   otherwise kFingerprintDocuments documents spread over the whole source
 //   (document floor(k * D / kFingerprintDocuments), every document when

@@ -78,7 +78,7 @@ std::vector<Pieces> Drain(TokenLoader& loader) {
 TEST(LoaderStateTest, RegressionOldVersionsAreRefusedNamingTheVersion) {
   const Json loader_v1 = ParseJson(ReadFile("loader_state_v1.json"), "sample");
   EXPECT_EQ(ErrorOf([&] { (void)LoaderStateFromJson(WriteJson(*loader_v1.Find("state"))); })
-                .rfind("state: version: a version 1 loader state; this shardkit reads version 3 "
+                .rfind("state: version: a version 1 loader state; this shardkit reads version 4 "
                        "(version 1 had no checksum and another piece layout",
                        0),
             0u);
@@ -92,9 +92,9 @@ TEST(LoaderStateTest, RegressionOldVersionsAreRefusedNamingTheVersion) {
   TokenLoader loader(data.source, SampleOptions());
   for (int i = 0; i < 3; ++i) ASSERT_NE(loader.Next(), nullptr);
   const std::string text = LoaderStateToJson(loader.State());
-  for (const char* version : {"1", "2"}) {
+  for (const char* version : {"1", "2", "3"}) {
     std::string relabelled = text;
-    relabelled.replace(relabelled.find("\"version\": 3"), 12,
+    relabelled.replace(relabelled.find("\"version\": 4"), 12,
                        std::string("\"version\": ") + version);
     const std::string e = ErrorOf([&] { (void)LoaderStateFromJson(relabelled); });
     EXPECT_EQ(e.rfind(std::string("state: version: a version ") + version + " loader state", 0), 0u)
@@ -359,8 +359,8 @@ TEST_F(StateRefusals, HostileTextNeverCrashes) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"", "state: not valid JSON at byte 0"},
       {"[]", "state: expected an object, got a list"},
-      {"{\"version\": 4}",
-       "state: version: a version 4 loader state; this shardkit reads version 3"},
+      {"{\"version\": 5}",
+       "state: version: a version 5 loader state; this shardkit reads version 4"},
       {"{\"version\": 1.5}", "only integers"},
       {"{\"version\": 2, \"version\": 2}", "appears twice"},
       {std::string(100000, '['), "nested deeper than 64"},
@@ -385,7 +385,7 @@ TEST_F(StateRefusals, HostileTextNeverCrashes) {
   wrong.replace(wrong.find("\"head\": ["), 9, "\"head\": {\"a\": 1}, \"x\": [");
   EXPECT_NE(LoadText(wrong).find("state: "), std::string::npos);
   const std::string e = LoadText(
-      "{\"version\": 3, \"epoch\": 0, \"head\": 5, \"position\": 0, \"done\": [], \"consumers\": "
+      "{\"version\": 4, \"epoch\": 0, \"head\": 5, \"position\": 0, \"done\": [], \"consumers\": "
       "1}");
   EXPECT_NE(e.find("state: head: expected a list, got an integer"), std::string::npos) << e;
 }
