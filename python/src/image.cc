@@ -15,6 +15,7 @@
 #include "python/src/bindings.h"
 #include "shardkit/loader/image_batch.h"
 #include "shardkit/loader/image_decode.h"
+#include "shardkit/loader/tar_shard.h"
 
 namespace shardkit::python {
 
@@ -100,6 +101,62 @@ void init_image(nb::module_& m) {
                                    ToArray<Index>(out.widths), ToArray<Index>(out.offsets), n);
           },
           "images"_a, "samples"_a);
+  nb::class_<TarShard>(m, "_TarShard")
+      .def(
+          "__init__",
+          [](TarShard* self, const std::string& path, const std::string& text, Index pixel_limit,
+             bool cache) {
+            TarShardOptions o;
+            o.text_ext = text;
+            o.pixel_limit = pixel_limit;
+            o.cache = cache;
+            ReleaseGil unlocked;
+            new (self) TarShard(TarShard::Open(path, o));
+          },
+          "path"_a, "text"_a, "pixel_limit"_a, "cache"_a)
+      .def_prop_ro("num_samples", &TarShard::num_samples)
+      .def("key", [](const TarShard& t,
+                     Index s) { return t.key(CheckedIndex(s, t.num_samples(), "sample")); })
+      .def("members",
+           [](const TarShard& t, Index s) {
+             std::vector<std::tuple<std::string, Index, Index>> out;
+             for (const TarMember& m : t.members(CheckedIndex(s, t.num_samples(), "sample"))) {
+               out.emplace_back(m.ext, m.offset, m.size);
+             }
+             return out;
+           })
+      .def("table",
+           [](const TarShard& t) {
+             std::vector<Index> tokens(t.num_samples());
+             for (Index s = 0; s < t.num_samples(); ++s) tokens[s] = t.tokens(s);
+             return std::make_tuple(ToArray<Index>(tokens), ToArray<Index>(t.image_start()),
+                                    ToArray<Index>(t.image_heights()),
+                                    ToArray<Index>(t.image_widths()));
+           })
+      .def("read_tokens",
+           [](const TarShard& t, Index s) {
+             std::vector<std::int64_t> ids;
+             {
+               ReleaseGil unlocked;
+               ids = t.ReadTokens(s);
+             }
+             return ToArray<std::int64_t>(ids);
+           })
+      .def("read_images",
+           [](const TarShard& t, Index s) {
+             std::vector<std::string> images;
+             {
+               ReleaseGil unlocked;
+               images = t.ReadImages(s);
+             }
+             nb::list out;
+             for (const std::string& b : images) out.append(nb::bytes(b.data(), b.size()));
+             return out;
+           })
+      .def_prop_ro("fingerprint", &TarShard::fingerprint)
+      .def_prop_ro("from_cache", &TarShard::from_cache)
+      .def_prop_ro("cache_written", &TarShard::cache_written)
+      .def_static("cache_path", &TarShard::CachePath);
 }
 
 }  // namespace shardkit::python
