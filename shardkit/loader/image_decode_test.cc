@@ -1,6 +1,8 @@
 #include "shardkit/loader/image_decode.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <stdexcept>
@@ -163,6 +165,27 @@ TEST(ImageBatchDecoderTest, BatchIsTheImagesInOrderAndNamesTheFailingSample) {
   }
   ImageBatchDecoder fixed({{4, 5, 0}, kDefaultMaxImagePixels, 2});
   EXPECT_EQ(fixed.Decode(images = {kPng, kWebp}).pixels.size(), 2u * 4 * 5 * 3);
+}
+
+// Regression: a DataLoader worker forked from a process whose decoder had
+// started its threads waited forever for workers that did not exist there.
+TEST(ImageBatchDecoderTest, RegressionDecoderUsedInAForkedChildDoesNotHang) {
+  if (!Built("png")) GTEST_SKIP() << "png not built";
+  ImageBatchDecoder decoder({{}, kDefaultMaxImagePixels, 3});
+  std::vector<std::span<const std::uint8_t>> images = {kPng, kPng, kPng, kPng};
+  ASSERT_EQ(decoder.Decode(images).pixels.size(), 4u * 18);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(20);  // a hang fails the test instead of stalling it
+    const bool ok = decoder.Decode(images).pixels.size() == 4u * 18 &&
+                    decoder.Decode(images).pixels.size() == 4u * 18;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(decoder.Decode(images).pixels.size(), 4u * 18);  // the parent's pool still works
 }
 
 }  // namespace
