@@ -231,3 +231,15 @@ def test_decoder_pickles_for_dataloader_workers():
     data = encode(photo(20, 20), "PNG")
     np.testing.assert_array_equal(d(data and [data])["pixel_values"], d2([data])["pixel_values"])
     assert d2.threads == 2
+
+
+def test_resize_equals_pillow_on_random_sizes():
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        src = tuple(int(v) for v in rng.integers(1, 700, 2))
+        dst = tuple(int(v) for v in rng.integers(1, 400, 2))
+        pixels = photo(*src, seed=int(rng.integers(1000)))
+        theirs = np.asarray(Image.fromarray(pixels).resize((dst[1], dst[0]), Image.BILINEAR))
+        np.testing.assert_array_equal(
+            images.resize_bilinear(pixels, dst), theirs, err_msg=f"{src}->{dst}"
+        )

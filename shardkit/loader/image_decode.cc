@@ -311,60 +311,86 @@ std::pair<Index, Index> ResizedShape(Index h, Index w, const ResizeOptions& r) {
   return {nh, nw};
 }
 
+namespace {
+
+// One pass of Pillow's resampling along rows: output row j is the weighted sum
+// of input rows [bounds[2j], bounds[2j] + bounds[2j+1]), every row `stride`
+// bytes, then rounded and clipped as Pillow does. The sums are integers, so
+// the order of the additions does not change a bit of the result; the loop
+// over a row vectorises (AVX2 where the CPU has it).
+[[gnu::always_inline]] inline void ResampleRowsBody(const std::uint8_t* src, Index stride,
+                                                    const Coefficients& c, Index out_rows,
+                                                    std::uint8_t* out, std::int32_t* acc) {
+  for (Index j = 0; j < out_rows; ++j) {
+    const int first = c.bounds[j * 2], taps = c.bounds[j * 2 + 1];
+    const std::int32_t* k = c.k.data() + j * c.ksize;
+    for (Index i = 0; i < stride; ++i) acc[i] = 1 << (kPrecisionBits - 1);
+    for (int t = 0; t < taps; ++t) {
+      const std::uint8_t* row = src + (first + t) * stride;
+      const std::int32_t w = k[t];
+      for (Index i = 0; i < stride; ++i) acc[i] += row[i] * w;
+    }
+    std::uint8_t* o = out + j * stride;
+    for (Index i = 0; i < stride; ++i) o[i] = Clip8(acc[i]);
+  }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+[[gnu::target("avx2")]] void ResampleRowsAvx2(const std::uint8_t* src, Index stride,
+                                              const Coefficients& c, Index out_rows,
+                                              std::uint8_t* out, std::int32_t* acc) {
+  ResampleRowsBody(src, stride, c, out_rows, out, acc);
+}
+#endif
+
+void ResampleRows(const std::uint8_t* src, Index stride, const Coefficients& c, Index out_rows,
+                  std::uint8_t* out) {
+  std::vector<std::int32_t> acc(stride);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return ResampleRowsAvx2(src, stride, c, out_rows, out, acc.data());
+#endif
+  ResampleRowsBody(src, stride, c, out_rows, out, acc.data());
+}
+
+// [rows][cols][3] -> [cols][rows][3].
+void Transpose3(const std::uint8_t* src, Index rows, Index cols, std::uint8_t* out) {
+  for (Index r = 0; r < rows; ++r) {
+    const std::uint8_t* s = src + r * cols * 3;
+    for (Index x = 0; x < cols; ++x) {
+      std::uint8_t* o = out + (x * rows + r) * 3;
+      o[0] = s[x * 3];
+      o[1] = s[x * 3 + 1];
+      o[2] = s[x * 3 + 2];
+    }
+  }
+}
+
+}  // namespace
+
 Image ResizeBilinear(const Image& in, Index height, Index width) {
   if (height == in.height && width == in.width) return in;
   const Coefficients ch = Precompute(in.width, width);
   Coefficients cv = Precompute(in.height, height);
   const std::uint8_t* src = in.pixels.data();
-  Index src_width = in.width;
   Image tmp;
   if (width != in.width) {
+    // Pillow's horizontal pass over the rows the vertical pass uses, run as a
+    // pass along rows of the transposed image.
     const int first = cv.bounds[0];
     const int last = cv.bounds[height * 2 - 2] + cv.bounds[height * 2 - 1];
     for (Index y = 0; y < height; ++y) cv.bounds[y * 2] -= first;
-    tmp.height = last - first;
-    tmp.width = width;
-    tmp.pixels.resize(tmp.height * width * 3);
-    for (Index y = 0; y < tmp.height; ++y) {
-      const std::uint8_t* row = src + (y + first) * in.width * 3;
-      std::uint8_t* out = tmp.pixels.data() + y * width * 3;
-      for (Index xx = 0; xx < width; ++xx) {
-        const int xmin = ch.bounds[xx * 2], xmax = ch.bounds[xx * 2 + 1];
-        const std::int32_t* k = ch.k.data() + xx * ch.ksize;
-        std::int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
-        const std::uint8_t* p = row + xmin * 3;
-        for (int x = 0; x < xmax; ++x, p += 3) {
-          s0 += p[0] * k[x];
-          s1 += p[1] * k[x];
-          s2 += p[2] * k[x];
-        }
-        out[xx * 3] = Clip8(s0);
-        out[xx * 3 + 1] = Clip8(s1);
-        out[xx * 3 + 2] = Clip8(s2);
-      }
-    }
+    const Index rows = last - first;
+    std::vector<std::uint8_t> t(rows * in.width * 3), u(rows * width * 3);
+    Transpose3(src + first * in.width * 3, rows, in.width, t.data());
+    ResampleRows(t.data(), rows * 3, ch, width, u.data());
+    tmp = Image{rows, width, std::vector<std::uint8_t>(rows * width * 3)};
+    Transpose3(u.data(), width, rows, tmp.pixels.data());
+    if (height == in.height && rows == in.height) return tmp;
     src = tmp.pixels.data();
-    src_width = width;
-    if (height == in.height && tmp.height == in.height) {
-      tmp.height = height;
-      return tmp;
-    }
   }
   Image out{height, width, std::vector<std::uint8_t>(height * width * 3)};
-  const Index stride = src_width * 3;
-  std::vector<std::int32_t> acc(stride);
-  for (Index yy = 0; yy < height; ++yy) {
-    const int ymin = cv.bounds[yy * 2], ymax = cv.bounds[yy * 2 + 1];
-    const std::int32_t* k = cv.k.data() + yy * cv.ksize;
-    std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
-    for (int y = 0; y < ymax; ++y) {
-      const std::uint8_t* row = src + (y + ymin) * stride;
-      const std::int32_t ky = k[y];
-      for (Index i = 0; i < stride; ++i) acc[i] += row[i] * ky;
-    }
-    std::uint8_t* o = out.pixels.data() + yy * stride;
-    for (Index i = 0; i < stride; ++i) o[i] = Clip8(acc[i]);
-  }
+  ResampleRows(src, width * 3, cv, height, out.pixels.data());
   return out;
 }
 
