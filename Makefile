@@ -147,6 +147,7 @@ bench: build $(BENCH_VENV)/.stamp
 	PYTHONPATH=$(CURDIR)/python $(BENCH_VENV)/bin/python bench/shuffle_epoch.py
 	PYTHONPATH=$(CURDIR)/python $(BENCH_VENV)/bin/python bench/loader_vs_torch.py
 	PYTHONPATH=$(CURDIR)/python $(BENCH_VENV)/bin/python bench/mixture_vs_megatron.py
+	PYTHONPATH=$(CURDIR)/python $(BENCH_VENV)/bin/python bench/multimodal_decode.py
 	PYTHONPATH=$(CURDIR)/python $(PY) bench/layout_vs_jax.py --devices 8192,16384
 
 clean:
