@@ -243,3 +243,18 @@ def test_resize_equals_pillow_on_random_sizes():
         np.testing.assert_array_equal(
             images.resize_bilinear(pixels, dst), theirs, err_msg=f"{src}->{dst}"
         )
+
+
+def test_regression_a_valid_jpeg_after_a_corrupt_one_decodes():
+    """libjpeg-turbo 2.1 kept a failed decompressor's state: every JPEG decoded
+    on that thread after a corrupt one failed with "Bogus marker length"."""
+    good = encode(photo(40, 30), "JPEG")
+    for bad in (good[: len(good) // 2], good[:20], b"\xff\xd8\xff" + b"\x00" * 50):
+        with pytest.raises(ValueError):
+            images.decode_image(bad)
+        np.testing.assert_array_equal(images.decode_image(good), pillow(good))
+        assert images.image_info(good) == ("jpeg", 40, 30)
+    decoder = images.ImageDecoder(threads=2)
+    with pytest.raises(ValueError):
+        decoder([good, good[:100], good])
+    assert decoder([good] * 4)["pixel_values"].size == 4 * 40 * 30 * 3

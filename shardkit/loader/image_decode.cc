@@ -74,16 +74,29 @@ void CheckPixels(std::string_view field, Index h, Index w, Index max_pixels) {
 }
 
 #if SHARDKIT_HAVE_TURBOJPEG
-// One decompressor per thread, made on first use.
+// One decompressor per thread, made on first use. After an error the handle
+// is replaced: libjpeg-turbo 2.1 keeps a failed decompressor's state, and the
+// next (valid) image then failed with "Bogus marker length" (regression test
+// in test_image_decode.py).
+struct JpegHolder {
+  tjhandle h = nullptr;
+  ~JpegHolder() {
+    if (h != nullptr) tjDestroy(h);
+  }
+};
+thread_local JpegHolder jpeg_holder;
+
 tjhandle JpegHandle() {
-  struct Holder {
-    tjhandle h = tjInitDecompress();
-    ~Holder() {
-      if (h != nullptr) tjDestroy(h);
-    }
-  };
-  thread_local Holder holder;
-  return holder.h;
+  if (jpeg_holder.h == nullptr) jpeg_holder.h = tjInitDecompress();
+  return jpeg_holder.h;
+}
+
+// The handle's error text, then a fresh handle for the next image.
+std::string JpegErrorAndReset() {
+  std::string error = tjGetErrorStr2(jpeg_holder.h);
+  tjDestroy(jpeg_holder.h);
+  jpeg_holder.h = nullptr;
+  return error;
 }
 #endif
 
@@ -263,7 +276,7 @@ ImageInfo ReadImageInfo(std::span<const std::uint8_t> bytes, std::string_view fi
       int w = 0, h = 0, subsampling = 0, colorspace = 0;
       if (tjDecompressHeader3(JpegHandle(), bytes.data(), bytes.size(), &w, &h, &subsampling,
                               &colorspace) != 0) {
-        Fail(field, std::string("jpeg header does not parse: ") + tjGetErrorStr2(JpegHandle()));
+        Fail(field, "jpeg header does not parse: " + JpegErrorAndReset());
       }
       if (w <= 0 || h <= 0) Fail(field, "jpeg header does not parse (no frame header)");
       info.width = w;
@@ -408,7 +421,7 @@ Image DecodeImage(std::span<const std::uint8_t> bytes, std::string_view field,
       if (tjDecompress2(JpegHandle(), bytes.data(), bytes.size(), image.pixels.data(),
                         static_cast<int>(info.width), 0, static_cast<int>(info.height), TJPF_RGB,
                         TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING) != 0) {
-        Fail(field, std::string("jpeg data does not decode: ") + tjGetErrorStr2(JpegHandle()));
+        Fail(field, "jpeg data does not decode: " + JpegErrorAndReset());
       }
 #else
       NotBuilt(info.format, field);
