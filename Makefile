@@ -19,7 +19,7 @@ FUZZ_SECONDS ?= 600
 FUZZ_QUICK_SECONDS ?= 4
 # clang-14 and its runtimes (libFuzzer, ASan, UBSan) build the fuzz harnesses.
 APT_PACKAGES := libgtest-dev libbenchmark-dev openmpi-bin libopenmpi-dev clang-format \
-  clang-14 libclang-rt-14-dev zlib1g-dev
+  clang-14 libclang-rt-14-dev zlib1g-dev libturbojpeg0-dev libpng-dev libwebp-dev
 CMAKE_COMMON := -G Ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY)
 
 # make lint: clang-format and ruff (tools/lint); make test runs it first.
@@ -147,6 +147,7 @@ bench: build $(BENCH_VENV)/.stamp
 	PYTHONPATH=$(CURDIR)/python $(BENCH_VENV)/bin/python bench/shuffle_epoch.py
 	PYTHONPATH=$(CURDIR)/python $(BENCH_VENV)/bin/python bench/loader_vs_torch.py
 	PYTHONPATH=$(CURDIR)/python $(BENCH_VENV)/bin/python bench/mixture_vs_megatron.py
+	PYTHONPATH=$(CURDIR)/python $(BENCH_VENV)/bin/python bench/multimodal_decode.py
 	PYTHONPATH=$(CURDIR)/python $(PY) bench/layout_vs_jax.py --devices 8192,16384
 
 clean:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import queue as queue_module
 import threading
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -148,6 +148,15 @@ class ConstantLengthDataset(tud.IterableDataset):
     StreamingPacker (``algorithm``, ``buffer``, ``max_sequences``,
     ``oversize``); ranks get different batch counts and no state.
 
+    Images: ``image_decoder=shardkit.images.ImageDecoder(size=(h, w))`` decodes
+    every image of a batch (in token order, ``image_sample`` order) on C++
+    threads with the GIL released, in the thread that builds batches, and the
+    batch carries ``pixel_values`` (uint8 [images, h, w, 3]), ``image_sizes``
+    and ``image_offsets`` instead of ``images``. Any callable ``(images,
+    samples) -> dict`` may take its place (a model's own processor: its dict's
+    numpy arrays become tensors). A dataset with a ``sample_table()`` method
+    (``shardkit.image_sources``) gives the table without a sample read.
+
     A sample is a dict with ``input_ids`` (and optional ``labels``, used instead
     of input_ids for the loss, ``images``, any sized sequence, and
     ``vision_tokens``, one number per image; default 1 per image), or a bare
@@ -196,8 +205,24 @@ class ConstantLengthDataset(tud.IterableDataset):
         vision_cost: str = "tokens",
         check_plan: bool = True,
         group: Any = None,
+        image_decoder: Optional[Callable[[list, list], dict]] = None,
     ) -> None:
         super().__init__()
+        if image_decoder is not None and not callable(image_decoder):
+            raise ValueError(
+                f"image_decoder: expected a callable (images, samples) -> dict, e.g. "
+                f"shardkit.images.ImageDecoder(size=(224, 224)), got {type(image_decoder).__name__}"
+            )
+        self.image_decoder = image_decoder
+        if (
+            lengths is None
+            and image_counts is None
+            and vision_tokens is None
+            and callable(getattr(dataset, "sample_table", None))
+        ):
+            # An image-text source (shardkit.image_sources) knows its table: no sample is read.
+            table = dataset.sample_table()
+            lengths, vision_tokens = table["lengths"], table["vision_tokens"]
         if equal_steps and mode == "continuous":
             raise ValueError(
                 "mode: 'continuous' is not supported by ConstantLengthDataset (it has no "
@@ -445,6 +470,7 @@ class ConstantLengthDataset(tud.IterableDataset):
     def _batch(self, packs: list) -> dict:
         samples = {}
         chunks, label_chunks, lengths, images, row_offsets, image_list = [], [], [], [], [0], []
+        image_samples = []
         starts = []
         items = []
         row_vision = []
@@ -468,6 +494,7 @@ class ConstantLengthDataset(tud.IterableDataset):
                 vision_sum += sum(vision)
                 if count:
                     image_list.extend(sample["images"])
+                    image_samples.extend([item] * count)
             row_offsets.append(len(lengths))
             row_vision.append(vision_sum)
         offsets = np.concatenate([[0], np.cumsum([c.size for c in chunks], dtype=np.int64)])
@@ -490,7 +517,17 @@ class ConstantLengthDataset(tud.IterableDataset):
         )
         out["vision_tokens"] = np.asarray(row_vision, dtype=np.int64)
         batch = to_torch(out)
-        if image_list:
+        if self.image_decoder is not None:
+            # Every image of the batch in token order, decoded at once (ImageDecoder:
+            # on C++ threads with the GIL released); its fields join the batch.
+            decoded = self.image_decoder(image_list, image_samples)
+            batch.update(
+                {
+                    k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                    for k, v in decoded.items()
+                }
+            )
+        elif image_list:
             batch["images"] = image_list
         return batch
 

@@ -485,6 +485,7 @@ void init_loader(nb::module_& m);
 void init_train(nb::module_& m);
 void init_layout(nb::module_& m);
 void init_multimodal(nb::module_& m);
+void init_image(nb::module_& m);
 
 }  // namespace shardkit::python
 

@@ -14,4 +14,5 @@ NB_MODULE(_core, m) {
   shardkit::python::init_train(m);
   shardkit::python::init_layout(m);
   shardkit::python::init_multimodal(m);
+  shardkit::python::init_image(m);
 }

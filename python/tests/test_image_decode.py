@@ -1,0 +1,260 @@
+"""Image decoding in the core against Pillow, the oracle: the same files
+decoded by both (PNG and lossless WebP equal, JPEG and lossy WebP within a
+stated tolerance), the resize equal to Pillow's BILINEAR, and hostile bytes
+refused with one ValueError naming the field."""
+
+import io
+
+import numpy as np
+import pytest
+
+from shardkit import images
+
+PIL = pytest.importorskip("PIL")
+from PIL import Image  # noqa: E402
+
+# libjpeg-turbo of this build vs the one in Pillow's wheel: same IDCT
+# (accurate integer), possibly another version; stated in image_decode.h.
+JPEG_MAX_DIFF = 2
+JPEG_MEAN_DIFF = 0.05
+
+
+def photo(h, w, seed=0):
+    """Photo-like content: smooth gradients plus noise."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([x * 255 / max(w, 1), y * 255 / max(h, 1), (x + y) * 127 / max(h + w, 1)], -1)
+    return np.clip(base + rng.normal(0, 12, (h, w, 3)), 0, 255).astype(np.uint8)
+
+
+def encode(pixels, fmt, mode="RGB", **kw):
+    im = Image.fromarray(pixels)
+    if mode != "RGB":
+        im = im.convert(mode)
+    buf = io.BytesIO()
+    im.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def pillow(data):
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+LOSSLESS = [
+    ("PNG", "RGB", {}),
+    ("PNG", "RGBA", {}),
+    ("PNG", "L", {}),
+    ("PNG", "LA", {}),
+    ("PNG", "P", {}),
+    ("PNG", "1", {}),
+    ("PNG", "RGB", {"optimize": True}),
+    ("WEBP", "RGB", {"lossless": True}),
+    ("WEBP", "RGBA", {"lossless": True, "exact": True}),
+]
+
+
+@pytest.mark.parametrize("fmt,mode,kw", LOSSLESS)
+@pytest.mark.parametrize("shape", [(1, 1), (37, 53), (240, 320)])
+def test_lossless_images_equal_pillow(fmt, mode, kw, shape):
+    data = encode(photo(*shape), fmt, mode, **kw)
+    ours = images.decode_image(data)
+    assert ours.dtype == np.uint8 and ours.shape == (*shape, 3)
+    np.testing.assert_array_equal(ours, pillow(data))
+    assert images.image_info(data)[1:] == shape
+
+
+def test_interlaced_and_16_bit_png_equal_pillow():
+    # Pillow writes neither; a 16-bit RGB PNG from raw rows (high byte kept by both)
+    import struct
+    import zlib
+
+    h, w = 5, 7
+    rng = np.random.default_rng(3)
+    rows = rng.integers(0, 65536, (h, w, 3), dtype=np.uint16).astype(">u2")
+    raw = b"".join(b"\x00" + rows[y].tobytes() for y in range(h))
+
+    def chunk(kind, body):
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    data = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
+    np.testing.assert_array_equal(images.decode_image(data), pillow(data))
+    np.testing.assert_array_equal(images.decode_image(data), (rows >> 8).astype(np.uint8))
+
+
+@pytest.mark.parametrize("subsampling", [0, 1, 2])
+@pytest.mark.parametrize("extra", [{}, {"progressive": True}, {"mode": "L"}])
+def test_jpeg_within_the_stated_tolerance_of_pillow(subsampling, extra):
+    extra = dict(extra)
+    mode = extra.pop("mode", "RGB")
+    for shape in [(224, 224), (301, 517), (17, 9)]:
+        data = encode(
+            photo(*shape, seed=shape[0]), "JPEG", mode, quality=90, subsampling=subsampling, **extra
+        )
+        ours = images.decode_image(data).astype(int)
+        theirs = pillow(data).astype(int)
+        diff = np.abs(ours - theirs)
+        assert diff.max() <= JPEG_MAX_DIFF and diff.mean() <= JPEG_MEAN_DIFF, (
+            shape,
+            diff.max(),
+            diff.mean(),
+        )
+
+
+def test_lossy_webp_within_the_tolerance_of_pillow():
+    data = encode(photo(200, 300), "WEBP", quality=80)
+    diff = np.abs(images.decode_image(data).astype(int) - pillow(data).astype(int))
+    assert diff.max() <= 2 and diff.mean() <= 0.05
+
+
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        ((37, 53), (224, 224)),
+        ((1024, 768), (224, 224)),
+        ((500, 333), (17, 400)),
+        ((224, 224), (224, 112)),
+        ((1, 1), (5, 3)),
+        ((640, 480), (640, 240)),
+        ((99, 98), (98, 99)),
+    ],
+)
+def test_resize_equals_pillow_bilinear(src, dst):
+    pixels = photo(*src, seed=7)
+    ours = images.resize_bilinear(pixels, dst)
+    theirs = np.asarray(Image.fromarray(pixels).resize((dst[1], dst[0]), Image.BILINEAR))
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_decode_with_max_pixels_follows_the_rule_and_pillow():
+    pixels = photo(1000, 600)
+    data = encode(pixels, "PNG")
+    out = images.decode_image(data, max_pixels=224 * 224)
+    s = np.sqrt(224 * 224 / (1000 * 600))
+    assert out.shape == (int(1000 * s), int(600 * s), 3)
+    theirs = (
+        Image.open(io.BytesIO(data))
+        .convert("RGB")
+        .resize((out.shape[1], out.shape[0]), Image.BILINEAR)
+    )
+    np.testing.assert_array_equal(out, np.asarray(theirs))
+    assert images.decode_image(data, max_pixels=10**7).shape == (1000, 600, 3)
+
+
+def test_batch_decoder_equals_one_by_one_in_order():
+    files = [
+        encode(photo(h, w, seed=h), fmt, **kw)
+        for h, w, fmt, kw in [
+            (100, 80, "PNG", {}),
+            (300, 200, "JPEG", {"quality": 85}),
+            (64, 64, "WEBP", {"lossless": True}),
+            (500, 700, "JPEG", {}),
+            (31, 47, "PNG", {}),
+        ]
+    ]
+    for threads in (1, 3):
+        fixed = images.ImageDecoder(size=(96, 128), threads=threads)(files)
+        assert fixed["pixel_values"].shape == (5, 96, 128, 3)
+        for i, f in enumerate(files):
+            np.testing.assert_array_equal(
+                fixed["pixel_values"][i], images.decode_image(f, size=(96, 128))
+            )
+        free = images.ImageDecoder(max_pixels=5000, threads=threads)(files)
+        for i, f in enumerate(files):
+            one = images.decode_image(f, max_pixels=5000)
+            a, b = free["image_offsets"][i], free["image_offsets"][i + 1]
+            np.testing.assert_array_equal(free["pixel_values"][a:b].reshape(one.shape), one)
+            assert free["image_sizes"][i].tolist() == list(one.shape[:2])
+    empty = images.ImageDecoder(size=(4, 4))([])
+    assert empty["pixel_values"].shape == (0, 4, 4, 3)
+
+
+def test_hostile_bytes_are_one_error_naming_the_field():
+    good = encode(photo(64, 48), "JPEG")
+    png = encode(photo(64, 48), "PNG")
+    webp = encode(photo(64, 48), "WEBP")
+    for data in (good, png, webp):
+        # Pillow (LOAD_TRUNCATED_IMAGES off) is the oracle: a prefix that it
+        # refuses is refused, one that it decodes decodes to the same pixels.
+        for cut in sorted({0, 5, 20, len(data) // 2} | set(range(len(data) - 16, len(data)))):
+            try:
+                theirs = pillow(data[:cut])
+            except Exception:  # Pillow raises OSError, SyntaxError, ...
+                theirs = None
+            # Stricter than Pillow in one place, stated in image_decode.h: a PNG
+            # cut in the last 8 bytes before IEND (the zlib and chunk checksums)
+            # is refused; Pillow decodes it (its pixels are whole).
+            iend = data.find(b"IEND") - 4 if data is png else -1
+            if theirs is None or iend - 8 <= cut < iend:
+                with pytest.raises(ValueError, match=r"^images: sample 3, image 0: "):
+                    images.ImageDecoder(threads=2)([png, data[:cut]], samples=[2, 3])
+            else:
+                np.testing.assert_array_equal(images.decode_image(data[:cut]), theirs)
+    with pytest.raises(
+        ValueError, match=r"^image: not a JPEG, PNG or WebP image \(first bytes 47 49 46"
+    ):
+        images.decode_image(b"GIF89a\x01\x00\x01\x00")
+    huge = bytearray(png)
+    huge[16:24] = (60000).to_bytes(4, "big") + (60000).to_bytes(4, "big")
+    with pytest.raises(ValueError, match="60000 x 60000 pixels is over the limit of 178956970"):
+        images.image_info(bytes(huge))
+    with pytest.raises(ValueError, match="over the limit of 100 pixels"):
+        images.decode_image(png, pixel_limit=100)
+    rng = np.random.default_rng(0)
+    for data in (good, png, webp):  # flipped bytes: an image or a ValueError, never a crash
+        for _ in range(200):
+            b = bytearray(data)
+            for i in rng.integers(0, len(b), 3):
+                b[i] ^= int(rng.integers(1, 256))
+            try:
+                out = images.decode_image(bytes(b))
+                assert out.shape[2] == 3
+            except ValueError:
+                pass
+    with pytest.raises(ValueError, match="^size: "):
+        images.ImageDecoder(size=(0, 3))
+    with pytest.raises(ValueError, match="^images: expected the encoded bytes"):
+        images.ImageDecoder()([123])
+
+
+def test_decoder_pickles_for_dataloader_workers():
+    import pickle
+
+    d = images.ImageDecoder(size=(8, 8), threads=2)
+    d2 = pickle.loads(pickle.dumps(d))
+    data = encode(photo(20, 20), "PNG")
+    np.testing.assert_array_equal(d(data and [data])["pixel_values"], d2([data])["pixel_values"])
+    assert d2.threads == 2
+
+
+def test_resize_equals_pillow_on_random_sizes():
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        src = tuple(int(v) for v in rng.integers(1, 700, 2))
+        dst = tuple(int(v) for v in rng.integers(1, 400, 2))
+        pixels = photo(*src, seed=int(rng.integers(1000)))
+        theirs = np.asarray(Image.fromarray(pixels).resize((dst[1], dst[0]), Image.BILINEAR))
+        np.testing.assert_array_equal(
+            images.resize_bilinear(pixels, dst), theirs, err_msg=f"{src}->{dst}"
+        )
+
+
+def test_regression_a_valid_jpeg_after_a_corrupt_one_decodes():
+    """libjpeg-turbo 2.1 kept a failed decompressor's state: every JPEG decoded
+    on that thread after a corrupt one failed with "Bogus marker length"."""
+    good = encode(photo(40, 30), "JPEG")
+    for bad in (good[: len(good) // 2], good[:20], b"\xff\xd8\xff" + b"\x00" * 50):
+        with pytest.raises(ValueError):
+            images.decode_image(bad)
+        np.testing.assert_array_equal(images.decode_image(good), pillow(good))
+        assert images.image_info(good) == ("jpeg", 40, 30)
+    decoder = images.ImageDecoder(threads=2)
+    with pytest.raises(ValueError):
+        decoder([good, good[:100], good])
+    assert decoder([good] * 4)["pixel_values"].size == 4 * 40 * 30 * 3

@@ -1,0 +1,461 @@
+#include "shardkit/loader/image_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "shardkit/base/errors.h"
+
+#if SHARDKIT_HAVE_TURBOJPEG
+#include <turbojpeg.h>
+#endif
+#if SHARDKIT_HAVE_PNG
+#include <png.h>
+
+#include <csetjmp>
+#endif
+#if SHARDKIT_HAVE_WEBP
+#include <webp/decode.h>
+#endif
+
+namespace shardkit {
+
+namespace {
+
+[[noreturn]] void Fail(std::string_view field, std::string_view what) { ThrowInvalid(field, what); }
+
+std::string FirstBytes(std::span<const std::uint8_t> bytes) {
+  std::string out;
+  char hex[4];
+  for (std::size_t i = 0; i < std::min<std::size_t>(bytes.size(), 8); ++i) {
+    std::snprintf(hex, sizeof hex, "%s%02x", i ? " " : "", bytes[i]);
+    out += hex;
+  }
+  return out.empty() ? "none: 0 bytes" : out;
+}
+
+std::uint32_t BigEndian32(const std::uint8_t* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         std::uint32_t{p[3]};
+}
+
+ImageFormat Sniff(std::span<const std::uint8_t> b, std::string_view field) {
+  static constexpr std::uint8_t kPng[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
+  if (b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return ImageFormat::kJpeg;
+  if (b.size() >= 8 && std::memcmp(b.data(), kPng, 8) == 0) return ImageFormat::kPng;
+  if (b.size() >= 12 && std::memcmp(b.data(), "RIFF", 4) == 0 &&
+      std::memcmp(b.data() + 8, "WEBP", 4) == 0) {
+    return ImageFormat::kWebp;
+  }
+  Fail(field, "not a JPEG, PNG or WebP image (first bytes " + FirstBytes(b) + ")");
+}
+
+[[maybe_unused]] [[noreturn]] void NotBuilt(ImageFormat format, std::string_view field) {
+  const char* package = format == ImageFormat::kJpeg  ? "libturbojpeg0-dev"
+                        : format == ImageFormat::kPng ? "libpng-dev"
+                                                      : "libwebp-dev";
+  Fail(field, std::string("a ") + std::string(ImageFormatName(format)) +
+                  " image, but this build of shardkit decodes no " +
+                  std::string(ImageFormatName(format)) + " (" + package +
+                  " was not installed when it was built)");
+}
+
+void CheckPixels(std::string_view field, Index h, Index w, Index max_pixels) {
+  if (h <= 0 || w <= 0) {
+    Fail(field, "image of " + Str(w) + " x " + Str(h) + " pixels (a side is 0)");
+  }
+  if (h > max_pixels / w) {
+    Fail(field, "image of " + Str(w) + " x " + Str(h) + " pixels is over the limit of " +
+                    Str(max_pixels) + " pixels");
+  }
+}
+
+#if SHARDKIT_HAVE_TURBOJPEG
+// One decompressor per thread, made on first use. After an error the handle
+// is replaced: libjpeg-turbo 2.1 keeps a failed decompressor's state, and the
+// next (valid) image then failed with "Bogus marker length" (regression test
+// in test_image_decode.py).
+struct JpegHolder {
+  tjhandle h = nullptr;
+  ~JpegHolder() {
+    if (h != nullptr) tjDestroy(h);
+  }
+};
+thread_local JpegHolder jpeg_holder;
+
+tjhandle JpegHandle() {
+  if (jpeg_holder.h == nullptr) jpeg_holder.h = tjInitDecompress();
+  return jpeg_holder.h;
+}
+
+// The handle's error text, then a fresh handle for the next image.
+std::string JpegErrorAndReset() {
+  std::string error = tjGetErrorStr2(jpeg_holder.h);
+  tjDestroy(jpeg_holder.h);
+  jpeg_holder.h = nullptr;
+  return error;
+}
+#endif
+
+#if SHARDKIT_HAVE_PNG
+// libpng reports errors by longjmp. Everything the read modifies after setjmp
+// lives in this struct (memory, never a register), and no C++ object with a
+// destructor is skipped by the jump (only libpng's C frames lie between).
+struct PngJob {
+  const std::uint8_t* data;
+  std::size_t size;
+  std::size_t pos;
+  Index max_pixels;
+  Index height;
+  Index width;
+  std::vector<std::uint8_t> pixels;
+  std::vector<png_bytep> rows;
+  char error[160];
+};
+
+void PngRead(png_structp png, png_bytep out, png_size_t n) {
+  auto* job = static_cast<PngJob*>(png_get_io_ptr(png));
+  if (n > job->size - job->pos) png_error(png, "truncated data");
+  std::memcpy(out, job->data + job->pos, n);
+  job->pos += n;
+}
+
+void PngOnError(png_structp png, png_const_charp message) {
+  auto* job = static_cast<PngJob*>(png_get_error_ptr(png));
+  std::snprintf(job->error, sizeof job->error, "%s", message);
+  png_longjmp(png, 1);
+}
+
+void PngOnWarning(png_structp, png_const_charp) {}
+
+// Returns false with job->error set on failure.
+bool PngDecode(PngJob* job) {
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, job, PngOnError, PngOnWarning);
+  if (png == nullptr) {
+    std::snprintf(job->error, sizeof job->error, "out of memory");
+    return false;
+  }
+  png_infop info = png_create_info_struct(png);
+  if (info == nullptr || setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    return false;
+  }
+  png_set_read_fn(png, job, PngRead);
+  png_set_user_limits(png, 0x7fffffff, 0x7fffffff);  // ours is the pixel count below
+  png_read_info(png, info);
+  png_uint_32 w = 0, h = 0;
+  int depth = 0, color = 0;
+  png_get_IHDR(png, info, &w, &h, &depth, &color, nullptr, nullptr, nullptr);
+  if (w == 0 || h == 0 || static_cast<Index>(h) > job->max_pixels / static_cast<Index>(w)) {
+    std::snprintf(job->error, sizeof job->error, "image of %u x %u pixels is over the limit", w, h);
+    png_destroy_read_struct(&png, &info, nullptr);
+    return false;
+  }
+  if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (depth == 16) png_set_strip_16(png);
+  if (color & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(png);
+  if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA) {
+    png_set_gray_to_rgb(png);
+  }
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  if (png_get_rowbytes(png, info) != static_cast<png_size_t>(w) * 3) {
+    png_error(png, "unexpected row size after conversion to RGB");
+  }
+  job->height = h;
+  job->width = w;
+  job->pixels.resize(static_cast<std::size_t>(h) * w * 3);
+  job->rows.resize(h);
+  for (png_uint_32 y = 0; y < h; ++y) job->rows[y] = job->pixels.data() + std::size_t{y} * w * 3;
+  png_read_image(png, job->rows.data());
+  png_destroy_read_struct(&png, &info, nullptr);
+  return true;
+}
+#endif
+
+// Pillow's Resample.c, 8 bits per channel, bilinear filter (support 1).
+constexpr int kPrecisionBits = 32 - 8 - 2;
+
+struct Coefficients {
+  int ksize = 0;
+  std::vector<int> bounds;  // per output: first input, count
+  std::vector<std::int32_t> k;
+};
+
+Coefficients Precompute(Index in_size, Index out_size) {
+  const double scale = static_cast<double>(in_size) / static_cast<double>(out_size);
+  const double filterscale = std::max(scale, 1.0);
+  const double support = 1.0 * filterscale;
+  Coefficients c;
+  c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  c.bounds.resize(out_size * 2);
+  c.k.assign(out_size * c.ksize, 0);
+  std::vector<double> w(c.ksize);
+  for (Index xx = 0; xx < out_size; ++xx) {
+    const double center = (static_cast<double>(xx) + 0.5) * scale;
+    const double ss = 1.0 / filterscale;
+    int xmin = static_cast<int>(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(center + support + 0.5);
+    if (xmax > in_size) xmax = static_cast<int>(in_size);
+    xmax -= xmin;
+    double ww = 0.0;
+    for (int x = 0; x < xmax; ++x) {
+      double t = (x + xmin - center + 0.5) * ss;
+      if (t < 0.0) t = -t;
+      w[x] = t < 1.0 ? 1.0 - t : 0.0;
+      ww += w[x];
+    }
+    for (int x = 0; x < xmax; ++x) {
+      const double v = ww != 0.0 ? w[x] / ww : w[x];
+      c.k[xx * c.ksize + x] = static_cast<std::int32_t>(v < 0 ? -0.5 + v * (1 << kPrecisionBits)
+                                                              : 0.5 + v * (1 << kPrecisionBits));
+    }
+    c.bounds[xx * 2] = xmin;
+    c.bounds[xx * 2 + 1] = xmax;
+  }
+  return c;
+}
+
+inline std::uint8_t Clip8(std::int32_t v) {
+  if (v >= (1 << kPrecisionBits << 8)) return 255;
+  if (v <= 0) return 0;
+  return static_cast<std::uint8_t>(v >> kPrecisionBits);
+}
+
+}  // namespace
+
+std::string_view ImageFormatName(ImageFormat format) {
+  switch (format) {
+    case ImageFormat::kJpeg:
+      return "jpeg";
+    case ImageFormat::kPng:
+      return "png";
+    case ImageFormat::kWebp:
+      return "webp";
+  }
+  return "?";
+}
+
+std::vector<std::string> ImageFormatsBuilt() {
+  std::vector<std::string> out;
+#if SHARDKIT_HAVE_TURBOJPEG
+  out.emplace_back("jpeg");
+#endif
+#if SHARDKIT_HAVE_PNG
+  out.emplace_back("png");
+#endif
+#if SHARDKIT_HAVE_WEBP
+  out.emplace_back("webp");
+#endif
+  return out;
+}
+
+ImageInfo ReadImageInfo(std::span<const std::uint8_t> bytes, std::string_view field,
+                        Index max_pixels) {
+  ImageInfo info{Sniff(bytes, field)};
+  switch (info.format) {
+    case ImageFormat::kPng: {
+      // The IHDR chunk comes first: length 13, "IHDR", width, height (big endian).
+      if (bytes.size() < 24 || std::memcmp(bytes.data() + 12, "IHDR", 4) != 0) {
+        Fail(field, "png image without an IHDR header (" + Str(static_cast<Index>(bytes.size())) +
+                        " bytes)");
+      }
+      const std::uint32_t w = BigEndian32(bytes.data() + 16), h = BigEndian32(bytes.data() + 20);
+      if (w > 0x7fffffffu || h > 0x7fffffffu) Fail(field, "png header with a side over 2^31 - 1");
+      info.width = w;
+      info.height = h;
+      break;
+    }
+    case ImageFormat::kJpeg: {
+#if SHARDKIT_HAVE_TURBOJPEG
+      int w = 0, h = 0, subsampling = 0, colorspace = 0;
+      if (tjDecompressHeader3(JpegHandle(), bytes.data(), bytes.size(), &w, &h, &subsampling,
+                              &colorspace) != 0) {
+        Fail(field, "jpeg header does not parse: " + JpegErrorAndReset());
+      }
+      if (w <= 0 || h <= 0) Fail(field, "jpeg header does not parse (no frame header)");
+      info.width = w;
+      info.height = h;
+#else
+      NotBuilt(info.format, field);
+#endif
+      break;
+    }
+    case ImageFormat::kWebp: {
+#if SHARDKIT_HAVE_WEBP
+      WebPBitstreamFeatures f;
+      if (WebPGetFeatures(bytes.data(), bytes.size(), &f) != VP8_STATUS_OK) {
+        Fail(field, "webp header does not parse");
+      }
+      if (f.has_animation) Fail(field, "animated webp images are not supported");
+      info.width = f.width;
+      info.height = f.height;
+#else
+      NotBuilt(info.format, field);
+#endif
+      break;
+    }
+  }
+  CheckPixels(field, info.height, info.width, max_pixels);
+  return info;
+}
+
+std::pair<Index, Index> ResizedShape(Index h, Index w, const ResizeOptions& r) {
+  if (r.height < 0 || r.width < 0 || r.max_pixels < 0) {
+    ThrowInvalid("resize", "height, width and max_pixels must be >= 0, got " + Str(r.height) +
+                               ", " + Str(r.width) + ", " + Str(r.max_pixels));
+  }
+  if ((r.height > 0) != (r.width > 0)) {
+    ThrowInvalid("resize",
+                 "height and width are set together, got " + Str(r.height) + " x " + Str(r.width));
+  }
+  if (r.height > 0) return {r.height, r.width};
+  if (r.max_pixels == 0 || h <= r.max_pixels / w) return {h, w};
+  const double s = std::sqrt(static_cast<double>(r.max_pixels) /
+                             (static_cast<double>(h) * static_cast<double>(w)));
+  Index nh = std::max<Index>(1, static_cast<Index>(std::floor(static_cast<double>(h) * s)));
+  Index nw = std::max<Index>(1, static_cast<Index>(std::floor(static_cast<double>(w) * s)));
+  while (nh * nw > r.max_pixels && (nh > 1 || nw > 1)) (nh >= nw ? nh : nw) -= 1;
+  return {nh, nw};
+}
+
+namespace {
+
+// One pass of Pillow's resampling along rows: output row j is the weighted sum
+// of input rows [bounds[2j], bounds[2j] + bounds[2j+1]), every row `stride`
+// bytes, then rounded and clipped as Pillow does. The sums are integers, so
+// the order of the additions does not change a bit of the result; the loop
+// over a row vectorises (AVX2 where the CPU has it).
+[[gnu::always_inline]] inline void ResampleRowsBody(const std::uint8_t* src, Index stride,
+                                                    const Coefficients& c, Index out_rows,
+                                                    std::uint8_t* out, std::int32_t* acc) {
+  for (Index j = 0; j < out_rows; ++j) {
+    const int first = c.bounds[j * 2], taps = c.bounds[j * 2 + 1];
+    const std::int32_t* k = c.k.data() + j * c.ksize;
+    for (Index i = 0; i < stride; ++i) acc[i] = 1 << (kPrecisionBits - 1);
+    for (int t = 0; t < taps; ++t) {
+      const std::uint8_t* row = src + (first + t) * stride;
+      const std::int32_t w = k[t];
+      for (Index i = 0; i < stride; ++i) acc[i] += row[i] * w;
+    }
+    std::uint8_t* o = out + j * stride;
+    for (Index i = 0; i < stride; ++i) o[i] = Clip8(acc[i]);
+  }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+[[gnu::target("avx2")]] void ResampleRowsAvx2(const std::uint8_t* src, Index stride,
+                                              const Coefficients& c, Index out_rows,
+                                              std::uint8_t* out, std::int32_t* acc) {
+  ResampleRowsBody(src, stride, c, out_rows, out, acc);
+}
+#endif
+
+void ResampleRows(const std::uint8_t* src, Index stride, const Coefficients& c, Index out_rows,
+                  std::uint8_t* out) {
+  std::vector<std::int32_t> acc(stride);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return ResampleRowsAvx2(src, stride, c, out_rows, out, acc.data());
+#endif
+  ResampleRowsBody(src, stride, c, out_rows, out, acc.data());
+}
+
+// [rows][cols][3] -> [cols][rows][3].
+void Transpose3(const std::uint8_t* src, Index rows, Index cols, std::uint8_t* out) {
+  for (Index r = 0; r < rows; ++r) {
+    const std::uint8_t* s = src + r * cols * 3;
+    for (Index x = 0; x < cols; ++x) {
+      std::uint8_t* o = out + (x * rows + r) * 3;
+      o[0] = s[x * 3];
+      o[1] = s[x * 3 + 1];
+      o[2] = s[x * 3 + 2];
+    }
+  }
+}
+
+}  // namespace
+
+Image ResizeBilinear(const Image& in, Index height, Index width) {
+  if (height == in.height && width == in.width) return in;
+  const Coefficients ch = Precompute(in.width, width);
+  Coefficients cv = Precompute(in.height, height);
+  const std::uint8_t* src = in.pixels.data();
+  Image tmp;
+  if (width != in.width) {
+    // Pillow's horizontal pass over the rows the vertical pass uses, run as a
+    // pass along rows of the transposed image.
+    const int first = cv.bounds[0];
+    const int last = cv.bounds[height * 2 - 2] + cv.bounds[height * 2 - 1];
+    for (Index y = 0; y < height; ++y) cv.bounds[y * 2] -= first;
+    const Index rows = last - first;
+    std::vector<std::uint8_t> t(rows * in.width * 3), u(rows * width * 3);
+    Transpose3(src + first * in.width * 3, rows, in.width, t.data());
+    ResampleRows(t.data(), rows * 3, ch, width, u.data());
+    tmp = Image{rows, width, std::vector<std::uint8_t>(rows * width * 3)};
+    Transpose3(u.data(), width, rows, tmp.pixels.data());
+    if (height == in.height && rows == in.height) return tmp;
+    src = tmp.pixels.data();
+  }
+  Image out{height, width, std::vector<std::uint8_t>(height * width * 3)};
+  ResampleRows(src, width * 3, cv, height, out.pixels.data());
+  return out;
+}
+
+Image DecodeImage(std::span<const std::uint8_t> bytes, std::string_view field,
+                  const ResizeOptions& resize, Index max_pixels) {
+  const ImageInfo info = ReadImageInfo(bytes, field, max_pixels);
+  const auto [out_h, out_w] = ResizedShape(info.height, info.width, resize);
+  Image image{info.height, info.width, {}};
+  switch (info.format) {
+    case ImageFormat::kJpeg: {
+#if SHARDKIT_HAVE_TURBOJPEG
+      image.pixels.resize(info.height * info.width * 3);
+      // Accurate integer IDCT, fancy upsampling (TurboJPEG's defaults, Pillow's
+      // settings); a warning (truncated or corrupt data) is an error.
+      if (tjDecompress2(JpegHandle(), bytes.data(), bytes.size(), image.pixels.data(),
+                        static_cast<int>(info.width), 0, static_cast<int>(info.height), TJPF_RGB,
+                        TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING) != 0) {
+        Fail(field, "jpeg data does not decode: " + JpegErrorAndReset());
+      }
+#else
+      NotBuilt(info.format, field);
+#endif
+      break;
+    }
+    case ImageFormat::kPng: {
+#if SHARDKIT_HAVE_PNG
+      PngJob job{bytes.data(), bytes.size(), 0, max_pixels, 0, 0, {}, {}, {}};
+      if (!PngDecode(&job)) Fail(field, std::string("png data does not decode: ") + job.error);
+      if (job.height != info.height || job.width != info.width) {
+        Fail(field, "png size differs from its header");
+      }
+      image.pixels = std::move(job.pixels);
+#else
+      NotBuilt(info.format, field);
+#endif
+      break;
+    }
+    case ImageFormat::kWebp: {
+#if SHARDKIT_HAVE_WEBP
+      image.pixels.resize(info.height * info.width * 3);
+      if (WebPDecodeRGBInto(bytes.data(), bytes.size(), image.pixels.data(), image.pixels.size(),
+                            static_cast<int>(info.width * 3)) == nullptr) {
+        Fail(field, "webp data does not decode (truncated or corrupt)");
+      }
+#else
+      NotBuilt(info.format, field);
+#endif
+      break;
+    }
+  }
+  if (out_h == image.height && out_w == image.width) return image;
+  return ResizeBilinear(image, out_h, out_w);
+}
+
+}  // namespace shardkit
