@@ -32,16 +32,65 @@ def loader(corpus, **kw):
     return shardkit.TokenLoader(tokens, offsets, batch_size=2, seed=5, **kw)
 
 
+def check_balanced_metadata(slices, step, full, seq_len, cp, g):
+    """cp_strategy="balanced" (the exact layout is pinned against its
+    definition in context_parallel_test.cc): per row, cu_seqlens_padded cut
+    the row's seq_len slots and each rank's local cu_seqlens its width; every
+    local sequence holds the tokens of at most one document, positions
+    increasing; a document held by one rank in a
+    local sequence of exactly its length with no padding is whole (a split
+    one has P / C >= 2 slots per token held there). Returns the rows with a
+    whole document."""
+    width = seq_len // cp
+    whole_rows = set()
+    for r in range(cp):
+        part = slices[r][step]
+        cu, cup = part["cu_seqlens"].tolist(), part["cu_seqlens_padded"].tolist()
+        assert cu[0] == 0 and cup[0] == 0
+        assert all(a < b for a, b in zip(cu, cu[1:])) and all(a < b for a, b in zip(cup, cup[1:]))
+        assert cup[-1] == 2 * seq_len and cu[-1] == 2 * width
+        assert {b * width for b in range(3)} <= set(cu)
+        assert {b * seq_len for b in range(3)} <= set(cup)
+        docs, pos = part["document_ids"].reshape(-1), part["position_ids"].reshape(-1)
+        for a, b in zip(cu, cu[1:]):
+            real = docs[a:b] >= 0
+            if not real.any():
+                continue
+            n = int(real.sum())
+            assert len(set(docs[a:b][real].tolist())) == 1
+            assert (np.diff(pos[a:b][real]) > 0).all()  # a head chunk, then a tail chunk
+            row, d = a // width, int(docs[a])
+            length = int(
+                full["lengths"][full["rows"] == row][full["lengths"][full["rows"] == row] > 0][d]
+            )
+            if n == b - a == length:
+                whole_rows.add(row)
+    return len(whole_rows)
+
+
+@pytest.mark.parametrize("strategy", ["head_tail", "balanced"])
 @pytest.mark.parametrize("cp, granularity", [(2, None), (3, None), (4, 16), (8, None)])
-def test_cp_slices_are_the_unsplit_rows_at_cp_index_every_token_once(corpus, cp, granularity):
+def test_cp_slices_are_the_unsplit_rows_at_cp_index_every_token_once(
+    corpus, cp, granularity, strategy
+):
     seq_len = 48 * cp
     g = granularity or 2 * cp
     kw = dict(seq_len=seq_len, rank=1, world_size=2)
     full_rows = list(loader(corpus, cp_granularity=g, **kw))
     slices = [
-        list(loader(corpus, cp_size=cp, cp_rank=r, cp_granularity=granularity, **kw))
+        list(
+            loader(
+                corpus,
+                cp_size=cp,
+                cp_rank=r,
+                cp_granularity=granularity,
+                cp_strategy=strategy,
+                **kw,
+            )
+        )
         for r in range(cp)
     ]
+    whole_rows = 0
     assert all(len(s) == len(full_rows) for s in slices)
     for step, full in enumerate(full_rows):
         seen = np.zeros(full["input_ids"].shape, dtype=np.int64)
@@ -59,6 +108,8 @@ def test_cp_slices_are_the_unsplit_rows_at_cp_index_every_token_once(corpus, cp,
                 assert (part["labels"][b][~real] == -100).all()
                 assert (part["document_ids"][b][~real] == -1).all()
             assert part["row_tokens"].sum() == (idx >= 0).sum()
+            if strategy == "balanced":
+                continue  # its metadata: checked below, from the whole pieces found
             # cu_seqlens_padded, from the rows' pieces rounded up independently.
             expect = [0]
             for b in range(2):
@@ -71,15 +122,21 @@ def test_cp_slices_are_the_unsplit_rows_at_cp_index_every_token_once(corpus, cp,
             np.testing.assert_array_equal(part["cu_seqlens"], np.asarray(expect) // cp)
         real_full = full["document_ids"] >= 0
         assert (seen[real_full] == 1).all() and (seen[~real_full] == 0).all()
+        if strategy == "balanced":
+            whole_rows += check_balanced_metadata(slices, step, full, seq_len, cp, g)
         # The restore index gives the unsplit rows back from the slices.
         width = seq_len // cp
         for b in range(2):
             lens = full["lengths"][full["rows"] == b].tolist()
-            restore = shardkit.cp_restore_index(lens, seq_len, cp, cp_granularity=granularity)
+            restore = shardkit.cp_restore_index(
+                lens, seq_len, cp, cp_granularity=granularity, cp_strategy=strategy
+            )
             flat = np.concatenate([slices[r][step]["input_ids"][b] for r in range(cp)])
             real = restore >= 0
             np.testing.assert_array_equal(flat[restore[real]], full["input_ids"][b][real])
             assert real.sum() == sum(lens) and width * cp == seq_len
+    if strategy == "balanced" and cp > 2:
+        assert whole_rows > 0  # the strategy kept documents whole in some rows
 
 
 def test_cp_batches_are_the_same_for_any_thread_count(corpus):
@@ -260,3 +317,5 @@ def test_cp_attention_under_torchrun_equals_full_attention(tmp_path):
         for layout, r in report.items():
             assert r["batches"] > 0 and r["tokens"] > 0, layout
             assert r["max_abs_diff"] < 1e-12, (layout, r)
+            if layout.startswith("balanced"):
+                assert r["batches_with_whole_documents"] > 0, (layout, r)

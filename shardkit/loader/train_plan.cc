@@ -34,11 +34,12 @@ bool SamePieces(const std::vector<PackItem>& a, const std::vector<PackItem>& b) 
 
 // The deal cost of one pack: its tokens, the sum of its squared piece
 // lengths, or (squared, with CP) the causal work of its busiest CP rank.
-double PackCost(const Pack& pack, CostModel model, const ContextParallelOptions& cp) {
+double PackCost(const Pack& pack, CostModel model, Index seq_len,
+                const ContextParallelOptions& cp) {
   // Tokens: the pack's total, which the packer keeps (an integer below
   // 2^53, so the same double as the sum of its pieces).
   if (model == CostModel::kTokens) return static_cast<double>(pack.tokens);
-  if (cp.size > 1) return CpRowCost(pack.pieces, cp);
+  if (cp.size > 1) return CpRowCost(pack.pieces, seq_len, cp);
   double c = 0;
   for (const PackItem& p : pack.pieces) c += PieceCost(p.length, model);
   return c;
@@ -283,13 +284,14 @@ Index Gather(PackStream* stream, Index R, Deal* deal) {
 // The step's packs dealt to ranks by DealStep (rank_balance.h, BalanceRanks' deal),
 // each step on its own (nothing carried: a plan is read and resumed at any
 // step), at most `rows` packs per rank.
-void DealPacks(Index W, Index rows, CostModel model, const ContextParallelOptions& cp, Deal* deal) {
+void DealPacks(Index W, Index rows, CostModel model, Index seq_len,
+               const ContextParallelOptions& cp, Deal* deal) {
   const Index K = static_cast<Index>(deal->packs.size());
   deal->costs.assign(static_cast<std::size_t>(K), 0.0);
   deal->total = 0;
   for (Index k = 0; k < K; ++k) {
     const Pack& pack = deal->packs[static_cast<std::size_t>(k)];
-    const double c = PackCost(pack, model, cp);
+    const double c = PackCost(pack, model, seq_len, cp);
     deal->costs[static_cast<std::size_t>(k)] = c;
     deal->total += c;
   }
@@ -376,7 +378,7 @@ class Tally {
       done_ = true;
       return false;
     }
-    DealPacks(o_.world_size, rows_per_rank_, o_.cost, o_.cp, deal);
+    DealPacks(o_.world_size, rows_per_rank_, o_.cost, o_.seq_len, o_.cp, deal);
     for (std::size_t k = 0; k < deal->packs.size(); ++k) {
       if (deal->epochs[k] != o_.epoch) {
         ++s_.next_epoch_rows;
@@ -746,7 +748,7 @@ struct TrainPlan::Reader::Impl {
     const Index R = o.world_size * plan->rows_per_rank_;
     const Index K = Gather(&stream, R, &deal);
     if (K == 0) return false;
-    DealPacks(o.world_size, plan->rows_per_rank_, o.cost, o.cp, &deal);
+    DealPacks(o.world_size, plan->rows_per_rank_, o.cost, o.seq_len, o.cp, &deal);
     return true;
   }
   bool published = false;
@@ -870,6 +872,9 @@ std::string TrainPlan::Describe() const {
   if (o.max_sequences) s += ", max_sequences=" + Str(*o.max_sequences);
   if (o.cp.size > 1) s += ", cp_size=" + Str(o.cp.size);
   if (o.cp.granularity) s += ", cp_granularity=" + Str(*o.cp.granularity);
+  if (o.cp.strategy != CpStrategy::kHeadTail) {
+    s += ", cp_strategy=" + std::string(CpStrategyName(o.cp.strategy));
+  }
   s += ", oversize=" + std::string(OversizeName(o.oversize)) +
        ", cost=" + std::string(CostModelName(o.cost));
   s += o.shuffle ? ", shuffle=True, seed=" + Str(o.seed) : std::string(", shuffle=False");
