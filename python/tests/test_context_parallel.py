@@ -319,3 +319,41 @@ def test_cp_attention_under_torchrun_equals_full_attention(tmp_path):
             assert r["max_abs_diff"] < 1e-12, (layout, r)
             if layout.startswith("balanced"):
                 assert r["batches_with_whole_documents"] > 0, (layout, r)
+
+
+def test_demo_context_parallel_section_matches_the_plan_split_by_hand(cli, tmp_path):
+    out = cli("demo", "--out", tmp_path / "demo.html", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)["context_parallel"]
+    lines = (HERE.parents[1] / "data" / "python_stdlib.tsv").read_text().splitlines()
+    lengths = [int(line.split("\t")[1]) for line in lines[2:] if line]
+    S, C = report["seq_len"], report["cp_size"]
+    assert (S, C) == (16384, 8)
+    plan = shardkit.TrainPlan(lengths, seq_len=S, batch_size=1, world_size=4, cp_size=C)
+    splits = ("contiguous", "head_tail", "document_head_tail", "balanced")
+    ratios = {s: [] for s in splits}
+    padding = {"document_head_tail": 0, "balanced": 0}
+    for step in range(plan.num_steps):
+        for rank in range(4):
+            for row in plan.step(rank, step):
+                lens = [n for _, _, n in row if n > 0]
+                if not lens:
+                    continue
+                for split in splits:
+                    w = shardkit.cp_rank_work(lens, S, C, split)
+                    ratios[split].append(max(w) / (sum(w) / C))
+                padding["document_head_tail"] += shardkit.cp_document_padding(lens, S, C)
+                padding["balanced"] += shardkit.cp_document_padding(
+                    lens, S, C, cp_strategy="balanced"
+                )
+    assert report["rows"] == len(ratios["contiguous"])
+    for split in splits:
+        got = report["splits"][split]
+        assert got["mean_max_over_mean"] == pytest.approx(np.mean(ratios[split]))
+        assert got["worst_max_over_mean"] == pytest.approx(max(ratios[split]))
+        assert got["padding"] == padding.get(split, 0)
+    # The balanced strategy is what the demo shows it to be: better at worst.
+    assert max(ratios["balanced"]) < max(ratios["document_head_tail"])
+    html = (tmp_path / "demo.html").read_text()
+    section = html[html.index("<h2>Context parallelism") :]
+    assert section.count("<svg") >= 2 and "CP rank 7" in section
