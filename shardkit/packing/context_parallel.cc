@@ -104,16 +104,27 @@ void PlanCpRow(std::span<const PackItem> pieces, Index seq_len, const ContextPar
     const Index split = suffix_padded[count];
     room.assign(ranks, L - split / C);
     to_rank.resize(count);
+    Index split_now = split;
     bool fits = true;
     for (std::size_t j = count; j-- > 0;) {  // longest candidate first
-      const Index l = pieces[order[j]].length;
+      const std::size_t i = order[j];
+      const Index l = pieces[i].length;
       std::size_t to = ranks;
       for (std::size_t r = 0; r < ranks; ++r) {
         if (room[r] >= l && (to == ranks || work[r] < work[to])) to = r;
       }
       if (to == ranks) {
-        fits = false;
-        break;
+        // No rank has room: split it, which takes P / C slots of every rank.
+        const Index share_slots = CpPaddedLength(l, g) / C;
+        for (std::size_t r = 0; r < ranks; ++r) {
+          room[r] -= share_slots;
+          fits = fits && room[r] >= 0;
+          work[r] += split_work[i * ranks + r];
+        }
+        if (!fits) break;
+        split_now += CpPaddedLength(l, g);
+        to_rank[j] = -1;
+        continue;
       }
       to_rank[j] = static_cast<std::int32_t>(to);
       work[to] += CausalWork(0, l);
@@ -126,7 +137,7 @@ void PlanCpRow(std::span<const PackItem> pieces, Index seq_len, const ContextPar
       plan->owner.assign(n, -1);
       for (std::size_t j = 0; j < count; ++j) plan->owner[order[j]] = to_rank[j];
       plan->work = work;
-      plan->split_padded = split;
+      plan->split_padded = split_now;
       plan->whole = true;
     }
   }

@@ -120,7 +120,9 @@ struct CpChunk {
 // pieces whose own work l (l + 1) / 2 is at most the threshold are candidates;
 // the rest are split head-tail; the candidates, longest first, each go whole
 // to the least-loaded rank (by causal work, split pieces counted) that has
-// room for it (LPT); a threshold whose candidates do not all fit is dropped.
+// room for it (LPT); a candidate no rank has room for is split instead
+// (taking P / C slots of every rank), and a threshold where that leaves a
+// rank without room is dropped.
 // The layout with the least busiest-rank work wins, all-split on ties (so a
 // row of long documents keeps the THD layout). O(pieces (log pieces + 11 C)).
 struct CpRowPlan {
