@@ -5,6 +5,9 @@ unsplit rows), DataRoles(cp_axes=), the rank-work statistic, errors, and the
 torchrun exactness test (cp_attention_torchrun_worker.py)."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -291,7 +294,8 @@ def test_docs_example_runs():
     import doctest
 
     text = (HERE.parents[1] / "docs" / "context_parallel.md").read_text()
-    (block,) = [b[: b.index("```")] for b in text.split("```python\n")[1:]]
+    blocks = [b[: b.index("```")] for b in text.split("```python\n")[1:]]
+    (block,) = [b for b in blocks if b.startswith(">>>")]
     test = doctest.DocTestParser().get_doctest(block, {}, "context_parallel.md", None, 0)
     runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
     runner.run(test)
@@ -357,3 +361,24 @@ def test_demo_context_parallel_section_matches_the_plan_split_by_hand(cli, tmp_p
     html = (tmp_path / "demo.html").read_text()
     section = html[html.index("<h2>Context parallelism") :]
     assert section.count("<svg") >= 2 and "CP rank 7" in section
+
+
+def test_jax_token_batches_put_each_cp_slice_on_its_cp_device():
+    pytest.importorskip("jax")
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(HERE.parent),
+    )
+    out = subprocess.run(
+        [sys.executable, str(HERE / "token_batches_cp_jax_single.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    checked = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(checked) == {"head_tail-dp2xcp4", "balanced-dp1xcp8", "balanced-dp4xcp2"}
+    assert all(steps > 0 for steps in checked.values())
