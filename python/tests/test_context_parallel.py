@@ -232,6 +232,7 @@ def test_rank_work_per_document_head_tail_is_balanced():
         (dict(seq_len=64, cp_size=2, equal_steps=False), "^cp_size: 2"),
         (dict(seq_len=64, cp_size=2, block_mask=True), "^block_mask: "),
         (dict(seq_len=64, cp_size=2, padding_side="left"), "^padding_side: "),
+        (dict(seq_len=64, cp_size=2, cp_strategy="ptrr"), "^cp_strategy: .*ptrr"),
     ],
 )
 def test_bad_cp_options_name_the_parameter(corpus, kw, message):
@@ -262,8 +263,8 @@ def test_cli_loader_stats_cp_reports_the_work_of_the_cp_plans_rows(cli, corpus, 
     assert report["complete"]  # the unsplit rows still deliver every token once
     # The same rows from TrainPlan(cp_size=4), split by hand.
     plan = shardkit.TrainPlan(lengths, seq_len=96, batch_size=2, world_size=2, seed=5, cp_size=4)
-    ratios = {s: [] for s in ("contiguous", "head_tail", "document_head_tail")}
-    padding = 0
+    ratios = {s: [] for s in ("contiguous", "head_tail", "document_head_tail", "balanced")}
+    padding = balanced_padding = 0
     for step in range(plan.num_steps):
         for rank in range(2):
             for row in plan.step(rank, step):
@@ -271,11 +272,15 @@ def test_cli_loader_stats_cp_reports_the_work_of_the_cp_plans_rows(cli, corpus, 
                 if sum(lens) == 0:
                     continue
                 padding += sum(-(-n // 8) * 8 - n for n in lens)
+                balanced_padding += shardkit.cp_document_padding(
+                    lens, 96, 4, cp_strategy="balanced"
+                )
                 for split in ratios:
                     w = shardkit.cp_rank_work(lens, 96, 4, split)
                     ratios[split].append(max(w) / (sum(w) / 4))
     cp = report["cp"]
     assert (cp["cp_size"], cp["granularity"], cp["padding"]) == (4, 8, padding)
+    assert cp["balanced_padding"] == balanced_padding < padding
     assert cp["rows"] == len(ratios["contiguous"])
     for split, values in ratios.items():
         assert cp["splits"][split]["mean_max_over_mean"] == pytest.approx(np.mean(values))
@@ -382,3 +387,33 @@ def test_jax_token_batches_put_each_cp_slice_on_its_cp_device():
     checked = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(checked) == {"head_tail-dp2xcp4", "balanced-dp1xcp8", "balanced-dp4xcp2"}
     assert all(steps > 0 for steps in checked.values())
+
+
+def test_balanced_strategy_changes_the_layout_not_the_plan(corpus):
+    _, _, lengths = corpus
+    kw = dict(seq_len=96, batch_size=2, world_size=3, cp_size=4, seed=7)
+
+    def rows(plan):
+        return [plan.step(r, s) for s in range(plan.num_steps) for r in range(3)]
+
+    # cost="tokens": the same rows on the same ranks (the layout is decided per row at collation).
+    head_tail = shardkit.TrainPlan(lengths, **kw)
+    balanced = shardkit.TrainPlan(lengths, cp_strategy="balanced", **kw)
+    assert rows(balanced) == rows(head_tail)
+    # cost="squared": the same packs, dealt by the balanced layout's busiest CP rank; every
+    # document still once, every row fits with its split documents padded.
+    squared = shardkit.TrainPlan(lengths, cp_strategy="balanced", cost="squared", **kw)
+    audit = squared.audit()
+    assert audit.exactly_once
+    packs = sorted(tuple(row) for step in rows(squared) for row in step if row)
+    assert packs == sorted(tuple(row) for step in rows(head_tail) for row in step if row)
+    for step in rows(squared):
+        for row in step:
+            lens = [n for _, _, n in row if n > 0]
+            if lens:
+                assert shardkit.cp_document_padding(lens, 96, 4, cp_strategy="balanced") <= (
+                    shardkit.cp_document_padding(lens, 96, 4)
+                )
+                w = shardkit.cp_rank_work(lens, 96, 4, "balanced")
+                h = shardkit.cp_rank_work(lens, 96, 4)
+                assert max(w) <= max(h) and sum(w) == sum(h)
