@@ -3,11 +3,12 @@ same rows (docs/loader.md, "Context parallelism").
 
 Rows are packed by shardkit.TrainPlan(cp_size=C) (every document packed at its
 length rounded up to 2C, so the per-document split fits) from lognormal and
-SFT-like document lengths, and each row is split over C ranks four ways:
+SFT-like document lengths, and each row is split over C ranks five ways:
 contiguous (C runs), document-blind head-tail (2C chunks, rank r takes r and
 2C-1-r: torch's _HeadTailLoadBalancer), per-document head-tail (shardkit's
 default layout, TransformerEngine's THD rule) and balanced
-(cp_strategy="balanced": short documents whole on one CP rank, LPT). Work of a rank = the keys its real
+(cp_strategy="balanced": short documents whole on one CP rank, LPT) and
+ptrr (cp_strategy="ptrr": tokens dealt round-robin with mirrored passes). Work of a rank = the keys its real
 queries attend causally within their documents (shardkit.cp_rank_work).
 Reported per row: max/mean work over the C ranks (mean over rows, and worst),
 and the padding inside documents each per-document split costs. Then the deal across DP ranks:
@@ -26,7 +27,7 @@ import numpy as np
 
 import shardkit
 
-SPLITS = ("contiguous", "head_tail", "document_head_tail", "balanced")
+SPLITS = ("contiguous", "head_tail", "document_head_tail", "balanced", "ptrr")
 
 
 def lengths_of(kind, tokens, rng):
@@ -102,9 +103,9 @@ def main():
     rows = 16 if args.quick else 64
     sizes = (16384, 131072) if args.quick else (16384, 65536, 131072)
     print(
-        "| lengths | S | C | contiguous mean / worst | head-tail (blind) mean / worst | per-document head-tail mean / worst | balanced mean / worst (full rows: worst) | padding head-tail / balanced |"
+        "| lengths | S | C | contiguous mean / worst | head-tail (blind) mean / worst | per-document head-tail mean / worst | balanced mean / worst (full rows: worst) | ptrr mean / worst | padding head-tail / balanced |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     worst_full = 0.0
     for kind in ("lognormal", "sft"):
         for seq_len in sizes:
@@ -114,12 +115,12 @@ def main():
                     lengths, seq_len=seq_len, batch_size=1, world_size=8, cp_size=cp
                 )
                 ratios, full, padding, balanced_padding = row_ratios(plan, seq_len, cp)
-                cells = " | ".join(
-                    f"{np.mean(ratios[s]):.3f} / {np.max(ratios[s]):.3f}" for s in SPLITS
-                )
+                cell = {s: f"{np.mean(ratios[s]):.3f} / {np.max(ratios[s]):.3f}" for s in SPLITS}
+                cell["balanced"] += f" ({np.max(full['balanced']):.3f})"
+                cells = " | ".join(cell[s] for s in SPLITS)
                 worst_full = max(worst_full, np.max(full["balanced"]))
                 print(
-                    f"| {kind} | {seq_len // 1024}k | {cp} | {cells} ({np.max(full['balanced']):.3f}) "
+                    f"| {kind} | {seq_len // 1024}k | {cp} | {cells} "
                     f"| {100 * padding:.3f}% / {100 * balanced_padding:.3f}% |"
                 )
     print(f"\nbalanced, worst full row (>= 90% of seq_len real): {worst_full:.3f}")

@@ -19,9 +19,10 @@ block mask built from the same document ids and positions.
 Timing (CUDA only, best of 3): the attention of each CP rank alone, max over
 ranks / mean, for the rows split four ways: contiguous (C runs of the unsplit
 row), document-blind head-tail (torch's _HeadTailLoadBalancer), shardkit's
-per-document head-tail (cp_strategy="head_tail") and cp_strategy="balanced".
+per-document head-tail (cp_strategy="head_tail"), cp_strategy="balanced" and "ptrr".
 The contiguous and blind splits take their queries and K/V from the unsplit
-row (what they would hold); shardkit's from the slices.
+row (what they would hold); shardkit's from the slices. cp_strategy="ptrr" (tokens
+dealt round-robin, mirrored) is checked and timed the same way.
 
     python bench/gpu_cp_check.py            # CUDA: C in 2, 4, 8; S = 8k, 32k; bf16, fp32
     python bench/gpu_cp_check.py --quick    # tiny, runs on CPU (python/tests)
@@ -243,7 +244,7 @@ def main():
                     )[:rows]
                     for r in range(C)
                 ]
-                for strategy in ("head_tail", "balanced")
+                for strategy in ("head_tail", "balanced", "ptrr")
             }
             for step, full in enumerate(full_batches):
                 real_full = full["document_ids"][0] >= 0

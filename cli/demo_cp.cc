@@ -21,8 +21,9 @@ constexpr Index kSeqLen = 16384;
 constexpr Index kCp = 8;
 constexpr Index kRanks = 4;
 
-constexpr std::array<CpSplit, kNumCpSplits> kSplits = {
-    CpSplit::kContiguous, CpSplit::kHeadTail, CpSplit::kDocumentHeadTail, CpSplit::kBalanced};
+constexpr std::array<CpSplit, kNumCpSplits> kSplits = {CpSplit::kContiguous, CpSplit::kHeadTail,
+                                                       CpSplit::kDocumentHeadTail,
+                                                       CpSplit::kBalanced, CpSplit::kPtrr};
 
 const char* SplitLabel(CpSplit split) {
   switch (split) {
@@ -34,6 +35,8 @@ const char* SplitLabel(CpSplit split) {
       return "per-document head-tail";
     case CpSplit::kBalanced:
       return "shardkit balanced";
+    case CpSplit::kPtrr:
+      return "PTRR (token round-robin)";
   }
   return "";
 }

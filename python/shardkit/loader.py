@@ -137,7 +137,8 @@ class TokenLoader:
     row, -1 on padding), ``cu_seqlens_padded`` (the full rows' THD
     boundaries, every document padded) and local ``cu_seqlens``; the CP
     ranks of a group get the same rows. ``cp_strategy="balanced"`` keeps short
-    documents whole on one CP rank (docs/context_parallel.md). See docs/loader.md.
+    documents whole on one CP rank, ``"ptrr"`` deals tokens round-robin
+    (docs/context_parallel.md). See docs/loader.md.
 
     Epochs and resume, one rule: the epoch is part of the state. When an epoch
     runs out the loader stands at the start of the next one (``state_dict()``

@@ -459,8 +459,9 @@ def cp_rank_work(
     """The causal attention work (keys attended by each real query) of every CP
     rank for one row of documents of these lengths, under one split:
     ``"contiguous"``, ``"head_tail"`` (document-blind), ``"document_head_tail"``
-    (shardkit's default layout) or ``"balanced"`` (``cp_strategy="balanced"``: short
-    documents whole on one CP rank); rules: shardkit/packing/context_parallel.h,
+    (shardkit's default layout), ``"balanced"`` (``cp_strategy="balanced"``: short
+    documents whole on one CP rank) or ``"ptrr"`` (tokens dealt round-robin, mirrored
+    passes); rules: shardkit/packing/context_parallel.h,
     docs/context_parallel.md.
 
     >>> import shardkit
@@ -518,7 +519,8 @@ def cp_document_padding(
     """The padding tokens inside the documents of one row split over ``cp_size``
     CP ranks: every document padded to the granularity under ``"head_tail"``;
     under ``"balanced"`` only the documents it splits (whole ones are not
-    padded). The rest of the row's padding is its padding run.
+    padded); none under ``"ptrr"``. The rest of the row's padding is its
+    padding run.
 
     >>> import shardkit
     >>> shardkit.cp_document_padding([5, 5, 2], 20, 2)   # 8 + 8 + 4 - 12

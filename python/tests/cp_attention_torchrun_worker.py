@@ -1,14 +1,15 @@
 """One rank of the context-parallel exactness test (test_context_parallel.py).
 
 For each layout (dp=2 x cp=2, then dp=1 x cp=4, then both again with
-cp_strategy="balanced", which keeps short documents whole on one CP rank)
+cp_strategy="balanced", which keeps short documents whole on one CP rank, and
+with cp_strategy="ptrr", tokens dealt round-robin)
 this rank takes its roles
 from DataRoles(cp_axes="cp"), reads its CP slice of every batch from a
 TokenLoader, and computes causal varlen attention (float64, tiny dims) for
 its query tokens against K/V all-gathered over its CP group, using only the
 metadata it received: the local cu_seqlens cut its slots into sequences
 (sequence i holds the same slots on every CP rank), position_ids order the
-keys causally, document_ids == -1 masks padding. With "balanced" the local
+keys causally, document_ids == -1 masks padding. With "balanced" and "ptrr" the local
 sequences differ between ranks, so each query attends the all-gathered keys
 of its row with the same document_ids (the piece's index in the row) and a
 position_ids not after its own. The outputs of the group,
@@ -58,7 +59,9 @@ def main():
         return x @ wq, x @ wk, x @ wv
 
     report = {}
-    layouts = [(dp, cp, s) for s in ("head_tail", "balanced") for dp, cp in ((2, 2), (1, 4))]
+    layouts = [
+        (dp, cp, s) for s in ("head_tail", "balanced", "ptrr") for dp, cp in ((2, 2), (1, 4))
+    ]
     for dp, cp, strategy in layouts:
         roles = shardkit.DataRoles({"dp": dp, "cp": cp}, "dp", rank=rank, cp_axes="cp")
         groups = [dist.new_group([d * cp + c for c in range(cp)]) for d in range(dp)]
@@ -90,7 +93,7 @@ def main():
             kdoc = gather(doc, group, cp)
             out = torch.zeros_like(q)
             cu = batch["cu_seqlens"]
-            if strategy == "balanced":
+            if strategy != "head_tail":
                 whole += int(
                     len(cu) != len(batch["cu_seqlens_padded"])
                     or not (cu * cp == batch["cu_seqlens_padded"]).all()

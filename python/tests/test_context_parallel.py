@@ -71,7 +71,7 @@ def check_balanced_metadata(slices, step, full, seq_len, cp, g):
     return len(whole_rows)
 
 
-@pytest.mark.parametrize("strategy", ["head_tail", "balanced"])
+@pytest.mark.parametrize("strategy", ["head_tail", "balanced", "ptrr"])
 @pytest.mark.parametrize("cp, granularity", [(2, None), (3, None), (4, 16), (8, None)])
 def test_cp_slices_are_the_unsplit_rows_at_cp_index_every_token_once(
     corpus, cp, granularity, strategy
@@ -111,8 +111,8 @@ def test_cp_slices_are_the_unsplit_rows_at_cp_index_every_token_once(
                 assert (part["labels"][b][~real] == -100).all()
                 assert (part["document_ids"][b][~real] == -1).all()
             assert part["row_tokens"].sum() == (idx >= 0).sum()
-            if strategy == "balanced":
-                continue  # its metadata: checked below, from the whole pieces found
+            if strategy != "head_tail":
+                continue  # its metadata: checked below
             # cu_seqlens_padded, from the rows' pieces rounded up independently.
             expect = [0]
             for b in range(2):
@@ -125,7 +125,7 @@ def test_cp_slices_are_the_unsplit_rows_at_cp_index_every_token_once(
             np.testing.assert_array_equal(part["cu_seqlens"], np.asarray(expect) // cp)
         real_full = full["document_ids"] >= 0
         assert (seen[real_full] == 1).all() and (seen[~real_full] == 0).all()
-        if strategy == "balanced":
+        if strategy != "head_tail":
             whole_rows += check_balanced_metadata(slices, step, full, seq_len, cp, g)
         # The restore index gives the unsplit rows back from the slices.
         width = seq_len // cp
@@ -232,7 +232,7 @@ def test_rank_work_per_document_head_tail_is_balanced():
         (dict(seq_len=64, cp_size=2, equal_steps=False), "^cp_size: 2"),
         (dict(seq_len=64, cp_size=2, block_mask=True), "^block_mask: "),
         (dict(seq_len=64, cp_size=2, padding_side="left"), "^padding_side: "),
-        (dict(seq_len=64, cp_size=2, cp_strategy="ptrr"), "^cp_strategy: .*ptrr"),
+        (dict(seq_len=64, cp_size=2, cp_strategy="ring"), "^cp_strategy: .*ring"),
     ],
 )
 def test_bad_cp_options_name_the_parameter(corpus, kw, message):
@@ -247,7 +247,7 @@ def test_bad_rank_work_and_plan_options_name_the_parameter():
         shardkit.cp_rank_work([8], 64, 2, "ring")
     with pytest.raises(ValueError, match="^cp_strategy: "):
         shardkit.TrainPlan(
-            [5, 6], seq_len=64, batch_size=1, world_size=1, cp_size=2, cp_strategy="ptrr"
+            [5, 6], seq_len=64, batch_size=1, world_size=1, cp_size=2, cp_strategy="ring"
         )
 
 
@@ -263,7 +263,7 @@ def test_cli_loader_stats_cp_reports_the_work_of_the_cp_plans_rows(cli, corpus, 
     assert report["complete"]  # the unsplit rows still deliver every token once
     # The same rows from TrainPlan(cp_size=4), split by hand.
     plan = shardkit.TrainPlan(lengths, seq_len=96, batch_size=2, world_size=2, seed=5, cp_size=4)
-    ratios = {s: [] for s in ("contiguous", "head_tail", "document_head_tail", "balanced")}
+    ratios = {s: [] for s in ("contiguous", "head_tail", "document_head_tail", "balanced", "ptrr")}
     padding = balanced_padding = 0
     for step in range(plan.num_steps):
         for rank in range(2):
@@ -339,7 +339,7 @@ def test_demo_context_parallel_section_matches_the_plan_split_by_hand(cli, tmp_p
     S, C = report["seq_len"], report["cp_size"]
     assert (S, C) == (16384, 8)
     plan = shardkit.TrainPlan(lengths, seq_len=S, batch_size=1, world_size=4, cp_size=C)
-    splits = ("contiguous", "head_tail", "document_head_tail", "balanced")
+    splits = ("contiguous", "head_tail", "document_head_tail", "balanced", "ptrr")
     ratios = {s: [] for s in splits}
     padding = {"document_head_tail": 0, "balanced": 0}
     for step in range(plan.num_steps):

@@ -60,8 +60,9 @@ CpWorkSummary SummarizeCpWork(const TrainPlan& plan) {
         ContextParallelOptions balanced = o.cp;
         balanced.strategy = CpStrategy::kBalanced;
         s.balanced_padding += CpDocumentPadding(row, o.seq_len, balanced);
-        for (const CpSplit split : {CpSplit::kContiguous, CpSplit::kHeadTail,
-                                    CpSplit::kDocumentHeadTail, CpSplit::kBalanced}) {
+        for (const CpSplit split :
+             {CpSplit::kContiguous, CpSplit::kHeadTail, CpSplit::kDocumentHeadTail,
+              CpSplit::kBalanced, CpSplit::kPtrr}) {
           const std::vector<double> work = CpRankWork(row, o.seq_len, o.cp, split);
           double total = 0, most = 0;
           for (double w : work) {

@@ -17,12 +17,21 @@ constexpr EnumNames<CpSplit, kNumCpSplits> kCpSplits{
     {{{CpSplit::kContiguous, "contiguous"},
       {CpSplit::kHeadTail, "head_tail"},
       {CpSplit::kDocumentHeadTail, "document_head_tail"},
-      {CpSplit::kBalanced, "balanced"}}}};
+      {CpSplit::kBalanced, "balanced"},
+      {CpSplit::kPtrr, "ptrr"}}}};
 
-constexpr EnumNames<CpStrategy, 2> kCpStrategies{
-    "cp_strategy",
-    "strategy",
-    {{{CpStrategy::kHeadTail, "head_tail"}, {CpStrategy::kBalanced, "balanced"}}}};
+constexpr EnumNames<CpStrategy, 3> kCpStrategies{"cp_strategy",
+                                                 "strategy",
+                                                 {{{CpStrategy::kHeadTail, "head_tail"},
+                                                   {CpStrategy::kBalanced, "balanced"},
+                                                   {CpStrategy::kPtrr, "ptrr"}}}};
+
+bool IsPtrr(const ContextParallelOptions& cp) {
+  return cp.strategy == CpStrategy::kPtrr && cp.size > 1;
+}
+
+// The PTRR block size B = g / 2C.
+Index PtrrBlock(const ContextParallelOptions& cp) { return CpGranule(cp) / (2 * cp.size); }
 
 // Keys attended by the causal queries at positions [a, b) of one document:
 // sum of (q + 1).
@@ -187,6 +196,11 @@ Index CpPaddedTokens(std::span<const PackItem> pieces, Index granule) {
 void FillCpRestoreIndex(std::span<const PackItem> pieces, Index seq_len,
                         const ContextParallelOptions& cp, std::int64_t* restore) {
   const Index C = cp.size, L = seq_len / C, g = CpGranule(cp);
+  if (IsPtrr(cp)) {
+    const Index tokens = RowTokens(pieces), B = PtrrBlock(cp);
+    for (Index t = 0; t < seq_len; ++t) restore[t] = t < tokens ? CpPtrrSlot(t, C, B, L) : -1;
+    return;
+  }
   thread_local CpRowPlan plan;
   PlanCpRow(pieces, seq_len, cp, &plan);
   std::fill(restore, restore + seq_len, std::int64_t{-1});
@@ -229,14 +243,21 @@ Index AppendCpCuSeqlensPadded(std::span<const PackItem> pieces, Index seq_len,
                               const ContextParallelOptions& cp, std::int32_t base,
                               std::vector<std::int32_t>* out) {
   const Index C = cp.size, g = CpGranule(cp);
-  thread_local CpRowPlan plan;
-  PlanCpRow(pieces, seq_len, cp, &plan);
   Index at = 0, longest = 0;
   auto close = [&](Index end) {
     longest = std::max(longest, end - at);
     at = end;
     out->push_back(base + static_cast<std::int32_t>(at));
   };
+  if (IsPtrr(cp)) {  // the unpadded row: pieces, then the padding run
+    for (const PackItem& p : pieces) {
+      if (p.length > 0) close(at + p.length);
+    }
+    if (at < seq_len) close(seq_len);
+    return longest;
+  }
+  thread_local CpRowPlan plan;
+  PlanCpRow(pieces, seq_len, cp, &plan);
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     if (pieces[i].length > 0 && plan.owner[i] < 0) close(at + CpPaddedLength(pieces[i].length, g));
   }
@@ -258,13 +279,25 @@ void AppendCpCuSeqlensLocal(std::span<const PackItem> pieces, Index seq_len,
                             const ContextParallelOptions& cp, Index cp_rank, std::int32_t base,
                             std::vector<std::int32_t>* out) {
   const Index C = cp.size, g = CpGranule(cp), L = seq_len / C;
-  thread_local CpRowPlan plan;
-  PlanCpRow(pieces, seq_len, cp, &plan);
   Index at = 0;
   auto close = [&](Index end) {
     at = end;
     out->push_back(base + static_cast<std::int32_t>(at));
   };
+  if (IsPtrr(cp)) {  // the rank's slots of each piece, then of the padding
+    const Index B = PtrrBlock(cp);
+    Index end = 0;
+    for (const PackItem& p : pieces) {
+      if (p.length == 0) continue;
+      end += p.length;
+      const Index slots = CpPtrrCount(end, cp_rank, C, B);
+      if (slots > at) close(slots);
+    }
+    if (at < L) close(L);
+    return;
+  }
+  thread_local CpRowPlan plan;
+  PlanCpRow(pieces, seq_len, cp, &plan);
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     if (pieces[i].length > 0 && plan.owner[i] < 0) {
       close(at + CpPaddedLength(pieces[i].length, g) / C);
@@ -280,6 +313,25 @@ std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
                                const ContextParallelOptions& cp, CpSplit split) {
   const Index C = cp.size;
   std::vector<double> work(static_cast<std::size_t>(C), 0.0);
+  if (split == CpSplit::kPtrr) {
+    ContextParallelOptions ptrr = cp;
+    ptrr.strategy = CpStrategy::kPtrr;
+    if (C == 1) return {CpRowCost(pieces, seq_len, cp)};
+    const Index B = PtrrBlock(ptrr);
+    Index begin = 0;
+    for (const PackItem& p : pieces) {
+      // The piece's row positions [begin, begin + l), block by block.
+      for (Index t = begin; t < begin + p.length;) {
+        const Index block_end = std::min(begin + p.length, (t / B + 1) * B);
+        const Index pass = t / (C * B), k = t % (C * B) / B;
+        const Index r = pass % 2 == 0 ? k : C - 1 - k;  // the block's owner
+        work[static_cast<std::size_t>(r)] += CausalWork(t - begin, block_end - begin);
+        t = block_end;
+      }
+      begin += p.length;
+    }
+    return work;
+  }
   if (split == CpSplit::kBalanced) {
     ContextParallelOptions balanced = cp;
     balanced.strategy = CpStrategy::kBalanced;
@@ -324,6 +376,7 @@ std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
 
 Index CpDocumentPadding(std::span<const PackItem> pieces, Index seq_len,
                         const ContextParallelOptions& cp) {
+  if (IsPtrr(cp)) return 0;
   thread_local CpRowPlan plan;
   PlanCpRow(pieces, seq_len, cp, &plan);
   Index padding = 0;
@@ -345,7 +398,8 @@ void ValidateCpRow(std::span<const PackItem> pieces, Index seq_len,
       ThrowInvalid("lengths", Str(p.length) + " is outside [0, seq_len = " + Str(seq_len) + "]");
     }
   }
-  if (split == CpSplit::kDocumentHeadTail || split == CpSplit::kBalanced) {
+  if (split == CpSplit::kDocumentHeadTail || split == CpSplit::kBalanced ||
+      split == CpSplit::kPtrr) {
     const Index padded = CpPaddedTokens(pieces, CpGranule(cp));
     if (padded > seq_len) {
       ThrowInvalid("lengths", "the row holds " + Str(padded) +
@@ -366,6 +420,10 @@ void ValidateCpRow(std::span<const PackItem> pieces, Index seq_len,
 
 double CpRowCost(std::span<const PackItem> pieces, Index seq_len,
                  const ContextParallelOptions& cp) {
+  if (IsPtrr(cp)) {
+    const std::vector<double> work = CpRankWork(pieces, seq_len, cp, CpSplit::kPtrr);
+    return *std::max_element(work.begin(), work.end());
+  }
   if (cp.strategy == CpStrategy::kBalanced && cp.size > 1) {
     thread_local CpRowPlan plan;
     PlanCpRow(pieces, seq_len, cp, &plan);

@@ -61,7 +61,9 @@ namespace shardkit {
 //              below): better balanced and less padding, for attention over
 //              all-gathered K/V (varlen, flex, SDPA per document); not
 //              TransformerEngine's THD CP layout whenever a piece is whole.
-enum class CpStrategy { kHeadTail, kBalanced };
+//   ptrr       per-token (block) round-robin, blind to documents (CpPtrr*
+//              below): no padding inside documents; for all-gathered K/V.
+enum class CpStrategy { kHeadTail, kBalanced, kPtrr };
 [[nodiscard]] CpStrategy ParseCpStrategy(std::string_view name);
 [[nodiscard]] std::string_view CpStrategyName(CpStrategy strategy);
 
@@ -135,6 +137,34 @@ struct CpRowPlan {
 void PlanCpRow(std::span<const PackItem> pieces, Index seq_len, const ContextParallelOptions& cp,
                CpRowPlan* plan);
 
+// PTRR (per-token round-robin, cp_strategy "ptrr"): the unpadded row (pieces
+// back to back from 0, the row's padding after, seq_len positions) is cut
+// into blocks of B = g / 2C tokens (g the granularity; B = 1 by default),
+// dealt in passes of C blocks: in pass p CP rank r takes block p C + r when p
+// is even and p C + C - 1 - r when p is odd (the mirrored pass evens out the
+// order within a pass). Rank r's slot j holds row position CpPtrrPosition;
+// every rank holds seq_len / C slots (seq_len is a multiple of 2 C B). The
+// padded row is the unpadded row (no piece is padded): padded_index = the row
+// position, cu_seqlens_padded = the pieces' boundaries then the padding run;
+// the local cu_seqlens cut a rank's slots where the piece changes.
+[[nodiscard]] constexpr Index CpPtrrPosition(Index j, Index r, Index C, Index B) {
+  const Index pass = j / B;
+  const Index k = pass % 2 == 0 ? r : C - 1 - r;
+  return (pass * C + k) * B + j % B;
+}
+// The inverse: (rank, slot) of row position t, as r * L + j.
+[[nodiscard]] constexpr Index CpPtrrSlot(Index t, Index C, Index B, Index L) {
+  const Index pass = t / (C * B), k = t % (C * B) / B;
+  const Index r = pass % 2 == 0 ? k : C - 1 - k;
+  return r * L + pass * B + t % B;
+}
+// Rank r's slots holding row positions below t.
+[[nodiscard]] constexpr Index CpPtrrCount(Index t, Index r, Index C, Index B) {
+  const Index pass = t / (C * B), rest = t % (C * B);
+  const Index k = pass % 2 == 0 ? r : C - 1 - r;
+  return pass * B + std::clamp<Index>(rest - k * B, 0, B);
+}
+
 // One rank's outputs for one row, L = seq_len / C elements each; a null
 // pointer is not written.
 struct CpRowOutput {
@@ -193,8 +223,9 @@ void AppendCpCuSeqlensLocal(std::span<const PackItem> pieces, Index seq_len,
 //                      _HeadTailLoadBalancer)
 //   document_head_tail the layout above (per piece, padded to the granule)
 //   balanced           PlanCpRow's layout (short pieces whole, LPT)
-enum class CpSplit { kContiguous, kHeadTail, kDocumentHeadTail, kBalanced };
-inline constexpr std::size_t kNumCpSplits = 4;
+//   ptrr               CpPtrrPosition's layout (block round-robin, mirrored)
+enum class CpSplit { kContiguous, kHeadTail, kDocumentHeadTail, kBalanced, kPtrr };
+inline constexpr std::size_t kNumCpSplits = 5;
 // "contiguous", "head_tail", "document_head_tail", "balanced"; Parse throws
 // invalid_argument naming `cp_split`.
 [[nodiscard]] CpSplit ParseCpSplit(std::string_view name);
@@ -251,7 +282,7 @@ void CollateCpRow(std::span<const PackItem> pieces, const CollateOptions& option
     }
   };
   thread_local CpRowPlan plan;
-  PlanCpRow(pieces, options.seq_len, cp, &plan);
+  if (cp.strategy != CpStrategy::kPtrr || C == 1) PlanCpRow(pieces, options.seq_len, cp, &plan);
   // Writes the real tokens [lo, lo + n) of piece p (unpadded-row start
   // `unpadded`, index `doc`) at slots [at, at + n), padded-row positions from
   // `padded_at`.
@@ -274,6 +305,35 @@ void CollateCpRow(std::span<const PackItem> pieces, const CollateOptions& option
       if (out.padded_index) out.padded_index[at + q] = padded_at + q;
     }
   };
+  if (cp.strategy == CpStrategy::kPtrr && C > 1) {
+    // Blocks of B slots, each a run of row positions; a piece cursor follows
+    // the increasing positions.
+    const Index B = g / (2 * C), L = options.seq_len / C;
+    std::size_t i = 0;
+    Index begin = 0;  // row position of pieces[i]
+    std::int32_t doc = 0;
+    for (Index j = 0; j < L; j += B) {
+      Index t = CpPtrrPosition(j, cp_rank, C, B);
+      const Index end = t + B;
+      Index at = j;
+      while (t < end) {
+        while (i < pieces.size() && begin + pieces[i].length <= t) {
+          if (pieces[i].length > 0) ++doc;
+          begin += pieces[i].length;
+          ++i;
+        }
+        if (i == pieces.size()) {  // the row's padding
+          pad(at, end - t, t);
+          break;
+        }
+        const Index n = std::min(end, begin + pieces[i].length) - t;
+        real(pieces[i], t - begin, n, at, begin, doc, t);
+        at += n;
+        t += n;
+      }
+    }
+    return;
+  }
   Index slot = 0;      // next local slot
   Index padded = 0;    // padded-row start of the current sequence
   Index unpadded = 0;  // unpadded-row start of the current piece

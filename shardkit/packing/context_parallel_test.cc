@@ -119,7 +119,8 @@ std::vector<Index> TorchPerDocumentIndices(const std::vector<Index>& cu, Index C
 
 constexpr Index kSizes[] = {1, 2, 3, 4, 8};
 
-constexpr CpStrategy kStrategies[] = {CpStrategy::kHeadTail, CpStrategy::kBalanced};
+constexpr CpStrategy kStrategies[] = {CpStrategy::kHeadTail, CpStrategy::kBalanced,
+                                      CpStrategy::kPtrr};
 
 TEST(ContextParallel, SlicesAreDisjointAndCoverEveryRealTokenOnce) {
   std::mt19937_64 rng(1);
@@ -279,9 +280,11 @@ TEST(ContextParallel, RankWorkMatchesTheTokensEachRankHolds) {
       for (int trial = 0; trial < 100; ++trial) {
         const ContextParallelOptions cp{C, std::nullopt, strategy};
         const Row row = RandomRow(rng, C, CpGranule(cp));
-        const std::vector<double> work = CpRankWork(
-            row.pieces, row.seq_len, cp,
-            strategy == CpStrategy::kBalanced ? CpSplit::kBalanced : CpSplit::kDocumentHeadTail);
+        const std::vector<double> work =
+            CpRankWork(row.pieces, row.seq_len, cp,
+                       strategy == CpStrategy::kBalanced ? CpSplit::kBalanced
+                       : strategy == CpStrategy::kPtrr   ? CpSplit::kPtrr
+                                                         : CpSplit::kDocumentHeadTail);
         // The per-document layout: sum of (position + 1) over the rank's real slots.
         for (Index r = 0; r < C; ++r) {
           const Slice s = Collate(row, cp, r);
@@ -427,6 +430,35 @@ TEST(ContextParallel, BalancedKeepsShortDocumentsWholeOnTheLeastLoadedRank) {
   EXPECT_EQ(local1, (std::vector<std::int32_t>{0, 5, 10}));
 }
 
+// PTRR as the literature deals it: blocks of B tokens handed out one by one,
+// rank 0, 1, ..., C - 1, then back C - 1, ..., 0, and so on; each rank's
+// slots are its blocks in the order dealt.
+TEST(ContextParallel, PtrrDealsBlocksRoundRobinWithMirroredPasses) {
+  std::mt19937_64 rng(8);
+  for (const Index C : {2, 3, 4, 8}) {
+    for (const Index B : {1, 2, 5}) {
+      const ContextParallelOptions cp{C, 2 * C * B, CpStrategy::kPtrr};
+      const Row row = RandomRow(rng, C, 2 * C * B);
+      std::vector<std::vector<Index>> dealt(static_cast<std::size_t>(C));
+      Index r = 0, step = 1;
+      for (Index block = 0; block * B < row.seq_len; ++block) {
+        for (Index q = 0; q < B; ++q) dealt[static_cast<std::size_t>(r)].push_back(block * B + q);
+        if (r + step < 0 || r + step >= C) {
+          step = -step;  // the mirrored pass starts on the rank that ended the last
+        } else {
+          r += step;
+        }
+      }
+      for (Index rank = 0; rank < C; ++rank) {
+        const Slice s = Collate(row, cp, rank);
+        EXPECT_EQ(std::vector<Index>(s.padded_index.begin(), s.padded_index.end()),
+                  dealt[static_cast<std::size_t>(rank)])
+            << "C=" << C << " B=" << B << " rank " << rank;
+      }
+    }
+  }
+}
+
 TEST(ContextParallel, PerDocumentHeadTailBalancesEqualPaddedWork) {
   // One document of 8C tokens: the padded layout has no padding, and every
   // rank's two chunks cost 2C c^2 + c with c = 4.
@@ -455,7 +487,7 @@ TEST(ContextParallel, RejectsBadOptionsNamingThem) {
   EXPECT_EQ(message({2, 0}, 8).rfind("cp_granularity: 0", 0), 0u);
   EXPECT_EQ(message({3, std::nullopt}, 18), "");
   EXPECT_THROW((void)ParseCpSplit("ring"), std::invalid_argument);
-  EXPECT_THROW((void)ParseCpStrategy("ptrr"), std::invalid_argument);
+  EXPECT_THROW((void)ParseCpStrategy("ring"), std::invalid_argument);
   for (std::string_view name : CpSplitNames()) EXPECT_EQ(CpSplitName(ParseCpSplit(name)), name);
 }
 
