@@ -13,7 +13,8 @@ printed beside it (what the dtype alone costs).
 
 Two attention paths: SDPA per run (torch.nn.functional.scaled_dot_product_attention
 on each run of consecutive positions of one document, keys = that document's
-first positions, a causal offset mask) and, on CUDA, flex_attention with a
+first positions, a causal offset mask; a document split into more than 4 runs
+on a rank, as PTRR splits them, takes one masked call) and, on CUDA, flex_attention with a
 block mask built from the same document ids and positions.
 
 Timing (CUDA only, best of 3): the attention of each CP rank alone, max over
@@ -113,21 +114,44 @@ def keys_by_document(k, v, doc, pos):
     return out
 
 
-def attend_runs(q, runs, kv):
+def attend_runs(q, runs, kv, max_runs=4):
     """SDPA per run: queries [slot, slot + n) of document d at positions p0 ..
-    against its keys [0, p0 + n) with the causal offset."""
+    against its keys [0, p0 + n) with the causal offset. A document whose
+    queries here form more than `max_runs` runs (PTRR's interleaving) takes one
+    call over all its queries with the mask key position <= query position."""
     out = torch.zeros_like(q)
-    for slot, d, p0, n in runs:
+    by_doc = {}
+    for run in runs:
+        by_doc.setdefault(run[1], []).append(run)
+    for d, doc_runs in by_doc.items():
         k, v = kv[d]
-        qq = q[slot : slot + n].transpose(0, 1)  # [H, n, D]
-        kk, vv = k[: p0 + n].transpose(0, 1), v[: p0 + n].transpose(0, 1)
-        if p0 == 0:
-            o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True)
-        else:
-            qpos = torch.arange(p0, p0 + n, device=q.device)
-            mask = torch.arange(p0 + n, device=q.device)[None, :] <= qpos[:, None]
-            o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask)
-        out[slot : slot + n] = o.transpose(0, 1)
+        if len(doc_runs) > max_runs:
+            slots = torch.cat(
+                [torch.arange(slot, slot + n, device=q.device) for slot, _, _, n in doc_runs]
+            )
+            qpos = torch.cat(
+                [torch.arange(p0, p0 + n, device=q.device) for _, _, p0, n in doc_runs]
+            )
+            top = int(qpos.max()) + 1
+            mask = torch.arange(top, device=q.device)[None, :] <= qpos[:, None]
+            o = F.scaled_dot_product_attention(
+                q[slots].transpose(0, 1),
+                k[:top].transpose(0, 1),
+                v[:top].transpose(0, 1),
+                attn_mask=mask,
+            )
+            out[slots] = o.transpose(0, 1)
+            continue
+        for slot, _, p0, n in doc_runs:
+            qq = q[slot : slot + n].transpose(0, 1)  # [H, n, D]
+            kk, vv = k[: p0 + n].transpose(0, 1), v[: p0 + n].transpose(0, 1)
+            if p0 == 0:
+                o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True)
+            else:
+                qpos = torch.arange(p0, p0 + n, device=q.device)
+                mask = torch.arange(p0 + n, device=q.device)[None, :] <= qpos[:, None]
+                o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask)
+            out[slot : slot + n] = o.transpose(0, 1)
     return out
 
 
