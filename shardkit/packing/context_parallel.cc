@@ -49,6 +49,11 @@ void PlanCpRow(std::span<const PackItem> pieces, Index seq_len, const ContextPar
   const std::size_t n = pieces.size(), ranks = static_cast<std::size_t>(C);
   plan->owner.assign(n, -1);
   plan->whole = false;
+  if (cp.strategy != CpStrategy::kBalanced) {  // every piece split; no work needed
+    plan->work.clear();
+    plan->split_padded = CpPaddedTokens(pieces, g);
+    return;
+  }
   plan->work.assign(ranks, 0.0);
   // Each piece's head-tail work per rank, and the all-split layout.
   thread_local std::vector<double> split_work;
@@ -71,7 +76,7 @@ void PlanCpRow(std::span<const PackItem> pieces, Index seq_len, const ContextPar
     }
   }
   plan->split_padded = all_padded;
-  if (cp.strategy != CpStrategy::kBalanced || C == 1) return;
+  if (C == 1) return;
   double best = *std::max_element(plan->work.begin(), plan->work.end());
   const double share = total / static_cast<double>(C);  // no layout's busiest rank does less
   if (best <= share) return;

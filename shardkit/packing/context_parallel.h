@@ -131,7 +131,7 @@ struct CpRowPlan {
   std::vector<std::int32_t> owner;  // per piece, in order: -1 split (and empty pieces), else rank
   bool whole = false;               // some piece is whole
   Index split_padded = 0;           // S: the split pieces' padded tokens
-  std::vector<double> work;         // C entries: causal work per rank (CpRankWork)
+  std::vector<double> work;         // balanced only: C entries, causal work per rank
 };
 // REQUIRES as CollateCpRow (seq_len the row's).
 void PlanCpRow(std::span<const PackItem> pieces, Index seq_len, const ContextParallelOptions& cp,
