@@ -3,13 +3,15 @@ same rows (docs/loader.md, "Context parallelism").
 
 Rows are packed by shardkit.TrainPlan(cp_size=C) (every document packed at its
 length rounded up to 2C, so the per-document split fits) from lognormal and
-SFT-like document lengths, and each row is split over C ranks three ways:
+SFT-like document lengths, and each row is split over C ranks five ways:
 contiguous (C runs), document-blind head-tail (2C chunks, rank r takes r and
-2C-1-r: torch's _HeadTailLoadBalancer) and per-document head-tail (shardkit's
-layout, TransformerEngine's THD rule). Work of a rank = the keys its real
+2C-1-r: torch's _HeadTailLoadBalancer), per-document head-tail (shardkit's
+default layout, TransformerEngine's THD rule) and balanced
+(cp_strategy="balanced": short documents whole on one CP rank, LPT) and
+ptrr (cp_strategy="ptrr": tokens dealt round-robin with mirrored passes). Work of a rank = the keys its real
 queries attend causally within their documents (shardkit.cp_rank_work).
 Reported per row: max/mean work over the C ranks (mean over rows, and worst),
-and the padding the per-document split costs. Then the deal across DP ranks:
+and the padding inside documents each per-document split costs. Then the deal across DP ranks:
 the busiest CP rank's work summed per DP rank per step, max/mean over the DP
 ranks, for cost="tokens" against cost="squared" (which deals by that work).
 Then planning speed with and without CP (documents per CPU second).
@@ -18,13 +20,14 @@ Then planning speed with and without CP (documents per CPU second).
 """
 
 import argparse
+import os
 import time
 
 import numpy as np
 
 import shardkit
 
-SPLITS = ("contiguous", "head_tail", "document_head_tail")
+SPLITS = ("contiguous", "head_tail", "document_head_tail", "balanced", "ptrr")
 
 
 def lengths_of(kind, tokens, rng):
@@ -44,8 +47,12 @@ def lengths_of(kind, tokens, rng):
 
 
 def row_ratios(plan, seq_len, cp):
+    """Per split, max/mean work of every row; the padding inside documents of
+    head-tail and of balanced, over the real tokens; and the same ratios over
+    the full rows only (the epoch's last, partly filled rows left out)."""
     ratios = {s: [] for s in SPLITS}
-    real = padded = 0
+    full = {s: [] for s in SPLITS}
+    real = padded = balanced_padding = 0
     for s in range(plan.num_steps):
         for r in range(plan.world_size):
             for row in plan.step(r, s):
@@ -54,13 +61,19 @@ def row_ratios(plan, seq_len, cp):
                     continue
                 real += sum(lens)
                 padded += sum(-(-n // (2 * cp)) * 2 * cp for n in lens)
+                balanced_padding += shardkit.cp_document_padding(
+                    lens, seq_len, cp, cp_strategy="balanced"
+                )
+                is_full = sum(lens) >= 0.9 * seq_len
                 for split in SPLITS:
                     w = shardkit.cp_rank_work(lens, seq_len, cp, split)
                     ratios[split].append(max(w) / (sum(w) / cp))
-    return ratios, (padded - real) / real
+                    if is_full:
+                        full[split].append(ratios[split][-1])
+    return ratios, full, (padded - real) / real, balanced_padding / real
 
 
-def dp_imbalance(plan, seq_len, cp):
+def dp_imbalance(plan, seq_len, cp, split="document_head_tail"):
     """Mean and worst over full steps of max/mean over DP ranks of the summed
     busiest-CP-rank work of each DP rank's rows."""
     values = []
@@ -72,7 +85,10 @@ def dp_imbalance(plan, seq_len, cp):
                 per_rank = None  # the last step's filler
                 break
             per_rank.append(
-                sum(max(shardkit.cp_rank_work([n for _, _, n in row], seq_len, cp)) for row in rows)
+                sum(
+                    max(shardkit.cp_rank_work([n for _, _, n in row], seq_len, cp, split))
+                    for row in rows
+                )
             )
         if per_rank:
             values.append(max(per_rank) / np.mean(per_rank))
@@ -87,9 +103,10 @@ def main():
     rows = 16 if args.quick else 64
     sizes = (16384, 131072) if args.quick else (16384, 65536, 131072)
     print(
-        "| lengths | S | C | contiguous mean / worst | head-tail (blind) mean / worst | per-document head-tail mean / worst | padding |"
+        "| lengths | S | C | contiguous mean / worst | head-tail (blind) mean / worst | per-document head-tail mean / worst | balanced mean / worst (full rows: worst) | ptrr mean / worst | padding head-tail / balanced |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
+    worst_full = 0.0
     for kind in ("lognormal", "sft"):
         for seq_len in sizes:
             lengths = lengths_of(kind, rows * seq_len, rng)
@@ -97,46 +114,76 @@ def main():
                 plan = shardkit.TrainPlan(
                     lengths, seq_len=seq_len, batch_size=1, world_size=8, cp_size=cp
                 )
-                ratios, padding = row_ratios(plan, seq_len, cp)
-                cells = " | ".join(
-                    f"{np.mean(ratios[s]):.3f} / {np.max(ratios[s]):.3f}" for s in SPLITS
+                ratios, full, padding, balanced_padding = row_ratios(plan, seq_len, cp)
+                cell = {s: f"{np.mean(ratios[s]):.3f} / {np.max(ratios[s]):.3f}" for s in SPLITS}
+                cell["balanced"] += f" ({np.max(full['balanced']):.3f})"
+                cells = " | ".join(cell[s] for s in SPLITS)
+                worst_full = max(worst_full, np.max(full["balanced"]))
+                print(
+                    f"| {kind} | {seq_len // 1024}k | {cp} | {cells} "
+                    f"| {100 * padding:.3f}% / {100 * balanced_padding:.3f}% |"
                 )
-                print(f"| {kind} | {seq_len // 1024}k | {cp} | {cells} | {100 * padding:.3f}% |")
+    print(f"\nbalanced, worst full row (>= 90% of seq_len real): {worst_full:.3f}")
 
     print()
     print(
-        "| lengths | S | C | DP max/mean, cost=tokens: mean / worst | cost=squared (CP work): mean / worst |"
+        "| lengths | S | C | DP max/mean, cost=tokens: mean / worst | cost=squared (CP work): mean / worst | cost=squared, balanced: mean / worst |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for kind in ("lognormal", "sft"):
         seq_len = 32768
         lengths = lengths_of(kind, (64 if args.quick else 256) * seq_len, rng)
         for cp in (2, 8):
             cells = []
-            for cost in ("tokens", "squared"):
+            for cost, strategy in (
+                ("tokens", "head_tail"),
+                ("squared", "head_tail"),
+                ("squared", "balanced"),
+            ):
                 plan = shardkit.TrainPlan(
-                    lengths, seq_len=seq_len, batch_size=2, world_size=8, cp_size=cp, cost=cost
+                    lengths,
+                    seq_len=seq_len,
+                    batch_size=2,
+                    world_size=8,
+                    cp_size=cp,
+                    cost=cost,
+                    cp_strategy=strategy,
                 )
-                cells.append("%.3f / %.3f" % dp_imbalance(plan, seq_len, cp))
-            print(f"| {kind} | {seq_len // 1024}k | {cp} | {cells[0]} | {cells[1]} |")
+                split = "balanced" if strategy == "balanced" else "document_head_tail"
+                cells.append("%.3f / %.3f" % dp_imbalance(plan, seq_len, cp, split))
+            print(f"| {kind} | {seq_len // 1024}k | {cp} | {' | '.join(cells)} |")
 
     print()
     n = 200_000 if args.quick else 4_000_000
     lengths = np.maximum(1, rng.lognormal(np.log(2000), 1.3, n)).astype(np.int64)
-    configs = ((1, "tokens"), (8, "tokens"), (1, "squared"), (8, "squared"))
+    configs = (
+        (1, "tokens", "head_tail"),
+        (8, "tokens", "head_tail"),
+        (1, "squared", "head_tail"),
+        (8, "squared", "head_tail"),
+        (8, "squared", "balanced"),
+    )
     best = dict.fromkeys(configs, float("inf"))
     for _ in range(5):  # rounds interleave the configurations (a shared machine drifts)
-        for cp, cost in configs:
-            t = time.perf_counter()
+        for cp, cost, strategy in configs:
+            t = time.process_time()
             shardkit.TrainPlan(
-                lengths, seq_len=32768, batch_size=2, world_size=8, cp_size=cp, cost=cost
+                lengths,
+                seq_len=32768,
+                batch_size=2,
+                world_size=8,
+                cp_size=cp,
+                cost=cost,
+                cp_strategy=strategy,
             )
-            best[cp, cost] = min(best[cp, cost], time.perf_counter() - t)
-    print("| plan | cost | documents/s (best of 5) | vs cp_size=1 |")
-    print("|---|---|---|---|")
-    for cp, cost in configs:
-        ratio = best[1, cost] / best[cp, cost]
-        print(f"| cp_size={cp} | {cost} | {n / best[cp, cost] / 1e6:.2f} M | {ratio:.3f} |")
+            best[cp, cost, strategy] = min(best[cp, cost, strategy], time.process_time() - t)
+    print("| plan | cost | cp_strategy | documents per CPU second (best of 5) | vs cp_size=1 |")
+    print("|---|---|---|---|---|")
+    for cp, cost, strategy in configs:
+        ratio = best[1, cost, "head_tail"] / best[cp, cost, strategy]
+        rate = n / best[cp, cost, strategy] / 1e6
+        print(f"| cp_size={cp} | {cost} | {strategy} | {rate:.2f} M | {ratio:.3f} |")
+    print(f"load average: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ int RunDemo(const Argv& argv) {
   DemoPacking(context, report);
   DemoEval(context, report);
   DemoLoader(context, report);
+  DemoContextParallel(context, report);
   DemoLayout(context, report);
 
   std::filesystem::path out_path(path);

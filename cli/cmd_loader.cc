@@ -624,6 +624,7 @@ int RunLoaderStats(const Argv& argv) {
       j.Key("granularity").Int(*o.cp.granularity);
       j.Key("rows").Int(cp_work->rows).Key("tokens").Int(cp_work->tokens);
       j.Key("padding").Int(cp_work->padding);
+      j.Key("balanced_padding").Int(cp_work->balanced_padding);
       j.Key("splits").Begin();
       for (const std::string_view name : CpSplitNames()) {
         const std::size_t k = static_cast<std::size_t>(ParseCpSplit(name));
@@ -740,6 +741,11 @@ int RunLoaderStats(const Argv& argv) {
                                       static_cast<double>(cp_work->tokens)
                                 : 0.0,
                 cp_work->tokens);
+    std::printf("  padding of the balanced split: %" PRId64 " tokens (%.3f%%)\n",
+                cp_work->balanced_padding,
+                cp_work->tokens ? 100.0 * static_cast<double>(cp_work->balanced_padding) /
+                                      static_cast<double>(cp_work->tokens)
+                                : 0.0);
   }
   if (roles) {
     PrintRoles(*roles);

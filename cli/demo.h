@@ -41,6 +41,7 @@ void DemoPacking(const DemoContext& context, HtmlReport& report);
 void DemoEval(const DemoContext& context, HtmlReport& report);
 void DemoLoader(const DemoContext& context, HtmlReport& report);
 void DemoLayout(const DemoContext& context, HtmlReport& report);
+void DemoContextParallel(const DemoContext& context, HtmlReport& report);
 
 }  // namespace shardkit::cli
 

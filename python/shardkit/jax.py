@@ -382,6 +382,18 @@ class TokenBatches:
     int32 [B]: real tokens per row), ``mask`` (global bool [B], False on filler rows),
     ``documents`` (this process's documents of the step, host numpy), ``step``.
     ``state_dict()`` / ``load_state_dict()``: the plan's state, the same on every process.
+
+    Context parallelism (``cp_size=C`` > 1; docs/context_parallel.md): the sharding's
+    spec entry 1 must split the sequence dimension into exactly C blocks (a ``cp`` mesh
+    axis, e.g. ``PartitionSpec("dp", "cp")``); column block c of every row is CP rank c's
+    slice (``TokenLoader(cp_size=C, cp_rank=c)``), so a device holds the slice of its CP
+    rank and the global [B, seq_len] arrays are the rows rearranged CP rank by CP rank
+    (``cp_index`` [B, seq_len] is delivered too: each slot's position in the unsplit row,
+    -1 on padding). Each process runs a loader per (row block, CP block) it holds and
+    reads only those tokens. ``row_tokens`` counts the whole row's real tokens.
+    ``cu_seqlens`` are per CP rank and flattened, so they are not delivered: attention
+    over the ``cp`` axis takes the keys of a query's document by ``document_ids`` and
+    ``position_ids`` (all-gathered over ``cp``).
     """
 
     def __init__(
@@ -402,17 +414,20 @@ class TokenBatches:
                     f"{name}: TokenBatches takes the data-parallel layout from the sharding "
                     "(and always runs equal steps)"
                 )
-        if loader_options.get("cp_size", 1) != 1:
-            # The global arrays are whole rows [batch, seq_len]; a CP slice is not.
+        if "cp_rank" in loader_options:
             raise ValueError(
-                f"cp_size: {loader_options['cp_size']!r}: TokenBatches assembles whole rows; "
-                "use TokenLoader(cp_size=..., cp_rank=...) per CP rank"
+                "cp_rank: TokenBatches takes the CP ranks from the sharding's sequence axis"
             )
         import jax
 
         self.sharding = sharding
         self.batch_size = int(batch_size)
+        self._seq_len = seq_len
+        cp_size = loader_options.get("cp_size", 1)
         layout = to_shardkit(sharding)
+        if cp_size != 1 and len(layout.spec) > 1:
+            # The rows' layout: spec entry 0 (entry 1 splits the sequence over CP).
+            layout = to_shardkit(_batch_sharding(sharding, 1))
         plan = LoadingPlan(layout, self.batch_size)  # validates batch_size against the spec
         block = layout.shard_shape((self.batch_size,))[0]
         self.num_blocks = self.batch_size // block
@@ -424,6 +439,10 @@ class TokenBatches:
                 f"sharding: process {process} holds no device of the sharding's mesh, so it "
                 "has no rows to load"
             )
+        #: the CP ranks (sequence blocks) this process reads, in local-column order
+        self.cp_ranks = [None]
+        if cp_size != 1:
+            self.cp_ranks = self._cp_ranks(to_shardkit(sharding), cp_size, seq_len, process)
         self._loaders = [
             TokenLoader(
                 tokens,
@@ -432,10 +451,28 @@ class TokenBatches:
                 batch_size=block,
                 rank=k,
                 world_size=self.num_blocks,
+                **({} if c is None else {"cp_rank": c}),
                 **loader_options,
             )
             for k in self.blocks
+            for c in self.cp_ranks
         ]
+
+    def _cp_ranks(self, layout: Any, cp_size: Any, seq_len: int, process: int) -> list:
+        """The CP blocks of the sequence dimension this process holds."""
+        if not isinstance(cp_size, (int, np.integer)) or isinstance(cp_size, bool):
+            raise ValueError(f"cp_size: {cp_size!r} is not an integer")
+        cp_size, seq_len = int(cp_size), int(seq_len)
+        shape = (self.batch_size, seq_len)
+        width = layout.shard_shape(shape)[1] if len(layout.spec) > 1 else seq_len
+        if width * cp_size != seq_len:
+            raise ValueError(
+                f"cp_size: {cp_size} but the sharding's spec entry 1 splits seq_len {seq_len} "
+                f"into {seq_len // width} blocks: put the CP mesh axis (of size cp_size) "
+                "there, e.g. PartitionSpec('dp', 'cp')"
+            )
+        columns = layout.process_indices(shape, process)[1]
+        return [c for a, b in columns for c in range(a // width, b // width)]
 
     @property
     def num_steps(self) -> int:
@@ -494,14 +531,38 @@ class TokenBatches:
 
         process = jax.process_index()
         row = _batch_sharding(self.sharding, 1)
+        nc = len(self.cp_ranks)
         for parts in self._steps():
             keys = [k for k in _ROW_KEYS if k in parts[0]]
-            leaves = [np.concatenate([p[k] for p in parts]) for k in keys]
-            row_tokens = np.concatenate([p["row_tokens"] for p in parts]).astype(np.int32)
+            if nc == 1:
+                leaves = [np.concatenate([p[k] for p in parts]) for k in keys]
+                row_tokens = np.concatenate([p["row_tokens"] for p in parts]).astype(np.int32)
+            else:
+                # The (row block, CP block) parts, row block by row block: CP slices side by
+                # side, row blocks stacked (the process's local data, in JAX's order).
+                keys.append("cp_index")
+                grid = [parts[i : i + nc] for i in range(0, len(parts), nc)]
+                leaves = [
+                    np.concatenate([np.concatenate([p[k] for p in g], axis=1) for g in grid])
+                    for k in keys
+                ]
+                # A row's real tokens: its pieces (the same on every CP rank).
+                row_tokens = np.concatenate(
+                    [
+                        np.bincount(
+                            g[0]["rows"], weights=g[0]["lengths"], minlength=len(g[0]["row_tokens"])
+                        )
+                        for g in grid
+                    ]
+                ).astype(np.int32)
+                parts = [g[0] for g in grid]  # documents: once per row block
             arrays = _assemble(
                 [_batch_sharding(self.sharding, np.ndim(x)) for x in leaves] + [row, row],
                 leaves + [row_tokens, row_tokens > 0],
-                [(self.batch_size, *np.shape(x)[1:]) for x in leaves]
+                [
+                    (self.batch_size, *((self._seq_len,) if nc > 1 else np.shape(x)[1:]))
+                    for x in leaves
+                ]
                 + [(self.batch_size,), (self.batch_size,)],
                 process,
             )

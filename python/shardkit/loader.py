@@ -136,7 +136,9 @@ class TokenLoader:
     ``cp_granularity``), with ``cp_index`` (each slot's position in the full
     row, -1 on padding), ``cu_seqlens_padded`` (the full rows' THD
     boundaries, every document padded) and local ``cu_seqlens``; the CP
-    ranks of a group get the same rows. See docs/loader.md.
+    ranks of a group get the same rows. ``cp_strategy="balanced"`` keeps short
+    documents whole on one CP rank, ``"ptrr"`` deals tokens round-robin
+    (docs/context_parallel.md). See docs/loader.md.
 
     Epochs and resume, one rule: the epoch is part of the state. When an epoch
     runs out the loader stands at the start of the next one (``state_dict()``
@@ -204,6 +206,7 @@ class TokenLoader:
         cp_size: Optional[int] = None,
         cp_rank: Optional[int] = None,
         cp_granularity: Optional[int] = None,
+        cp_strategy: str = "head_tail",
     ) -> None:
         # roles (a shardkit.DataRoles) or mesh= and data_axes=: shard by the data-parallel
         # rank and size, so tensor/pipeline replicas read identical batches.
@@ -301,6 +304,7 @@ class TokenLoader:
         )
         if cp_size != 1 or cp_granularity is not None:
             self._options.update(cp_size=cp_size, cp_rank=cp_rank, cp_granularity=cp_granularity)
+            self._options.update(cp_strategy=_core._str(cp_strategy, "cp_strategy"))
         self._loader = _core._TokenLoader(self._source_for(epoch), epoch=epoch, **self._options)
 
     def _open(self, tokens: Any, offsets: Any, token_dtype: str) -> Any:

@@ -55,6 +55,7 @@ __all__ = [
     "PackedCollator",
     "cp_rank_work",
     "cp_restore_index",
+    "cp_document_padding",
 ]
 
 
@@ -457,14 +458,21 @@ def cp_rank_work(
 ) -> list:
     """The causal attention work (keys attended by each real query) of every CP
     rank for one row of documents of these lengths, under one split:
-    ``"contiguous"``, ``"head_tail"`` (document-blind) or ``"document_head_tail"``
-    (shardkit's; rules: shardkit/packing/context_parallel.h, docs/context_parallel.md).
+    ``"contiguous"``, ``"head_tail"`` (document-blind), ``"document_head_tail"``
+    (shardkit's default layout), ``"balanced"`` (``cp_strategy="balanced"``: short
+    documents whole on one CP rank) or ``"ptrr"`` (tokens dealt round-robin, mirrored
+    passes); rules: shardkit/packing/context_parallel.h,
+    docs/context_parallel.md.
 
     >>> import shardkit
     >>> shardkit.cp_rank_work([64], 64, 2, "contiguous")
     [528.0, 1552.0]
     >>> shardkit.cp_rank_work([64], 64, 2)
     [1040.0, 1040.0]
+    >>> shardkit.cp_rank_work([5, 5, 2], 20, 2)   # head-tail: the padding on rank 0
+    [7.0, 26.0]
+    >>> shardkit.cp_rank_work([5, 5, 2], 20, 2, "balanced")  # 5 + 2 | 5, whole
+    [18.0, 15.0]
     """
     return _core._cp_rank_work(
         _int64(lengths, "lengths").tolist(),
@@ -476,7 +484,11 @@ def cp_rank_work(
 
 
 def cp_restore_index(
-    lengths: Any, seq_len: int, cp_size: int, cp_granularity: Optional[int] = None
+    lengths: Any,
+    seq_len: int,
+    cp_size: int,
+    cp_granularity: Optional[int] = None,
+    cp_strategy: str = "head_tail",
 ) -> np.ndarray:
     """The inverse of the batches' ``cp_index`` for one row of documents of these
     lengths: for every position t of the unsplit row, ``r * (seq_len // cp_size) + j``
@@ -493,4 +505,33 @@ def cp_restore_index(
         _core._index(seq_len, "seq_len"),
         _core._index(cp_size, "cp_size"),
         _core._optional_index(cp_granularity, "cp_granularity"),
+        _core._str(cp_strategy, "cp_strategy"),
+    )
+
+
+def cp_document_padding(
+    lengths: Any,
+    seq_len: int,
+    cp_size: int,
+    cp_granularity: Optional[int] = None,
+    cp_strategy: str = "head_tail",
+) -> int:
+    """The padding tokens inside the documents of one row split over ``cp_size``
+    CP ranks: every document padded to the granularity under ``"head_tail"``;
+    under ``"balanced"`` only the documents it splits (whole ones are not
+    padded); none under ``"ptrr"``. The rest of the row's padding is its
+    padding run.
+
+    >>> import shardkit
+    >>> shardkit.cp_document_padding([5, 5, 2], 20, 2)   # 8 + 8 + 4 - 12
+    8
+    >>> shardkit.cp_document_padding([5, 5, 2], 20, 2, cp_strategy="balanced")
+    0
+    """
+    return _core._cp_document_padding(
+        _int64(lengths, "lengths").tolist(),
+        _core._index(seq_len, "seq_len"),
+        _core._index(cp_size, "cp_size"),
+        _core._optional_index(cp_granularity, "cp_granularity"),
+        _core._str(cp_strategy, "cp_strategy"),
     )

@@ -306,7 +306,7 @@ void init_loader(nb::module_& m) {
              std::optional<bool> whale_unbalanced_io_slicing,
              std::optional<bool> whale_drop_last_files, bool equal_steps, const std::string& mode,
              const std::string& cost, bool block_mask, bool causal, nb::object state, Index cp_size,
-             Index cp_rank, std::optional<Index> cp_granularity) {
+             Index cp_rank, std::optional<Index> cp_granularity, const std::string& cp_strategy) {
             LoaderOptions o;
             o.seq_len = seq_len;
             o.batch_size = batch_size;
@@ -344,6 +344,7 @@ void init_loader(nb::module_& m) {
             o.causal = causal;
             o.cp.size = cp_size;
             o.cp.granularity = cp_granularity;
+            o.cp.strategy = ParseCpStrategy(cp_strategy);
             o.cp_rank = cp_rank;
             std::optional<LoaderState> resume;
             if (!state.is_none()) resume = DictToState(state);
@@ -360,7 +361,7 @@ void init_loader(nb::module_& m) {
           "whale_unbalanced_io_slicing"_a = nb::none(), "whale_drop_last_files"_a = nb::none(),
           "equal_steps"_a = false, "mode"_a = "pad", "cost"_a = "tokens", "block_mask"_a = false,
           "causal"_a = true, "state"_a = nb::none(), "cp_size"_a = 1, "cp_rank"_a = 0,
-          "cp_granularity"_a = nb::none())
+          "cp_granularity"_a = nb::none(), "cp_strategy"_a = "head_tail")
       .def(
           "next",
           [](TokenLoader& loader) -> nb::object {

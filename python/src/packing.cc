@@ -369,12 +369,31 @@ void init_packing(nb::module_& m) {
       "cp_granularity"_a = nb::none());
 
   m.def(
-      "_cp_restore_index",
+      "_cp_document_padding",
       [](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
-         std::optional<Index> cp_granularity) {
+         std::optional<Index> cp_granularity, const std::string& cp_strategy) {
         ContextParallelOptions cp;
         cp.size = cp_size;
         cp.granularity = cp_granularity;
+        cp.strategy = ParseCpStrategy(cp_strategy);
+        std::vector<PackItem> pieces;
+        for (std::size_t i = 0; i < lengths.size(); ++i) {
+          pieces.push_back(PackItem{static_cast<Index>(i), lengths[i], 0, 0});
+        }
+        ValidateCpRow(pieces, seq_len, cp, CpSplit::kDocumentHeadTail);
+        return CpDocumentPadding(pieces, seq_len, cp);
+      },
+      "lengths"_a, "seq_len"_a, "cp_size"_a, "cp_granularity"_a = nb::none(),
+      "cp_strategy"_a = "head_tail");
+
+  m.def(
+      "_cp_restore_index",
+      [](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
+         std::optional<Index> cp_granularity, const std::string& cp_strategy) {
+        ContextParallelOptions cp;
+        cp.size = cp_size;
+        cp.granularity = cp_granularity;
+        cp.strategy = ParseCpStrategy(cp_strategy);
         std::vector<PackItem> pieces;
         for (std::size_t i = 0; i < lengths.size(); ++i) {
           pieces.push_back(PackItem{static_cast<Index>(i), lengths[i], 0, 0});
@@ -385,7 +404,8 @@ void init_packing(nb::module_& m) {
         FillCpRestoreIndex(pieces, seq_len, cp, data);
         return out;
       },
-      "lengths"_a, "seq_len"_a, "cp_size"_a, "cp_granularity"_a = nb::none());
+      "lengths"_a, "seq_len"_a, "cp_size"_a, "cp_granularity"_a = nb::none(),
+      "cp_strategy"_a = "head_tail");
 }
 
 }  // namespace shardkit::python

@@ -576,9 +576,9 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
 void LoaderImpl::CollateContextParallel(const Plan& plan, Batch* batch) const {
   const Index L = options_.seq_len, width = batch->seq_len;
   const ContextParallelOptions& cp = options_.cp;
-  const Index granule = CpGranule(cp);
   StartBatch(plan, batch);
   batch->cu_seqlens_padded.assign(1, 0);
+  batch->cu_seqlens.assign(1, 0);
   batch->max_seqlen = 0;
   for (Index b = 0; b < options_.batch_size; ++b) {
     std::span<const PackItem> pieces;
@@ -604,14 +604,11 @@ void LoaderImpl::CollateContextParallel(const Plan& plan, Batch* batch) const {
     for (Index j = offset; j < offset + width; ++j) used += batch->cp_index[j] >= 0 ? 1 : 0;
     batch->tokens += used;
     batch->row_tokens[static_cast<std::size_t>(b)] = used;
-    batch->max_seqlen =
-        std::max(batch->max_seqlen,
-                 AppendCpCuSeqlensPadded(pieces, L, granule, static_cast<std::int32_t>(b * L),
-                                         &batch->cu_seqlens_padded));
-  }
-  batch->cu_seqlens.resize(batch->cu_seqlens_padded.size());
-  for (std::size_t i = 0; i < batch->cu_seqlens.size(); ++i) {
-    batch->cu_seqlens[i] = batch->cu_seqlens_padded[i] / static_cast<std::int32_t>(cp.size);
+    batch->max_seqlen = std::max(
+        batch->max_seqlen, AppendCpCuSeqlensPadded(pieces, L, cp, static_cast<std::int32_t>(b * L),
+                                                   &batch->cu_seqlens_padded));
+    AppendCpCuSeqlensLocal(pieces, L, cp, options_.cp_rank, static_cast<std::int32_t>(b * width),
+                           &batch->cu_seqlens);
   }
 }
 

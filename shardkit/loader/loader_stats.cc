@@ -57,8 +57,12 @@ CpWorkSummary SummarizeCpWork(const TrainPlan& plan) {
         ++s.rows;
         s.tokens += tokens;
         s.padding += CpPaddedTokens(row, granule) - tokens;
+        ContextParallelOptions balanced = o.cp;
+        balanced.strategy = CpStrategy::kBalanced;
+        s.balanced_padding += CpDocumentPadding(row, o.seq_len, balanced);
         for (const CpSplit split :
-             {CpSplit::kContiguous, CpSplit::kHeadTail, CpSplit::kDocumentHeadTail}) {
+             {CpSplit::kContiguous, CpSplit::kHeadTail, CpSplit::kDocumentHeadTail,
+              CpSplit::kBalanced, CpSplit::kPtrr}) {
           const std::vector<double> work = CpRankWork(row, o.seq_len, o.cp, split);
           double total = 0, most = 0;
           for (double w : work) {

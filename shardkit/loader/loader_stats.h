@@ -62,11 +62,12 @@ struct LoadSummary {
 // padding the per-document split adds.
 struct CpWorkSummary {
   Index cp_size = 1;
-  Index rows = 0;                       // rows with at least one real token
-  Index tokens = 0;                     // their real tokens
-  Index padding = 0;                    // per-document head-tail padding inside the documents
-  std::array<double, 3> mean_ratio{};   // by CpSplit
-  std::array<double, 3> worst_ratio{};  // by CpSplit
+  Index rows = 0;              // rows with at least one real token
+  Index tokens = 0;            // their real tokens
+  Index padding = 0;           // per-document head-tail padding inside the documents
+  Index balanced_padding = 0;  // the same with cp_strategy balanced (whole pieces unpadded)
+  std::array<double, kNumCpSplits> mean_ratio{};   // by CpSplit
+  std::array<double, kNumCpSplits> worst_ratio{};  // by CpSplit
 };
 
 // Every row of every rank of every step of `plan` (this epoch's steps;

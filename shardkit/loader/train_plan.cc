@@ -396,6 +396,9 @@ std::string TrainPlan::Describe() const {
   if (o.max_sequences) s += ", max_sequences=" + Str(*o.max_sequences);
   if (o.cp.size > 1) s += ", cp_size=" + Str(o.cp.size);
   if (o.cp.granularity) s += ", cp_granularity=" + Str(*o.cp.granularity);
+  if (o.cp.strategy != CpStrategy::kHeadTail) {
+    s += ", cp_strategy=" + std::string(CpStrategyName(o.cp.strategy));
+  }
   s += ", oversize=" + std::string(OversizeName(o.oversize)) +
        ", cost=" + std::string(CostModelName(o.cost));
   s += o.shuffle ? ", shuffle=True, seed=" + Str(o.seed) : std::string(", shuffle=False");

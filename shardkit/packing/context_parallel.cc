@@ -1,6 +1,7 @@
 #include "shardkit/packing/context_parallel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "shardkit/base/enum_names.h"
@@ -10,14 +11,27 @@ namespace shardkit {
 
 namespace {
 
-constexpr EnumNames<CpSplit, 3> kCpSplits{"cp_split",
-                                          "split",
-                                          {{{CpSplit::kContiguous, "contiguous"},
-                                            {CpSplit::kHeadTail, "head_tail"},
-                                            {CpSplit::kDocumentHeadTail, "document_head_tail"}}}};
+constexpr EnumNames<CpSplit, kNumCpSplits> kCpSplits{
+    "cp_split",
+    "split",
+    {{{CpSplit::kContiguous, "contiguous"},
+      {CpSplit::kHeadTail, "head_tail"},
+      {CpSplit::kDocumentHeadTail, "document_head_tail"},
+      {CpSplit::kBalanced, "balanced"},
+      {CpSplit::kPtrr, "ptrr"}}}};
 
-constexpr EnumNames<CpStrategy, 1> kCpStrategies{
-    "cp_strategy", "strategy", {{{CpStrategy::kHeadTail, "head_tail"}}}};
+constexpr EnumNames<CpStrategy, 3> kCpStrategies{"cp_strategy",
+                                                 "strategy",
+                                                 {{{CpStrategy::kHeadTail, "head_tail"},
+                                                   {CpStrategy::kBalanced, "balanced"},
+                                                   {CpStrategy::kPtrr, "ptrr"}}}};
+
+bool IsPtrr(const ContextParallelOptions& cp) {
+  return cp.strategy == CpStrategy::kPtrr && cp.size > 1;
+}
+
+// The PTRR block size B = g / 2C.
+Index PtrrBlock(const ContextParallelOptions& cp) { return CpGranule(cp) / (2 * cp.size); }
 
 // Keys attended by the causal queries at positions [a, b) of one document:
 // sum of (q + 1).
@@ -28,6 +42,120 @@ double CausalWork(Index a, Index b) {
 }
 
 }  // namespace
+
+void PlanCpRow(std::span<const PackItem> pieces, Index seq_len, const ContextParallelOptions& cp,
+               CpRowPlan* plan) {
+  const Index C = cp.size, g = CpGranule(cp), L = seq_len / C;
+  const std::size_t n = pieces.size(), ranks = static_cast<std::size_t>(C);
+  plan->owner.assign(n, -1);
+  plan->whole = false;
+  if (cp.strategy != CpStrategy::kBalanced) {  // every piece split; no work needed
+    plan->work.clear();
+    plan->split_padded = CpPaddedTokens(pieces, g);
+    return;
+  }
+  plan->work.assign(ranks, 0.0);
+  // Each piece's head-tail work per rank, and the all-split layout.
+  thread_local std::vector<double> split_work;
+  split_work.assign(n * ranks, 0.0);
+  Index all_padded = 0;
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Index l = pieces[i].length;
+    if (l == 0) continue;
+    const Index P = CpPaddedLength(l, g);
+    all_padded += P;
+    total += CausalWork(0, l);
+    for (Index r = 0; r < C; ++r) {
+      double w = 0;
+      for (const CpChunk& chunk : CpChunks(P, C, r)) {
+        w += CausalWork(chunk.start, std::min(l, chunk.start + chunk.length));
+      }
+      split_work[i * ranks + static_cast<std::size_t>(r)] = w;
+      plan->work[static_cast<std::size_t>(r)] += w;
+    }
+  }
+  plan->split_padded = all_padded;
+  if (C == 1) return;
+  double best = *std::max_element(plan->work.begin(), plan->work.end());
+  const double share = total / static_cast<double>(C);  // no layout's busiest rank does less
+  if (best <= share) return;
+  // Non-empty pieces by length, shortest first: a threshold's candidates are a prefix.
+  thread_local std::vector<std::size_t> order;
+  order.clear();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (pieces[i].length > 0) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return pieces[a].length < pieces[b].length;
+  });
+  // suffix[j * C + r]: rank r's head-tail work of the pieces order[j ..],
+  // suffix_padded[j] their padded tokens (a threshold's split pieces).
+  thread_local std::vector<double> suffix;
+  thread_local std::vector<Index> suffix_padded;
+  const std::size_t m = order.size();
+  suffix.assign((m + 1) * ranks, 0.0);
+  suffix_padded.assign(m + 1, 0);
+  for (std::size_t j = m; j-- > 0;) {
+    for (std::size_t r = 0; r < ranks; ++r) {
+      suffix[j * ranks + r] = suffix[(j + 1) * ranks + r] + split_work[order[j] * ranks + r];
+    }
+    suffix_padded[j] = suffix_padded[j + 1] + CpPaddedLength(pieces[order[j]].length, g);
+  }
+  thread_local std::vector<std::int32_t> to_rank;  // by position in order
+  thread_local std::vector<double> work;
+  thread_local std::vector<Index> room;
+  std::size_t tried = 0;
+  for (int k = 0; k <= 10; ++k) {
+    const double threshold = std::ldexp(share, -k);
+    std::size_t count = 0;
+    while (count < m && CausalWork(0, pieces[order[count]].length) <= threshold) ++count;
+    if (count == 0) break;  // smaller thresholds take nothing either
+    if (count == tried) continue;
+    tried = count;
+    work.assign(suffix.begin() + static_cast<std::ptrdiff_t>(count * ranks),
+                suffix.begin() + static_cast<std::ptrdiff_t>((count + 1) * ranks));
+    const Index split = suffix_padded[count];
+    room.assign(ranks, L - split / C);
+    to_rank.resize(count);
+    Index split_now = split;
+    bool fits = true;
+    for (std::size_t j = count; j-- > 0;) {  // longest candidate first
+      const std::size_t i = order[j];
+      const Index l = pieces[i].length;
+      std::size_t to = ranks;
+      for (std::size_t r = 0; r < ranks; ++r) {
+        if (room[r] >= l && (to == ranks || work[r] < work[to])) to = r;
+      }
+      if (to == ranks) {
+        // No rank has room: split it, which takes P / C slots of every rank.
+        const Index share_slots = CpPaddedLength(l, g) / C;
+        for (std::size_t r = 0; r < ranks; ++r) {
+          room[r] -= share_slots;
+          fits = fits && room[r] >= 0;
+          work[r] += split_work[i * ranks + r];
+        }
+        if (!fits) break;
+        split_now += CpPaddedLength(l, g);
+        to_rank[j] = -1;
+        continue;
+      }
+      to_rank[j] = static_cast<std::int32_t>(to);
+      work[to] += CausalWork(0, l);
+      room[to] -= l;
+    }
+    if (!fits) continue;
+    const double most = *std::max_element(work.begin(), work.end());
+    if (most < best) {
+      best = most;
+      plan->owner.assign(n, -1);
+      for (std::size_t j = 0; j < count; ++j) plan->owner[order[j]] = to_rank[j];
+      plan->work = work;
+      plan->split_padded = split_now;
+      plan->whole = true;
+    }
+  }
+}
 
 CpStrategy ParseCpStrategy(std::string_view name) { return kCpStrategies.Parse(name); }
 std::string_view CpStrategyName(CpStrategy strategy) { return kCpStrategies.Name(strategy); }
@@ -69,11 +197,22 @@ Index CpPaddedTokens(std::span<const PackItem> pieces, Index granule) {
 void FillCpRestoreIndex(std::span<const PackItem> pieces, Index seq_len,
                         const ContextParallelOptions& cp, std::int64_t* restore) {
   const Index C = cp.size, L = seq_len / C, g = CpGranule(cp);
+  if (IsPtrr(cp)) {
+    const Index tokens = RowTokens(pieces), B = PtrrBlock(cp);
+    for (Index t = 0; t < seq_len; ++t) restore[t] = t < tokens ? CpPtrrSlot(t, C, B, L) : -1;
+    return;
+  }
+  thread_local CpRowPlan plan;
+  PlanCpRow(pieces, seq_len, cp, &plan);
   std::fill(restore, restore + seq_len, std::int64_t{-1});
-  Index slot = 0;      // the current piece's first local slot (the same on every rank)
+  Index slot = 0;      // the current split piece's first local slot (the same on every rank)
   Index unpadded = 0;  // the current piece's first position in the unpadded row
-  for (const PackItem& p : pieces) {
-    if (p.length == 0) continue;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const PackItem& p = pieces[i];
+    if (p.length == 0 || plan.owner[i] >= 0) {
+      unpadded += p.length;
+      continue;
+    }
     const Index P = CpPaddedLength(p.length, g);
     for (Index r = 0; r < C; ++r) {
       Index at = slot;
@@ -86,29 +225,121 @@ void FillCpRestoreIndex(std::span<const PackItem> pieces, Index seq_len,
     slot += P / C;
     unpadded += p.length;
   }
+  if (!plan.whole) return;
+  std::vector<Index> at(static_cast<std::size_t>(C), slot);  // each rank's next tail slot
+  unpadded = 0;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const PackItem& p = pieces[i];
+    if (plan.owner[i] >= 0) {
+      const Index r = plan.owner[i];
+      Index& to = at[static_cast<std::size_t>(r)];
+      for (Index q = 0; q < p.length; ++q) restore[unpadded + q] = r * L + to + q;
+      to += p.length;
+    }
+    unpadded += p.length;
+  }
 }
 
-Index AppendCpCuSeqlensPadded(std::span<const PackItem> pieces, Index seq_len, Index granule,
-                              std::int32_t base, std::vector<std::int32_t>* out) {
+Index AppendCpCuSeqlensPadded(std::span<const PackItem> pieces, Index seq_len,
+                              const ContextParallelOptions& cp, std::int32_t base,
+                              std::vector<std::int32_t>* out) {
+  const Index C = cp.size, g = CpGranule(cp);
   Index at = 0, longest = 0;
-  for (const PackItem& p : pieces) {
-    if (p.length == 0) continue;
-    const Index P = CpPaddedLength(p.length, granule);
-    at += P;
-    longest = std::max(longest, P);
+  auto close = [&](Index end) {
+    longest = std::max(longest, end - at);
+    at = end;
     out->push_back(base + static_cast<std::int32_t>(at));
+  };
+  if (IsPtrr(cp)) {  // the unpadded row: pieces, then the padding run
+    for (const PackItem& p : pieces) {
+      if (p.length > 0) close(at + p.length);
+    }
+    if (at < seq_len) close(seq_len);
+    return longest;
   }
-  if (at < seq_len) {
-    longest = std::max(longest, seq_len - at);
-    out->push_back(base + static_cast<std::int32_t>(seq_len));
+  thread_local CpRowPlan plan;
+  PlanCpRow(pieces, seq_len, cp, &plan);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].length > 0 && plan.owner[i] < 0) close(at + CpPaddedLength(pieces[i].length, g));
+  }
+  if (!plan.whole) {
+    if (at < seq_len) close(seq_len);
+    return longest;
+  }
+  const Index S = at, tail = seq_len / C - S / C;  // each rank's tail slots
+  for (Index r = 0; r < C; ++r) {
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      if (plan.owner[i] == r) close(at + pieces[i].length);
+    }
+    if (at < S + (r + 1) * tail) close(S + (r + 1) * tail);
   }
   return longest;
+}
+
+void AppendCpCuSeqlensLocal(std::span<const PackItem> pieces, Index seq_len,
+                            const ContextParallelOptions& cp, Index cp_rank, std::int32_t base,
+                            std::vector<std::int32_t>* out) {
+  const Index C = cp.size, g = CpGranule(cp), L = seq_len / C;
+  Index at = 0;
+  auto close = [&](Index end) {
+    at = end;
+    out->push_back(base + static_cast<std::int32_t>(at));
+  };
+  if (IsPtrr(cp)) {  // the rank's slots of each piece, then of the padding
+    const Index B = PtrrBlock(cp);
+    Index end = 0;
+    for (const PackItem& p : pieces) {
+      if (p.length == 0) continue;
+      end += p.length;
+      const Index slots = CpPtrrCount(end, cp_rank, C, B);
+      if (slots > at) close(slots);
+    }
+    if (at < L) close(L);
+    return;
+  }
+  thread_local CpRowPlan plan;
+  PlanCpRow(pieces, seq_len, cp, &plan);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].length > 0 && plan.owner[i] < 0) {
+      close(at + CpPaddedLength(pieces[i].length, g) / C);
+    }
+  }
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (plan.owner[i] == cp_rank) close(at + pieces[i].length);
+  }
+  if (at < L) close(L);
 }
 
 std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
                                const ContextParallelOptions& cp, CpSplit split) {
   const Index C = cp.size;
   std::vector<double> work(static_cast<std::size_t>(C), 0.0);
+  if (split == CpSplit::kPtrr) {
+    ContextParallelOptions ptrr = cp;
+    ptrr.strategy = CpStrategy::kPtrr;
+    if (C == 1) return {CpRowCost(pieces, seq_len, cp)};
+    const Index B = PtrrBlock(ptrr);
+    Index begin = 0;
+    for (const PackItem& p : pieces) {
+      // The piece's row positions [begin, begin + l), block by block.
+      for (Index t = begin; t < begin + p.length;) {
+        const Index block_end = std::min(begin + p.length, (t / B + 1) * B);
+        const Index pass = t / (C * B), k = t % (C * B) / B;
+        const Index r = pass % 2 == 0 ? k : C - 1 - k;  // the block's owner
+        work[static_cast<std::size_t>(r)] += CausalWork(t - begin, block_end - begin);
+        t = block_end;
+      }
+      begin += p.length;
+    }
+    return work;
+  }
+  if (split == CpSplit::kBalanced) {
+    ContextParallelOptions balanced = cp;
+    balanced.strategy = CpStrategy::kBalanced;
+    thread_local CpRowPlan plan;
+    PlanCpRow(pieces, seq_len, balanced, &plan);
+    return plan.work;
+  }
   if (split == CpSplit::kDocumentHeadTail) {
     const Index g = CpGranule(cp);
     for (const PackItem& p : pieces) {
@@ -144,6 +375,19 @@ std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
   return work;
 }
 
+Index CpDocumentPadding(std::span<const PackItem> pieces, Index seq_len,
+                        const ContextParallelOptions& cp) {
+  if (IsPtrr(cp)) return 0;
+  thread_local CpRowPlan plan;
+  PlanCpRow(pieces, seq_len, cp, &plan);
+  Index padding = 0;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (plan.owner[i] < 0)
+      padding += CpPaddedLength(pieces[i].length, CpGranule(cp)) - pieces[i].length;
+  }
+  return padding;
+}
+
 void ValidateCpRow(std::span<const PackItem> pieces, Index seq_len,
                    const ContextParallelOptions& cp, CpSplit split) {
   if (seq_len < 1 || seq_len > kMaxCpRowTokens) {
@@ -155,7 +399,8 @@ void ValidateCpRow(std::span<const PackItem> pieces, Index seq_len,
       ThrowInvalid("lengths", Str(p.length) + " is outside [0, seq_len = " + Str(seq_len) + "]");
     }
   }
-  if (split == CpSplit::kDocumentHeadTail) {
+  if (split == CpSplit::kDocumentHeadTail || split == CpSplit::kBalanced ||
+      split == CpSplit::kPtrr) {
     const Index padded = CpPaddedTokens(pieces, CpGranule(cp));
     if (padded > seq_len) {
       ThrowInvalid("lengths", "the row holds " + Str(padded) +
@@ -174,7 +419,17 @@ void ValidateCpRow(std::span<const PackItem> pieces, Index seq_len,
   }
 }
 
-double CpRowCost(std::span<const PackItem> pieces, const ContextParallelOptions& cp) {
+double CpRowCost(std::span<const PackItem> pieces, Index seq_len,
+                 const ContextParallelOptions& cp) {
+  if (IsPtrr(cp)) {
+    const std::vector<double> work = CpRankWork(pieces, seq_len, cp, CpSplit::kPtrr);
+    return *std::max_element(work.begin(), work.end());
+  }
+  if (cp.strategy == CpStrategy::kBalanced && cp.size > 1) {
+    thread_local CpRowPlan plan;
+    PlanCpRow(pieces, seq_len, cp, &plan);
+    return *std::max_element(plan.work.begin(), plan.work.end());
+  }
   // Every rank does 1/C of a piece's work on the padded layout (the two
   // chunks cost 2C c^2 + c on every rank); a rank does less by the work of
   // the padding positions in its chunks, which only the last chunks hold. So

@@ -1,12 +1,18 @@
 """One rank of the context-parallel exactness test (test_context_parallel.py).
 
-For each layout (dp=2 x cp=2, then dp=1 x cp=4) this rank takes its roles
+For each layout (dp=2 x cp=2, then dp=1 x cp=4, then both again with
+cp_strategy="balanced", which keeps short documents whole on one CP rank, and
+with cp_strategy="ptrr", tokens dealt round-robin)
+this rank takes its roles
 from DataRoles(cp_axes="cp"), reads its CP slice of every batch from a
 TokenLoader, and computes causal varlen attention (float64, tiny dims) for
 its query tokens against K/V all-gathered over its CP group, using only the
 metadata it received: the local cu_seqlens cut its slots into sequences
 (sequence i holds the same slots on every CP rank), position_ids order the
-keys causally, document_ids == -1 masks padding. The outputs of the group,
+keys causally, document_ids == -1 masks padding. With "balanced" and "ptrr" the local
+sequences differ between ranks, so each query attends the all-gathered keys
+of its row with the same document_ids (the piece's index in the row) and a
+position_ids not after its own. The outputs of the group,
 put back at cp_index, must equal full-sequence causal attention per document
 over the unsplit row, which the loader without CP delivers (same plan, same
 rows) with its own cu_seqlens. Writes cp-<rank>.json: batches checked, the
@@ -53,13 +59,16 @@ def main():
         return x @ wq, x @ wk, x @ wv
 
     report = {}
-    for dp, cp in ((2, 2), (1, 4)):
+    layouts = [
+        (dp, cp, s) for s in ("head_tail", "balanced", "ptrr") for dp, cp in ((2, 2), (1, 4))
+    ]
+    for dp, cp, strategy in layouts:
         roles = shardkit.DataRoles({"dp": dp, "cp": cp}, "dp", rank=rank, cp_axes="cp")
         groups = [dist.new_group([d * cp + c for c in range(cp)]) for d in range(dp)]
         group = groups[roles.dp_rank]
         common = dict(seq_len=SEQ_LEN, batch_size=2, seed=3, num_threads=0)
         sliced = shardkit.TokenLoader(
-            root / "tokens.npy", root / "offsets.npy", roles=roles, **common
+            root / "tokens.npy", root / "offsets.npy", roles=roles, cp_strategy=strategy, **common
         )
         unsplit = shardkit.TokenLoader(
             root / "tokens.npy",
@@ -69,7 +78,7 @@ def main():
             cp_granularity=2 * cp,
             **common,
         )
-        worst, compared, batches = 0.0, 0, 0
+        worst, compared, batches, whole = 0.0, 0, 0, 0
         for batch, full in zip(sliced, unsplit, strict=True):
             batches += 1
             width = SEQ_LEN // cp
@@ -84,7 +93,25 @@ def main():
             kdoc = gather(doc, group, cp)
             out = torch.zeros_like(q)
             cu = batch["cu_seqlens"]
-            assert (cu * cp == batch["cu_seqlens_padded"]).all()
+            if strategy != "head_tail":
+                whole += int(
+                    len(cu) != len(batch["cu_seqlens_padded"])
+                    or not (cu * cp == batch["cu_seqlens_padded"]).all()
+                )
+                for row in range(batch["input_ids"].shape[0]):
+                    sl = slice(row * width, (row + 1) * width)
+                    key = torch.cat([t[sl] for t in ks])
+                    val = torch.cat([t[sl] for t in vs])
+                    key_pos = torch.cat([t[sl] for t in kpos])
+                    key_doc = torch.cat([t[sl] for t in kdoc])
+                    qd, qp = doc[sl], torch.as_tensor(pos[sl])
+                    allowed = (key_doc[None, :] == qd[:, None]) & (key_doc[None, :] >= 0)
+                    allowed &= key_pos[None, :] <= qp[:, None]
+                    rows = (qd >= 0).nonzero().flatten()
+                    out[row * width + rows] = attend(q[sl][rows], key, val, allowed[rows])
+                cu = cu[:1]  # done
+            else:
+                assert (cu * cp == batch["cu_seqlens_padded"]).all()
             for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
                 real_q = doc[a:b] >= 0
                 if not real_q.any():
@@ -124,7 +151,12 @@ def main():
             assert not torch.isnan(got[real_full]).any(), "a real token got no output"
             worst = max(worst, float((got[real_full] - expect[real_full]).abs().max()))
             compared += int(real_full.sum())
-        report[f"dp{dp}xcp{cp}"] = {"batches": batches, "max_abs_diff": worst, "tokens": compared}
+        report[f"{strategy}-dp{dp}xcp{cp}"] = {
+            "batches": batches,
+            "max_abs_diff": worst,
+            "tokens": compared,
+            "batches_with_whole_documents": whole,
+        }
     (root / f"cp-{rank}.json").write_text(json.dumps(report))
     dist.barrier()
     dist.destroy_process_group()

@@ -9,11 +9,12 @@ namespace {
 
 // The deal cost of one pack: its tokens, the sum of its squared piece
 // lengths, or (squared, with CP) the causal work of its busiest CP rank.
-double PackCost(const Pack& pack, CostModel model, const ContextParallelOptions& cp) {
+double PackCost(const Pack& pack, CostModel model, Index seq_len,
+                const ContextParallelOptions& cp) {
   // Tokens: the pack's total, which the packer keeps (an integer below
   // 2^53, so the same double as the sum of its pieces).
   if (model == CostModel::kTokens) return static_cast<double>(pack.tokens);
-  if (cp.size > 1) return CpRowCost(pack.pieces, cp);
+  if (cp.size > 1) return CpRowCost(pack.pieces, seq_len, cp);
   double c = 0;
   for (const PackItem& p : pack.pieces) c += PieceCost(p.length, model);
   return c;
@@ -36,13 +37,14 @@ Index Gather(PackStream* stream, Index R, Deal* deal) {
   return static_cast<Index>(deal->packs.size());
 }
 
-void DealPacks(Index W, Index rows, CostModel model, const ContextParallelOptions& cp, Deal* deal) {
+void DealPacks(Index W, Index rows, CostModel model, Index seq_len,
+               const ContextParallelOptions& cp, Deal* deal) {
   const Index K = static_cast<Index>(deal->packs.size());
   deal->costs.assign(static_cast<std::size_t>(K), 0.0);
   deal->total = 0;
   for (Index k = 0; k < K; ++k) {
     const Pack& pack = deal->packs[static_cast<std::size_t>(k)];
-    const double c = PackCost(pack, model, cp);
+    const double c = PackCost(pack, model, seq_len, cp);
     deal->costs[static_cast<std::size_t>(k)] = c;
     deal->total += c;
   }

@@ -32,7 +32,8 @@ Index Gather(PackStream* stream, Index R, Deal* deal);
 // The step's packs dealt to ranks by DealStep (rank_balance.h, BalanceRanks' deal),
 // each step on its own (nothing carried: a plan is read and resumed at any
 // step), at most `rows` packs per rank.
-void DealPacks(Index W, Index rows, CostModel model, const ContextParallelOptions& cp, Deal* deal);
+void DealPacks(Index W, Index rows, CostModel model, Index seq_len,
+               const ContextParallelOptions& cp, Deal* deal);
 
 // `rank`'s rows of the dealt step: its packs, then empty filler rows up to
 // `rows`.

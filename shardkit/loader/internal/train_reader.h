@@ -76,7 +76,7 @@ struct TrainPlan::Reader::Impl {
     const Index R = o.world_size * plan->rows_per_rank_;
     const Index K = internal::Gather(&stream, R, &deal);
     if (K == 0) return false;
-    internal::DealPacks(o.world_size, plan->rows_per_rank_, o.cost, o.cp, &deal);
+    internal::DealPacks(o.world_size, plan->rows_per_rank_, o.cost, o.seq_len, o.cp, &deal);
     return true;
   }
   bool published = false;

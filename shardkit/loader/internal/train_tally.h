@@ -46,7 +46,7 @@ class Tally {
       done_ = true;
       return false;
     }
-    DealPacks(o_.world_size, rows_per_rank_, o_.cost, o_.cp, deal);
+    DealPacks(o_.world_size, rows_per_rank_, o_.cost, o_.seq_len, o_.cp, deal);
     for (std::size_t k = 0; k < deal->packs.size(); ++k) {
       if (deal->epochs[k] != o_.epoch) {
         ++s_.next_epoch_rows;
