@@ -792,11 +792,16 @@ class TokenLoader::Epochs {
     if (impl_ != impl) return nullptr;  // another caller moved it already
     const std::uint64_t finished = impl->options().epoch;
     if (const TrainPlan* plan = impl->train_plan()) {
-      // The plan's end state: (epoch + 1, 0), or where continuous mode
-      // stands in the next epoch's stream.
+      // The plan's end state: (epoch + 1, 0), the next epoch from its start
+      // (whose source may be another data set: a mixture's next window), or
+      // where continuous mode stands in the next epoch's stream.
       LoaderState end;
       end.train = plan->StateAt(plan->num_steps());
-      Replace(Make(0, std::move(end)));
+      if (end.train->position == 0) {
+        Replace(Make(end.train->epoch, std::nullopt));
+      } else {
+        Replace(Make(0, std::move(end)));
+      }
     } else {
       Replace(Make(finished + 1, std::nullopt));
     }
