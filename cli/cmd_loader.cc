@@ -62,39 +62,6 @@ class Progress {
 
 std::string Default(Index v) { return " (default " + std::to_string(v) + ")"; }
 
-// The states to resume each consumer from: its own state when the file holds
-// one for every consumer of this run (exact resume), else the merge of all
-// the states in the file (elastic: any world size or worker count).
-std::map<Index, LoaderState> ResumeStates(const std::string& path, Index consumers,
-                                          const std::vector<Index>& wanted) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("--resume: cannot read '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  std::vector<LoaderState> states;
-  try {
-    states = LoaderStatesFromJson(text.str());
-  } catch (const std::invalid_argument& e) {
-    throw UsageError("--resume: '" + path + "': " + e.what());
-  }
-  std::map<Index, LoaderState> by;
-  for (const LoaderState& s : states) {
-    if (s.consumers == consumers) by[s.consumer] = s;
-  }
-  bool exact = true;
-  for (Index c : wanted) exact = exact && by.count(c) > 0;
-  if (exact) return by;
-  LoaderState merged;
-  try {
-    merged = MergeLoaderStates(states);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError("--resume: '" + path + "': " + e.what());
-  }
-  by.clear();
-  for (Index c : wanted) by[c] = merged;
-  return by;
-}
-
 // The text of a file (--resume).
 std::string ReadText(const std::string& flag, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -102,6 +69,21 @@ std::string ReadText(const std::string& flag, const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// The state each consumer resumes from: the core's rule, ResumeStateFor
+// (its own state when the file holds one for it, else the merge).
+std::map<Index, LoaderState> ResumeStates(const std::string& path, Index consumers,
+                                          const std::vector<Index>& wanted) {
+  std::vector<LoaderState> states;
+  std::map<Index, LoaderState> by;
+  try {
+    states = LoaderStatesFromJson(ReadText("--resume", path));
+    for (Index c : wanted) by[c] = ResumeStateFor(states, consumers, c);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--resume: '" + path + "': " + e.what());
+  }
+  return by;
 }
 
 // --mixture SRC0,SRC1,...: each a directory or TOKENS:OFFSETS.
