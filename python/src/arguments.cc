@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "python/src/bindings.h"
+#include "shardkit/loader/option_fields.h"
 #include "shardkit/packing/context_parallel.h"
 #include "shardkit/packing/packing_metadata.h"
 #include "shardkit/packing/rank_balance.h"
@@ -19,63 +20,6 @@ namespace shardkit::python {
 using namespace nb::literals;
 
 namespace {
-
-// The tables: each field once, by its name.
-template <typename Visit>
-void VisitOptions(TrainOptions& o, Visit&& v) {
-  v("seq_len", o.seq_len);
-  v("batch_size", o.batch_size);
-  v("world_size", o.world_size);
-  v("micro_batches", o.micro_batches);
-  v("mode", o.mode);
-  v("shuffle", o.shuffle);
-  v("seed", o.seed);
-  v("epoch", o.epoch);
-  v("position", o.position);
-  v("algorithm", o.algorithm);
-  v("buffer", o.buffer);
-  v("max_images", o.max_images);
-  v("max_sequences", o.max_sequences);
-  v("oversize", o.oversize);
-  v("cost", o.cost);
-  v("cp_size", o.cp.size);
-  v("cp_strategy", o.cp.strategy);
-  v("cp_granularity", o.cp.granularity);
-}
-
-template <typename Visit>
-void VisitOptions(LoaderOptions& o, Visit&& v) {
-  VisitOptions(static_cast<TrainOptions&>(o), v);
-  v("rank", o.rank);
-  v("worker", o.worker);
-  v("num_workers", o.num_workers);
-  v("pad_token_id", o.pad_token_id);
-  v("ignore_index", o.ignore_index);
-  v("padding_side", o.padding_side);
-  v("num_threads", o.num_threads);
-  v("prefetch", o.prefetch);
-  v("shard_files", o.shard_files);
-  v("whale_unbalanced_io_slicing", o.whale_unbalanced_io_slicing);
-  v("whale_drop_last_files", o.whale_drop_last_files);
-  v("equal_steps", o.equal_steps);
-  v("block_mask", o.block_mask);
-  v("causal", o.causal);
-  v("cp_rank", o.cp_rank);
-}
-
-// The enums by the core's name tables.
-PackAlgorithm Parse(std::string_view s, PackAlgorithm*) { return ParsePackAlgorithm(s); }
-Oversize Parse(std::string_view s, Oversize*) { return ParseOversize(s); }
-TrainMode Parse(std::string_view s, TrainMode*) { return ParseTrainMode(s); }
-CostModel Parse(std::string_view s, CostModel*) { return ParseCostModel(s); }
-PaddingSide Parse(std::string_view s, PaddingSide*) { return ParsePaddingSide(s); }
-CpStrategy Parse(std::string_view s, CpStrategy*) { return ParseCpStrategy(s); }
-std::string_view Name(PackAlgorithm v) { return PackAlgorithmName(v); }
-std::string_view Name(Oversize v) { return OversizeName(v); }
-std::string_view Name(TrainMode v) { return TrainModeName(v); }
-std::string_view Name(CostModel v) { return CostModelName(v); }
-std::string_view Name(PaddingSide v) { return PaddingSideName(v); }
-std::string_view Name(CpStrategy v) { return CpStrategyName(v); }
 
 template <typename T>
 void Convert(nb::handle value, const char* name, T* field) {
@@ -88,14 +32,14 @@ void Convert(nb::handle value, const char* name, T* field) {
   } else if constexpr (std::is_same_v<T, std::optional<Index>>) {
     *field = ToOptionalIndex(value, name);
   } else {
-    *field = Parse(ToStr(value, name), field);
+    *field = ParseOptionField(ToStr(value, name), field);
   }
 }
 
 template <typename T>
 nb::object ToPython(const T& value) {
   if constexpr (std::is_enum_v<T>) {
-    return nb::str(std::string(Name(value)).c_str());
+    return nb::str(std::string(OptionFieldName(value)).c_str());
   } else {
     return nb::cast(value);
   }
@@ -152,8 +96,7 @@ void ReadOptions(nb::handle kwargs, LoaderOptions* options, const char* what) {
 
 nb::dict WriteOptions(const LoaderOptions& options) {
   nb::dict out;
-  LoaderOptions copy = options;
-  VisitOptions(copy, [&](const char* name, const auto& field) { out[name] = ToPython(field); });
+  VisitOptions(options, [&](const char* name, const auto& field) { out[name] = ToPython(field); });
   return out;
 }
 
