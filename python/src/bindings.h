@@ -36,6 +36,7 @@
 #include "shardkit/base/errors.h"
 #include "shardkit/base/index.h"
 #include "shardkit/loader/loader.h"
+#include "shardkit/loader/multimodal_plan.h"
 #include "shardkit/loader/train_plan.h"
 
 namespace shardkit::python {
@@ -487,6 +488,8 @@ inline Index CheckedIndex(Index k, Index size, const char* what) {
 // follows Whale's environment variables (WhalePolicyFromEnvironment).
 void ReadOptions(nb::handle kwargs, TrainOptions* options, const char* what = "TrainPlan");
 void ReadOptions(nb::handle kwargs, LoaderOptions* options, const char* what = "TokenLoader");
+void ReadOptions(nb::handle kwargs, MultimodalOptions* options,
+                 const char* what = "MultimodalPlan");
 [[nodiscard]] nb::dict WriteOptions(const LoaderOptions& options);
 
 // ---- one init function per core area; module.cc calls them in order ----------

@@ -12,7 +12,9 @@
 //
 // Field types a visitor meets: Index (std::int64_t), std::uint64_t, bool,
 // std::optional<Index> and the enums PackAlgorithm, Oversize, TrainMode,
-// CostModel, CpStrategy and PaddingSide (each with its Parse*/Name pair).
+// CostModel, CpStrategy, PaddingSide, VisionCost and MultimodalMode (read with
+// ParseOptionField below). MultimodalOptions (multimodal_plan.h) has a table
+// of its own.
 //
 // Thread-safety: pure functions over the caller's struct.
 #ifndef SHARDKIT_LOADER_OPTION_FIELDS_H_
@@ -22,6 +24,7 @@
 #include <type_traits>
 
 #include "shardkit/loader/loader.h"
+#include "shardkit/loader/multimodal_plan.h"
 #include "shardkit/loader/train_plan.h"
 
 namespace shardkit {
@@ -71,6 +74,22 @@ void VisitOptions(Options& o, Visit&& v) {
   v("cp_rank", o.cp_rank);
 }
 
+template <typename Options, typename Visit>
+requires std::is_same_v<std::remove_const_t<Options>, MultimodalOptions>
+void VisitOptions(Options& o, Visit&& v) {
+  v("seq_len", o.seq_len);
+  v("rows_per_rank", o.rows_per_rank);
+  v("world_size", o.world_size);
+  v("max_images", o.max_images);
+  v("max_vision_tokens", o.max_vision_tokens);
+  v("max_images_per_sample", o.max_images_per_sample);
+  v("vision_cost", o.vision_cost);
+  v("mode", o.mode);
+  v("shuffle", o.shuffle);
+  v("seed", o.seed);
+  v("epoch", o.epoch);
+}
+
 // The enum fields' text, by the core's name tables: ParseOptionField(text,
 // &field) (throws invalid_argument naming the option, as Parse* does) and
 // OptionFieldName(value).
@@ -84,6 +103,10 @@ inline PaddingSide ParseOptionField(std::string_view s, PaddingSide*) {
   return ParsePaddingSide(s);
 }
 inline CpStrategy ParseOptionField(std::string_view s, CpStrategy*) { return ParseCpStrategy(s); }
+inline VisionCost ParseOptionField(std::string_view s, VisionCost*) { return ParseVisionCost(s); }
+inline MultimodalMode ParseOptionField(std::string_view s, MultimodalMode*) {
+  return ParseMultimodalMode(s);
+}
 inline std::string_view OptionFieldName(PackAlgorithm v) { return PackAlgorithmName(v); }
 inline std::string_view OptionFieldName(Oversize v) { return OversizeName(v); }
 inline std::string_view OptionFieldName(TrainMode v) { return TrainModeName(v); }
