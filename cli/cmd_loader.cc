@@ -485,12 +485,10 @@ int RunLoaderStats(const Argv& argv) {
   scope.all_ranks = ranks.size() == static_cast<std::size_t>(o.world_size);
   scope.whole_epoch = max_batches < 0 && resume.empty();
   scope.shard_files = o.shard_files;
+  scope.plan = plan;
+  scope.mode = o.mode;
   const LoadSummary sum = SummarizeLoad(stats, scope);
   const double rate = seconds > 0 ? all_tokens / seconds : 0.0;
-  // Equal steps: drop mode drops the final partial step, continuous mode
-  // ends with rows of the next epoch.
-  const bool complete =
-      sum.complete && (!plan || (plan->dropped_tokens == 0 && o.mode != TrainMode::kContinuous));
   const Index files = mixing ? mix.files : source->num_parts();
   LoaderStatsReport report;
   report.source = source.get();
@@ -504,7 +502,6 @@ int RunLoaderStats(const Argv& argv) {
   report.rate = rate;
   report.resumed = !resume.empty();
   report.resume_path = args.Str("resume", "");
-  report.complete = complete;
   report.mixture = mixing ? &mix : nullptr;
   report.cp_work = cp_work;
   report.cp_granularity = o.cp.granularity;

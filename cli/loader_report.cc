@@ -19,7 +19,7 @@ void PrintLoaderStats(const LoaderStatsReport& report, bool json) {
   const auto& stats = report.stats;
   const LoadSummary& sum = report.sum;
   const double seconds = report.seconds, rate = report.rate;
-  const bool complete = report.complete;
+  const bool complete = report.sum.complete;
   const bool mixing = report.mixture != nullptr;
   static const MixtureRun kNoMixture;
   const MixtureRun& mix = mixing ? *report.mixture : kNoMixture;

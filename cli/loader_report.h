@@ -82,7 +82,6 @@ struct LoaderStatsReport {
   double seconds = 0, rate = 0;
   bool resumed = false;
   std::string resume_path;
-  bool complete = false;
   const MixtureRun* mixture = nullptr;  // with --mixture
   std::optional<CpWorkSummary> cp_work;
   std::optional<Index> cp_granularity;
