@@ -532,22 +532,12 @@ class _MixtureTokenLoader(TokenLoader):
         _require_state(state)
         if isinstance(state, (list, tuple)):
             state = self.merge_states(state)
-        o = self._options
         order, inner, changed, read, at = _core._mixture_resume(
             self._sources,
             self._requested,
             self._samples if self._samples_given else None,
             state,
-            seq_len=o["seq_len"],
-            batch_size=o["batch_size"],
-            world_size=o["world_size"],
-            seed=o["seed"],
-            algorithm=o["algorithm"],
-            oversize=o["oversize"],
-            buffer=o["buffer"],
-            equal_steps=o["equal_steps"],
-            mode=o["mode"],
-            cost=o["cost"],
+            **self._options,
         )
         self._order = order
         self._samples = order.samples

@@ -474,24 +474,12 @@ void init_loader(nb::module_& m) {
   m.def(
       "_mixture_resume",
       [](nb::list sources, const Mixture& mixture, std::optional<Index> samples, nb::handle state,
-         Index seq_len, Index batch_size, Index world_size, std::uint64_t seed,
-         const std::string& algorithm, const std::string& oversize, std::optional<Index> buffer,
-         bool equal_steps, const std::string& mode, const std::string& cost) {
+         nb::kwargs options) {
         std::vector<std::shared_ptr<const TokenSource>> views;
         for (nb::handle h : sources) views.push_back(nb::cast<const PySource&>(h).source);
         const std::string text = StateText(state);
         LoaderOptions o;
-        o.seq_len = seq_len;
-        o.batch_size = batch_size;
-        o.world_size = world_size;
-        o.shuffle = false;
-        o.seed = seed;
-        o.algorithm = ParsePackAlgorithm(algorithm);
-        o.oversize = ParseOversize(oversize);
-        o.buffer = buffer;
-        o.equal_steps = equal_steps;
-        o.mode = ParseTrainMode(mode);
-        o.cost = ParseCostModel(cost);
+        ReadOptions(options, &o);
         std::optional<MixtureResume> r;
         {
           ReleaseGil release;
@@ -499,9 +487,7 @@ void init_loader(nb::module_& m) {
         }
         return nb::make_tuple(r->order, StateToDict(r->loader), r->changed, r->read, r->at);
       },
-      "sources"_a, "mixture"_a, "samples"_a.none(), "state"_a, nb::kw_only(), "seq_len"_a,
-      "batch_size"_a, "world_size"_a, "seed"_a, "algorithm"_a, "oversize"_a, "buffer"_a.none(),
-      "equal_steps"_a, "mode"_a, "cost"_a,
+      "sources"_a, "mixture"_a, "samples"_a.none(), "state"_a, "options"_a,
       "(order, loader state, changed, read, at): a mixture loader resumed from `state` with "
       "`mixture`'s weights (ResumeMixtureLoader).");
   m.def(
