@@ -258,6 +258,10 @@ class TokenLoader {
 
   // Entries in this consumer's list this epoch (documents or head pieces).
   [[nodiscard]] Index ListSize() const;
+  // The options of the epoch the loader stands in (options.epoch is that
+  // epoch). This reference, source(), file_policy() and train_plan() belong to
+  // the current epoch: valid until the loader moves to another (a pass runs
+  // out, SetEpoch, Restore).
   [[nodiscard]] const LoaderOptions& options() const;
   [[nodiscard]] Index consumers() const;
   [[nodiscard]] Index consumer() const;
