@@ -1,5 +1,6 @@
 // shardkit loader-stats: runs the token loader over a data set for every rank
-// (or one) and reports throughput, padding and balance.
+// (or one) and reports throughput, padding and balance: parse -> run -> report
+// (cli/loader_report.cc prints).
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/json.h"
+#include "cli/loader_report.h"
 #include "cli/roles.h"
 #include "shardkit/base/atomic_file.h"
 #include "shardkit/base/json.h"
@@ -24,76 +26,14 @@
 #include "shardkit/loader/loader_state.h"
 #include "shardkit/loader/loader_stats.h"
 #include "shardkit/loader/mixture_loader.h"
+#include "shardkit/loader/option_fields.h"
 #include "shardkit/loader/source_formats.h"
 
 namespace shardkit::cli {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-class Progress {
- public:
-  Progress(bool enabled, Index total_tokens) : enabled_(enabled), total_(total_tokens) {}
-  void Update(Index done_tokens, Index batches, double seconds, bool force = false) {
-    if (!enabled_) return;
-    const auto now = Clock::now();
-    if (!force && now - last_ < std::chrono::milliseconds(100)) return;
-    last_ = now;
-    const double fraction =
-        total_ > 0 ? std::min(1.0, static_cast<double>(done_tokens) / total_) : 1.0;
-    const int width = 30;
-    const int filled = static_cast<int>(fraction * width);
-    std::string bar(static_cast<std::size_t>(filled), '#');
-    bar += std::string(static_cast<std::size_t>(width - filled), '.');
-    std::fprintf(stderr, "\r[%s] %5.1f%%  %" PRId64 " batches  %.1f Mtokens/s ", bar.c_str(),
-                 100 * fraction, batches, seconds > 0 ? done_tokens / seconds / 1e6 : 0.0);
-    std::fflush(stderr);
-  }
-  void Done() {
-    if (enabled_) std::fprintf(stderr, "\n");
-  }
-
- private:
-  bool enabled_;
-  Index total_;
-  Clock::time_point last_{};
-};
-
 std::string Default(Index v) { return " (default " + std::to_string(v) + ")"; }
-
-// The states to resume each consumer from: its own state when the file holds
-// one for every consumer of this run (exact resume), else the merge of all
-// the states in the file (elastic: any world size or worker count).
-std::map<Index, LoaderState> ResumeStates(const std::string& path, Index consumers,
-                                          const std::vector<Index>& wanted) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("--resume: cannot read '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  std::vector<LoaderState> states;
-  try {
-    states = LoaderStatesFromJson(text.str());
-  } catch (const std::invalid_argument& e) {
-    throw UsageError("--resume: '" + path + "': " + e.what());
-  }
-  std::map<Index, LoaderState> by;
-  for (const LoaderState& s : states) {
-    if (s.consumers == consumers) by[s.consumer] = s;
-  }
-  bool exact = true;
-  for (Index c : wanted) exact = exact && by.count(c) > 0;
-  if (exact) return by;
-  LoaderState merged;
-  try {
-    merged = MergeLoaderStates(states);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError("--resume: '" + path + "': " + e.what());
-  }
-  by.clear();
-  for (Index c : wanted) by[c] = merged;
-  return by;
-}
 
 // The text of a file (--resume).
 std::string ReadText(const std::string& flag, const std::string& path) {
@@ -102,6 +42,21 @@ std::string ReadText(const std::string& flag, const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// The state each consumer resumes from: the core's rule, ResumeStateFor
+// (its own state when the file holds one for it, else the merge).
+std::map<Index, LoaderState> ResumeStates(const std::string& path, Index consumers,
+                                          const std::vector<Index>& wanted) {
+  std::vector<LoaderState> states;
+  std::map<Index, LoaderState> by;
+  try {
+    states = LoaderStatesFromJson(ReadText("--resume", path));
+    for (Index c : wanted) by[c] = ResumeStateFor(states, consumers, c);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--resume: '" + path + "': " + e.what());
+  }
+  return by;
 }
 
 // --mixture SRC0,SRC1,...: each a directory or TOKENS:OFFSETS.
@@ -127,32 +82,51 @@ std::vector<std::shared_ptr<const TokenSource>> OpenMixtureSources(
   return out;
 }
 
-// A mixture loader run: its sources, the weights asked for, the order read.
-struct MixtureRun {
-  std::vector<std::shared_ptr<const TokenSource>> sources;
-  std::optional<Mixture> requested;
-  std::optional<MixtureOrder> order;
-  std::optional<Index> samples;  // given with --samples
-  std::optional<MixtureResume> resumed;
-  std::vector<Index> window_sources;
-  MixtureDelivery delivered;
-  // After a resume that changed the weights: what the run delivered of the
-  // window documents read before the change (old weights) and after it.
-  MixtureDelivery before_change, after_change;
-  // Files under every source (a mixture's loader reads one gathered view).
-  Index files = 0;
-};
+// ---- parse ------------------------------------------------------------------
 
-}  // namespace
+// The flags of LoaderOptions' fields are their names (shardkit/loader/
+// option_fields.h) with '-' for '_'; the true renames, the switches that turn
+// a field off, and the fields the command sets by a rule of its own (--cp
+// plans for the report only, --rank picks the ranks to run, --whale-policy).
+constexpr std::pair<std::string_view, std::string_view> kRenamed[] = {{"batch_size", "batch"},
+                                                                      {"world_size", "world"},
+                                                                      {"num_workers", "workers"},
+                                                                      {"num_threads", "threads"}};
+constexpr std::pair<std::string_view, std::string_view> kNegated[] = {{"shuffle", "no-shuffle"},
+                                                                      {"equal_steps", "per-rank"}};
+constexpr std::string_view kOwnRule[] = {"cp_size", "cp_granularity", "rank",
+                                         "whale_unbalanced_io_slicing", "whale_drop_last_files"};
 
-int RunLoaderStats(const Argv& argv) {
-  Args args("loader-stats",
-            "Runs the token loader (read -> pack -> collate, background threads) over a\n"
-            "tokenised data set for every rank, or one, and reports tokens/s, padding\n"
-            "and the balance of batches and tokens across ranks. By default the batches\n"
-            "follow the equal-steps plan (every rank the same number of steps; the\n"
-            "per-step balance is reported); --per-rank packs each rank on its own.\n"
-            "A progress bar goes to stderr (--quiet turns it off).");
+void ReadOptionFlags(const Args& args, LoaderOptions* o) {
+  VisitOptions(*o, [&](const char* name, auto& field) {
+    using T = std::decay_t<decltype(field)>;
+    for (std::string_view own : kOwnRule) {
+      if (own == name) return;
+    }
+    for (auto [negated, flag] : kNegated) {
+      if (negated != name) continue;
+      if constexpr (std::is_same_v<T, bool>) field = !args.Has(std::string(flag));
+      return;
+    }
+    std::string flag = name;
+    for (auto [renamed, short_flag] : kRenamed) {
+      if (renamed == name) flag = short_flag;
+    }
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (!args.Has(flag)) return;
+    if constexpr (std::is_same_v<T, bool>) {
+      field = true;
+    } else if constexpr (std::is_same_v<T, std::uint64_t>) {
+      field = args.Uint(flag, field);
+    } else if constexpr (std::is_same_v<T, Index> || std::is_same_v<T, std::optional<Index>>) {
+      field = *args.Int(flag);
+    } else {
+      field = ParseOptionField(*args.Str(flag), &field);
+    }
+  });
+}
+
+void DeclareFlags(Args& args) {
   const LoaderOptions d;  // the defaults are the core's
   args.Flag("tokens", "FILE", "token array: .npy (uint16/int32/uint32) or raw")
       .Flag("offsets", "FILE", "document offsets (num_documents + 1 entries): .npy or raw int64")
@@ -241,10 +215,12 @@ int RunLoaderStats(const Argv& argv) {
       .Flag("quiet", "", "no progress bar")
       .Flag("json", "", "print one JSON object");
   AddRolesFlags(args);
-  if (!args.Parse(argv)) return 0;
-  const std::optional<std::vector<DataRoles>> roles = RolesFromArgs(args);
+}
 
-  OpenSourceOptions open_options;
+// The source of a run (--tokens/--offsets, --dir, --source), or the mixture's
+// sources in `mix`.
+std::shared_ptr<const TokenSource> OpenRunSource(const Args& args, OpenSourceOptions& open_options,
+                                                 MixtureRun& mix) {
   SourceOptions& source_options = open_options.npy;
   if (auto t = args.Str("token-dtype")) {
     source_options.raw_token_dtype = ParseTokenDType(*t);
@@ -261,7 +237,6 @@ int RunLoaderStats(const Argv& argv) {
     open_options.format = ParseSourceFormat(*f);
   }
   std::shared_ptr<const TokenSource> source;
-  MixtureRun mix;
   const bool mixing = args.Has("mixture");
   for (const char* flag :
        {"weights", "by", "samples", "block", "schedule", "linear", "schedule-unit", "no-repeat"}) {
@@ -303,20 +278,91 @@ int RunLoaderStats(const Argv& argv) {
     source =
         TokenSource::Open(args.RequireStr("tokens"), args.RequireStr("offsets"), source_options);
   }
+  return source;
+}
+
+// --mixture: the requested mixture, the order read (resumed with --resume),
+// the epoch's window as the run's source.
+std::shared_ptr<const TokenSource> SetUpMixture(const Args& args, LoaderOptions& o,
+                                                MixtureRun& mix) {
+  const std::vector<double> weights = ParseDoubles("--weights", args.RequireStr("weights"));
+  MixtureOptions mo;
+  try {
+    mo.by = ParseMixBy(args.Str("by", "tokens"));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--") + e.what());
+  }
+  mo.seed = o.seed;
+  if (auto b = args.Int("block")) mo.block = *b;
+  if (auto sch = args.Str("schedule")) mo.schedule = ParseSchedule(*sch);
+  if (args.Has("linear")) mo.interpolation = Interpolation::kLinear;
+  mo.schedule_unit = ParseMixBy(args.Str("schedule-unit", "samples"), "--schedule-unit");
+  if (args.Has("no-repeat")) {
+    mo.repeat.assign(mix.sources.size(), true);
+    for (std::int64_t k : args.IntList("no-repeat")) {
+      if (k < 0 || k >= static_cast<std::int64_t>(mix.sources.size())) {
+        throw UsageError("--no-repeat: source " + std::to_string(k) + " is outside [0, " +
+                         std::to_string(mix.sources.size()) + ")");
+      }
+      mo.repeat[static_cast<std::size_t>(k)] = false;
+    }
+  }
+  mix.requested.emplace(MixtureOfSources(mix.sources, weights, mo));
+  if (auto n = args.Int("samples")) {
+    if (*n < 1) throw UsageError("--samples: must be at least 1, got " + std::to_string(*n));
+    mix.samples = *n;
+  }
+  if (auto path = args.Str("resume")) {
+    const std::string text = ReadText("--resume", *path);
+    try {
+      const shardkit::Json list = ParseJson(text, "state");
+      std::string one = text;
+      if (list.type() == shardkit::Json::Type::kArray) {
+        std::vector<std::string> texts;
+        for (const shardkit::Json& s : list.array()) texts.push_back(WriteJson(s));
+        one = texts.size() == 1 ? texts[0] : MergeMixtureLoaderStates(texts);
+      }
+      mix.resumed.emplace(ResumeMixtureLoader(mix.sources, *mix.requested, mix.samples, o, one));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--resume: '" + *path + "': " + e.what());
+    }
+    mix.order.emplace(mix.resumed->order);
+    const LoaderState& at = mix.resumed->loader;
+    o.epoch = at.train ? at.train->epoch : at.epoch;
+  } else {
+    mix.order.emplace(*mix.requested, mix.samples.value_or(DefaultMixtureSamples(*mix.requested)));
+  }
+  const MixtureWindow window = mix.order->Window(o.epoch);
+  mix.window_sources.resize(static_cast<std::size_t>(window.count));
+  std::vector<Index> items(static_cast<std::size_t>(window.count));
+  mix.order->Fill(window.first, window.first + window.count, mix.window_sources.data(),
+                  items.data());
+  return MixtureSource(mix.sources, *mix.order, window);
+}
+
+}  // namespace
+
+int RunLoaderStats(const Argv& argv) {
+  Args args("loader-stats",
+            "Runs the token loader (read -> pack -> collate, background threads) over a\n"
+            "tokenised data set for every rank, or one, and reports tokens/s, padding\n"
+            "and the balance of batches and tokens across ranks. By default the batches\n"
+            "follow the equal-steps plan (every rank the same number of steps; the\n"
+            "per-step balance is reported); --per-rank packs each rank on its own.\n"
+            "A progress bar goes to stderr (--quiet turns it off).");
+  DeclareFlags(args);
+  if (!args.Parse(argv)) return 0;
+  const std::optional<std::vector<DataRoles>> roles = RolesFromArgs(args);
+  OpenSourceOptions open_options;
+  MixtureRun mix;
+  const bool mixing = args.Has("mixture");
+  std::shared_ptr<const TokenSource> source = OpenRunSource(args, open_options, mix);
   LoaderOptions o;
-  o.seq_len = args.RequireInt("seq-len");
-  o.batch_size = args.RequireInt("batch");
-  o.world_size = roles ? WorldFromArgs(args, roles) : args.Int("world", d.world_size);
-  o.num_workers = args.Int("workers", d.num_workers);
-  o.shuffle = !args.Has("no-shuffle") && !mixing;
-  o.seed = args.Uint("seed", d.seed);
-  o.epoch = args.Uint("epoch", d.epoch);
-  if (auto a = args.Str("algorithm")) o.algorithm = ParsePackAlgorithm(*a);
-  if (auto v = args.Str("oversize")) o.oversize = ParseOversize(*v);
-  if (auto buffer = args.Int("buffer")) o.buffer = *buffer;
-  o.num_threads = args.Int("threads", d.num_threads);
-  o.prefetch = args.Int("prefetch", d.prefetch);
-  o.shard_files = args.Has("shard-files");
+  (void)args.RequireInt("seq-len");
+  (void)args.RequireInt("batch");
+  ReadOptionFlags(args, &o);
+  if (roles) o.world_size = WorldFromArgs(args, roles);
+  if (mixing) o.shuffle = false;
   if (args.Has("whale-policy") && !o.shard_files) {
     throw UsageError("--whale-policy: needs --shard-files");
   }
@@ -325,65 +371,7 @@ int RunLoaderStats(const Argv& argv) {
                                                   : ParseWhalePolicy("--whale-policy", policy_name);
   o.whale_unbalanced_io_slicing = policy.unbalanced_io_slicing;
   o.whale_drop_last_files = policy.drop_last_files;
-  o.equal_steps = !args.Has("per-rank");
-  o.mode = ParseTrainMode(args.Str("mode", "pad"));
-  o.cost = ParseCostModel(args.Str("cost", "tokens"));
-  if (mixing) {
-    const std::vector<double> weights = ParseDoubles("--weights", args.RequireStr("weights"));
-    MixtureOptions mo;
-    try {
-      mo.by = ParseMixBy(args.Str("by", "tokens"));
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(std::string("--") + e.what());
-    }
-    mo.seed = o.seed;
-    if (auto b = args.Int("block")) mo.block = *b;
-    if (auto sch = args.Str("schedule")) mo.schedule = ParseSchedule(*sch);
-    if (args.Has("linear")) mo.interpolation = Interpolation::kLinear;
-    mo.schedule_unit = ParseMixBy(args.Str("schedule-unit", "samples"), "--schedule-unit");
-    if (args.Has("no-repeat")) {
-      mo.repeat.assign(mix.sources.size(), true);
-      for (std::int64_t k : args.IntList("no-repeat")) {
-        if (k < 0 || k >= static_cast<std::int64_t>(mix.sources.size())) {
-          throw UsageError("--no-repeat: source " + std::to_string(k) + " is outside [0, " +
-                           std::to_string(mix.sources.size()) + ")");
-        }
-        mo.repeat[static_cast<std::size_t>(k)] = false;
-      }
-    }
-    mix.requested.emplace(MixtureOfSources(mix.sources, weights, mo));
-    if (auto n = args.Int("samples")) {
-      if (*n < 1) throw UsageError("--samples: must be at least 1, got " + std::to_string(*n));
-      mix.samples = *n;
-    }
-    if (auto path = args.Str("resume")) {
-      const std::string text = ReadText("--resume", *path);
-      try {
-        const shardkit::Json list = ParseJson(text, "state");
-        std::string one = text;
-        if (list.type() == shardkit::Json::Type::kArray) {
-          std::vector<std::string> texts;
-          for (const shardkit::Json& s : list.array()) texts.push_back(WriteJson(s));
-          one = texts.size() == 1 ? texts[0] : MergeMixtureLoaderStates(texts);
-        }
-        mix.resumed.emplace(ResumeMixtureLoader(mix.sources, *mix.requested, mix.samples, o, one));
-      } catch (const std::invalid_argument& e) {
-        throw UsageError("--resume: '" + *path + "': " + e.what());
-      }
-      mix.order.emplace(mix.resumed->order);
-      const LoaderState& at = mix.resumed->loader;
-      o.epoch = at.train ? at.train->epoch : at.epoch;
-    } else {
-      mix.order.emplace(*mix.requested,
-                        mix.samples.value_or(DefaultMixtureSamples(*mix.requested)));
-    }
-    const MixtureWindow window = mix.order->Window(o.epoch);
-    mix.window_sources.resize(static_cast<std::size_t>(window.count));
-    std::vector<Index> items(static_cast<std::size_t>(window.count));
-    mix.order->Fill(window.first, window.first + window.count, mix.window_sources.data(),
-                    items.data());
-    source = MixtureSource(mix.sources, *mix.order, window);
-  }
+  if (mixing) source = SetUpMixture(args, o, mix);
   // --cp: the plan of a CP run (cp.size = C) for the report; the loaders
   // below keep its granularity and deliver whole rows.
   std::optional<CpWorkSummary> cp_work;
@@ -517,240 +505,28 @@ int RunLoaderStats(const Argv& argv) {
   scope.all_ranks = ranks.size() == static_cast<std::size_t>(o.world_size);
   scope.whole_epoch = max_batches < 0 && resume.empty();
   scope.shard_files = o.shard_files;
+  scope.plan = plan;
+  scope.mode = o.mode;
   const LoadSummary sum = SummarizeLoad(stats, scope);
   const double rate = seconds > 0 ? all_tokens / seconds : 0.0;
-  // Equal steps: drop mode drops the final partial step, continuous mode
-  // ends with rows of the next epoch.
-  const bool complete =
-      sum.complete && (!plan || (plan->dropped_tokens == 0 && o.mode != TrainMode::kContinuous));
   const Index files = mixing ? mix.files : source->num_parts();
-  const bool changed = mix.resumed && mix.resumed->changed;
-  // A change of weights on resume: the shares of the documents read before it
-  // against the weights they were drawn with, then the rest against the new.
-  std::vector<double> old_target;
-  if (changed) {
-    const MixtureOrder& order = *mix.order;
-    std::size_t piece = 0;
-    while (piece + 1 < order.pieces().size() && order.begin(piece + 1) < mix.resumed->at) ++piece;
-    old_target = TargetShares(order.pieces()[piece]);
-  }
-
-  if (json) {
-    Json j;
-    j.Begin();
-    j.Key("documents").Int(source->num_documents());
-    j.Key("tokens").Int(source->num_tokens());
-    j.Key("files").Int(files);
-    j.Key("seq_len").Int(o.seq_len);
-    j.Key("batch_size").Int(o.batch_size);
-    j.Key("world").Int(o.world_size);
-    j.Key("workers").Int(o.num_workers);
-    j.Key("algorithm").String(PackAlgorithmName(o.algorithm));
-    j.Key("threads").Int(o.num_threads);
-    if (file_policy) {
-      j.Key("file_policy").Begin();
-      j.Key("remainder").String(RemainderName(file_policy->remainder));
-      j.Key("shuffle").Bool(file_policy->shuffle);
-      j.Key("reason").String(file_policy->reason);
-      j.Key("warning").String(file_policy->warning);
-      j.End();
-    }
-    j.Key("equal_steps").Bool(plan.has_value());
-    if (plan) {
-      j.Key("mode").String(TrainModeName(o.mode));
-      j.Key("steps").Int(plan->num_steps);
-      j.Key("filler_rows").Int(plan->filler_rows);
-      j.Key("dropped_packs").Int(plan->dropped_packs);
-      j.Key("dropped_tokens").Int(plan->dropped_tokens);
-      j.Key("max_step_imbalance").Double(plan->max_step_imbalance);
-      j.Key("max_full_step_imbalance").Double(plan->max_full_step_imbalance);
-      j.Key("mean_step_imbalance").Double(plan->mean_step_imbalance);
-    }
-    j.Key("ranks").BeginList();
-    for (const RankLoadStats& s : stats) {
-      j.Begin().Key("rank").Int(s.rank).Key("batches").Int(s.batches).Key("tokens").Int(s.tokens);
-      j.Key("padding").Double(s.padding());
-      j.Key("pieces").Int(s.pieces).Key("dropped").Int(s.dropped).Key("seconds").Double(s.seconds);
-      j.End();
-    }
-    j.End();
-    j.Key("batches").Int(sum.batches);
-    j.Key("real_tokens").Int(sum.tokens);
-    j.Key("padding").Double(sum.padding);
-    j.Key("dropped").Int(sum.dropped);
-    j.Key("batch_imbalance").Int(sum.batch_imbalance);
-    j.Key("token_imbalance").Double(sum.token_imbalance);
-    j.Key("seconds").Double(seconds);
-    j.Key("tokens_per_second").Double(rate);
-    j.Key("resumed").Bool(!resume.empty());
-    j.Key("complete").Bool(complete);
-    if (mixing) {
-      const MixBy by = mix.requested->options().by;
-      const MixtureWindow window = mix.order->Window(o.epoch);
-      const std::vector<double> target = TargetShares(mix.order->current());
-      j.Key("mixture").Begin();
-      j.Key("by").String(MixByName(by));
-      j.Key("epoch").Int(static_cast<Index>(o.epoch));
-      j.Key("first").Int(window.first).Key("count").Int(window.count);
-      j.Key("changed").Bool(changed);
-      if (changed) {
-        j.Key("read").Int(mix.resumed->read).Key("at").Int(mix.resumed->at);
-      }
-      auto shares = [&](const char* key, const MixtureDelivery& d, const std::vector<double>& t) {
-        const std::vector<double> r = d.Realised(by);
-        j.Key(key).BeginList();
-        for (std::size_t k = 0; k < mix.sources.size(); ++k) {
-          j.Begin();
-          j.Key("target").Double(t[k]);
-          j.Key("realised").Double(k < r.size() ? r[k] : 0.0);
-          j.Key("tokens").Int(k < d.tokens.size() ? d.tokens[k] : 0);
-          j.Key("documents").Int(k < d.documents.size() ? d.documents[k] : 0);
-          j.End();
-        }
-        j.End();
-      };
-      // "sources": everything this run delivered against the current
-      // weights; with a change, also its two sides apart.
-      shares("sources", mix.delivered, target);
-      if (changed) {
-        shares("before_change", mix.before_change, old_target);
-        shares("after_change", mix.after_change, target);
-      }
-      j.End();
-    }
-    if (cp_work) {
-      j.Key("cp").Begin();
-      j.Key("cp_size").Int(cp_work->cp_size);
-      j.Key("granularity").Int(*o.cp.granularity);
-      j.Key("rows").Int(cp_work->rows).Key("tokens").Int(cp_work->tokens);
-      j.Key("padding").Int(cp_work->padding);
-      j.Key("balanced_padding").Int(cp_work->balanced_padding);
-      j.Key("splits").Begin();
-      for (const std::string_view name : CpSplitNames()) {
-        const std::size_t k = static_cast<std::size_t>(ParseCpSplit(name));
-        j.Key(std::string(name)).Begin();
-        j.Key("mean_max_over_mean").Double(cp_work->mean_ratio[k]);
-        j.Key("worst_max_over_mean").Double(cp_work->worst_ratio[k]);
-        j.End();
-      }
-      j.End();
-      j.End();
-    }
-    if (roles) RolesJson(j, *roles);
-    j.End();
-    std::cout << j.str() << "\n";
-    return 0;
-  }
-  std::printf("%" PRId64 " documents, %" PRId64 " tokens in %" PRId64 " file(s); seq_len %" PRId64
-              ", batch %" PRId64 ", %" PRId64 " rank(s) x %" PRId64 " worker(s), %s, %" PRId64
-              " thread(s)\n",
-              source->num_documents(), source->num_tokens(), files, o.seq_len, o.batch_size,
-              o.world_size, o.num_workers, std::string(PackAlgorithmName(o.algorithm)).c_str(),
-              o.num_threads);
-  if (file_policy) {
-    std::printf("files: %s (Whale, %s)\n", file_policy->reason.c_str(),
-                std::string(RemainderName(file_policy->remainder)).c_str());
-    if (!file_policy->warning.empty()) std::printf("warning: %s\n", file_policy->warning.c_str());
-  }
-  std::printf("%6s %9s %14s %9s %9s %9s\n", "rank", "batches", "tokens", "padding", "pieces",
-              "seconds");
-  for (const RankLoadStats& s : stats) {
-    std::printf("%6" PRId64 " %9" PRId64 " %14" PRId64 " %8.2f%% %9" PRId64 " %9.3f\n", s.rank,
-                s.batches, s.tokens, 100.0 * s.padding(), s.pieces, s.seconds);
-  }
-  std::printf("total: %" PRId64 " batches, %" PRId64
-              " real tokens, padding %.2f%%, %.1f M "
-              "tokens/s; batches per rank %" PRId64 "-%" PRId64,
-              sum.batches, sum.tokens, 100 * sum.padding, rate / 1e6, sum.min_batches,
-              sum.max_batches);
-  if (sum.dropped) std::printf("; dropped %" PRId64 " document(s)", sum.dropped);
-  if (!resume.empty()) std::printf("; resumed from %s", args.Str("resume")->c_str());
-  if (plan) {
-    std::printf("\nequal steps (%s): %" PRId64 " steps on every rank, %" PRId64
-                " filler row(s) in the last step; per-step imbalance (heaviest rank / mean - 1) "
-                "mean %.3f%% and max %.3f%% over full steps, %.3f%% with the last",
-                std::string(TrainModeName(o.mode)).c_str(), plan->num_steps, plan->filler_rows,
-                100 * plan->mean_step_imbalance, 100 * plan->max_full_step_imbalance,
-                100 * plan->max_step_imbalance);
-    if (plan->dropped_packs) {
-      std::printf("; dropped the final partial step: %" PRId64 " rows, %" PRId64 " tokens",
-                  plan->dropped_packs, plan->dropped_tokens);
-    }
-  }
-  if (complete) std::printf("; every token delivered once");
-  std::printf("\n");
-  if (mixing) {
-    const MixBy by = mix.requested->options().by;
-    const MixtureWindow window = mix.order->Window(o.epoch);
-    const std::vector<double> target = TargetShares(mix.order->current());
-    std::printf("mixture of %zu sources by %s: epoch %" PRId64 " reads samples [%" PRId64
-                ", %" PRId64 ")",
-                mix.sources.size(), std::string(MixByName(by)).c_str(), static_cast<Index>(o.epoch),
-                window.first, window.first + window.count);
-    if (changed) {
-      std::printf("; weights changed on resume at sample %" PRId64 " (%" PRId64
-                  " documents of the window read before, kept)",
-                  mix.resumed->at, mix.resumed->read);
-    }
-    std::printf("\n");
-    auto table = [&](const MixtureDelivery& d, const std::vector<double>& t) {
-      const std::vector<double> r = d.Realised(by);
-      std::printf("%6s %9s %9s %14s %11s\n", "source", "target", "realised", "tokens", "documents");
-      for (std::size_t k = 0; k < mix.sources.size(); ++k) {
-        std::printf("%6zu %8.2f%% %8.2f%% %14" PRId64 " %11" PRId64 "\n", k, 100 * t[k],
-                    100 * (k < r.size() ? r[k] : 0.0), k < d.tokens.size() ? d.tokens[k] : 0,
-                    k < d.documents.size() ? d.documents[k] : 0);
-      }
-    };
-    const char* unit = by == MixBy::kTokens ? "tokens" : "documents";
-    if (changed) {
-      // One table would mix the two: documents drawn with the old weights
-      // (still in the packer's buffer at the state) and the new ones.
-      std::printf("before the change: the documents of samples [%" PRId64 ", %" PRId64
-                  ") this run delivered, drawn with the old weights\n",
-                  window.first, mix.resumed->at);
-      table(mix.before_change, old_target);
-      std::printf("after the change: samples [%" PRId64 ", %" PRId64 "), the new weights\n",
-                  mix.resumed->at, window.first + window.count);
-      table(mix.after_change, target);
-      std::printf(
-          "(target: the weights' shares of %s on each side; realised: of what this run "
-          "delivered there)\n",
-          unit);
-    } else {
-      table(mix.delivered, target);
-      std::printf(
-          "(target: the current weights' shares of %s; realised: of what this run "
-          "delivered)\n",
-          unit);
-    }
-  }
-  if (cp_work) {
-    std::printf("context parallelism over %" PRId64 " ranks (documents padded to %" PRId64
-                "): causal work of the busiest CP rank / mean, per row, over %" PRId64
-                " rows (mean / worst)\n",
-                cp_work->cp_size, *o.cp.granularity, cp_work->rows);
-    for (const std::string_view name : CpSplitNames()) {
-      const std::size_t k = static_cast<std::size_t>(ParseCpSplit(name));
-      std::printf("  %-20s %.4f / %.4f\n", std::string(name).c_str(), cp_work->mean_ratio[k],
-                  cp_work->worst_ratio[k]);
-    }
-    std::printf("  padding of the per-document split: %" PRId64 " tokens (%.3f%% of %" PRId64 ")\n",
-                cp_work->padding,
-                cp_work->tokens ? 100.0 * static_cast<double>(cp_work->padding) /
-                                      static_cast<double>(cp_work->tokens)
-                                : 0.0,
-                cp_work->tokens);
-    std::printf("  padding of the balanced split: %" PRId64 " tokens (%.3f%%)\n",
-                cp_work->balanced_padding,
-                cp_work->tokens ? 100.0 * static_cast<double>(cp_work->balanced_padding) /
-                                      static_cast<double>(cp_work->tokens)
-                                : 0.0);
-  }
-  if (roles) {
-    PrintRoles(*roles);
-    std::printf("(the ranks above are dp_ranks; a replica group reads its dp_rank's batches)\n");
-  }
+  LoaderStatsReport report;
+  report.source = source.get();
+  report.files = files;
+  report.options = o;
+  report.file_policy = file_policy;
+  report.plan = plan;
+  report.stats = std::move(stats);
+  report.sum = sum;
+  report.seconds = seconds;
+  report.rate = rate;
+  report.resumed = !resume.empty();
+  report.resume_path = args.Str("resume", "");
+  report.mixture = mixing ? &mix : nullptr;
+  report.cp_work = cp_work;
+  report.cp_granularity = o.cp.granularity;
+  report.roles = roles ? &*roles : nullptr;
+  PrintLoaderStats(report, args.Has("json"));
   return 0;
 }
 

@@ -262,7 +262,10 @@ class TokenDataset(tud.IterableDataset):
             **self.options,
         )
         resume = self._resume
-        if isinstance(resume, list):
+        # A list of plain loader states goes to the core as it is (ResumeStateFor:
+        # this consumer's own state, else the merge); a mixture loader's states
+        # are chosen here until the mixture loader is the core's.
+        if isinstance(resume, list) and any(_inner(s) is not s for s in resume):
             consumers = self.world_size * num_workers
             own = [
                 s

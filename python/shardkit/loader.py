@@ -22,9 +22,7 @@ batch buffers (no copy). The GIL is released while C++ works.
 
 from __future__ import annotations
 
-import json
 import os
-import threading
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -35,14 +33,11 @@ from shardkit._states import require_state as _require_state
 from shardkit.eval import rank_and_world
 from shardkit.layout import data_rank_and_world, resolve_roles
 from shardkit.sources import TokenSource, open_source
+from shardkit.train_plan import TrainPlan
 
 __all__ = ["TokenLoader", "TrainPlan", "TrainAudit", "TrainStep", "TrainSummary"]
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-# Taken when a pass ends, so that of several threads iterating one loader only
-# one moves it to the next epoch (rare and short: one lock for every loader).
-_EPOCH_LOCK = threading.Lock()
 
 
 def _is_paths(value: Any) -> bool:
@@ -216,104 +211,28 @@ class TokenLoader:
             cp_size = getattr(self.roles, "cp_size", 1) if self.roles is not None else 1
         if cp_rank is None:
             cp_rank = getattr(self.roles, "cp_rank", 0) if self.roles is not None else 0
-        cp_size, cp_rank = _core._index(cp_size, "cp_size"), _core._index(cp_rank, "cp_rank")
-        cp_granularity = _core._optional_index(cp_granularity, "cp_granularity")
-        rank, world_size = data_rank_and_world(rank, world_size, self.roles)
-        rank, world_size = rank_and_world(rank, world_size)
-        if whale_unbalanced_io_slicing is None or whale_drop_last_files is None:
-            # Read once (the core's reader, as whale_plan): every epoch and
-            # resume of this loader then uses the same policy.
-            names = ("WHALE_UNBALANCED_IO_SLICING", "WHALE_DROP_LAST_FILES")
-            env = _core._whale_policy({k: os.environ[k] for k in names if k in os.environ})
-            if whale_unbalanced_io_slicing is None:
-                whale_unbalanced_io_slicing = env[0]
-            if whale_drop_last_files is None:
-                whale_drop_last_files = env[1]
-        # Every argument checked as the bindings check theirs: one line naming
-        # the parameter and the value (was nanobind's signature dump, or a
-        # float silently truncated).
-        rank, world_size, seq_len, batch_size, worker, num_workers = (
-            _core._index(v, n)
-            for v, n in (
-                (rank, "rank"),
-                (world_size, "world_size"),
-                (seq_len, "seq_len"),
-                (batch_size, "batch_size"),
-                (worker, "worker"),
-                (num_workers, "num_workers"),
-            )
-        )
-        pad_token_id, ignore_index, num_threads, prefetch = (
-            _core._index(v, n)
-            for v, n in (
-                (pad_token_id, "pad_token_id"),
-                (ignore_index, "ignore_index"),
-                (num_threads, "num_threads"),
-                (prefetch, "prefetch"),
-            )
-        )
-        seed, epoch = _core._uint64(seed, "seed"), _core._uint64(epoch, "epoch")
-        buffer = _core._optional_index(buffer, "buffer")
-        algorithm, oversize, padding_side, token_dtype, mode, cost = (
-            _core._str(v, n)
-            for v, n in (
-                (algorithm, "algorithm"),
-                (oversize, "oversize"),
-                (padding_side, "padding_side"),
-                (token_dtype, "token_dtype"),
-                (mode, "mode"),
-                (cost, "cost"),
-            )
-        )
-        shuffle, shard_files, equal_steps, block_mask, causal = (
-            _core._bool(v, n)
-            for v, n in (
-                (shuffle, "shuffle"),
-                (shard_files, "shard_files"),
-                (equal_steps, "equal_steps"),
-                (block_mask, "block_mask"),
-                (causal, "causal"),
-            )
-        )
-        self._source = self._open(tokens, offsets, token_dtype)
-        self._options = dict(
-            seq_len=seq_len,
-            batch_size=batch_size,
-            rank=rank,
-            world_size=world_size,
-            worker=worker,
-            num_workers=num_workers,
-            shuffle=shuffle,
-            seed=seed,
-            algorithm=algorithm,
-            oversize=oversize,
-            buffer=buffer,
-            pad_token_id=pad_token_id,
-            ignore_index=ignore_index,
-            padding_side=padding_side,
-            num_threads=num_threads,
-            prefetch=prefetch,
-            shard_files=shard_files,
-            whale_unbalanced_io_slicing=whale_unbalanced_io_slicing,
-            whale_drop_last_files=whale_drop_last_files,
-            equal_steps=equal_steps,
-            mode=mode,
-            cost=cost,
-            block_mask=block_mask,
-            causal=causal,
-        )
-        if cp_size != 1 or cp_granularity is not None:
-            self._options.update(cp_size=cp_size, cp_rank=cp_rank, cp_granularity=cp_granularity)
-            self._options.update(cp_strategy=_core._str(cp_strategy, "cp_strategy"))
-        self._loader = _core._TokenLoader(self._source_for(epoch), epoch=epoch, **self._options)
+        rank, world_size = rank_and_world(*data_rank_and_world(rank, world_size, self.roles))
+        # The arguments named as the core's LoaderOptions fields go to the core as
+        # they are: its one table checks and reads them (python/src/arguments.cc).
+        given = locals()
+        options = {k: given[k] for k in _core._loader_option_names if k in given and k != "epoch"}
+        self._source = self._open(tokens, offsets, _core._str(token_dtype, "token_dtype"))
+        self._options = options
+        self._loader = self._make(epoch=epoch)
+        # The options as the core holds them (Whale's switches read once, here).
+        self._options = {k: v for k, v in self._loader.options.items() if k != "epoch"}
 
     def _open(self, tokens: Any, offsets: Any, token_dtype: str) -> Any:
         return _open_source(tokens, offsets, token_dtype)
 
-    def _source_for(self, epoch: Any) -> Any:
-        """The source the order of ``epoch`` reads (one source for every epoch
-        here; a mixture loader gives each epoch its window of the mixture)."""
+    def _epoch_source(self) -> Any:
+        """What the core loader reads each epoch: one source here (a mixture
+        loader gives each epoch its window of the mixture)."""
         return self._source
+
+    def _make(self, **kwargs: Any) -> Any:
+        """A core loader over this loader's source(s) and options."""
+        return _core._TokenLoader(self._epoch_source(), **kwargs, **self._options)
 
     @classmethod
     def mixture(
@@ -388,15 +307,12 @@ class TokenLoader:
         ran (the loader then stands at the start of the next one, which
         ``state_dict()`` names), so ``set_epoch(epoch + 1)`` after a pass and a
         plain next ``for`` loop both continue with the next epoch."""
-        ran_out = getattr(self, "_ran_out", None)
-        if ran_out is not None and ran_out[1] is self._loader:
-            return ran_out[0]
-        return self._standing_epoch
+        return self._loader.epoch
 
     @property
     def _standing_epoch(self) -> int:
         """The epoch the next batch comes from (the state's)."""
-        return self._loader.state()["epoch"]
+        return self._loader.standing_epoch
 
     @property
     def file_policy(self) -> Optional[_core.WhaleChoice]:
@@ -438,46 +354,18 @@ class TokenLoader:
 
     # -- iteration --------------------------------------------------------------
     def __iter__(self) -> Iterator[Dict[str, Any]]:
-        # A pass reads the epoch's loader it started with, so passes run by
-        # several threads at once share that epoch's batches (each batch to one
-        # of them; the core serialises next()) and all end with it; the first
-        # to see the end moves the loader to the next epoch, once.
+        # One pass: several threads iterating at once share its batches (each to
+        # one of them) and all end with it; the core then stands in the next epoch.
         loader = self._loader
-        finished = self._standing_epoch  # (after the last batch the state names the next)
-        self._ran_out = None
-        while True:
-            batch = loader.next()
-            if batch is None:
-                with _EPOCH_LOCK:
-                    if self._loader is loader:
-                        self._next_epoch()
-                        # Remembered with the loader it holds for: a set_epoch
-                        # or a load_state_dict (a new loader) forgets it.
-                        self._ran_out = (finished, self._loader)
-                return
+        pass_id = loader.begin_pass()
+        while (batch := loader.next(pass_id)) is not None:
             yield batch
-
-    def _next_epoch(self) -> None:
-        if self.equal_steps:
-            # The plan's end state: (epoch + 1, 0), or where continuous mode
-            # stands in the next epoch's stream.
-            end = self._loader.train_state_at(self._loader.num_steps)
-            self._loader = _core._TokenLoader(
-                self._source_for(end["epoch"]), state=end, **self._options
-            )
-        else:
-            nxt = self._standing_epoch + 1
-            self._loader = _core._TokenLoader(self._source_for(nxt), epoch=nxt, **self._options)
 
     def set_epoch(self, epoch: int) -> None:
         """Moves to the start of ``epoch``, unless the loader already stands in
         ``epoch`` (resumed, or the previous epoch ran out): then it keeps its
         position (see the class docstring)."""
-        if epoch < 0:
-            raise ValueError(f"epoch: must be non-negative, got {epoch}")
-        if epoch == self._standing_epoch:
-            return
-        self._loader = _core._TokenLoader(self._source_for(epoch), epoch=epoch, **self._options)
+        self._loader.set_epoch(epoch)
 
     @property
     def fingerprint(self) -> int:
@@ -508,13 +396,11 @@ class TokenLoader:
 
     def load_state_dict(self, state: Union[Dict[str, Any], Sequence[Dict[str, Any]]]) -> None:
         """Continue from ``state``: this consumer's own state (exact resume), a
-        merged state, or the list of the states of every consumer of a run
-        (merged here; resume on any world size / worker count)."""
+        merged state, or the list of the states of every consumer of a run (this
+        consumer's own among them, else their merge: resume on any world size /
+        worker count)."""
         _require_state(state)
-        if isinstance(state, (list, tuple)):
-            state = self.merge_states(state)
-        epoch = state.get("epoch") if isinstance(state, dict) else None
-        self._loader = _core._TokenLoader(self._source_for(epoch), state=state, **self._options)
+        self._loader.restore(list(state) if isinstance(state, (list, tuple)) else state)
 
     @staticmethod
     def merge_states(states: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
@@ -622,14 +508,10 @@ class _MixtureTokenLoader(TokenLoader):
             )
         return self._views[epoch]
 
-    def _next_epoch(self) -> None:
-        # pad / drop: the end state is the start of the next epoch, whose
-        # window is another data set (its own view and fingerprint).
-        if self.equal_steps:
-            nxt = self._loader.train_state_at(self._loader.num_steps)["epoch"]
-        else:
-            nxt = self._standing_epoch + 1
-        self._loader = _core._TokenLoader(self._source_for(nxt), epoch=nxt, **self._options)
+    def _epoch_source(self) -> Any:
+        # The core loader reads epoch e's window of the order (and moves on to
+        # the next epoch's window itself).
+        return (self._sources, self._order)
 
     # -- state: the loader's state and the order it reads ------------------------
     def state_dict(self) -> Dict[str, Any]:
@@ -653,22 +535,12 @@ class _MixtureTokenLoader(TokenLoader):
         _require_state(state)
         if isinstance(state, (list, tuple)):
             state = self.merge_states(state)
-        o = self._options
         order, inner, changed, read, at = _core._mixture_resume(
             self._sources,
             self._requested,
             self._samples if self._samples_given else None,
             state,
-            seq_len=o["seq_len"],
-            batch_size=o["batch_size"],
-            world_size=o["world_size"],
-            seed=o["seed"],
-            algorithm=o["algorithm"],
-            oversize=o["oversize"],
-            buffer=o["buffer"],
-            equal_steps=o["equal_steps"],
-            mode=o["mode"],
-            cost=o["cost"],
+            **self._options,
         )
         self._order = order
         self._samples = order.samples
@@ -676,9 +548,8 @@ class _MixtureTokenLoader(TokenLoader):
         self._views.clear()
         self._window_arrays.clear()
         self.last_resume = (changed, read, at)
-        self._loader = _core._TokenLoader(
-            self._source_for(inner["epoch"]), state=inner, **self._options
-        )
+        self._source_for(inner["epoch"])  # (checks the epoch)
+        self._loader = self._make(state=inner)
 
     @property
     def changes(self) -> List[int]:
@@ -723,270 +594,3 @@ class _MixtureTokenLoader(TokenLoader):
             f"batch_size={self._options['batch_size']}, "
             f"rank={self.rank}/{self.world_size}, epoch={self.epoch})"
         )
-
-
-def _int64_array(values: Any, name: str) -> np.ndarray:
-    """values as a contiguous 1-D int64 array (no copy when it already is one)."""
-    array = np.asarray(values)
-    if array.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D array, got shape {array.shape}")
-    if array.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if array.dtype.kind not in "iu":
-        raise ValueError(f"{name}: expected integers, got dtype {array.dtype}")
-    if array.dtype.kind == "u" and array.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"{name}: value {int(array.max())} does not fit int64")
-    return np.ascontiguousarray(array, dtype=np.int64)
-
-
-Row = List[Tuple[int, int, int]]
-
-
-def _state_json(state: Any) -> str:
-    if isinstance(state, str):
-        return state
-    if not isinstance(state, dict):
-        raise ValueError(f"state: expected a dict from state_dict(), got {type(state).__name__}")
-    return json.dumps(state)
-
-
-class TrainPlan:
-    """Equal steps for training, every document once per epoch.
-
-    One global pack plan dealt to ranks: the epoch's documents in one global order
-    (per ``(seed, epoch)``) go through one streaming packer into rows of
-    ``seq_len`` tokens, and every global step deals ``world_size * batch_size``
-    rows so that each rank gets exactly ``batch_size`` of them, balanced by cost.
-    Every rank computes the same plan from the lengths alone.
-
-    >>> import shardkit
-    >>> lengths = [300, 1200, 50, 700, 20, 900, 410, 64, 5000, 128]
-    >>> plan = shardkit.TrainPlan(lengths, seq_len=1024, batch_size=2, world_size=2)
-    >>> plan.num_steps                                  # the same on every rank
-    3
-    >>> [len(plan.step(r, s)) for r in range(2) for s in range(plan.num_steps)]
-    [2, 2, 2, 2, 2, 2]
-    >>> rows = [row for s in range(3) for r in range(2) for row in plan.step(r, s)]
-    >>> sum(length for row in rows for (document, start, length) in row) == sum(lengths)
-    True
-    >>> audit = plan.audit()
-    >>> audit.exactly_once, audit.steps, audit.filler_rows   # filler: last step only
-    (True, 3, 3)
-    >>> state = plan.state_dict(1)                       # before step 1, on every rank
-    >>> rest = shardkit.TrainPlan(lengths, seq_len=1024, batch_size=1, world_size=3, state=state)
-    >>> rest.num_steps                                   # elastic: the rest of the epoch
-    2
-
-    ``mode``: ``"pad"`` (the last step is completed with filler rows, the only
-    ones), ``"continuous"`` (no epoch boundary: the next epoch's rows follow,
-    no filler) or ``"drop"`` (the final partial step is dropped and counted).
-    ``cost``: ``"tokens"`` or ``"squared"`` (sum of squared piece lengths) for
-    the per-step balance. ``micro_batches``: rows per rank per step are
-    ``batch_size * micro_batches``. ``algorithm`` / ``buffer`` /
-    ``max_images`` / ``max_sequences`` / ``oversize`` (``split`` or ``drop``)
-    choose the streaming packer. ``state`` (a :meth:`state_dict`) continues a
-    run, with any world size and batch shape; ``position`` starts after that
-    many packs of the epoch's stream.
-
-    ``cp_size`` C > 1 (context parallelism, docs/loader.md): every document is
-    packed at its length rounded up to ``cp_granularity`` (default 2C; seq_len
-    must be a multiple of it), so each row still fits seq_len once every piece
-    is padded for the per-document head-tail split (``cp_strategy``); with
-    ``cost="squared"`` the rows are balanced by the causal work of the busiest
-    CP rank. The pieces keep their real lengths.
-    """
-
-    def __init__(
-        self,
-        lengths,
-        seq_len: int,
-        batch_size: int,
-        world_size: Optional[int] = None,
-        *,
-        mode: str = "pad",
-        shuffle: bool = True,
-        seed: int = 0,
-        epoch: int = 0,
-        algorithm: str = "bfd",
-        buffer: Optional[int] = None,
-        cost: str = "tokens",
-        images=None,
-        max_images: Optional[int] = None,
-        oversize: str = "split",
-        micro_batches: int = 1,
-        max_sequences: Optional[int] = None,
-        position: int = 0,
-        state: Optional[Dict[str, Any]] = None,
-        roles: Any = None,
-        mesh: Any = None,
-        data_axes: Any = None,
-        cp_size: int = 1,
-        cp_strategy: str = "head_tail",
-        cp_granularity: Optional[int] = None,
-        data_fingerprint: int = 0,
-    ) -> None:
-        # data_fingerprint: what identifies the documents beyond their lengths (a
-        # TokenSource's .fingerprint, which from_source passes), so that the states of
-        # a loader over that source resume this plan and those of other data do not.
-        # roles (a shardkit.DataRoles) or mesh= and data_axes=: the plan's ranks are
-        # the data-parallel ranks (world_size = roles.dp_size; step(roles.dp_rank, s)).
-        self.roles = resolve_roles(roles, mesh, data_axes)
-        world_size = data_rank_and_world(None, world_size, self.roles)[1]
-        if world_size is None:
-            raise ValueError("world_size: required unless roles= is given")
-        seq_len, batch_size, world_size, micro_batches, position = (
-            _core._index(v, n)
-            for v, n in (
-                (seq_len, "seq_len"),
-                (batch_size, "batch_size"),
-                (world_size, "world_size"),
-                (micro_batches, "micro_batches"),
-                (position, "position"),
-            )
-        )
-        seed, epoch = _core._uint64(seed, "seed"), _core._uint64(epoch, "epoch")
-        mode, algorithm, cost, oversize = (
-            _core._str(v, n)
-            for v, n in (
-                (mode, "mode"),
-                (algorithm, "algorithm"),
-                (cost, "cost"),
-                (oversize, "oversize"),
-            )
-        )
-        shuffle = _core._bool(shuffle, "shuffle")
-        buffer = _core._optional_index(buffer, "buffer")
-        max_images = _core._optional_index(max_images, "max_images")
-        max_sequences = _core._optional_index(max_sequences, "max_sequences")
-        self._lengths = _int64_array(lengths, "lengths")
-        self._images = None if images is None else _int64_array(images, "images")
-        self._plan = _core._TrainPlan(
-            self._lengths,
-            self._images,
-            seq_len=int(seq_len),
-            batch_size=int(batch_size),
-            world_size=int(world_size),
-            micro_batches=int(micro_batches),
-            mode=mode,
-            shuffle=bool(shuffle),
-            seed=int(seed),
-            epoch=int(epoch),
-            position=int(position),
-            algorithm=algorithm,
-            buffer=buffer,
-            cost=cost,
-            max_images=max_images,
-            max_sequences=max_sequences,
-            oversize=oversize,
-            state=None if state is None else _state_json(state),
-            cp_size=int(_core._index(cp_size, "cp_size")),
-            cp_strategy=_core._str(cp_strategy, "cp_strategy"),
-            cp_granularity=_core._optional_index(cp_granularity, "cp_granularity"),
-            identity=int(_core._uint64(data_fingerprint, "data_fingerprint")),
-        )
-
-    @classmethod
-    def from_source(
-        cls, source: Any, seq_len: int, batch_size: int, world_size: Optional[int] = None, **kwargs
-    ) -> "TrainPlan":
-        """The plan over the documents of ``source`` (a :class:`shardkit.TokenSource`
-        or anything :func:`shardkit.open_source` takes): ``TrainPlan(source.lengths(),
-        ...)``, the lengths read from the index alone, bound to the source's data
-        fingerprint (so the states of a TokenLoader over the same source resume it).
-        Keyword arguments are :class:`TrainPlan`'s."""
-        if not isinstance(source, TokenSource):
-            source = open_source(source)
-        kwargs.setdefault("data_fingerprint", source.fingerprint)
-        return cls(source.lengths(), seq_len, batch_size, world_size, **kwargs)
-
-    # -- the plan -------------------------------------------------------------
-    @property
-    def num_steps(self) -> int:
-        """Steps of this plan (``step(rank, s)`` for s < num_steps), the same on
-        every rank: the epoch's, or the rest of them for a plan from a state."""
-        return self._plan.num_steps
-
-    @property
-    def first_step(self) -> int:
-        """The step of the epoch that step 0 of this plan is: ``position // (world_size
-        * rows_per_rank)`` (0 from the epoch's start)."""
-        return self._plan.first_step
-
-    @property
-    def epoch_steps(self) -> int:
-        """Steps of the whole epoch as this plan counts them: ``first_step + num_steps``
-        (a resumed run's step numbers and count stay those of the epoch)."""
-        return self._plan.epoch_steps
-
-    @property
-    def world_size(self) -> int:
-        return self._plan.world_size
-
-    @property
-    def rows_per_rank(self) -> int:
-        """Rows per rank per step: batch_size * micro_batches."""
-        return self._plan.rows_per_rank
-
-    @property
-    def epoch(self) -> int:
-        return self._plan.epoch
-
-    @property
-    def fingerprint(self) -> int:
-        """A hash of the whole plan; ranks compare it once at start
-        (``shardkit.torch.check_plan(plan)``)."""
-        return self._plan.fingerprint
-
-    def describe(self) -> str:
-        return self._plan.describe()
-
-    @property
-    def summary(self) -> TrainSummary:
-        """Totals of the construction pass, a read-only :class:`TrainSummary`:
-        packs, tokens, lower_bound, filler_rows, dropped, dropped_packs,
-        dropped_tokens, per-step imbalance (max_step_imbalance,
-        max_full_step_imbalance, mean_step_imbalance)."""
-        return self._plan.summary()
-
-    def step(self, rank: int, step: int) -> List[Row]:
-        """Rank's rows of ``step``: ``rows_per_rank`` lists of
-        ``(document, start, length)`` pieces; a filler row is ``[]``.
-        Random access replays the packer from the nearest checkpoint; use
-        :meth:`steps` to read a rank's steps in order."""
-        return self._plan.step(_core._index(rank, "rank"), _core._index(step, "step")).rows
-
-    def step_info(self, rank: int, step: int) -> TrainStep:
-        """:meth:`step` as a read-only :class:`TrainStep`: ``rows``, ``tokens``
-        (real tokens of the rank), ``filler_rows``, ``row_packs`` (stream
-        index, -1 filler), ``row_epochs``, ``cost`` and the step's
-        ``imbalance``."""
-        return self._plan.step(_core._index(rank, "rank"), _core._index(step, "step"))
-
-    def steps(self, rank: int, start: int = 0, *, info: bool = False) -> Iterator[Any]:
-        """Rank's steps from ``start`` in order, streamed at planning speed
-        (continuous mode: without end)."""
-        reader = _core._TrainReader(
-            self._plan, _core._index(rank, "rank"), _core._index(start, "start")
-        )
-        while True:
-            t = reader.next()
-            if t is None:
-                return
-            yield t if info else t.rows
-
-    # -- state ------------------------------------------------------------------
-    def state_dict(self, step: Optional[int] = None) -> Dict[str, Any]:
-        """Where a run stands before ``step`` (default: after the last step),
-        the same on every rank: ``{"version", "kind", "epoch", "position",
-        "stream", "checksum"}`` (sealed: an edited state is refused). Pass it
-        as ``state=`` to continue, with any world size or batch shape."""
-        at = self.num_steps if step is None else _core._index(step, "step")
-        return json.loads(self._plan.state_at(at))
-
-    def audit(self) -> TrainAudit:
-        """Replays the plan and checks it against the lengths: exactly once,
-        equal steps, filler in the last step only."""
-        return self._plan.audit()
-
-    def __repr__(self) -> str:
-        return self.describe().replace("TrainPlan(", f"TrainPlan(num_steps={self.num_steps}, ", 1)

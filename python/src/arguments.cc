@@ -6,14 +6,110 @@
 #include <nanobind/stl/string.h>
 
 #include <string>
+#include <type_traits>
 
 #include "python/src/bindings.h"
+#include "shardkit/loader/option_fields.h"
+#include "shardkit/packing/context_parallel.h"
+#include "shardkit/packing/packing_metadata.h"
+#include "shardkit/packing/rank_balance.h"
+#include "shardkit/sharding/whale.h"
 
 namespace shardkit::python {
 
 using namespace nb::literals;
 
+namespace {
+
+template <typename T>
+void Convert(nb::handle value, const char* name, T* field) {
+  if constexpr (std::is_same_v<T, bool>) {
+    *field = ToBool(value, name);
+  } else if constexpr (std::is_same_v<T, std::uint64_t>) {
+    *field = ToUint64(value, name);
+  } else if constexpr (std::is_same_v<T, Index>) {
+    *field = ToIndex(value, name);
+  } else if constexpr (std::is_same_v<T, std::optional<Index>>) {
+    *field = ToOptionalIndex(value, name);
+  } else {
+    *field = ParseOptionField(ToStr(value, name), field);
+  }
+}
+
+template <typename T>
+nb::object ToPython(const T& value) {
+  if constexpr (std::is_enum_v<T>) {
+    return nb::str(std::string(OptionFieldName(value)).c_str());
+  } else {
+    return nb::cast(value);
+  }
+}
+
+nb::dict ToOptionsDict(nb::handle kwargs) {
+  if (!nb::isinstance<nb::dict>(kwargs)) {
+    throw nb::type_error(("options: expected a dict, got " + TypeAndRepr(kwargs)).c_str());
+  }
+  return nb::borrow<nb::dict>(kwargs);
+}
+
+template <typename Options>
+void Read(nb::handle kwargs, Options* options, const char* what) {
+  nb::dict given = ToOptionsDict(kwargs);
+  std::size_t known = 0;
+  VisitOptions(*options, [&](const char* name, auto& field) {
+    if (!given.contains(name)) return;
+    ++known;
+    Convert(given[name], name, &field);
+  });
+  if (known == given.size()) return;
+  for (auto [key, value] : given) {
+    bool found = false;
+    const std::string k = nb::cast<std::string>(nb::str(key));
+    VisitOptions(*options, [&](const char* name, auto&) { found = found || k == name; });
+    if (!found) ThrowInvalid(k.c_str(), std::string("not an option of ") + what);
+  }
+}
+
+}  // namespace
+
+void ReadOptions(nb::handle kwargs, TrainOptions* options, const char* what) {
+  Read(kwargs, options, what);
+}
+
+void ReadOptions(nb::handle kwargs, MultimodalOptions* options, const char* what) {
+  Read(kwargs, options, what);
+}
+
+void ReadOptions(nb::handle kwargs, LoaderOptions* options, const char* what) {
+  nb::dict given = ToOptionsDict(kwargs);
+  nb::dict rest;
+  std::optional<WhalePolicy> env;
+  for (auto [key, value] : given) {
+    const std::string k = nb::cast<std::string>(nb::str(key));
+    if (value.is_none() && (k == "whale_unbalanced_io_slicing" || k == "whale_drop_last_files")) {
+      if (!env) env = WhalePolicyFromEnvironment();
+      options->*(k == "whale_drop_last_files" ? &LoaderOptions::whale_drop_last_files
+                                              : &LoaderOptions::whale_unbalanced_io_slicing) =
+          k == "whale_drop_last_files" ? env->drop_last_files : env->unbalanced_io_slicing;
+      continue;
+    }
+    rest[key] = value;
+  }
+  Read(rest, options, what);
+}
+
+nb::dict WriteOptions(const LoaderOptions& options) {
+  nb::dict out;
+  VisitOptions(options, [&](const char* name, const auto& field) { out[name] = ToPython(field); });
+  return out;
+}
+
 void init_arguments(nb::module_& m) {
+  // The names of LoaderOptions' fields (shardkit.TokenLoader passes the
+  // arguments of these names to the core as they are).
+  nb::list names;
+  for (auto [key, value] : WriteOptions(LoaderOptions{})) names.append(key);
+  m.attr("_loader_option_names") = nb::tuple(names);
   m.def(
       "_index", [](nb::handle v, const std::string& name) { return ToIndex(v, name.c_str()); },
       nb::sig("def _index(value: typing.Any, name: str) -> int"), "value"_a.none(), "name"_a);

@@ -35,6 +35,9 @@
 
 #include "shardkit/base/errors.h"
 #include "shardkit/base/index.h"
+#include "shardkit/loader/loader.h"
+#include "shardkit/loader/multimodal_plan.h"
+#include "shardkit/loader/train_plan.h"
 
 namespace shardkit::python {
 
@@ -473,6 +476,21 @@ inline Index CheckedIndex(Index k, Index size, const char* what) {
   }
   return k;
 }
+
+// ---- option structs <-> keyword arguments ------------------------------------
+// One table per option struct (arguments.cc), read in both directions: every
+// field by its core name (the one rename: TrainOptions::cp's size, strategy
+// and granularity are cp_size, cp_strategy, cp_granularity), converted by
+// the rules above (ToIndex, ToUint64, ToBool, ToStr and the core's enum
+// parser; None for an unset optional). A LoaderOptions reads the
+// TrainOptions table, then its own fields. Reading refuses a name that is no
+// field ("<name>: not an option of <what>"); a Whale switch given as None
+// follows Whale's environment variables (WhalePolicyFromEnvironment).
+void ReadOptions(nb::handle kwargs, TrainOptions* options, const char* what = "TrainPlan");
+void ReadOptions(nb::handle kwargs, LoaderOptions* options, const char* what = "TokenLoader");
+void ReadOptions(nb::handle kwargs, MultimodalOptions* options,
+                 const char* what = "MultimodalPlan");
+[[nodiscard]] nb::dict WriteOptions(const LoaderOptions& options);
 
 // ---- one init function per core area; module.cc calls them in order ----------
 

@@ -93,6 +93,21 @@ nb::dict BatchToDict(const std::shared_ptr<const Batch>& b) {
   return d;
 }
 
+// What a core loader reads each epoch: one source, or a mixture's window of
+// epoch e over its sources (MixtureSource).
+TokenLoader::EpochSource EpochSourceOf(nb::handle source) {
+  if (nb::isinstance<nb::tuple>(source)) {
+    std::vector<std::shared_ptr<const TokenSource>> views;
+    for (nb::handle h : source[0]) views.push_back(nb::cast<const PySource&>(h).source);
+    auto order = std::make_shared<MixtureOrder>(nb::cast<const MixtureOrder&>(source[1]));
+    return [views = std::move(views), order](std::uint64_t epoch) {
+      return MixtureSource(views, *order, order->Window(epoch));
+    };
+  }
+  std::shared_ptr<const TokenSource> one = nb::cast<const PySource&>(source).source;
+  return [one](std::uint64_t) { return one; };
+}
+
 TokenDType DTypeOf(nb::handle array) {
   const std::string name = nb::cast<std::string>(array.attr("dtype").attr("name"));
   const std::string order = nb::cast<std::string>(array.attr("dtype").attr("byteorder"));
@@ -298,83 +313,66 @@ void init_loader(nb::module_& m) {
   nb::class_<TokenLoader>(m, "_TokenLoader", "The C++ loader behind shardkit.TokenLoader.")
       .def(
           "__init__",
-          [](TokenLoader* self, const PySource& source, Index seq_len, Index batch_size, Index rank,
-             Index world_size, Index worker, Index num_workers, bool shuffle, std::uint64_t seed,
-             std::uint64_t epoch, const std::string& algorithm, const std::string& oversize,
-             std::optional<Index> buffer, std::int64_t pad_token_id, std::int64_t ignore_index,
-             const std::string& padding_side, Index num_threads, Index prefetch, bool shard_files,
-             std::optional<bool> whale_unbalanced_io_slicing,
-             std::optional<bool> whale_drop_last_files, bool equal_steps, const std::string& mode,
-             const std::string& cost, bool block_mask, bool causal, nb::object state, Index cp_size,
-             Index cp_rank, std::optional<Index> cp_granularity, const std::string& cp_strategy) {
+          [](TokenLoader* self, nb::handle source, nb::object state, nb::kwargs options) {
             LoaderOptions o;
-            o.seq_len = seq_len;
-            o.batch_size = batch_size;
-            o.rank = rank;
-            o.world_size = world_size;
-            o.worker = worker;
-            o.num_workers = num_workers;
-            o.shuffle = shuffle;
-            o.seed = seed;
-            o.epoch = epoch;
-            o.algorithm = ParsePackAlgorithm(algorithm);
-            o.oversize = ParseOversize(oversize);
-            o.buffer = buffer;
-            o.pad_token_id = pad_token_id;
-            o.ignore_index = ignore_index;
-            o.padding_side = ParsePaddingSide(padding_side);
-            o.num_threads = num_threads;
-            o.prefetch = prefetch;
-            o.shard_files = shard_files;
-            // Unset switches follow Whale's environment variables, read by
-            // the core's one policy reader (as whale_plan does).
-            if (!whale_unbalanced_io_slicing || !whale_drop_last_files) {
-              const WhalePolicy env = WhalePolicyFromEnvironment();
-              o.whale_unbalanced_io_slicing =
-                  whale_unbalanced_io_slicing.value_or(env.unbalanced_io_slicing);
-              o.whale_drop_last_files = whale_drop_last_files.value_or(env.drop_last_files);
-            } else {
-              o.whale_unbalanced_io_slicing = *whale_unbalanced_io_slicing;
-              o.whale_drop_last_files = *whale_drop_last_files;
-            }
-            o.equal_steps = equal_steps;
-            o.mode = ParseTrainMode(mode);
-            o.cost = ParseCostModel(cost);
-            o.block_mask = block_mask;
-            o.causal = causal;
-            o.cp.size = cp_size;
-            o.cp.granularity = cp_granularity;
-            o.cp.strategy = ParseCpStrategy(cp_strategy);
-            o.cp_rank = cp_rank;
+            ReadOptions(options, &o);
             std::optional<LoaderState> resume;
             if (!state.is_none()) resume = DictToState(state);
+            TokenLoader::EpochSource epochs = EpochSourceOf(source);
             // Planning an equal-steps epoch takes a while without the GIL: a
             // daemon thread still here at interpreter exit parks (see next()).
             ReleaseGil release;
-            new (self) TokenLoader(source.source, std::move(o), std::move(resume));
+            new (self) TokenLoader(std::move(epochs), std::move(o), std::move(resume));
           },
-          "source"_a, nb::kw_only(), "seq_len"_a, "batch_size"_a, "rank"_a = 0, "world_size"_a = 1,
-          "worker"_a = 0, "num_workers"_a = 1, "shuffle"_a = true, "seed"_a = 0, "epoch"_a = 0,
-          "algorithm"_a = "bfd", "oversize"_a = "split", "buffer"_a = nb::none(),
-          "pad_token_id"_a = 0, "ignore_index"_a = -100, "padding_side"_a = "right",
-          "num_threads"_a = 1, "prefetch"_a = 2, "shard_files"_a = false,
-          "whale_unbalanced_io_slicing"_a = nb::none(), "whale_drop_last_files"_a = nb::none(),
-          "equal_steps"_a = false, "mode"_a = "pad", "cost"_a = "tokens", "block_mask"_a = false,
-          "causal"_a = true, "state"_a = nb::none(), "cp_size"_a = 1, "cp_rank"_a = 0,
-          "cp_granularity"_a = nb::none(), "cp_strategy"_a = "head_tail")
+          "source"_a, "state"_a = nb::none(), "options"_a,
+          "source: a _TokenSource, or (sources, order) for a mixture loader (each epoch reads "
+          "its window); options: LoaderOptions' fields by name (bindings.h, ReadOptions).")
+      .def_prop_ro(
+          "options", [](const TokenLoader& l) { return WriteOptions(l.options()); },
+          "The loader's options as a dict (the epoch: the one it stands in).")
+      .def("begin_pass", &TokenLoader::BeginPass,
+           "Starts a pass (TokenLoader::BeginPass): its id for next(pass).")
+      .def(
+          "set_epoch",
+          [](TokenLoader& l, nb::handle epoch) {
+            const std::uint64_t e = ToUint64(epoch, "epoch");
+            ReleaseGil release;
+            l.SetEpoch(e);
+          },
+          "epoch"_a)
+      .def(
+          "restore",
+          [](TokenLoader& l, nb::handle state) {
+            // One state (this consumer's own or a merged one), or a list
+            // (TokenLoader::Restore: ResumeStateFor's choice).
+            if (!nb::isinstance<nb::list>(state) && !nb::isinstance<nb::tuple>(state)) {
+              LoaderState one = DictToState(state);
+              ReleaseGil release;
+              l.Restore(std::move(one));
+              return;
+            }
+            std::vector<LoaderState> states;
+            for (nb::handle h : state) states.push_back(DictToState(h));
+            ReleaseGil release;
+            l.Restore(states);
+          },
+          "state"_a)
+      .def_prop_ro("epoch", &TokenLoader::epoch)
+      .def_prop_ro("standing_epoch", &TokenLoader::standing_epoch)
       .def(
           "next",
-          [](TokenLoader& loader) -> nb::object {
+          [](TokenLoader& loader, std::optional<Index> pass) -> nb::object {
             std::shared_ptr<const Batch> batch;
             {
               ReleaseGil release;
-              batch = loader.Next();
+              batch = pass ? loader.Next(*pass) : loader.Next();
             }
             if (!batch) return nb::none();
             return BatchToDict(batch);
           },
+          "pass"_a = nb::none(),
           "The next batch as a dict of numpy arrays (views of the batch's buffers), or None "
-          "at the end of the epoch.")
+          "at the end of the pass (of the epoch without one; see TokenLoader::Next).")
       .def("state", [](const TokenLoader& l) { return StateToDict(l.State()); })
       .def(
           "state_json", [](const TokenLoader& l) { return LoaderStateToJson(l.State()); },
@@ -501,24 +499,12 @@ void init_loader(nb::module_& m) {
   m.def(
       "_mixture_resume",
       [](nb::list sources, const Mixture& mixture, std::optional<Index> samples, nb::handle state,
-         Index seq_len, Index batch_size, Index world_size, std::uint64_t seed,
-         const std::string& algorithm, const std::string& oversize, std::optional<Index> buffer,
-         bool equal_steps, const std::string& mode, const std::string& cost) {
+         nb::kwargs options) {
         std::vector<std::shared_ptr<const TokenSource>> views;
         for (nb::handle h : sources) views.push_back(nb::cast<const PySource&>(h).source);
         const std::string text = StateText(state);
         LoaderOptions o;
-        o.seq_len = seq_len;
-        o.batch_size = batch_size;
-        o.world_size = world_size;
-        o.shuffle = false;
-        o.seed = seed;
-        o.algorithm = ParsePackAlgorithm(algorithm);
-        o.oversize = ParseOversize(oversize);
-        o.buffer = buffer;
-        o.equal_steps = equal_steps;
-        o.mode = ParseTrainMode(mode);
-        o.cost = ParseCostModel(cost);
+        ReadOptions(options, &o);
         std::optional<MixtureResume> r;
         {
           ReleaseGil release;
@@ -526,9 +512,7 @@ void init_loader(nb::module_& m) {
         }
         return nb::make_tuple(r->order, StateToDict(r->loader), r->changed, r->read, r->at);
       },
-      "sources"_a, "mixture"_a, "samples"_a.none(), "state"_a, nb::kw_only(), "seq_len"_a,
-      "batch_size"_a, "world_size"_a, "seed"_a, "algorithm"_a, "oversize"_a, "buffer"_a.none(),
-      "equal_steps"_a, "mode"_a, "cost"_a,
+      "sources"_a, "mixture"_a, "samples"_a.none(), "state"_a, "options"_a,
       "(order, loader state, changed, read, at): a mixture loader resumed from `state` with "
       "`mixture`'s weights (ResumeMixtureLoader).");
   m.def(

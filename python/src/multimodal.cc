@@ -74,23 +74,10 @@ void init_multimodal(nb::module_& m) {
       .def(
           "__init__",
           [](MultimodalPlan* self, const I64In& lengths, const I64In& image_counts,
-             const I64In& vision_tokens, Index seq_len, Index rows_per_rank, Index world_size,
-             std::optional<Index> max_images, std::optional<Index> max_vision_tokens,
-             std::optional<Index> max_images_per_sample, const std::string& vision_cost,
-             const std::string& mode, bool shuffle, std::uint64_t seed, std::uint64_t epoch,
-             std::optional<std::string> state_json) {
+             const I64In& vision_tokens, std::optional<std::string> state_json,
+             nb::kwargs options) {
             MultimodalOptions o;
-            o.seq_len = seq_len;
-            o.rows_per_rank = rows_per_rank;
-            o.world_size = world_size;
-            o.max_images = max_images;
-            o.max_vision_tokens = max_vision_tokens;
-            o.max_images_per_sample = max_images_per_sample;
-            o.vision_cost = ParseVisionCost(vision_cost);
-            o.mode = ParseMultimodalMode(mode);
-            o.shuffle = shuffle;
-            o.seed = seed;
-            o.epoch = epoch;
+            ReadOptions(options, &o);
             std::vector<Index> counts = ToVector(image_counts);
             SampleTable table =
                 SampleTable::Make(ToVector(lengths), counts, ToVector(vision_tokens));
@@ -99,10 +86,8 @@ void init_multimodal(nb::module_& m) {
             ReleaseGil unlocked;
             new (self) MultimodalPlan(std::move(table), o, std::move(state));
           },
-          "lengths"_a, "image_counts"_a, "vision_tokens"_a, "seq_len"_a, "rows_per_rank"_a,
-          "world_size"_a, "max_images"_a.none(), "max_vision_tokens"_a.none(),
-          "max_images_per_sample"_a.none(), "vision_cost"_a, "mode"_a, "shuffle"_a, "seed"_a,
-          "epoch"_a, "state"_a.none())
+          "lengths"_a, "image_counts"_a, "vision_tokens"_a, "state"_a.none(), "options"_a,
+          "options: MultimodalOptions' fields by name (bindings.h, ReadOptions).")
       .def_prop_ro("num_steps", &MultimodalPlan::num_steps)
       .def("rows", &MultimodalPlan::Rows, "rank"_a, "step"_a)
       .def("row_packs", &MultimodalPlan::RowPacks, "rank"_a, "step"_a)

@@ -171,13 +171,9 @@ void init_train(nb::module_& m) {
       .def(
           "__init__",
           [](PyTrainPlan* self, nb::object lengths_obj, std::optional<nb::object> images_obj,
-             Index seq_len, Index batch_size, Index world_size, Index micro_batches,
-             const std::string& mode, bool shuffle, std::uint64_t seed, std::uint64_t epoch,
-             Index position, const std::string& algorithm, std::optional<Index> buffer,
-             const std::string& cost, std::optional<Index> max_images,
-             std::optional<Index> max_sequences, const std::string& oversize,
-             std::optional<std::string> state_json, Index cp_size, const std::string& cp_strategy,
-             std::optional<Index> cp_granularity, std::uint64_t identity) {
+             std::optional<std::string> state_json, std::uint64_t identity, nb::kwargs options) {
+            TrainOptions o;
+            ReadOptions(options, &o);
             new (self) PyTrainPlan();
             self->keep_lengths = lengths_obj;
             const I64In lengths = nb::cast<I64In>(lengths_obj);
@@ -187,25 +183,6 @@ void init_train(nb::module_& m) {
               const I64In images = nb::cast<I64In>(*images_obj);
               img = {reinterpret_cast<const Index*>(images.data()), images.shape(0)};
             }
-            TrainOptions o;
-            o.seq_len = seq_len;
-            o.batch_size = batch_size;
-            o.world_size = world_size;
-            o.micro_batches = micro_batches;
-            o.mode = ParseTrainMode(mode);
-            o.shuffle = shuffle;
-            o.seed = seed;
-            o.epoch = epoch;
-            o.position = position;
-            o.algorithm = ParsePackAlgorithm(algorithm);
-            o.buffer = buffer;
-            o.cost = ParseCostModel(cost);
-            o.max_images = max_images;
-            o.max_sequences = max_sequences;
-            o.oversize = ParseOversize(oversize);
-            o.cp.size = cp_size;
-            o.cp.strategy = ParseCpStrategy(cp_strategy);
-            o.cp.granularity = cp_granularity;
             auto docs = TrainDocuments::FromSpans(
                 {reinterpret_cast<const Index*>(lengths.data()), lengths.shape(0)}, img);
             docs.identity = identity;
@@ -215,11 +192,8 @@ void init_train(nb::module_& m) {
             self->plan = state ? std::make_unique<TrainPlan>(std::move(docs), o, *state)
                                : std::make_unique<TrainPlan>(std::move(docs), o);
           },
-          "lengths"_a, "images"_a.none(), "seq_len"_a, "batch_size"_a, "world_size"_a,
-          "micro_batches"_a, "mode"_a, "shuffle"_a, "seed"_a, "epoch"_a, "position"_a,
-          "algorithm"_a, "buffer"_a.none(), "cost"_a, "max_images"_a.none(),
-          "max_sequences"_a.none(), "oversize"_a, "state"_a.none(), "cp_size"_a = 1,
-          "cp_strategy"_a = "head_tail", "cp_granularity"_a.none() = nb::none(), "identity"_a = 0)
+          "lengths"_a, "images"_a.none(), "state"_a.none(), "identity"_a, "options"_a,
+          "options: TrainOptions' fields by name (bindings.h, ReadOptions).")
       .def_prop_ro("num_steps", [](const PyTrainPlan& p) { return p.plan->num_steps(); })
       .def_prop_ro("first_step", [](const PyTrainPlan& p) { return p.plan->first_step(); })
       .def_prop_ro("epoch_steps", [](const PyTrainPlan& p) { return p.plan->epoch_steps(); })

@@ -72,23 +72,6 @@ void CheckFingerprint(const LoaderState& a, const LoaderState& b, const char* wh
 
 }  // namespace
 
-TrainOptions LoaderTrainOptions(const LoaderOptions& o) {
-  TrainOptions t;
-  t.seq_len = o.seq_len;
-  t.batch_size = o.batch_size;
-  t.world_size = o.world_size;
-  t.mode = o.mode;
-  t.shuffle = o.shuffle;
-  t.seed = o.seed;
-  t.epoch = o.epoch;
-  t.algorithm = o.algorithm;
-  t.buffer = o.buffer;
-  t.oversize = o.oversize;
-  t.cost = o.cost;
-  t.cp = o.cp;
-  return t;
-}
-
 namespace {
 
 PieceRef Resolve(const PackItem& item, const std::vector<PieceRef>& head) {
@@ -322,6 +305,16 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
   CheckInRange("rank", o.rank, 0, o.world_size);
   CheckInRange("worker", o.worker, 0, o.num_workers);
   CheckEpoch("epoch", o.epoch);
+  // The plan's fields a loader has no use for (LoaderOptions).
+  if (o.micro_batches != 1) {
+    ThrowInvalid("micro_batches", "must be 1 for a loader (each batch is one micro-batch), got " +
+                                      Str(o.micro_batches));
+  }
+  if (o.position != 0) {
+    ThrowInvalid("position",
+                 "must be 0 for a loader (it resumes from a state), got " + Str(o.position));
+  }
+  if (o.max_images) ThrowInvalid("max_images", "token sources carry no images");
   if (o.oversize == Oversize::kError) {
     ThrowInvalid("oversize",
                  "'error' is not supported by the loader (a long document would "
@@ -748,48 +741,175 @@ std::shared_ptr<const Batch> LoaderImpl::Next() {
 }  // namespace internal
 
 // ---------------------------------------------------------------------------
-// TokenLoader forwards to its implementation.
+// TokenLoader: the epoch's LoaderImpl, replaced when a pass runs out, on
+// SetEpoch and on Restore.
+
+class TokenLoader::Epochs {
+ public:
+  Epochs(EpochSource source, LoaderOptions options)
+      : source_(std::move(source)), options_(std::move(options)) {}
+
+  // The loader of `epoch` from its start, or of the state's epoch from `resume`.
+  std::shared_ptr<internal::LoaderImpl> Make(std::uint64_t epoch,
+                                             std::optional<LoaderState> resume) const {
+    if (resume) epoch = resume->train ? resume->train->epoch : resume->epoch;
+    CheckEpoch("epoch", epoch);
+    LoaderOptions o = options_;
+    o.epoch = epoch;
+    return std::make_shared<internal::LoaderImpl>(source_(epoch), std::move(o), std::move(resume));
+  }
+
+  // The current epoch's loader (rebuilt first in a child process after fork()).
+  std::shared_ptr<internal::LoaderImpl> Current() {
+    std::lock_guard lock(mu_);
+    FollowFork();
+    return impl_;
+  }
+
+  Index BeginPass() {
+    std::lock_guard lock(mu_);
+    FollowFork();
+    ran_out_.reset();
+    return pass_;
+  }
+
+  // The next batch of pass `pass`; at its end, the first caller to see it
+  // moves the loader to the start of the next epoch.
+  std::shared_ptr<const Batch> Next(Index pass) {
+    std::shared_ptr<internal::LoaderImpl> impl;
+    {
+      std::lock_guard lock(mu_);
+      FollowFork();
+      if (pass != pass_) return nullptr;
+      impl = impl_;
+    }
+    std::shared_ptr<const Batch> batch = impl->Next();
+    if (batch) return batch;
+    std::lock_guard lock(mu_);
+    if (impl_ != impl) return nullptr;  // another caller moved it already
+    const std::uint64_t finished = impl->options().epoch;
+    if (const TrainPlan* plan = impl->train_plan()) {
+      // The plan's end state: (epoch + 1, 0), the next epoch from its start
+      // (whose source may be another data set: a mixture's next window), or
+      // where continuous mode stands in the next epoch's stream.
+      LoaderState end;
+      end.train = plan->StateAt(plan->num_steps());
+      if (end.train->position == 0) {
+        Replace(Make(end.train->epoch, std::nullopt));
+      } else {
+        Replace(Make(0, std::move(end)));
+      }
+    } else {
+      Replace(Make(finished + 1, std::nullopt));
+    }
+    ran_out_ = finished;
+    return nullptr;
+  }
+
+  void Start(std::uint64_t epoch, std::optional<LoaderState> resume) {
+    auto impl = Make(epoch, std::move(resume));
+    std::lock_guard lock(mu_);
+    Replace(std::move(impl));
+  }
+
+  void SetEpoch(std::uint64_t epoch) {
+    CheckEpoch("epoch", epoch);
+    {
+      std::lock_guard lock(mu_);
+      FollowFork();
+      if (impl_->options().epoch == epoch) return;
+    }
+    Start(epoch, std::nullopt);
+  }
+
+  std::uint64_t epoch() {
+    std::lock_guard lock(mu_);
+    FollowFork();
+    return ran_out_ ? *ran_out_ : impl_->options().epoch;
+  }
+
+  // In a child process the parent's threads are gone: their machinery is
+  // leaked (joining or destroying it would block).
+  ~Epochs() {
+    if (impl_ && impl_->forked() && impl_->threads_started()) {
+      (void)new std::shared_ptr<internal::LoaderImpl>(std::move(impl_));
+    }
+  }
+
+ private:
+  // REQUIRES mu_ held.
+  void Replace(std::shared_ptr<internal::LoaderImpl> impl) {
+    impl_ = std::move(impl);
+    ++pass_;
+    ran_out_.reset();
+  }
+
+  // A loader whose threads had started is rebuilt in the child from the
+  // state after its last returned batch. REQUIRES mu_ held.
+  void FollowFork() {
+    if (!impl_->forked()) return;
+    if (!impl_->threads_started()) {
+      impl_->AdoptProcess();  // nothing ran but this thread: usable as it is
+      return;
+    }
+    auto* parents = new std::shared_ptr<internal::LoaderImpl>(std::move(impl_));  // leaked
+    impl_ = std::make_shared<internal::LoaderImpl>((*parents)->source(), (*parents)->options(),
+                                                   *(*parents)->last_state());
+  }
+
+  const EpochSource source_;
+  const LoaderOptions options_;
+  std::mutex mu_;  // guards impl_, pass_ and ran_out_
+  std::shared_ptr<internal::LoaderImpl> impl_;
+  Index pass_ = 0;
+  std::optional<std::uint64_t> ran_out_;
+};
 
 TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOptions options,
                          std::optional<LoaderState> resume)
-    : impl_(std::make_unique<internal::LoaderImpl>(std::move(source), std::move(options),
-                                                   std::move(resume))) {}
-TokenLoader::~TokenLoader() {
-  if (impl_->forked() && impl_->threads_started()) (void)impl_.release();
+    : TokenLoader([source](std::uint64_t) { return source; }, std::move(options),
+                  std::move(resume)) {
+  if (!source) ThrowInvalid("source", "is null");
 }
 
-void TokenLoader::FollowFork() const {
-  if (!impl_->forked()) return;
-  if (!impl_->threads_started()) {
-    impl_->AdoptProcess();  // nothing ran but this thread: usable as it is
-    return;
+TokenLoader::TokenLoader(EpochSource source, LoaderOptions options,
+                         std::optional<LoaderState> resume) {
+  const std::uint64_t epoch = options.epoch;
+  epochs_ = std::make_unique<Epochs>(std::move(source), std::move(options));
+  epochs_->Start(epoch, std::move(resume));
+}
+
+TokenLoader::~TokenLoader() = default;
+
+std::shared_ptr<const Batch> TokenLoader::Next() { return epochs_->Current()->Next(); }
+Index TokenLoader::BeginPass() { return epochs_->BeginPass(); }
+std::shared_ptr<const Batch> TokenLoader::Next(Index pass) { return epochs_->Next(pass); }
+void TokenLoader::SetEpoch(std::uint64_t epoch) { epochs_->SetEpoch(epoch); }
+void TokenLoader::Restore(LoaderState state) { epochs_->Start(0, std::move(state)); }
+void TokenLoader::Restore(std::span<const LoaderState> states) {
+  Restore(ResumeStateFor(states, consumers(), consumer()));
+}
+std::uint64_t TokenLoader::standing_epoch() const { return State().epoch; }
+std::uint64_t TokenLoader::epoch() const { return epochs_->epoch(); }
+LoaderState TokenLoader::State() const { return epochs_->Current()->State(); }
+Index TokenLoader::ListSize() const { return epochs_->Current()->ListSize(); }
+const LoaderOptions& TokenLoader::options() const { return epochs_->Current()->options(); }
+Index TokenLoader::consumers() const { return epochs_->Current()->consumers(); }
+Index TokenLoader::consumer() const { return epochs_->Current()->consumer(); }
+const TokenSource& TokenLoader::source() const { return *epochs_->Current()->source(); }
+const TrainPlan* TokenLoader::train_plan() const { return epochs_->Current()->train_plan(); }
+Index TokenLoader::dropped() const { return epochs_->Current()->dropped(); }
+const std::optional<WhaleChoice>& TokenLoader::file_policy() const {
+  return epochs_->Current()->file_policy();
+}
+
+LoaderState ResumeStateFor(std::span<const LoaderState> states, Index consumers, Index consumer) {
+  if (states.empty()) ThrowInvalid("state", "no states given");
+  for (const LoaderState& s : states) {
+    if (!s.train && s.consumers == consumers && s.consumer == consumer) return s;
   }
-  internal::LoaderImpl* parents = impl_.release();  // leaked on purpose
-  impl_ = std::make_unique<internal::LoaderImpl>(parents->source(), parents->options(),
-                                                 *parents->last_state());
+  return MergeLoaderStates(states);
 }
-
-std::shared_ptr<const Batch> TokenLoader::Next() {
-  FollowFork();
-  return impl_->Next();
-}
-LoaderState TokenLoader::State() const {
-  FollowFork();
-  return impl_->State();
-}
-Index TokenLoader::ListSize() const {
-  FollowFork();
-  return impl_->ListSize();
-}
-const LoaderOptions& TokenLoader::options() const { return impl_->options(); }
-Index TokenLoader::consumers() const { return impl_->consumers(); }
-const TrainPlan* TokenLoader::train_plan() const { return impl_->train_plan(); }
-Index TokenLoader::consumer() const { return impl_->consumer(); }
-Index TokenLoader::dropped() const {
-  FollowFork();
-  return impl_->dropped();
-}
-const std::optional<WhaleChoice>& TokenLoader::file_policy() const { return impl_->file_policy(); }
 
 // ---------------------------------------------------------------------------
 

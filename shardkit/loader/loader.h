@@ -46,6 +46,7 @@
 #define SHARDKIT_LOADER_LOADER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -71,17 +72,18 @@ class LoaderImpl;
 // are refused naming both numbers rather than failing to allocate.
 inline constexpr Index kMaxBatchTokens = Index{1} << 28;
 
-struct LoaderOptions {
-  Index seq_len = 0;     // tokens per row; REQUIRES >= 1
-  Index batch_size = 0;  // rows per batch; REQUIRES >= 1; batch_size x seq_len <= kMaxBatchTokens
-  Index rank = 0, world_size = 1;
+// The loader's options are the plan's (TrainOptions: seq_len, batch_size,
+// world_size, mode, shuffle, seed, epoch, the packing options, cost, cp), each
+// default written once there, plus what only a loader has. A LoaderOptions is
+// a TrainOptions: the equal-steps plan, the per-rank packer (TrainPackOptions)
+// and the mixture loader's plans read the same fields, with no copy to forget
+// one. REQUIRES the plan-only fields at their defaults (micro_batches 1,
+// position 0, no max_images: the loader's steps are micro-batches, its
+// position is its state, and token sources carry no images); max_sequences
+// caps the pieces of a row on both paths.
+struct LoaderOptions : TrainOptions {
+  Index rank = 0;
   Index worker = 0, num_workers = 1;  // dataloader workers of the rank
-  bool shuffle = true;
-  std::uint64_t seed = 0;
-  std::uint64_t epoch = 0;
-  PackAlgorithm algorithm = PackAlgorithm::kBestFitDecreasing;
-  Oversize oversize = Oversize::kSplit;  // split | drop (error is refused)
-  std::optional<Index> buffer;           // packer buffer (items); default 1024
   std::int64_t pad_token_id = 0;
   std::int64_t ignore_index = -100;
   PaddingSide padding_side = PaddingSide::kRight;
@@ -98,35 +100,43 @@ struct LoaderOptions {
   bool whale_unbalanced_io_slicing = false;
   bool whale_drop_last_files = false;
   // Equal steps (train_plan.h): the batches follow the global TrainPlan of
-  // (seq_len, batch_size, world_size, mode, cost, the packer options), so
-  // every rank yields the same number of batches per epoch and every piece
-  // is in exactly one batch of one rank; worker k of K yields the rank's
-  // steps k, k + K, ... (Batch::index is the step). Not with shard_files
-  // (see above).
+  // these options, so every rank yields the same number of batches per epoch
+  // and every piece is in exactly one batch of one rank; worker k of K yields
+  // the rank's steps k, k + K, ... (Batch::index is the step). Not with
+  // shard_files (see above).
   // Off by default here (the per-rank planner is the building block); the
   // Python TokenLoader, the torch datasets and the CLI turn it on.
   bool equal_steps = false;
-  TrainMode mode = TrainMode::kPad;
-  CostModel cost = CostModel::kTokens;
   // Also fill Batch::block_mask (packing_metadata.h's dense block-diagonal
   // mask, [batch_size, seq_len, seq_len] bytes), causal within each piece.
   bool block_mask = false;
   bool causal = true;
-  // Context parallelism (shardkit/packing/context_parallel.h): with cp.size
-  // C > 1 the loader delivers CP rank cp_rank's slice of every row (the CP
-  // ranks of a group are replicas for the plan: same rank, same rows) and
-  // reads only that rank's tokens. REQUIRES equal_steps (the plan packs every
-  // document padded to the granularity, so a padded row fits seq_len),
-  // padding_side right, no block_mask; 0 <= cp_rank < C.
-  ContextParallelOptions cp;
+  // Context parallelism (TrainOptions::cp, shardkit/packing/context_parallel.h):
+  // with cp.size C > 1 the loader delivers CP rank cp_rank's slice of every
+  // row (the CP ranks of a group are replicas for the plan: same rank, same
+  // rows) and reads only that rank's tokens. REQUIRES equal_steps (the plan
+  // packs every document padded to the granularity, so a padded row fits
+  // seq_len), padding_side right, no block_mask; 0 <= cp_rank < C.
   Index cp_rank = 0;
 };
 
-// The loader's options as a TrainOptions (seq_len, batch_size, world_size,
-// mode, cost, shuffle, seed, epoch and the packing options): the one mapping
-// behind the equal-steps plan, the per-rank packer (through TrainPackOptions)
-// and the mixture loader's plans.
-[[nodiscard]] TrainOptions LoaderTrainOptions(const LoaderOptions& options);
+// The loader's options as its plan reads them: the TrainOptions part of
+// `options` (a slice, not a copy field by field).
+[[nodiscard]] inline const TrainOptions& LoaderTrainOptions(const LoaderOptions& options) {
+  return options;
+}
+
+// The state a consumer of a run resumes from, given the states a run saved
+// (one per consumer, as `shardkit loader-stats --save-state` and the torch
+// DataLoader write them, or a single merged state): its own state when
+// `states` holds one for consumer `consumer` of `consumers` (exact resume:
+// the same batches as the uninterrupted run); the state itself when `states`
+// is one merged state (consumers 0); otherwise the merge of all of them
+// (MergeLoaderStates: elastic, any world size or worker count). One rule for
+// the Python loader, the torch adapter and the CLI. Throws invalid_argument
+// naming `state` when `states` is empty or the merge refuses them.
+[[nodiscard]] LoaderState ResumeStateFor(std::span<const LoaderState> states, Index consumers,
+                                         Index consumer);
 
 // Combines the states of all consumers of one run (one state per consumer
 // 0 .. C-1, any order, all taken from the same plan) into a merged state.
@@ -175,8 +185,23 @@ struct Batch {
   std::vector<std::int32_t> cu_seqlens_padded;
 };
 
+// Epochs, one rule: the epoch is part of the state. A pass is the batches
+// from where the loader stands to the end of that epoch; when a pass runs
+// out the loader moves itself to the start of the next epoch (equal steps:
+// the plan's end state, so continuous mode goes on in the next epoch's
+// stream; per rank: epoch + 1 from its start), and State() names it, so the
+// next pass is the next epoch without the caller rebuilding anything.
+// SetEpoch(e) moves to the start of epoch e unless the loader already stands
+// in e (just resumed, or the previous pass ran out into e): then it keeps its
+// position, so both "Restore(s); SetEpoch(s.epoch)" and a loop calling
+// SetEpoch every epoch continue exactly.
 class TokenLoader {
  public:
+  // The source epoch e reads (a mixture loader gives each epoch its own
+  // window of the mixture: shardkit/loader/mixture_loader.h); by default
+  // every epoch reads the source given.
+  using EpochSource = std::function<std::shared_ptr<const TokenSource>(std::uint64_t epoch)>;
+
   // Validates everything here. Throws invalid_argument naming the option
   // (seq_len, batch_size, rank, world_size, worker, num_workers, buffer,
   // num_threads, prefetch, oversize) or `state` when `resume` was made for
@@ -186,47 +211,79 @@ class TokenLoader {
   // consumer) or a merged state (any consumers).
   TokenLoader(std::shared_ptr<const TokenSource> source, LoaderOptions options,
               std::optional<LoaderState> resume = std::nullopt);
+  // The same with a source per epoch: `source` is called for the epoch the
+  // loader starts in (options.epoch, or the state's) and for every later one.
+  TokenLoader(EpochSource source, LoaderOptions options,
+              std::optional<LoaderState> resume = std::nullopt);
   // In a child process after fork() (see Next), the parent's machinery is
   // left alone (its threads do not exist there): never blocks.
   ~TokenLoader();
   TokenLoader(const TokenLoader&) = delete;
   TokenLoader& operator=(const TokenLoader&) = delete;
 
-  // The next batch, or nullptr at the end of the epoch. Blocks until it is
+  // The next batch of the current pass, or nullptr when it is over (the
+  // loader then stands at the start of the next epoch). Blocks until it is
   // ready. The batch stays valid while the caller holds it; its buffers are
   // reused once released. Rethrows an error of a background thread (an
   // allocation that failed there is an invalid_argument naming batch_size).
   // In a child process after fork() it continues from the state after the
   // last batch the parent returned, on threads of its own.
   [[nodiscard]] std::shared_ptr<const Batch> Next();
+  // Passes shared by several threads: BeginPass() names the pass that starts
+  // (and forgets which epoch last ran out); Next(pass) returns nullptr once
+  // that pass is over (its epoch ran out, or SetEpoch / Restore moved the
+  // loader), so every thread of a pass sees its end, and only the first to
+  // see it moves the loader to the next epoch.
+  [[nodiscard]] Index BeginPass();
+  [[nodiscard]] std::shared_ptr<const Batch> Next(Index pass);
+
+  // Moves to the start of `epoch` (see above). Throws invalid_argument
+  // naming `epoch` above kMaxEpoch. REQUIRES no Next() running.
+  void SetEpoch(std::uint64_t epoch);
+  // Continues from `state` (this consumer's own, or a merged one), or from
+  // ResumeStateFor(states, consumers(), consumer()): the rules of the
+  // constructor. REQUIRES no Next() running.
+  void Restore(LoaderState state);
+  void Restore(std::span<const LoaderState> states);
+
+  // The epoch the next batch comes from (State().epoch).
+  [[nodiscard]] std::uint64_t standing_epoch() const;
+  // The epoch of the current pass; once a pass ran out (and until the next
+  // begins, SetEpoch moves or Restore), the epoch it ran, so SetEpoch(epoch()
+  // + 1) after a pass is the next epoch too.
+  [[nodiscard]] std::uint64_t epoch() const;
 
   // The state after the last batch Next() returned (or the starting state).
   [[nodiscard]] LoaderState State() const;
 
   // Entries in this consumer's list this epoch (documents or head pieces).
   [[nodiscard]] Index ListSize() const;
+  // The options of the epoch the loader stands in (options.epoch is that
+  // epoch). This reference, source(), file_policy() and train_plan() belong to
+  // the current epoch: valid until the loader moves to another (a pass runs
+  // out, SetEpoch, Restore).
   [[nodiscard]] const LoaderOptions& options() const;
   [[nodiscard]] Index consumers() const;
   [[nodiscard]] Index consumer() const;
+  // The source of the epoch the loader stands in.
+  [[nodiscard]] const TokenSource& source() const;
   // Documents dropped so far (oversize drop), in this consumer's stream
   // (equal steps: in the epoch's stream).
   [[nodiscard]] Index dropped() const;
   // With shard_files: the Whale rule applied to the parts (which one, why,
   // and its warning); nullopt without file sharding.
   [[nodiscard]] const std::optional<WhaleChoice>& file_policy() const;
-  // Equal steps: the plan (null otherwise). Its StateAt(n) is the state of a
-  // rank after n batches, whichever worker produced them.
+  // Equal steps: the plan of the epoch the loader stands in (null
+  // otherwise); valid until the loader moves to another epoch. Its
+  // StateAt(n) is the state of a rank after n batches, whichever worker
+  // produced them.
   [[nodiscard]] const TrainPlan* train_plan() const;
 
  private:
-  // After fork(): the child has none of the parent's threads, and their mutex
-  // may be held forever. A loader whose threads had started is rebuilt in the
-  // child from the state after its last returned batch (so the child
-  // continues exactly where the parent stood; the parent's machinery is
-  // leaked, since joining or destroying it would block).
-  void FollowFork() const;
-
-  mutable std::unique_ptr<internal::LoaderImpl> impl_;
+  // The epoch's machinery (internal/loader_impl.h), the pass and the epoch
+  // that last ran out, behind one mutex; defined in loader.cc.
+  class Epochs;
+  std::unique_ptr<Epochs> epochs_;
 };
 
 }  // namespace shardkit

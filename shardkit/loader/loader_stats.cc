@@ -37,8 +37,10 @@ LoadSummary SummarizeLoad(std::span<const RankLoadStats> ranks, const LoadRunSco
   s.batch_imbalance = s.max_batches - s.min_batches;
   s.token_imbalance =
       min_tokens > 0 ? static_cast<double>(max_tokens) / static_cast<double>(min_tokens) - 1 : 0.0;
-  s.complete = scope.data_tokens > 0 && scope.all_ranks && scope.whole_epoch &&
-               !scope.shard_files && s.dropped == 0 && s.tokens == scope.data_tokens;
+  s.complete =
+      scope.data_tokens > 0 && scope.all_ranks && scope.whole_epoch && !scope.shard_files &&
+      s.dropped == 0 && s.tokens == scope.data_tokens &&
+      (!scope.plan || (scope.plan->dropped_tokens == 0 && scope.mode != TrainMode::kContinuous));
   return s;
 }
 

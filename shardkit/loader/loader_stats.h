@@ -8,6 +8,7 @@
 #define SHARDKIT_LOADER_LOADER_STATS_H_
 
 #include <array>
+#include <optional>
 #include <span>
 
 #include "shardkit/base/index.h"
@@ -37,6 +38,11 @@ struct LoadRunScope {
   bool all_ranks = true;     // every rank of the world ran
   bool whole_epoch = true;   // from the start of the epoch, not stopped early
   bool shard_files = false;  // file sharding (Whale's policies may replicate or drop files)
+  // Equal steps: the plan's summary and mode. Drop mode may drop the final
+  // partial step (plan->dropped_tokens), continuous mode ends with rows of
+  // the next epoch: neither run is complete then.
+  std::optional<TrainSummary> plan;
+  TrainMode mode = TrainMode::kPad;
 };
 
 struct LoadSummary {
@@ -46,8 +52,9 @@ struct LoadSummary {
   Index batch_imbalance = 0;   // max - min batches per rank
   double token_imbalance = 0;  // max / min tokens per rank - 1 (0 when min is 0)
   // Every token of a non-empty data set delivered exactly once: all ranks, the whole
-  // epoch, no file sharding, nothing dropped, and the delivered tokens add up
-  // to the data set's (each batch's pieces are disjoint by construction).
+  // epoch, no file sharding, nothing dropped (no document, and with equal steps
+  // no final step), not continuous, and the delivered tokens add up to the data
+  // set's (each batch's pieces are disjoint by construction).
   bool complete = false;
 };
 

@@ -92,6 +92,34 @@ TEST(LoaderStatsTest, CompleteOnlyWhenTheRunCanProveIt) {
   EXPECT_FALSE(SummarizeLoad(std::vector<RankLoadStats>(1), scope).complete);
 }
 
+// Equal steps: drop mode's dropped final step and continuous mode's rows of
+// the next epoch are not a complete epoch (was decided in the CLI).
+TEST(LoaderStatsTest, EqualStepsCompleteOnlyInPadModeOrWithNothingDropped) {
+  std::mt19937_64 rng(5);
+  bool saw_dropped_step = false;
+  for (Index docs = 195; docs < 205; ++docs) {
+    Data data = MakeData(rng, docs, 60);
+    for (TrainMode mode : {TrainMode::kPad, TrainMode::kDrop, TrainMode::kContinuous}) {
+      LoaderOptions o;
+      o.seq_len = 32;
+      o.batch_size = 2;
+      o.world_size = 3;
+      o.equal_steps = true;
+      o.mode = mode;
+      LoadRunScope scope;
+      scope.data_tokens = data.source->num_tokens();
+      scope.mode = mode;
+      const auto ranks = RunAllRanks(data, o);
+      scope.plan = TokenLoader(data.source, o).train_plan()->summary();
+      const bool dropped_step = scope.plan->dropped_tokens > 0;
+      saw_dropped_step = saw_dropped_step || dropped_step;
+      const bool want = mode == TrainMode::kPad || (mode == TrainMode::kDrop && !dropped_step);
+      EXPECT_EQ(SummarizeLoad(ranks, scope).complete, want) << TrainModeName(mode) << " " << docs;
+    }
+  }
+  EXPECT_TRUE(saw_dropped_step) << "the test needs a run that drops its final step";
+}
+
 TEST(LoaderStatsTest, TokenImbalanceIsMaxOverMinMinusOne) {
   std::vector<RankLoadStats> ranks(3);
   ranks[0].tokens = 100;

@@ -13,15 +13,18 @@
 #include <future>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "shardkit/loader/internal/test_corpus.h"
+#include "shardkit/loader/loader_state.h"
 #include "shardkit/loader/npy.h"
 
 namespace shardkit {
@@ -823,9 +826,9 @@ TEST(LoaderTest, EqualStepsIdenticalForAnyThreadCountDepthAndWorker) {
   }
 }
 
-// The one mapping of a loader's options to the plan's (and, through
-// TrainPackOptions, to the packer's): every field that a plan reads.
-TEST(LoaderTest, LoaderTrainOptionsMapsEveryPlanField) {
+// The loader's options are the plan's (no mapping to forget a field): a
+// field set on the LoaderOptions is what the plan and the packer read.
+TEST(LoaderTest, LoaderOptionsAreThePlansOptions) {
   LoaderOptions o;
   o.seq_len = 123;
   o.batch_size = 5;
@@ -838,23 +841,252 @@ TEST(LoaderTest, LoaderTrainOptionsMapsEveryPlanField) {
   o.algorithm = PackAlgorithm::kNextFit;
   o.buffer = 17;
   o.oversize = Oversize::kDrop;
-  const TrainOptions t = LoaderTrainOptions(o);
-  EXPECT_EQ(t.seq_len, 123);
-  EXPECT_EQ(t.batch_size, 5);
-  EXPECT_EQ(t.world_size, 7);
-  EXPECT_EQ(t.micro_batches, 1);
-  EXPECT_EQ(t.mode, TrainMode::kDrop);
-  EXPECT_EQ(t.cost, CostModel::kSquaredLengths);
-  EXPECT_FALSE(t.shuffle);
-  EXPECT_EQ(t.seed, 99u);
-  EXPECT_EQ(t.epoch, 4u);
+  o.max_sequences = 3;
+  const TrainOptions& t = LoaderTrainOptions(o);
+  EXPECT_EQ(&t, static_cast<const TrainOptions*>(&o));
   const PackOptions p = TrainPackOptions(t);
   EXPECT_EQ(p.capacity, 123);
   EXPECT_EQ(p.algorithm, PackAlgorithm::kNextFit);
   EXPECT_EQ(p.buffer, std::optional<Index>(17));
   EXPECT_EQ(p.oversize, Oversize::kDrop);
-  EXPECT_FALSE(p.max_images.has_value());
-  EXPECT_FALSE(p.max_sequences.has_value());
+  EXPECT_EQ(p.max_sequences, std::optional<Index>(3));
+  // A loader's plan is built from them: the plan a TrainPlan of the same
+  // options builds, step for step.
+  std::mt19937_64 rng(7);
+  Data data = MakeData(rng, 60, 90);
+  LoaderOptions l;
+  l.seq_len = 64;
+  l.batch_size = 2;
+  l.world_size = 2;
+  l.equal_steps = true;
+  l.max_sequences = 2;
+  l.num_threads = 0;
+  TokenLoader loader(data.source, l);
+  TrainPlan plan(TrainDocumentsOf(*data.source, FingerprintData(*data.source).hash),
+                 LoaderTrainOptions(l));
+  ASSERT_EQ(loader.train_plan()->num_steps(), plan.num_steps());
+  EXPECT_EQ(loader.train_plan()->Fingerprint(), plan.Fingerprint());
+  for (auto& b : Drain(loader)) {
+    std::size_t k = 0;
+    const TrainStep step = plan.Step(0, b->index);
+    for (Index row = 0; row < l.batch_size; ++row) {
+      Index pieces = 0;
+      for (; k < b->documents.size() && b->rows[k] == row; ++k) ++pieces;
+      EXPECT_LE(pieces, 2);
+      EXPECT_EQ(pieces, static_cast<Index>(step.rows[static_cast<std::size_t>(row)].size()));
+    }
+  }
+  // The plan-only fields are refused, naming them.
+  for (auto [field, set] : std::vector<std::pair<std::string, void (*)(LoaderOptions&)>>{
+           {"micro_batches", [](LoaderOptions& x) { x.micro_batches = 2; }},
+           {"position", [](LoaderOptions& x) { x.position = 1; }},
+           {"max_images", [](LoaderOptions& x) { x.max_images = 1; }}}) {
+    LoaderOptions x = l;
+    set(x);
+    EXPECT_THROW(
+        {
+          try {
+            TokenLoader bad(data.source, x);
+          } catch (const std::invalid_argument& e) {
+            EXPECT_EQ(std::string(e.what()).rfind(field + ":", 0), 0u) << e.what();
+            throw;
+          }
+        },
+        std::invalid_argument);
+  }
+}
+
+std::vector<PieceKey> PiecesOf(const std::vector<std::shared_ptr<const Batch>>& batches) {
+  std::vector<PieceKey> out;
+  for (const auto& b : batches) {
+    for (std::size_t k = 0; k < b->documents.size(); ++k) {
+      out.emplace_back(b->documents[k], b->starts[k], b->lengths[k]);
+    }
+  }
+  return out;
+}
+
+std::vector<std::shared_ptr<const Batch>> Pass(TokenLoader& loader) {
+  std::vector<std::shared_ptr<const Batch>> out;
+  const Index pass = loader.BeginPass();
+  while (auto b = loader.Next(pass)) out.push_back(b);
+  return out;
+}
+
+// The oracle of a pass over epoch e is a fresh loader of epoch e (per rank,
+// and equal steps in pad and drop modes, whose epochs start at step 0).
+TEST(LoaderTest, EachPassIsTheNextEpochAsAFreshLoaderDeliversIt) {
+  std::mt19937_64 rng(53);
+  Data data = MakeData(rng, 80, 100);
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    LoaderOptions o;
+    o.seq_len = 64;
+    o.batch_size = 2;
+    o.world_size = 2;
+    o.rank = 1;
+    o.epoch = 3;
+    o.num_threads = variant;
+    o.equal_steps = variant > 0;
+    o.mode = variant == 2 ? TrainMode::kDrop : TrainMode::kPad;
+    TokenLoader loader(data.source, o);
+    for (std::uint64_t e = 3; e < 6; ++e) {
+      EXPECT_EQ(loader.standing_epoch(), e);
+      const auto got = Pass(loader);
+      EXPECT_EQ(loader.epoch(), e) << "the epoch that ran out";
+      EXPECT_EQ(loader.standing_epoch(), e + 1) << "the state names the next epoch";
+      LoaderOptions f = o;
+      f.epoch = e;
+      TokenLoader fresh(data.source, f);
+      const auto want = Drain(fresh);
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t i = 0; i < got.size(); ++i) ExpectSameBatch(*got[i], *want[i]);
+      EXPECT_EQ(got.front()->epoch, e);
+    }
+    EXPECT_EQ(loader.BeginPass(), loader.BeginPass()) << "a pass starts once";
+    EXPECT_EQ(loader.epoch(), 6u) << "a new pass forgets the epoch that ran out";
+  }
+}
+
+// Continuous mode has no epoch boundary: the next pass goes on in the next
+// epoch's stream, and the two passes deliver every piece of the first epoch
+// exactly once (rank 0 of 1).
+TEST(LoaderTest, ContinuousPassesGoOnInTheNextEpochsStream) {
+  std::mt19937_64 rng(59);
+  Data data = MakeData(rng, 70, 150);
+  const Index docs = static_cast<Index>(data.offsets.size()) - 1;
+  LoaderOptions o;
+  o.seq_len = 64;
+  o.batch_size = 3;
+  o.equal_steps = true;
+  o.mode = TrainMode::kContinuous;
+  TokenLoader loader(data.source, o);
+  // The rows' epochs from plans of their own: the epoch's, then the one
+  // resumed from its end state.
+  const TrainDocuments docs_of = TrainDocumentsOf(*data.source, FingerprintData(*data.source).hash);
+  TrainPlan first(docs_of, LoaderTrainOptions(o));
+  TrainPlan second(docs_of, LoaderTrainOptions(o), first.StateAt(first.num_steps()));
+  std::vector<PieceKey> epoch0;
+  for (const TrainPlan* plan : {&first, &second}) {
+    for (const auto& b : Pass(loader)) {
+      const TrainStep step = plan->Step(0, b->index);
+      std::vector<PieceKey> got = CheckBatch(*b, data, o);
+      std::size_t k = 0;
+      for (Index row = 0; row < o.batch_size; ++row) {
+        for (; k < b->documents.size() && b->rows[k] == row; ++k) {
+          if (step.row_epochs[static_cast<std::size_t>(row)] == 0) epoch0.push_back(got[k]);
+        }
+      }
+    }
+  }
+  ExpectExactlyOnce(epoch0, data, docs, "continuous");
+}
+
+// SetEpoch keeps the position in the epoch the loader stands in (a resume,
+// or a pass that ran out into it) and otherwise starts the epoch afresh.
+TEST(LoaderTest, SetEpochKeepsThePositionOfTheEpochItStandsIn) {
+  std::mt19937_64 rng(61);
+  Data data = MakeData(rng, 90, 100);
+  for (bool equal_steps : {false, true}) {
+    SCOPED_TRACE(equal_steps ? "equal steps" : "per rank");
+    LoaderOptions o;
+    o.seq_len = 64;
+    o.batch_size = 2;
+    o.epoch = 1;
+    o.equal_steps = equal_steps;
+    TokenLoader full(data.source, o);
+    const auto want = Drain(full);
+    ASSERT_GE(want.size(), 4u);
+    TokenLoader first(data.source, o);
+    (void)Drain(first, 2);
+    const LoaderState mid = first.State();
+    LoaderOptions other = o;
+    other.epoch = 0;
+    TokenLoader loader(data.source, other);
+    loader.Restore(mid);
+    loader.SetEpoch(1);  // the epoch it stands in: kept
+    const auto rest = Pass(loader);
+    ASSERT_EQ(rest.size(), want.size() - 2);
+    for (std::size_t i = 0; i < rest.size(); ++i) {
+      EXPECT_EQ(rest[i]->step, want[i + 2]->step);  // (index counts the resumed plan's steps)
+      EXPECT_EQ(rest[i]->input_ids, want[i + 2]->input_ids);
+      EXPECT_EQ(rest[i]->documents, want[i + 2]->documents);
+      EXPECT_EQ(rest[i]->starts, want[i + 2]->starts);
+    }
+    loader.SetEpoch(2);  // the pass ran out into epoch 2: kept (at its start)
+    EXPECT_EQ(loader.standing_epoch(), 2u);
+    loader.SetEpoch(1);  // another epoch: from its start
+    const auto again = Pass(loader);
+    ASSERT_EQ(again.size(), want.size());
+    for (std::size_t i = 0; i < again.size(); ++i) ExpectSameBatch(*again[i], *want[i]);
+    EXPECT_THROW(loader.SetEpoch(kMaxEpoch + 1), std::invalid_argument);
+  }
+}
+
+// Several threads on one pass: each batch goes to one of them, every thread
+// sees the end, and the loader moves on by one epoch, not one per thread.
+TEST(LoaderTest, ThreadsSharingAPassAllEndAndTheEpochMovesOnce) {
+  std::mt19937_64 rng(67);
+  Data data = MakeData(rng, 120, 100);
+  LoaderOptions o;
+  o.seq_len = 64;
+  o.batch_size = 1;
+  o.equal_steps = true;
+  TokenLoader loader(data.source, o);
+  const Index pass = loader.BeginPass();
+  std::mutex mu;
+  std::vector<std::shared_ptr<const Batch>> got;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      while (auto b = loader.Next(pass)) {
+        std::lock_guard lock(mu);
+        got.push_back(b);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  LoaderOptions f = o;
+  TokenLoader fresh(data.source, f);
+  EXPECT_EQ(got.size(), Drain(fresh).size());
+  EXPECT_EQ(loader.standing_epoch(), 1u);
+  EXPECT_EQ(loader.Next(pass), nullptr) << "the pass stays over";
+}
+
+// The resume choice: a consumer's own state when the run saved one for it,
+// else the merge of all of them (another world size or worker count).
+TEST(LoaderTest, ResumeStateForTakesTheOwnStateElseTheMerge) {
+  std::mt19937_64 rng(71);
+  Data data = MakeData(rng, 60, 100);
+  LoaderOptions o;
+  o.seq_len = 64;
+  o.batch_size = 2;
+  o.world_size = 2;
+  std::vector<LoaderState> states;
+  for (Index r = 0; r < 2; ++r) {
+    LoaderOptions x = o;
+    x.rank = r;
+    TokenLoader loader(data.source, x);
+    (void)Drain(loader, 1);
+    states.push_back(loader.State());
+  }
+  EXPECT_EQ(LoaderStateToJson(ResumeStateFor(states, 2, 1)), LoaderStateToJson(states[1]));
+  EXPECT_EQ(LoaderStateToJson(ResumeStateFor(states, 2, 0)), LoaderStateToJson(states[0]));
+  const std::string merged = LoaderStateToJson(MergeLoaderStates(states));
+  EXPECT_EQ(LoaderStateToJson(ResumeStateFor(states, 3, 0)), merged);
+  const LoaderState m = MergeLoaderStates(states);
+  EXPECT_EQ(LoaderStateToJson(ResumeStateFor(std::span(&m, 1), 3, 2)), merged);
+  EXPECT_THROW((void)ResumeStateFor({}, 1, 0), std::invalid_argument);
+  // Restore(states) follows the rule: consumer 1 of 2 continues exactly.
+  LoaderOptions x = o;
+  x.rank = 1;
+  TokenLoader full(data.source, x);
+  const auto want = Drain(full);
+  TokenLoader resumed(data.source, x);
+  resumed.Restore(states);
+  const auto rest = Drain(resumed);
+  ASSERT_EQ(rest.size() + 1, want.size());
+  for (std::size_t i = 0; i < rest.size(); ++i) ExpectSameBatch(*rest[i], *want[i + 1]);
 }
 
 TEST(LoaderTest, EqualStepsRefusesPerRankStatesAndFileSharding) {

@@ -1,0 +1,119 @@
+// The fields of the loader's and the plan's options by name: one table per
+// option struct, which the edges walk to read and write options (the Python
+// bindings' keyword arguments, python/src/arguments.cc; the CLI's flags,
+// cli/cmd_loader.cc), so that no edge maps a struct field by field and a new
+// field is added here once.
+//
+// VisitOptions(options, visit) calls visit(name, field) for every field, in
+// declaration order, with the field's core name; the one rename is
+// TrainOptions::cp (size, strategy, granularity), visited as cp_size,
+// cp_strategy and cp_granularity. A LoaderOptions (a TrainOptions plus the
+// loader's own fields, loader.h) visits the TrainOptions fields first.
+//
+// Field types a visitor meets: Index (std::int64_t), std::uint64_t, bool,
+// std::optional<Index> and the enums PackAlgorithm, Oversize, TrainMode,
+// CostModel, CpStrategy, PaddingSide, VisionCost and MultimodalMode (read with
+// ParseOptionField below). MultimodalOptions (multimodal_plan.h) has a table
+// of its own.
+//
+// Thread-safety: pure functions over the caller's struct.
+#ifndef SHARDKIT_LOADER_OPTION_FIELDS_H_
+#define SHARDKIT_LOADER_OPTION_FIELDS_H_
+
+#include <string_view>
+#include <type_traits>
+
+#include "shardkit/loader/loader.h"
+#include "shardkit/loader/multimodal_plan.h"
+#include "shardkit/loader/train_plan.h"
+
+namespace shardkit {
+
+template <typename Options, typename Visit>
+requires std::is_same_v<std::remove_const_t<Options>, TrainOptions>
+void VisitOptions(Options& o, Visit&& v) {
+  v("seq_len", o.seq_len);
+  v("batch_size", o.batch_size);
+  v("world_size", o.world_size);
+  v("micro_batches", o.micro_batches);
+  v("mode", o.mode);
+  v("shuffle", o.shuffle);
+  v("seed", o.seed);
+  v("epoch", o.epoch);
+  v("position", o.position);
+  v("algorithm", o.algorithm);
+  v("buffer", o.buffer);
+  v("max_images", o.max_images);
+  v("max_sequences", o.max_sequences);
+  v("oversize", o.oversize);
+  v("cost", o.cost);
+  v("cp_size", o.cp.size);
+  v("cp_strategy", o.cp.strategy);
+  v("cp_granularity", o.cp.granularity);
+}
+
+template <typename Options, typename Visit>
+requires std::is_same_v<std::remove_const_t<Options>, LoaderOptions>
+void VisitOptions(Options& o, Visit&& v) {
+  using Train = std::conditional_t<std::is_const_v<Options>, const TrainOptions, TrainOptions>;
+  VisitOptions(static_cast<Train&>(o), v);
+  v("rank", o.rank);
+  v("worker", o.worker);
+  v("num_workers", o.num_workers);
+  v("pad_token_id", o.pad_token_id);
+  v("ignore_index", o.ignore_index);
+  v("padding_side", o.padding_side);
+  v("num_threads", o.num_threads);
+  v("prefetch", o.prefetch);
+  v("shard_files", o.shard_files);
+  v("whale_unbalanced_io_slicing", o.whale_unbalanced_io_slicing);
+  v("whale_drop_last_files", o.whale_drop_last_files);
+  v("equal_steps", o.equal_steps);
+  v("block_mask", o.block_mask);
+  v("causal", o.causal);
+  v("cp_rank", o.cp_rank);
+}
+
+template <typename Options, typename Visit>
+requires std::is_same_v<std::remove_const_t<Options>, MultimodalOptions>
+void VisitOptions(Options& o, Visit&& v) {
+  v("seq_len", o.seq_len);
+  v("rows_per_rank", o.rows_per_rank);
+  v("world_size", o.world_size);
+  v("max_images", o.max_images);
+  v("max_vision_tokens", o.max_vision_tokens);
+  v("max_images_per_sample", o.max_images_per_sample);
+  v("vision_cost", o.vision_cost);
+  v("mode", o.mode);
+  v("shuffle", o.shuffle);
+  v("seed", o.seed);
+  v("epoch", o.epoch);
+}
+
+// The enum fields' text, by the core's name tables: ParseOptionField(text,
+// &field) (throws invalid_argument naming the option, as Parse* does) and
+// OptionFieldName(value).
+inline PackAlgorithm ParseOptionField(std::string_view s, PackAlgorithm*) {
+  return ParsePackAlgorithm(s);
+}
+inline Oversize ParseOptionField(std::string_view s, Oversize*) { return ParseOversize(s); }
+inline TrainMode ParseOptionField(std::string_view s, TrainMode*) { return ParseTrainMode(s); }
+inline CostModel ParseOptionField(std::string_view s, CostModel*) { return ParseCostModel(s); }
+inline PaddingSide ParseOptionField(std::string_view s, PaddingSide*) {
+  return ParsePaddingSide(s);
+}
+inline CpStrategy ParseOptionField(std::string_view s, CpStrategy*) { return ParseCpStrategy(s); }
+inline VisionCost ParseOptionField(std::string_view s, VisionCost*) { return ParseVisionCost(s); }
+inline MultimodalMode ParseOptionField(std::string_view s, MultimodalMode*) {
+  return ParseMultimodalMode(s);
+}
+inline std::string_view OptionFieldName(PackAlgorithm v) { return PackAlgorithmName(v); }
+inline std::string_view OptionFieldName(Oversize v) { return OversizeName(v); }
+inline std::string_view OptionFieldName(TrainMode v) { return TrainModeName(v); }
+inline std::string_view OptionFieldName(CostModel v) { return CostModelName(v); }
+inline std::string_view OptionFieldName(PaddingSide v) { return PaddingSideName(v); }
+inline std::string_view OptionFieldName(CpStrategy v) { return CpStrategyName(v); }
+
+}  // namespace shardkit
+
+#endif  // SHARDKIT_LOADER_OPTION_FIELDS_H_
