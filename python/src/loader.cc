@@ -93,6 +93,65 @@ nb::dict BatchToDict(const std::shared_ptr<const Batch>& b) {
   return d;
 }
 
+// A vector as a numpy array that owns it (no copy).
+nb::object VectorToArray(std::vector<Index> values) {
+  auto* keep = new std::vector<Index>(std::move(values));
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::vector<Index>*>(p); });
+  std::size_t shape[1] = {keep->size()};
+  return nb::cast(nb::ndarray<nb::numpy, Index>(keep->data(), 1, shape, owner));
+}
+
+// A mixture loader's TokenLoader options from the keywords of _TokenLoader
+// (the Python TokenLoader passes its options dict), each default _TokenLoader's.
+LoaderOptions LoaderOptionsFromKeywords(const nb::kwargs& kw) {
+  auto get = [&](const char* key) -> nb::handle {
+    return kw.contains(key) ? nb::handle(kw[key]) : nb::handle();
+  };
+  auto index = [&](const char* key, Index fallback) {
+    const nb::handle h = get(key);
+    return h.is_valid() && !h.is_none() ? ToIndex(h, key) : fallback;
+  };
+  auto flag = [&](const char* key, bool fallback) {
+    const nb::handle h = get(key);
+    return h.is_valid() && !h.is_none() ? ToBool(h, key) : fallback;
+  };
+  auto text = [&](const char* key, const char* fallback) {
+    const nb::handle h = get(key);
+    return h.is_valid() && !h.is_none() ? ToStr(h, key) : std::string(fallback);
+  };
+  LoaderOptions o;
+  o.seq_len = index("seq_len", 0);
+  o.batch_size = index("batch_size", 0);
+  o.rank = index("rank", 0);
+  o.world_size = index("world_size", 1);
+  o.worker = index("worker", 0);
+  o.num_workers = index("num_workers", 1);
+  o.shuffle = flag("shuffle", false);
+  if (get("seed").is_valid()) o.seed = ToUint64(get("seed"), "seed");
+  if (get("epoch").is_valid()) o.epoch = ToUint64(get("epoch"), "epoch");
+  o.algorithm = ParsePackAlgorithm(text("algorithm", "bfd"));
+  o.oversize = ParseOversize(text("oversize", "split"));
+  if (get("buffer").is_valid() && !get("buffer").is_none())
+    o.buffer = ToIndex(get("buffer"), "buffer");
+  o.pad_token_id = index("pad_token_id", 0);
+  o.ignore_index = index("ignore_index", -100);
+  o.padding_side = ParsePaddingSide(text("padding_side", "right"));
+  o.num_threads = index("num_threads", 1);
+  o.prefetch = index("prefetch", 2);
+  o.shard_files = flag("shard_files", false);
+  o.equal_steps = flag("equal_steps", false);
+  o.mode = ParseTrainMode(text("mode", "pad"));
+  o.cost = ParseCostModel(text("cost", "tokens"));
+  o.block_mask = flag("block_mask", false);
+  o.causal = flag("causal", true);
+  o.cp.size = index("cp_size", 1);
+  if (get("cp_granularity").is_valid() && !get("cp_granularity").is_none()) {
+    o.cp.granularity = ToIndex(get("cp_granularity"), "cp_granularity");
+  }
+  o.cp_rank = index("cp_rank", 0);
+  return o;
+}
+
 TokenDType DTypeOf(nb::handle array) {
   const std::string name = nb::cast<std::string>(array.attr("dtype").attr("name"));
   const std::string order = nb::cast<std::string>(array.attr("dtype").attr("byteorder"));
@@ -534,6 +593,156 @@ void init_loader(nb::module_& m) {
         return StateToDict(merged);
       },
       "states"_a);
+  // The core MixtureLoader behind TokenLoader.mixture: the binding converts
+  // the arguments and the batches; the rules, the epochs and the state are the
+  // core's. The loader's options come as the keywords of _TokenLoader (the
+  // Python TokenLoader's options dict), with _TokenLoader's defaults.
+  nb::class_<MixtureLoader>(m, "_MixtureLoader",
+                            "The C++ mixture loader behind shardkit.TokenLoader.mixture "
+                            "(shardkit/loader/mixture_loader.h).")
+      .def(
+          "__init__",
+          [](MixtureLoader* self, nb::list sources, FloatArray weights, Str by, OptionalInt block,
+             nb::handle schedule, Str interpolation, Str schedule_unit, nb::handle repeat,
+             std::optional<Index> samples, nb::kwargs options) {
+            std::vector<std::shared_ptr<const TokenSource>> views;
+            for (nb::handle h : sources) views.push_back(nb::cast<const PySource&>(h).source);
+            const LoaderOptions o = LoaderOptionsFromKeywords(options);
+            MixtureOptions mo;
+            mo.by = ParseMixBy(ToStr(by, "by"));
+            mo.block = ToOptionalIndex(block, "block");
+            mo.seed = o.seed;
+            mo.schedule = ToScheduleList(schedule);
+            mo.interpolation = ParseInterpolation(ToStr(interpolation, "interpolation"));
+            mo.schedule_unit = ParseMixBy(ToStr(schedule_unit, "schedule_unit"), "schedule_unit");
+            mo.repeat = ToRepeat(repeat, static_cast<Index>(views.size()));
+            std::vector<double> w = ToDoubles(weights, "weights");
+            ReleaseGil release;
+            new (self) MixtureLoader(std::move(views), std::move(w), std::move(mo), o, samples);
+          },
+          "sources"_a, "weights"_a.none(), nb::kw_only(), "by"_a.none() = "tokens",
+          "block"_a.none() = nb::none(), "schedule"_a.none() = nb::none(),
+          "interpolation"_a.none() = "step", "schedule_unit"_a.none() = "samples",
+          "repeat"_a.none() = true, "samples"_a.none() = nb::none(), "options"_a)
+      .def(
+          "next",
+          [](MixtureLoader& loader) -> nb::object {
+            std::optional<MixtureBatch> batch;
+            {
+              ReleaseGil release;
+              batch = loader.Next();
+            }
+            if (!batch) return nb::none();
+            nb::dict d = BatchToDict(batch->batch);
+            d["sources"] = VectorToArray(std::move(batch->sources));
+            d["items"] = VectorToArray(std::move(batch->items));
+            return d;
+          },
+          "The next batch (TokenLoader's dict plus `sources` and `items` per piece), or None "
+          "at the end of the epoch, after which the loader stands at the next epoch.")
+      .def(
+          "set_epoch",
+          [](MixtureLoader& l, std::uint64_t epoch) {
+            ReleaseGil release;
+            l.SetEpoch(epoch);
+          },
+          "epoch"_a)
+      .def(
+          "load",
+          [](MixtureLoader& l, nb::handle state) {
+            const std::string text = StateText(state);
+            ReleaseGil release;
+            l.Load(text);
+          },
+          "state"_a)
+      .def("state",
+           [](const MixtureLoader& l) {
+             std::string text;
+             {
+               ReleaseGil release;
+               text = l.State();
+             }
+             return JsonToPython(text);
+           })
+      .def(
+          "state_at",
+          [](const MixtureLoader& l, Index steps) {
+            std::string text;
+            {
+              ReleaseGil release;
+              text = l.StateAt(steps);
+            }
+            return JsonToPython(text);
+          },
+          "steps"_a)
+      .def_prop_ro("epoch", &MixtureLoader::epoch)
+      .def_prop_ro("generation", &MixtureLoader::generation)
+      .def_prop_ro("samples", &MixtureLoader::samples)
+      .def_prop_ro("order", [](const MixtureLoader& l) { return l.order(); })
+      .def_prop_ro("mixture", [](const MixtureLoader& l) { return l.mixture(); })
+      .def_prop_ro("num_documents",
+                   [](const MixtureLoader& l) { return l.view()->num_documents(); })
+      .def_prop_ro("last_resume",
+                   [](const MixtureLoader& l) -> nb::object {
+                     if (!l.last_resume()) return nb::none();
+                     const auto& r = *l.last_resume();
+                     return nb::make_tuple(r.changed, r.read, r.at);
+                   })
+      .def_prop_ro("num_steps",
+                   [](const MixtureLoader& l) -> std::optional<Index> {
+                     const auto loader = l.loader();
+                     const TrainPlan* plan = loader->train_plan();
+                     if (!plan) return std::nullopt;
+                     ReleaseGil release;
+                     return plan->epoch_steps();
+                   })
+      .def_prop_ro("first_step",
+                   [](const MixtureLoader& l) -> std::optional<Index> {
+                     const auto loader = l.loader();
+                     const TrainPlan* plan = loader->train_plan();
+                     if (!plan) return std::nullopt;
+                     return plan->first_step();
+                   })
+      .def("train_summary",
+           [](const MixtureLoader& l) -> std::optional<TrainSummary> {
+             const auto loader = l.loader();
+             const TrainPlan* plan = loader->train_plan();
+             if (!plan) return std::nullopt;
+             ReleaseGil release;
+             return plan->summary();
+           })
+      .def_prop_ro("train_fingerprint",
+                   [](const MixtureLoader& l) -> std::optional<std::uint64_t> {
+                     const auto loader = l.loader();
+                     if (!loader->train_plan()) return std::nullopt;
+                     return loader->train_plan()->Fingerprint();
+                   })
+      .def_prop_ro("train_describe",
+                   [](const MixtureLoader& l) -> std::optional<std::string> {
+                     const auto loader = l.loader();
+                     if (!loader->train_plan()) return std::nullopt;
+                     return loader->train_plan()->Describe();
+                   })
+      .def_prop_ro("dropped", [](const MixtureLoader& l) { return l.loader()->dropped(); })
+      .def(
+          "locate",
+          [](const MixtureLoader& l, std::uint64_t epoch, Index start, Index stop) {
+            const MixtureWindow w = l.order().Window(epoch);
+            if (start < 0 || stop < start || stop > w.count) {
+              ThrowOutOfRange("stop", "[" + shardkit::Str(start) + ", " + shardkit::Str(stop) +
+                                          ") is outside the window's " + shardkit::Str(w.count));
+            }
+            std::vector<Index> sources(static_cast<std::size_t>(stop - start));
+            std::vector<Index> items(sources.size());
+            {
+              ReleaseGil release;
+              l.order().Fill(w.first + start, w.first + stop, sources.data(), items.data());
+            }
+            return std::make_pair(VectorToArray(std::move(sources)),
+                                  VectorToArray(std::move(items)));
+          },
+          "epoch"_a, "start"_a, "stop"_a,
+          "(sources, items) of window documents [start, stop) of epoch `epoch`.");
   // shardkit.save_state's writer: the core's one atomic file write
   // (shardkit/base/atomic_file.h), so a kill or a full disk leaves the previous
   // file whole. Errors are a ValueError naming `param`, the path and errno's text.
