@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -127,9 +128,11 @@ std::vector<std::shared_ptr<const TokenSource>> OpenMixtureSources(
   return out;
 }
 
-// A mixture loader run: its sources, the weights asked for, the order read.
+// A mixture loader run: its sources, the core loader that assembles it (the
+// order, the window, resume), the weights asked for, the order read.
 struct MixtureRun {
   std::vector<std::shared_ptr<const TokenSource>> sources;
+  std::unique_ptr<MixtureLoader> loader;
   std::optional<Mixture> requested;
   std::optional<MixtureOrder> order;
   std::optional<Index> samples;  // given with --samples
@@ -331,11 +334,14 @@ int RunLoaderStats(const Argv& argv) {
         mo.repeat[static_cast<std::size_t>(k)] = false;
       }
     }
-    mix.requested.emplace(MixtureOfSources(mix.sources, weights, mo));
     if (auto n = args.Int("samples")) {
       if (*n < 1) throw UsageError("--samples: must be at least 1, got " + std::to_string(*n));
       mix.samples = *n;
     }
+    // The core's mixture loader assembles the run (the mixture's rules, the
+    // order, the window, resume with changed weights); the consumers below
+    // read its window.
+    mix.loader = std::make_unique<MixtureLoader>(mix.sources, weights, mo, o, mix.samples);
     if (auto path = args.Str("resume")) {
       const std::string text = ReadText("--resume", *path);
       try {
@@ -346,23 +352,24 @@ int RunLoaderStats(const Argv& argv) {
           for (const shardkit::Json& s : list.array()) texts.push_back(WriteJson(s));
           one = texts.size() == 1 ? texts[0] : MergeMixtureLoaderStates(texts);
         }
-        mix.resumed.emplace(ResumeMixtureLoader(mix.sources, *mix.requested, mix.samples, o, one));
+        mix.loader->Load(one);
       } catch (const std::invalid_argument& e) {
         throw UsageError("--resume: '" + *path + "': " + e.what());
       }
-      mix.order.emplace(mix.resumed->order);
-      const LoaderState& at = mix.resumed->loader;
-      o.epoch = at.train ? at.train->epoch : at.epoch;
-    } else {
-      mix.order.emplace(*mix.requested,
-                        mix.samples.value_or(DefaultMixtureSamples(*mix.requested)));
+      const auto& r = *mix.loader->last_resume();
+      mix.resumed.emplace(MixtureResume{mix.loader->order(),
+                                        MixtureLoaderStateFromJson(mix.loader->State()).loader,
+                                        r.changed, r.read, r.at});
+      o.epoch = mix.loader->epoch();
     }
+    mix.requested.emplace(mix.loader->mixture());
+    mix.order.emplace(mix.loader->order());
     const MixtureWindow window = mix.order->Window(o.epoch);
     mix.window_sources.resize(static_cast<std::size_t>(window.count));
     std::vector<Index> items(static_cast<std::size_t>(window.count));
     mix.order->Fill(window.first, window.first + window.count, mix.window_sources.data(),
                     items.data());
-    source = MixtureSource(mix.sources, *mix.order, window);
+    source = mix.loader->view();
   }
   // --cp: the plan of a CP run (cp.size = C) for the report; the loaders
   // below keep its granularity and deliver whole rows.
