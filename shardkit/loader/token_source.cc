@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -454,9 +455,11 @@ std::shared_ptr<const TokenSource> TokenSource::Select(
                                     ", outside the sources");
     }
   }
+  static std::atomic<std::uint64_t> serials{0};
   auto g = std::make_shared<Gathered>();
   g->sources = std::move(sources);
   g->locate = std::move(locate);
+  g->serial = serials.fetch_add(1) + 1;
   auto source = std::shared_ptr<TokenSource>(new TokenSource());
   source->gathered_ = g;
   source->identity_ = identity;
@@ -507,8 +510,43 @@ const TokenSource::Part& TokenSource::PartOf(Index d) const {
   return parts_[static_cast<std::size_t>(it - part_begin_.begin() - 1)];
 }
 
+void TokenSource::PrefetchOffset(Index d) const {
+  const Part& p = PartOf(d);
+  if (p.offsets != nullptr && p.sequence_pointers == nullptr) {
+    __builtin_prefetch(p.offsets + (d - p.first_document) * p.offset_size);
+  }
+}
+
+Index TokenSource::SelectedLength(Index d) const {
+  constexpr Index kChunk = 1024;
+  struct Chunk {
+    std::uint64_t owner = 0;
+    Index chunk = -1;
+    Index sources[kChunk], items[kChunk], lengths[kChunk];
+  };
+  thread_local Chunk cache;
+  const Gathered& g = *gathered_;
+  const Index chunk = d / kChunk;
+  if (cache.owner != g.serial || cache.chunk != chunk) {
+    const Index begin = chunk * kChunk;
+    const Index n = std::min(kChunk, num_documents_ - begin);
+    for (Index j = 0; j < n; ++j) g.locate(begin + j, &cache.sources[j], &cache.items[j]);
+    for (Index j = 0; j < n; ++j) {
+      g.sources[static_cast<std::size_t>(cache.sources[j])]->PrefetchOffset(cache.items[j]);
+    }
+    for (Index j = 0; j < n; ++j) {
+      cache.lengths[j] =
+          g.sources[static_cast<std::size_t>(cache.sources[j])]->DocumentLength(cache.items[j]);
+    }
+    cache.owner = g.serial;
+    cache.chunk = chunk;
+  }
+  return cache.lengths[d % kChunk];
+}
+
 Index TokenSource::DocumentLength(Index d) const {
   if (gathered_ != nullptr) {
+    if (gathered_->locate) return SelectedLength(d);
     const auto [source, local] = Locate(d);
     return source->DocumentLength(local);
   }

@@ -230,12 +230,20 @@ class TokenSource {
     std::vector<std::shared_ptr<const TokenSource>> sources;
     std::vector<Index> begin;
     std::vector<std::int64_t> documents;
-    Locator locate;  // set for Select's views
+    Locator locate;            // set for Select's views
+    std::uint64_t serial = 0;  // Select's: a number no other view has (per-thread caches)
     mutable std::once_flag tokens_once;
     mutable Index tokens = 0;
   };
   // The source and its document for document d of a gathered view.
   [[nodiscard]] std::pair<const TokenSource*, Index> Locate(Index d) const;
+  // Select's views: document d's length from a per-thread chunk of lengths
+  // computed together (the offsets of a chunk's documents are prefetched
+  // first: a mixture reads each source in a permuted order, so each offset is
+  // a cache miss, and a chunk overlaps them).
+  [[nodiscard]] Index SelectedLength(Index d) const;
+  // Starts loading document d's offset into the cache (files and memory).
+  void PrefetchOffset(Index d) const;
 
   std::shared_ptr<const Gathered> gathered_;
   std::uint64_t identity_ = 0;
