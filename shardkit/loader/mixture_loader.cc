@@ -22,9 +22,10 @@ constexpr std::uint64_t kWindowDomain = 0x4d49585749ULL;  // "MIXWI"
 void CheckSamples(Index samples) {
   if (samples < 1) ThrowInvalid("samples", "must be >= 1 per epoch, got " + Str(samples));
   if (samples > kMaxWindowSamples) {
-    ThrowInvalid("samples", Str(samples) +
-                                " per epoch: a window takes 8 bytes per sample; at most 2^31 (" +
-                                Str(kMaxWindowSamples) + ")");
+    ThrowInvalid("samples",
+                 Str(samples) +
+                     " per epoch: listing a window takes 16 bytes per sample; at most 2^31 (" +
+                     Str(kMaxWindowSamples) + ")");
   }
 }
 

@@ -63,10 +63,11 @@ namespace shardkit {
 [[nodiscard]] Mixture MixtureOfSources(std::span<const std::shared_ptr<const TokenSource>> sources,
                                        std::vector<double> weights, MixtureOptions options);
 
-// The most samples one epoch may read: a window holds 8 bytes per sample
-// (the gathered document ids), so 2^31 samples are 16 GiB. Larger `samples`
-// (given, or read from a state) are refused naming `samples` instead of
-// failing to allocate.
+// The most samples one epoch may read. The window itself stores nothing per
+// sample (a selected view), but what lists a window's samples does
+// (window_samples() in Python, loader-stats' per-source tallies: 16 bytes a
+// sample, 32 GiB at 2^31). Larger `samples` (given, or read from a state) are
+// refused naming `samples` instead of failing to allocate there.
 inline constexpr Index kMaxWindowSamples = Index{1} << 31;
 
 struct MixtureWindow {
