@@ -39,16 +39,21 @@ void CheckSources(std::span<const std::shared_ptr<const TokenSource>> sources) {
 }
 
 // Document i of a window view: sample window.first + i of the order. The
-// plan and the collating threads read the window in runs, so each thread
-// keeps the last chunk of kChunk samples it filled (keyed by the view's
-// serial number, never reused) and a sample costs a lookup in it.
+// plan and the collating threads read the window in runs (the packer's
+// buffer spans neighbouring chunks), so each thread keeps the last chunks of
+// kChunk samples it filled, kWays of them by chunk number (keyed by the
+// view's serial number, never reused), and a sample costs a lookup in them.
 class ChunkCache {
  public:
   static constexpr Index kChunk = 1024;
-  std::uint64_t owner = 0;
-  Index chunk = -1;
-  Index sources[kChunk];
-  Index items[kChunk];
+  static constexpr Index kWays = 4;
+  struct Way {
+    std::uint64_t owner = 0;
+    Index chunk = -1;
+    Index sources[kChunk];
+    Index items[kChunk];
+  };
+  Way ways[kWays];
 };
 
 TokenSource::Locator WindowLocator(std::shared_ptr<const MixtureOrder> order,
@@ -58,16 +63,17 @@ TokenSource::Locator WindowLocator(std::shared_ptr<const MixtureOrder> order,
   return [order = std::move(order), window, id](Index i, Index* source, Index* item) {
     thread_local ChunkCache cache;
     const Index chunk = i / ChunkCache::kChunk;
-    if (cache.owner != id || cache.chunk != chunk) {
+    ChunkCache::Way& way = cache.ways[chunk % ChunkCache::kWays];
+    if (way.owner != id || way.chunk != chunk) {
       const Index begin = chunk * ChunkCache::kChunk;
       const Index end = std::min(window.count, begin + ChunkCache::kChunk);
-      order->Fill(window.first + begin, window.first + end, cache.sources, cache.items);
-      cache.owner = id;
-      cache.chunk = chunk;
+      order->Fill(window.first + begin, window.first + end, way.sources, way.items);
+      way.owner = id;
+      way.chunk = chunk;
     }
     const std::size_t j = static_cast<std::size_t>(i % ChunkCache::kChunk);
-    *source = cache.sources[j];
-    *item = cache.items[j];
+    *source = way.sources[j];
+    *item = way.items[j];
   };
 }
 

@@ -519,29 +519,31 @@ void TokenSource::PrefetchOffset(Index d) const {
 
 Index TokenSource::SelectedLength(Index d) const {
   constexpr Index kChunk = 1024;
-  struct Chunk {
+  constexpr Index kWays = 4;  // the packer's buffer spans neighbouring chunks
+  struct Way {
     std::uint64_t owner = 0;
     Index chunk = -1;
-    Index sources[kChunk], items[kChunk], lengths[kChunk];
+    Index lengths[kChunk];
   };
-  thread_local Chunk cache;
+  thread_local Way ways[kWays];
   const Gathered& g = *gathered_;
   const Index chunk = d / kChunk;
-  if (cache.owner != g.serial || cache.chunk != chunk) {
+  Way& way = ways[chunk % kWays];
+  if (way.owner != g.serial || way.chunk != chunk) {
     const Index begin = chunk * kChunk;
     const Index n = std::min(kChunk, num_documents_ - begin);
-    for (Index j = 0; j < n; ++j) g.locate(begin + j, &cache.sources[j], &cache.items[j]);
+    Index sources[kChunk], items[kChunk];
+    for (Index j = 0; j < n; ++j) g.locate(begin + j, &sources[j], &items[j]);
     for (Index j = 0; j < n; ++j) {
-      g.sources[static_cast<std::size_t>(cache.sources[j])]->PrefetchOffset(cache.items[j]);
+      g.sources[static_cast<std::size_t>(sources[j])]->PrefetchOffset(items[j]);
     }
     for (Index j = 0; j < n; ++j) {
-      cache.lengths[j] =
-          g.sources[static_cast<std::size_t>(cache.sources[j])]->DocumentLength(cache.items[j]);
+      way.lengths[j] = g.sources[static_cast<std::size_t>(sources[j])]->DocumentLength(items[j]);
     }
-    cache.owner = g.serial;
-    cache.chunk = chunk;
+    way.owner = g.serial;
+    way.chunk = chunk;
   }
-  return cache.lengths[d % kChunk];
+  return way.lengths[d % kChunk];
 }
 
 Index TokenSource::DocumentLength(Index d) const {
