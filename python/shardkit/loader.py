@@ -627,12 +627,14 @@ class _MixtureTokenLoader(TokenLoader):
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         # The core moves to the next epoch when a pass meets the end (once,
-        # whichever of several concurrent passes meets it first).
+        # whichever of several concurrent passes meets it first); a pass reads
+        # the generation it began with, so concurrent passes all end with it.
         loader = self._loader
+        generation = loader.generation
         finished = loader.epoch
         self._ran_out = None
         while True:
-            batch = loader.next()
+            batch = loader.next(generation)
             if batch is None:
                 self._ran_out = (finished, loader.generation)
                 return

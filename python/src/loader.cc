@@ -626,11 +626,11 @@ void init_loader(nb::module_& m) {
           "repeat"_a.none() = true, "samples"_a.none() = nb::none(), "options"_a)
       .def(
           "next",
-          [](MixtureLoader& loader) -> nb::object {
+          [](MixtureLoader& loader, std::optional<std::uint64_t> generation) -> nb::object {
             std::optional<MixtureBatch> batch;
             {
               ReleaseGil release;
-              batch = loader.Next();
+              batch = loader.Next(generation);
             }
             if (!batch) return nb::none();
             nb::dict d = BatchToDict(batch->batch);
@@ -638,8 +638,10 @@ void init_loader(nb::module_& m) {
             d["items"] = VectorToArray(std::move(batch->items));
             return d;
           },
+          "generation"_a = nb::none(),
           "The next batch (TokenLoader's dict plus `sources` and `items` per piece), or None "
-          "at the end of the epoch, after which the loader stands at the next epoch.")
+          "at the end of the epoch, after which the loader stands at the next epoch (with "
+          "`generation`: None also once the loader has moved on from that generation).")
       .def(
           "set_epoch",
           [](MixtureLoader& l, std::uint64_t epoch) {

@@ -711,11 +711,12 @@ void MixtureLoader::Open(std::uint64_t epoch, std::optional<LoaderState> resume)
   ++current_->generation;
 }
 
-std::optional<MixtureBatch> MixtureLoader::Next() {
+std::optional<MixtureBatch> MixtureLoader::Next(std::optional<std::uint64_t> generation) {
   std::shared_ptr<TokenLoader> loader;
   std::uint64_t epoch = 0;
   {
     std::lock_guard<std::mutex> lock(current_->mu);
+    if (generation && *generation != current_->generation) return std::nullopt;
     loader = current_->loader;
     epoch = current_->epoch;
   }

@@ -286,7 +286,11 @@ class MixtureLoader {
   // The next batch of the current epoch, or nullopt at its end; the caller
   // that meets the end moves the loader to the start of the next epoch
   // (equal steps: where the plan's end state stands; per rank: epoch + 1).
-  [[nodiscard]] std::optional<MixtureBatch> Next();
+  // With `generation` (generation() when a pass began): nullopt as well once
+  // the loader has moved on from it, so concurrent passes of one epoch all
+  // end with it and none reads into the next.
+  [[nodiscard]] std::optional<MixtureBatch> Next(
+      std::optional<std::uint64_t> generation = std::nullopt);
   // To the start of `epoch`, unless the loader already stands in it (a
   // resumed state's epoch, or the one an ended epoch moved to).
   void SetEpoch(std::uint64_t epoch);

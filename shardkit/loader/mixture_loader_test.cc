@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shardkit/base/testing.h"
@@ -836,6 +838,36 @@ TEST(MixtureLoaderTest, StateResumesTheUninterruptedRunAndAChangeOfWeightsContin
     std::string edited = state;
     edited[edited.find("\"samples\"") + 10] = '9';
     EXPECT_THROW(reweighted.Load(edited), std::invalid_argument);
+  }
+}
+
+TEST(MixtureLoaderTest, ConcurrentPassesOfOneGenerationAllEndWithItsEpoch) {
+  std::mt19937_64 rng(15);
+  const Corpus corpus = MakeCorpus(rng, {30, 50}, 60);
+  for (const bool equal_steps : {true, false}) {
+    MixtureLoader one(corpus.views(), {1, 2}, MixtureOptions{}, MixtureLoaderOptions(equal_steps));
+    const Index batches = static_cast<Index>(DrainMixture(one).ids.size());
+    LoaderOptions o = MixtureLoaderOptions(equal_steps);
+    o.num_threads = 2;
+    MixtureLoader loader(corpus.views(), {1, 2}, MixtureOptions{}, o);
+    const std::uint64_t g = loader.generation();
+    std::atomic<Index> seen{0};
+    std::vector<std::thread> passes;
+    for (int t = 0; t < 3; ++t) {
+      passes.emplace_back([&] {
+        while (const auto b = loader.Next(g)) {
+          EXPECT_EQ(b->batch->epoch, 0u);
+          ++seen;
+        }
+      });
+    }
+    for (auto& t : passes) t.join();
+    EXPECT_EQ(seen.load(), batches);  // each batch to one pass, none of epoch 1
+    EXPECT_EQ(loader.epoch(), 1u);    // moved on once
+    EXPECT_EQ(loader.generation(), g + 1);
+    const auto next = loader.Next(g + 1);
+    ASSERT_TRUE(next.has_value());
+    EXPECT_EQ(next->batch->epoch, 1u);
   }
 }
 
