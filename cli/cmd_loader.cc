@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -307,11 +308,14 @@ std::shared_ptr<const TokenSource> SetUpMixture(const Args& args, LoaderOptions&
       mo.repeat[static_cast<std::size_t>(k)] = false;
     }
   }
-  mix.requested.emplace(MixtureOfSources(mix.sources, weights, mo));
   if (auto n = args.Int("samples")) {
     if (*n < 1) throw UsageError("--samples: must be at least 1, got " + std::to_string(*n));
     mix.samples = *n;
   }
+  // The core's mixture loader assembles the run (the mixture's rules, the
+  // order, the window, resume with changed weights); the consumers read its
+  // window.
+  mix.loader = std::make_unique<MixtureLoader>(mix.sources, weights, mo, o, mix.samples);
   if (auto path = args.Str("resume")) {
     const std::string text = ReadText("--resume", *path);
     try {
@@ -322,22 +326,24 @@ std::shared_ptr<const TokenSource> SetUpMixture(const Args& args, LoaderOptions&
         for (const shardkit::Json& s : list.array()) texts.push_back(WriteJson(s));
         one = texts.size() == 1 ? texts[0] : MergeMixtureLoaderStates(texts);
       }
-      mix.resumed.emplace(ResumeMixtureLoader(mix.sources, *mix.requested, mix.samples, o, one));
+      mix.loader->Load(one);
     } catch (const std::invalid_argument& e) {
       throw UsageError("--resume: '" + *path + "': " + e.what());
     }
-    mix.order.emplace(mix.resumed->order);
-    const LoaderState& at = mix.resumed->loader;
-    o.epoch = at.train ? at.train->epoch : at.epoch;
-  } else {
-    mix.order.emplace(*mix.requested, mix.samples.value_or(DefaultMixtureSamples(*mix.requested)));
+    const auto& r = *mix.loader->last_resume();
+    mix.resumed.emplace(MixtureResume{mix.loader->order(),
+                                      MixtureLoaderStateFromJson(mix.loader->State()).loader,
+                                      r.changed, r.read, r.at});
+    o.epoch = mix.loader->epoch();
   }
+  mix.requested.emplace(mix.loader->mixture());
+  mix.order.emplace(mix.loader->order());
   const MixtureWindow window = mix.order->Window(o.epoch);
   mix.window_sources.resize(static_cast<std::size_t>(window.count));
   std::vector<Index> items(static_cast<std::size_t>(window.count));
   mix.order->Fill(window.first, window.first + window.count, mix.window_sources.data(),
                   items.data());
-  return MixtureSource(mix.sources, *mix.order, window);
+  return mix.loader->view();
 }
 
 }  // namespace

@@ -56,6 +56,7 @@ class Progress {
 // A mixture loader run: its sources, the weights asked for, the order read.
 struct MixtureRun {
   std::vector<std::shared_ptr<const TokenSource>> sources;
+  std::unique_ptr<MixtureLoader> loader;  // the core's assembly of the run
   std::optional<Mixture> requested;
   std::optional<MixtureOrder> order;
   std::optional<Index> samples;  // given with --samples

@@ -420,7 +420,9 @@ class TokenLoader:
 
 class _MixtureTokenLoader(TokenLoader):
     """A TokenLoader whose order stage is a :class:`shardkit.Mixture` over several
-    sources (built by :meth:`TokenLoader.mixture`)."""
+    sources (built by :meth:`TokenLoader.mixture`): it forwards to the core's
+    mixture loader (shardkit/loader/mixture_loader.h), which owns the order, the
+    epochs, the state, resume with changed weights and the mixture's rules."""
 
     def __init__(
         self,
@@ -445,11 +447,6 @@ class _MixtureTokenLoader(TokenLoader):
                     f"{name}: not an option of a mixture loader (the mixture is the order; "
                     "each source is a (tokens, offsets) pair or a directory)"
                 )
-        if options.get("mode", "pad") == "continuous":
-            raise ValueError(
-                "mode: 'continuous' is not supported with a mixture (each epoch is its own "
-                "window of the mixture); use 'pad' or 'drop'"
-            )
         if isinstance(sources, (str, os.PathLike)) or not isinstance(sources, Sequence):
             raise ValueError("sources: expected a list of (tokens, offsets) pairs or directories")
         if len(sources) == 0:
@@ -465,53 +462,68 @@ class _MixtureTokenLoader(TokenLoader):
             else:
                 opened.append(_open_source(entry, None, token_dtype))
         self._sources = opened
-        # by="tokens": a source's token total is what its sample share uses (and
-        # what a schedule in tokens counts with).
-        totals = [np.array([s.num_tokens], dtype=np.int64) for s in opened]
-        need_totals = by == "tokens" or schedule_unit == "tokens"
-        self.mixture = Mixture(
-            [s.num_documents for s in opened],
-            weights,
+        self._mixture_args = dict(
+            weights=weights,
             by=by,
-            lengths=totals if need_totals else None,
             block=block,
-            seed=seed,
             schedule=schedule,
             interpolation=interpolation,
             schedule_unit=schedule_unit,
             repeat=repeat,
+            samples=samples,
         )
-        self._samples_given = samples is not None  # else a state's samples win on resume
-        if samples is None:
-            samples = len(self.mixture) if self.mixture.bounded else sum(self.mixture.sizes)
-        self._samples = int(samples)
-        # The weights asked for (they hold from a resume's read point on), and
-        # the order read: this mixture, then each change of weights.
-        self._requested = self.mixture
-        self._order = _core._MixtureOrder(self.mixture, self._samples)
-        self._views: Dict[int, Any] = {}
-        self._window_arrays: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
         super().__init__(None, None, shuffle=False, seed=seed, epoch=epoch, **options)
 
     def _open(self, tokens: Any, offsets: Any, token_dtype: str) -> Any:
-        return None  # the sources are opened above; each epoch gets its view
+        return None  # the sources are opened above; the core makes each epoch's view
 
-    def _source_for(self, epoch: Any) -> Any:
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-            raise ValueError(f"state: epoch must be a non-negative integer, got {epoch!r}")
-        if epoch not in self._views:
-            if len(self._views) > 2:  # keep the current epoch's and a neighbour's
-                self._views.clear()
-                self._window_arrays.clear()
-            self._views[epoch] = _core._TokenSource.mixture_window(
-                self._sources, self._order, epoch
-            )
-        return self._views[epoch]
+    def _make(self, **kwargs: Any) -> Any:
+        return _core._MixtureLoader(self._sources, **self._mixture_args, **kwargs, **self._options)
 
-    def _epoch_source(self) -> Any:
-        # The core loader reads epoch e's window of the order (and moves on to
-        # the next epoch's window itself).
-        return (self._sources, self._order)
+    @property
+    def mixture(self) -> Mixture:
+        """The mixture the loader reads now (after a resume with other weights,
+        the one from the change on)."""
+        return self._loader.mixture
+
+    @property
+    def epoch(self) -> int:
+        ran_out = getattr(self, "_ran_out", None)
+        if ran_out is not None and ran_out[1] == self._loader.generation:
+            return ran_out[0]
+        return self._loader.epoch
+
+    @property
+    def _standing_epoch(self) -> int:
+        return self._loader.epoch
+
+    @property
+    def file_policy(self) -> Optional[_core.WhaleChoice]:
+        return None  # no file sharding with a mixture
+
+    @property
+    def num_steps(self) -> Optional[int]:
+        return self._loader.num_steps
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch < 0:
+            raise ValueError(f"epoch: must be non-negative, got {epoch}")
+        self._loader.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        # The core moves to the next epoch when a pass meets the end (once,
+        # whichever of several concurrent passes meets it first); a pass reads
+        # the generation it began with, so concurrent passes all end with it.
+        loader = self._loader
+        generation = loader.generation
+        finished = loader.epoch
+        self._ran_out = None
+        while True:
+            batch = loader.next(generation)
+            if batch is None:
+                self._ran_out = (finished, loader.generation)
+                return
+            yield batch
 
     # -- state: the loader's state and the order it reads ------------------------
     def state_dict(self) -> Dict[str, Any]:
@@ -519,10 +531,10 @@ class _MixtureTokenLoader(TokenLoader):
         "loader", "checksum"}``: the loader's state (``"loader"``) and the
         mixture(s) its epoch reads, JSON-serialisable (weights as strings,
         exact), sealed: an edited state is refused."""
-        return _core._mixture_loader_state(self._order, self._loader.state())
+        return self._loader.state()
 
     def state_at(self, steps: int) -> Dict[str, Any]:
-        return _core._mixture_loader_state(self._order, super().state_at(steps))
+        return self._loader.state_at(_core._index(steps, "steps"))
 
     def load_state_dict(self, state: Union[Dict[str, Any], Sequence[Dict[str, Any]]]) -> None:
         """Continue from ``state`` (as :meth:`TokenLoader.load_state_dict`). When
@@ -535,62 +547,45 @@ class _MixtureTokenLoader(TokenLoader):
         _require_state(state)
         if isinstance(state, (list, tuple)):
             state = self.merge_states(state)
-        order, inner, changed, read, at = _core._mixture_resume(
-            self._sources,
-            self._requested,
-            self._samples if self._samples_given else None,
-            state,
-            **self._options,
-        )
-        self._order = order
-        self._samples = order.samples
-        self.mixture = order.current
-        self._views.clear()
-        self._window_arrays.clear()
-        self.last_resume = (changed, read, at)
-        self._source_for(inner["epoch"])  # (checks the epoch)
-        self._loader = self._make(state=inner)
+        self._loader.load(state)
+
+    @property
+    def last_resume(self) -> Optional[Tuple[bool, int, int]]:
+        """After :meth:`load_state_dict`: ``(changed, read, at)``; None before."""
+        return self._loader.last_resume
 
     @property
     def changes(self) -> List[int]:
         """Global sample positions where the weights changed (on resume), from
         the current epoch's window on."""
-        return self._order.changes
+        return self._loader.order.changes
 
     def window(self, epoch: Optional[int] = None) -> Tuple[int, int]:
         """(first, count): the mixture samples epoch ``epoch`` (default: the
         current one) reads, [first, first + count)."""
-        return self._order.window(self._standing_epoch if epoch is None else epoch)
+        return self._loader.order.window(self._standing_epoch if epoch is None else epoch)
 
     def window_samples(self, epoch: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
         """(sources, items) of every document of the epoch's window: document
-        ``d`` of a batch is item ``items[d]`` of source ``sources[d]``."""
+        ``d`` of a batch is item ``items[d]`` of source ``sources[d]`` (16 bytes
+        per sample of the window; batches carry their own ``sources`` and
+        ``items``)."""
         e = self._standing_epoch if epoch is None else epoch
-        if e not in self._window_arrays:
-            first, count = self.window(e)
-            self._window_arrays[e] = self._order.numpy(first, first + count)
-        return self._window_arrays[e]
+        _, count = self.window(e)
+        return self._loader.locate(e, 0, count)
 
     @property
     def num_documents(self) -> int:
-        return self._source_for(self._standing_epoch).num_documents
+        return self._loader.num_documents
 
     @property
     def samples_per_epoch(self) -> int:
-        return self._samples
-
-    def __iter__(self) -> Iterator[Dict[str, Any]]:
-        sources, items = self.window_samples()
-        for batch in super().__iter__():
-            documents = batch["documents"]
-            batch["sources"] = sources[documents]
-            batch["items"] = items[documents]
-            yield batch
+        return self._loader.samples
 
     def __repr__(self) -> str:
         return (
             f"TokenLoader.mixture(sources={self.mixture.num_sources}, "
-            f"samples={self._samples}, seq_len={self._options['seq_len']}, "
+            f"samples={self.samples_per_epoch}, seq_len={self._options['seq_len']}, "
             f"batch_size={self._options['batch_size']}, "
             f"rank={self.rank}/{self.world_size}, epoch={self.epoch})"
         )

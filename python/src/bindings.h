@@ -38,6 +38,7 @@
 #include "shardkit/loader/loader.h"
 #include "shardkit/loader/multimodal_plan.h"
 #include "shardkit/loader/train_plan.h"
+#include "shardkit/sharding/mixture.h"
 
 namespace shardkit::python {
 
@@ -504,6 +505,12 @@ void init_train(nb::module_& m);
 void init_layout(nb::module_& m);
 void init_multimodal(nb::module_& m);
 void init_image(nb::module_& m);
+
+// Mixture arguments (mixture.cc), shared with the mixture loader (loader.cc):
+// a schedule of (position, weights) pairs (None: none) and the repeat flags
+// (one bool, or one per source of `k`); errors name `schedule` / `repeat`.
+std::vector<SchedulePoint> ToScheduleList(nb::handle schedule);
+std::vector<bool> ToRepeat(nb::handle repeat, Index k);
 
 }  // namespace shardkit::python
 

@@ -93,17 +93,17 @@ nb::dict BatchToDict(const std::shared_ptr<const Batch>& b) {
   return d;
 }
 
-// What a core loader reads each epoch: one source, or a mixture's window of
-// epoch e over its sources (MixtureSource).
+// A vector as a numpy array that owns it (no copy).
+nb::object VectorToArray(std::vector<Index> values) {
+  auto* keep = new std::vector<Index>(std::move(values));
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::vector<Index>*>(p); });
+  std::size_t shape[1] = {keep->size()};
+  return nb::cast(nb::ndarray<nb::numpy, Index>(keep->data(), 1, shape, owner));
+}
+
+// What a core loader reads each epoch: one source (a mixture's epochs are the
+// core MixtureLoader's, _MixtureLoader below).
 TokenLoader::EpochSource EpochSourceOf(nb::handle source) {
-  if (nb::isinstance<nb::tuple>(source)) {
-    std::vector<std::shared_ptr<const TokenSource>> views;
-    for (nb::handle h : source[0]) views.push_back(nb::cast<const PySource&>(h).source);
-    auto order = std::make_shared<MixtureOrder>(nb::cast<const MixtureOrder&>(source[1]));
-    return [views = std::move(views), order](std::uint64_t epoch) {
-      return MixtureSource(views, *order, order->Window(epoch));
-    };
-  }
   std::shared_ptr<const TokenSource> one = nb::cast<const PySource&>(source).source;
   return [one](std::uint64_t) { return one; };
 }
@@ -206,22 +206,6 @@ void init_loader(nb::module_& m) {
             return s;
           },
           "sources"_a, "The sources as one, in the order given (TokenSource::Concat).")
-      .def_static(
-          "mixture_window",
-          [](nb::list sources, const MixtureOrder& order, std::uint64_t epoch) {
-            std::vector<std::shared_ptr<const TokenSource>> views;
-            for (nb::handle h : sources) views.push_back(nb::cast<const PySource&>(h).source);
-            PySource s;
-            {
-              ReleaseGil release;
-              s.source = MixtureSource(std::move(views), order, order.Window(epoch));
-            }
-            s.keep_tokens = sources;  // the sources, and the arrays they view
-            return s;
-          },
-          "sources"_a, "order"_a, "epoch"_a,
-          "Epoch `epoch` of a mixture loader's order over `sources` as one source "
-          "(shardkit/loader/mixture_loader.h).")
       .def_prop_ro("num_documents", [](const PySource& s) { return s.source->num_documents(); })
       .def_prop_ro("num_tokens", [](const PySource& s) { return s.source->num_tokens(); })
       .def_prop_ro("num_parts", [](const PySource& s) { return s.source->num_parts(); })
@@ -485,37 +469,6 @@ void init_loader(nb::module_& m) {
           },
           "start"_a, "stop"_a, "(sources, items) of global samples [start, stop).");
   m.def(
-      "_mixture_loader_state",
-      [](const MixtureOrder& order, nb::handle state) {
-        const LoaderState s = DictToState(state);
-        std::string text;
-        {
-          ReleaseGil release;
-          text = MixtureLoaderStateToJson(order, s);
-        }
-        return JsonToPython(text);
-      },
-      "order"_a, "state"_a, "A mixture loader's state: the loader's state and its order.");
-  m.def(
-      "_mixture_resume",
-      [](nb::list sources, const Mixture& mixture, std::optional<Index> samples, nb::handle state,
-         nb::kwargs options) {
-        std::vector<std::shared_ptr<const TokenSource>> views;
-        for (nb::handle h : sources) views.push_back(nb::cast<const PySource&>(h).source);
-        const std::string text = StateText(state);
-        LoaderOptions o;
-        ReadOptions(options, &o);
-        std::optional<MixtureResume> r;
-        {
-          ReleaseGil release;
-          r.emplace(ResumeMixtureLoader(views, mixture, samples, o, text));
-        }
-        return nb::make_tuple(r->order, StateToDict(r->loader), r->changed, r->read, r->at);
-      },
-      "sources"_a, "mixture"_a, "samples"_a.none(), "state"_a, "options"_a,
-      "(order, loader state, changed, read, at): a mixture loader resumed from `state` with "
-      "`mixture`'s weights (ResumeMixtureLoader).");
-  m.def(
       "_merge_loader_states",
       [](nb::list states) -> nb::object {
         // Mixture loader states (which carry their order) merge as such. Each
@@ -544,6 +497,162 @@ void init_loader(nb::module_& m) {
         return StateToDict(merged);
       },
       "states"_a);
+  // The core MixtureLoader behind TokenLoader.mixture: the binding converts
+  // the arguments and the batches; the rules, the epochs and the state are the
+  // core's. The loader's options come as the keywords of _TokenLoader (the
+  // Python TokenLoader's options dict), read by the one table (ReadOptions).
+  nb::class_<MixtureLoader>(m, "_MixtureLoader",
+                            "The C++ mixture loader behind shardkit.TokenLoader.mixture "
+                            "(shardkit/loader/mixture_loader.h).")
+      .def(
+          "__init__",
+          [](MixtureLoader* self, nb::list sources, FloatArray weights, Str by, OptionalInt block,
+             nb::handle schedule, Str interpolation, Str schedule_unit, nb::handle repeat,
+             std::optional<Index> samples, nb::kwargs options) {
+            std::vector<std::shared_ptr<const TokenSource>> views;
+            for (nb::handle h : sources) views.push_back(nb::cast<const PySource&>(h).source);
+            LoaderOptions o;
+            ReadOptions(options, &o, "TokenLoader.mixture");
+            MixtureOptions mo;
+            mo.by = ParseMixBy(ToStr(by, "by"));
+            mo.block = ToOptionalIndex(block, "block");
+            mo.seed = o.seed;
+            mo.schedule = ToScheduleList(schedule);
+            mo.interpolation = ParseInterpolation(ToStr(interpolation, "interpolation"));
+            mo.schedule_unit = ParseMixBy(ToStr(schedule_unit, "schedule_unit"), "schedule_unit");
+            mo.repeat = ToRepeat(repeat, static_cast<Index>(views.size()));
+            std::vector<double> w = ToDoubles(weights, "weights");
+            ReleaseGil release;
+            new (self) MixtureLoader(std::move(views), std::move(w), std::move(mo), o, samples);
+          },
+          "sources"_a, "weights"_a.none(), nb::kw_only(), "by"_a.none() = "tokens",
+          "block"_a.none() = nb::none(), "schedule"_a.none() = nb::none(),
+          "interpolation"_a.none() = "step", "schedule_unit"_a.none() = "samples",
+          "repeat"_a.none() = true, "samples"_a.none() = nb::none(), "options"_a)
+      .def(
+          "next",
+          [](MixtureLoader& loader, std::optional<std::uint64_t> generation) -> nb::object {
+            std::optional<MixtureBatch> batch;
+            {
+              ReleaseGil release;
+              batch = loader.Next(generation);
+            }
+            if (!batch) return nb::none();
+            nb::dict d = BatchToDict(batch->batch);
+            d["sources"] = VectorToArray(std::move(batch->sources));
+            d["items"] = VectorToArray(std::move(batch->items));
+            return d;
+          },
+          "generation"_a = nb::none(),
+          "The next batch (TokenLoader's dict plus `sources` and `items` per piece), or None "
+          "at the end of the epoch, after which the loader stands at the next epoch (with "
+          "`generation`: None also once the loader has moved on from that generation).")
+      .def(
+          "set_epoch",
+          [](MixtureLoader& l, std::uint64_t epoch) {
+            ReleaseGil release;
+            l.SetEpoch(epoch);
+          },
+          "epoch"_a)
+      .def(
+          "load",
+          [](MixtureLoader& l, nb::handle state) {
+            const std::string text = StateText(state);
+            ReleaseGil release;
+            l.Load(text);
+          },
+          "state"_a)
+      .def("state",
+           [](const MixtureLoader& l) {
+             std::string text;
+             {
+               ReleaseGil release;
+               text = l.State();
+             }
+             return JsonToPython(text);
+           })
+      .def(
+          "state_at",
+          [](const MixtureLoader& l, Index steps) {
+            std::string text;
+            {
+              ReleaseGil release;
+              text = l.StateAt(steps);
+            }
+            return JsonToPython(text);
+          },
+          "steps"_a)
+      .def_prop_ro("epoch", &MixtureLoader::epoch)
+      .def_prop_ro(
+          "options", [](const MixtureLoader& l) { return WriteOptions(l.loader()->options()); },
+          "The current epoch's loader options as a dict.")
+      .def_prop_ro("generation", &MixtureLoader::generation)
+      .def_prop_ro("samples", &MixtureLoader::samples)
+      .def_prop_ro("order", [](const MixtureLoader& l) { return l.order(); })
+      .def_prop_ro("mixture", [](const MixtureLoader& l) { return l.mixture(); })
+      .def_prop_ro("num_documents",
+                   [](const MixtureLoader& l) { return l.view()->num_documents(); })
+      .def_prop_ro("last_resume",
+                   [](const MixtureLoader& l) -> nb::object {
+                     if (!l.last_resume()) return nb::none();
+                     const auto& r = *l.last_resume();
+                     return nb::make_tuple(r.changed, r.read, r.at);
+                   })
+      .def_prop_ro("num_steps",
+                   [](const MixtureLoader& l) -> std::optional<Index> {
+                     const auto loader = l.loader();
+                     const TrainPlan* plan = loader->train_plan();
+                     if (!plan) return std::nullopt;
+                     ReleaseGil release;
+                     return plan->epoch_steps();
+                   })
+      .def_prop_ro("first_step",
+                   [](const MixtureLoader& l) -> std::optional<Index> {
+                     const auto loader = l.loader();
+                     const TrainPlan* plan = loader->train_plan();
+                     if (!plan) return std::nullopt;
+                     return plan->first_step();
+                   })
+      .def("train_summary",
+           [](const MixtureLoader& l) -> std::optional<TrainSummary> {
+             const auto loader = l.loader();
+             const TrainPlan* plan = loader->train_plan();
+             if (!plan) return std::nullopt;
+             ReleaseGil release;
+             return plan->summary();
+           })
+      .def_prop_ro("train_fingerprint",
+                   [](const MixtureLoader& l) -> std::optional<std::uint64_t> {
+                     const auto loader = l.loader();
+                     if (!loader->train_plan()) return std::nullopt;
+                     return loader->train_plan()->Fingerprint();
+                   })
+      .def_prop_ro("train_describe",
+                   [](const MixtureLoader& l) -> std::optional<std::string> {
+                     const auto loader = l.loader();
+                     if (!loader->train_plan()) return std::nullopt;
+                     return loader->train_plan()->Describe();
+                   })
+      .def_prop_ro("dropped", [](const MixtureLoader& l) { return l.loader()->dropped(); })
+      .def(
+          "locate",
+          [](const MixtureLoader& l, std::uint64_t epoch, Index start, Index stop) {
+            const MixtureWindow w = l.order().Window(epoch);
+            if (start < 0 || stop < start || stop > w.count) {
+              ThrowOutOfRange("stop", "[" + shardkit::Str(start) + ", " + shardkit::Str(stop) +
+                                          ") is outside the window's " + shardkit::Str(w.count));
+            }
+            std::vector<Index> sources(static_cast<std::size_t>(stop - start));
+            std::vector<Index> items(sources.size());
+            {
+              ReleaseGil release;
+              l.order().Fill(w.first + start, w.first + stop, sources.data(), items.data());
+            }
+            return std::make_pair(VectorToArray(std::move(sources)),
+                                  VectorToArray(std::move(items)));
+          },
+          "epoch"_a, "start"_a, "stop"_a,
+          "(sources, items) of window documents [start, stop) of epoch `epoch`.");
   // shardkit.save_state's writer: the core's one atomic file write
   // (shardkit/base/atomic_file.h), so a kill or a full disk leaves the previous
   // file whole. Errors are a ValueError naming `param`, the path and errno's text.

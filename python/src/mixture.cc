@@ -28,6 +28,8 @@ using ScheduleArg = nb::typed<nb::handle, ScheduleTag>;
 using ArrayList = nb::typed<nb::handle, ArrayListTag>;
 using Bools = nb::typed<nb::handle, BoolsTag>;
 
+}  // namespace
+
 // (position, weights) pairs; None: no schedule. Every wrong shape or type is
 // one line naming `schedule` (the conversions of bindings.h).
 std::vector<SchedulePoint> ToScheduleList(nb::handle schedule) {
@@ -58,6 +60,8 @@ std::vector<bool> ToRepeat(nb::handle repeat, Index k) {
   }
   return out;
 }
+
+namespace {
 
 // Each source's total tokens from its document lengths (1-D integer arrays:
 // 1.5 was truncated to 1), named with the source and the first value that is

@@ -177,7 +177,57 @@ void CheckDisjoint(std::vector<PieceRef> pieces, std::string_view path) {
 
 // ---------------------------------------------------------------------------
 
+namespace {
+
+constexpr std::uint64_t kSelectedDomain = 0x53454c4543544544ULL;  // "SELECTED"
+
+// A source's sampled digest (the sources of a selected view): part sizes,
+// totals, and the lengths and middle tokens of the sampled documents.
+std::uint64_t SourceDigest(const TokenSource& source) {
+  Hasher h(kSelectedDomain);
+  const Index documents = source.num_documents();
+  h.Add(static_cast<std::uint64_t>(documents));
+  h.Add(static_cast<std::uint64_t>(source.num_tokens()));
+  h.Add(static_cast<std::uint64_t>(source.num_parts()));
+  for (Index part = 0; part < source.num_parts(); ++part) {
+    h.Add(static_cast<std::uint64_t>(source.PartBegin(part + 1) - source.PartBegin(part)));
+  }
+  std::vector<std::int32_t> tokens;
+  const Index samples = std::min(documents, kFingerprintDocuments);
+  for (Index k = 0; k < samples; ++k) {
+    const Index d = static_cast<Index>(static_cast<unsigned __int128>(k) *
+                                       static_cast<unsigned __int128>(documents) /
+                                       static_cast<unsigned __int128>(samples));
+    const Index length = source.DocumentLength(d);
+    const Index count = std::min(length, kFingerprintWindow);
+    tokens.resize(static_cast<std::size_t>(count));
+    if (count > 0) source.Copy(d, (length - count) / 2, count, tokens.data());
+    h.Add(static_cast<std::uint64_t>(d));
+    h.Add(static_cast<std::uint64_t>(length));
+    for (std::int32_t t : tokens) h.Add(static_cast<std::uint32_t>(t));
+  }
+  return h.Finish();
+}
+
+DataFingerprint SelectedFingerprint(const TokenSource& view) {
+  DataFingerprint f;
+  f.documents = view.num_documents();
+  Hasher h(kSelectedDomain);
+  h.Add(static_cast<std::uint64_t>(f.documents));
+  h.Add(view.identity());
+  for (const auto& source : view.selected_from()) {
+    f.tokens = CheckedAdd("sources", f.tokens, source->num_tokens());
+    h.Add(SourceDigest(*source));
+  }
+  h.Add(static_cast<std::uint64_t>(f.tokens));
+  f.hash = h.Finish();
+  return f;
+}
+
+}  // namespace
+
 DataFingerprint FingerprintData(const TokenSource& source) {
+  if (!source.selected_from().empty()) return SelectedFingerprint(source);
   DataFingerprint f;
   f.documents = source.num_documents();
   f.tokens = source.num_tokens();

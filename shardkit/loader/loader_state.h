@@ -117,6 +117,15 @@ struct LoaderState {
 // have different fingerprints. Cost: O(num_documents) for the lengths plus
 // at most 64 Ki tokens read (at most 4096 random pages of a mapped file),
 // once per loader; deterministic, the same on every rank and platform.
+// A selected view (TokenSource::Select, e.g. a mixture's window) is
+// fingerprinted without reading its documents: documents = its count, tokens
+// = its sources' token total (the view's own total is a pass over every
+// document), and the hash covers the count, the view's identity (which
+// determines which documents it selects) and each source's digest: its part
+// sizes, documents, tokens, and the lengths and middle tokens of the
+// kFingerprintDocuments sampled documents above. Cost O(K x 4096), whatever
+// the view's size; an edit of a source's offsets between sampled documents
+// that keeps its totals is not seen (the view's sources are bound by sample).
 inline constexpr Index kFingerprintAllTokens = Index{1} << 16;
 inline constexpr Index kFingerprintDocuments = 4096;
 inline constexpr Index kFingerprintWindow = 16;

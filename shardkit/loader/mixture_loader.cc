@@ -1,7 +1,9 @@
 #include "shardkit/loader/mixture_loader.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -20,9 +22,10 @@ constexpr std::uint64_t kWindowDomain = 0x4d49585749ULL;  // "MIXWI"
 void CheckSamples(Index samples) {
   if (samples < 1) ThrowInvalid("samples", "must be >= 1 per epoch, got " + Str(samples));
   if (samples > kMaxWindowSamples) {
-    ThrowInvalid("samples", Str(samples) +
-                                " per epoch: a window takes 8 bytes per sample; at most 2^31 (" +
-                                Str(kMaxWindowSamples) + ")");
+    ThrowInvalid("samples",
+                 Str(samples) +
+                     " per epoch: listing a window takes 16 bytes per sample; at most 2^31 (" +
+                     Str(kMaxWindowSamples) + ")");
   }
 }
 
@@ -33,6 +36,45 @@ void CheckSources(std::span<const std::shared_ptr<const TokenSource>> sources) {
       ThrowInvalid("sources", "source " + Str(static_cast<Index>(k)) + " is None");
     }
   }
+}
+
+// Document i of a window view: sample window.first + i of the order. The
+// plan and the collating threads read the window in runs (the packer's
+// buffer spans neighbouring chunks), so each thread keeps the last chunks of
+// kChunk samples it filled, kWays of them by chunk number (keyed by the
+// view's serial number, never reused), and a sample costs a lookup in them.
+class ChunkCache {
+ public:
+  static constexpr Index kChunk = 1024;
+  static constexpr Index kWays = 4;
+  struct Way {
+    std::uint64_t owner = 0;
+    Index chunk = -1;
+    Index sources[kChunk];
+    Index items[kChunk];
+  };
+  Way ways[kWays];
+};
+
+TokenSource::Locator WindowLocator(std::shared_ptr<const MixtureOrder> order,
+                                   MixtureWindow window) {
+  static std::atomic<std::uint64_t> serial{0};
+  const std::uint64_t id = serial.fetch_add(1) + 1;
+  return [order = std::move(order), window, id](Index i, Index* source, Index* item) {
+    thread_local ChunkCache cache;
+    const Index chunk = i / ChunkCache::kChunk;
+    ChunkCache::Way& way = cache.ways[chunk % ChunkCache::kWays];
+    if (way.owner != id || way.chunk != chunk) {
+      const Index begin = chunk * ChunkCache::kChunk;
+      const Index end = std::min(window.count, begin + ChunkCache::kChunk);
+      order->Fill(window.first + begin, window.first + end, way.sources, way.items);
+      way.owner = id;
+      way.chunk = chunk;
+    }
+    const std::size_t j = static_cast<std::size_t>(i % ChunkCache::kChunk);
+    *source = way.sources[j];
+    *item = way.items[j];
+  };
 }
 
 }  // namespace
@@ -89,7 +131,6 @@ std::shared_ptr<const TokenSource> MixtureSource(
     ThrowInvalid("sources", Str(static_cast<Index>(sources.size())) + " sources for a mixture of " +
                                 Str(mixture.num_sources()));
   }
-  std::vector<Index> begin(sources.size() + 1, 0);
   for (std::size_t k = 0; k < sources.size(); ++k) {
     if (sources[k]->num_documents() != mixture.sizes()[k]) {
       ThrowInvalid("sources", "source " + Str(static_cast<Index>(k)) + " has " +
@@ -97,20 +138,27 @@ std::shared_ptr<const TokenSource> MixtureSource(
                                   " documents but the mixture's size is " +
                                   Str(mixture.sizes()[k]));
     }
-    begin[k + 1] = begin[k] + sources[k]->num_documents();
   }
-  std::vector<Index> which(static_cast<std::size_t>(window.count));
-  std::vector<std::int64_t> documents(static_cast<std::size_t>(window.count));
-  order.Fill(window.first, window.first + window.count, which.data(), documents.data());
+  order.CheckWindow(window.first, window.first + window.count);
+  // The identity: the window and the plans of the pieces it reads (which
+  // determine its samples), not the samples themselves (O(K), whatever the
+  // window's size).
   Hasher h(kWindowDomain);
   h.Add(static_cast<std::uint64_t>(window.first));
-  for (std::size_t i = 0; i < documents.size(); ++i) {
-    documents[i] += begin[static_cast<std::size_t>(which[i])];
-    h.Add(static_cast<std::uint64_t>(documents[i]));
+  h.Add(static_cast<std::uint64_t>(window.count));
+  const auto& pieces = order.pieces();
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const Index b = order.begin(i);
+    const Index e = i + 1 < pieces.size() ? order.begin(i + 1) : order.size();
+    if (e <= window.first || b >= window.first + window.count) continue;
+    h.Add(static_cast<std::uint64_t>(b));
+    h.AddBytes(WriteJson(MixturePlanJson(pieces[i])));
   }
   std::uint64_t identity = h.Finish();
   if (identity == 0) identity = 1;  // 0 means "no view"
-  return TokenSource::Gather(std::move(sources), std::move(documents), identity);
+  return TokenSource::Select(std::move(sources), window.count,
+                             WindowLocator(std::make_shared<const MixtureOrder>(order), window),
+                             identity);
 }
 
 // ---------------------------------------------------------------------------
@@ -191,6 +239,38 @@ void MixtureOrder::Fill(Index begin, Index end, Index* sources, Index* items) co
     sources += stop - begin;
     items += stop - begin;
     begin = stop;
+  }
+}
+
+void MixtureOrder::Take(std::span<const Index> positions, Index* sources, Index* items) const {
+  for (std::size_t j = 0; j < positions.size(); ++j) {
+    if (positions[j] < start() || positions[j] >= size()) {
+      ThrowOutOfRange("position", "entry " + Str(static_cast<Index>(j)) + " is " +
+                                      Str(positions[j]) + ", outside the order's [" + Str(start()) +
+                                      ", " + Str(size()) + ")");
+    }
+  }
+  std::vector<Index> local, where;
+  std::vector<Index> s, t;
+  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    const Index b = PieceBegin(pieces_[i]);
+    const Index e = i + 1 < pieces_.size() ? PieceBegin(pieces_[i + 1]) : PieceEnd(pieces_[i]);
+    local.clear();
+    where.clear();
+    for (std::size_t j = 0; j < positions.size(); ++j) {
+      if (positions[j] >= b && positions[j] < e) {
+        local.push_back(positions[j] - b);
+        where.push_back(static_cast<Index>(j));
+      }
+    }
+    if (local.empty()) continue;
+    s.resize(local.size());
+    t.resize(local.size());
+    pieces_[i].Take(local, s.data(), t.data());
+    for (std::size_t j = 0; j < local.size(); ++j) {
+      sources[where[j]] = s[j];
+      items[where[j]] = t[j];
+    }
   }
 }
 
@@ -568,6 +648,167 @@ MixtureResume ResumeMixtureLoader(const std::vector<std::shared_ptr<const TokenS
     loader.data_hash = data.hash;
   }
   return MixtureResume{std::move(next), std::move(loader), true, read, at};
+}
+
+// ---------------------------------------------------------------------------
+// MixtureLoader
+
+struct MixtureLoader::Current {
+  mutable std::mutex mu;
+  std::mutex advance;       // one caller moves past an ended epoch
+  std::uint64_t epoch = 0;  // the window's epoch
+  std::uint64_t generation = 0;
+  std::shared_ptr<const TokenSource> view;
+  std::shared_ptr<TokenLoader> loader;
+};
+
+namespace {
+
+LoaderOptions CheckedMixtureOptions(LoaderOptions o) {
+  if (o.shuffle) {
+    ThrowInvalid("shuffle",
+                 "not an option of a mixture loader (the mixture is the order); give false");
+  }
+  if (o.shard_files) {
+    ThrowInvalid("shard_files",
+                 "not an option of a mixture loader (the mixture is the order; each source is "
+                 "a (tokens, offsets) pair or a directory)");
+  }
+  if (o.equal_steps && o.mode == TrainMode::kContinuous) {
+    ThrowInvalid("mode",
+                 "'continuous' is not supported with a mixture (each epoch is its own window of "
+                 "the mixture); use 'pad' or 'drop'");
+  }
+  return o;
+}
+
+}  // namespace
+
+MixtureLoader::MixtureLoader(std::vector<std::shared_ptr<const TokenSource>> sources,
+                             std::vector<double> weights, MixtureOptions mixture,
+                             LoaderOptions options, std::optional<Index> samples)
+    : sources_(std::move(sources)),
+      requested_(MixtureOfSources(sources_, std::move(weights), std::move(mixture))),
+      samples_given_(samples),
+      options_(CheckedMixtureOptions(std::move(options))),
+      order_(requested_, samples.value_or(DefaultMixtureSamples(requested_))),
+      current_(std::make_unique<Current>()) {
+  Open(options_.epoch, std::nullopt);
+}
+
+MixtureLoader::~MixtureLoader() = default;
+
+void MixtureLoader::Open(std::uint64_t epoch, std::optional<LoaderState> resume) {
+  auto view = MixtureSource(sources_, order_, order_.Window(epoch));
+  LoaderOptions o = options_;
+  o.epoch = epoch;
+  auto loader = std::make_shared<TokenLoader>(view, std::move(o), std::move(resume));
+  const std::uint64_t standing = StateEpoch(loader->State());
+  std::lock_guard<std::mutex> lock(current_->mu);
+  current_->epoch = standing;
+  current_->view = std::move(view);
+  current_->loader = std::move(loader);
+  ++current_->generation;
+}
+
+std::optional<MixtureBatch> MixtureLoader::Next(std::optional<std::uint64_t> generation) {
+  std::shared_ptr<TokenLoader> loader;
+  std::uint64_t epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(current_->mu);
+    if (generation && *generation != current_->generation) return std::nullopt;
+    loader = current_->loader;
+    epoch = current_->epoch;
+  }
+  std::shared_ptr<const Batch> batch = loader->Next();
+  if (!batch) {
+    std::lock_guard<std::mutex> advancing(current_->advance);
+    if (this->loader() != loader) return std::nullopt;  // another caller moved on
+    const TrainPlan* plan = loader->train_plan();
+    if (plan != nullptr) {
+      // The epoch of the plan's end state (epoch + 1 for pad / drop), from
+      // its start: its window is another data set, with its own stream.
+      Open(plan->StateAt(plan->num_steps()).epoch, std::nullopt);
+    } else {
+      Open(epoch + 1, std::nullopt);
+    }
+    return std::nullopt;
+  }
+  MixtureBatch out;
+  out.sources.resize(batch->documents.size());
+  out.items.resize(batch->documents.size());
+  const MixtureWindow w = order_.Window(epoch);
+  std::vector<Index> positions(batch->documents.begin(), batch->documents.end());
+  for (Index& p : positions) p += w.first;
+  order_.Take(positions, out.sources.data(), out.items.data());
+  out.batch = std::move(batch);
+  return out;
+}
+
+void MixtureLoader::SetEpoch(std::uint64_t epoch) {
+  if (epoch == this->epoch()) return;
+  Open(epoch, std::nullopt);
+}
+
+void MixtureLoader::Load(std::string_view text) {
+  MixtureResume r = ResumeMixtureLoader(sources_, requested_, samples_given_, options_, text);
+  const MixtureOrder previous = order_;
+  order_ = std::move(r.order);
+  try {
+    Open(StateEpoch(r.loader), std::move(r.loader));
+  } catch (...) {
+    order_ = previous;
+    throw;
+  }
+  last_resume_ = LastResume{r.changed, r.read, r.at};
+}
+
+std::string MixtureLoader::State() const {
+  return MixtureLoaderStateToJson(order_, loader()->State());
+}
+
+std::string MixtureLoader::StateAt(Index steps) const {
+  const auto l = loader();
+  const TrainPlan* plan = l->train_plan();
+  if (plan == nullptr) ThrowInvalid("equal_steps", "the loader packs per rank; it has no plan");
+  LoaderState s;
+  s.train = plan->StateAt(steps);
+  return MixtureLoaderStateToJson(order_, s);
+}
+
+std::uint64_t MixtureLoader::epoch() const {
+  std::lock_guard<std::mutex> lock(current_->mu);
+  return current_->epoch;
+}
+
+std::uint64_t MixtureLoader::generation() const {
+  std::lock_guard<std::mutex> lock(current_->mu);
+  return current_->generation;
+}
+
+std::shared_ptr<const TokenLoader> MixtureLoader::loader() const {
+  std::lock_guard<std::mutex> lock(current_->mu);
+  return current_->loader;
+}
+
+std::shared_ptr<const TokenSource> MixtureLoader::view() const {
+  std::lock_guard<std::mutex> lock(current_->mu);
+  return current_->view;
+}
+
+void MixtureLoader::Locate(std::uint64_t epoch, std::span<const Index> documents, Index* sources,
+                           Index* items) const {
+  const MixtureWindow w = order_.Window(epoch);
+  std::vector<Index> positions(documents.begin(), documents.end());
+  for (std::size_t j = 0; j < positions.size(); ++j) {
+    if (positions[j] < 0 || positions[j] >= w.count) {
+      ThrowOutOfRange("documents", "entry " + Str(static_cast<Index>(j)) + " is " +
+                                       Str(positions[j]) + ", outside the window's " +
+                                       Str(w.count));
+    }
+    positions[j] += w.first;
+  }
+  order_.Take(positions, sources, items);
 }
 
 }  // namespace shardkit

@@ -3,9 +3,10 @@
 //
 // A mixture loader's epoch e is the window of mixture samples
 // [e * samples, min((e + 1) * samples, mixture.size())) ("samples" per epoch).
-// The window becomes a gathered TokenSource (TokenSource::Gather): its
+// The window becomes a selected TokenSource (TokenSource::Select): its
 // document i is the mixture's sample first + i, i.e. item `item` of source
-// `source`, so a TokenLoader over it with shuffle off reads the documents in
+// `source`, computed from the order when it is read (nothing per sample is
+// stored), so a TokenLoader over it with shuffle off reads the documents in
 // the mixture's order. Everything after the order stage is the loader's own:
 // sharding (consumers read entries c, c + C, ...), packing, equal steps (the
 // TrainPlan packs the window in mixture order and deals the packs), workers,
@@ -44,6 +45,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardkit/loader/loader.h"
@@ -60,10 +63,11 @@ namespace shardkit {
 [[nodiscard]] Mixture MixtureOfSources(std::span<const std::shared_ptr<const TokenSource>> sources,
                                        std::vector<double> weights, MixtureOptions options);
 
-// The most samples one epoch may read: a window holds 8 bytes per sample
-// (the gathered document ids), so 2^31 samples are 16 GiB. Larger `samples`
-// (given, or read from a state) are refused naming `samples` instead of
-// failing to allocate.
+// The most samples one epoch may read. The window itself stores nothing per
+// sample (a selected view), but what lists a window's samples does
+// (window_samples() in Python, loader-stats' per-source tallies: 16 bytes a
+// sample, 32 GiB at 2^31). Larger `samples` (given, or read from a state) are
+// refused naming `samples` instead of failing to allocate there.
 inline constexpr Index kMaxWindowSamples = Index{1} << 31;
 
 struct MixtureWindow {
@@ -77,9 +81,10 @@ struct MixtureWindow {
 [[nodiscard]] MixtureWindow MixtureEpochWindow(const Mixture& mixture, Index samples,
                                                std::uint64_t epoch);
 
-// The window as one gathered source: document i is item items[i] of source
-// sources[i] for sample window.first + i. The view's identity hashes the
-// mixture's parameters and the window. Throws invalid_argument naming
+// The window as one selected source (TokenSource::Select): document i is
+// sample window.first + i of the order, located when read (O(K) to make).
+// The view's identity hashes the window and the plans of the order's pieces
+// that it reads, which determine its samples. Throws invalid_argument naming
 // `sources` when they do not match the mixture (count, document counts),
 // out_of_range naming `window` outside [0, mixture.size()].
 [[nodiscard]] std::shared_ptr<const TokenSource> MixtureSource(
@@ -127,6 +132,9 @@ class MixtureOrder {
   // allocate the output call first).
   void Fill(Index begin, Index end, Index* sources, Index* items) const;
   void CheckWindow(Index begin, Index end) const;
+  // (source, item) of each global position of `positions` (any order).
+  // Throws out_of_range naming `position` for one outside [start(), size()).
+  void Take(std::span<const Index> positions, Index* sources, Index* items) const;
   // The per-source consumed counts before global position `at`.
   [[nodiscard]] MixtureState StateAt(Index at) const;
 
@@ -236,6 +244,107 @@ struct MixtureResume {
 [[nodiscard]] MixtureResume ResumeMixtureLoader(
     const std::vector<std::shared_ptr<const TokenSource>>& sources, const Mixture& mixture,
     std::optional<Index> samples, const LoaderOptions& options, std::string_view text);
+
+// A batch of a MixtureLoader: the loader's batch (its documents are positions
+// in the epoch's window) and, per piece of batch->documents, which source and
+// which of its documents it is.
+struct MixtureBatch {
+  std::shared_ptr<const Batch> batch;
+  std::vector<Index> sources, items;
+};
+
+// The mixture loader: a TokenLoader whose order stage is a mixture's window,
+// epoch after epoch. It owns the assembly that the Python package and the CLI
+// call: the order (the mixture and each change of weights), the epoch's
+// window as a selected view (MixtureSource: O(K) to make, documents read
+// when the plan reaches them), the epoch advance, the sealed state
+// (MixtureLoaderStateToJson) and resume with changed weights
+// (ResumeMixtureLoader). Opening it and the first batch cost O(K + the
+// packer's buffer) in time and memory, whatever the samples per epoch.
+//
+// Rules: the mixture is the order (options.shuffle must be false), no file
+// sharding, no continuous mode (each epoch is its own window); by tokens the
+// mixture's sizes are the sources' token totals (MixtureOfSources); samples
+// per epoch default to DefaultMixtureSamples.
+//
+// Thread-safety: Next() may be called from several threads (each batch goes
+// to one caller; the one that meets the end of an epoch moves the loader to
+// the next, once); the other calls are not to be made concurrently with each
+// other or with Next().
+class MixtureLoader {
+ public:
+  // Validates everything here: throws invalid_argument naming `sources`,
+  // what Mixture rejects, `samples`, `shuffle`, `shard_files`, `mode`, or
+  // what TokenLoader rejects (options.epoch is the first epoch).
+  MixtureLoader(std::vector<std::shared_ptr<const TokenSource>> sources,
+                std::vector<double> weights, MixtureOptions mixture, LoaderOptions options,
+                std::optional<Index> samples = std::nullopt);
+  ~MixtureLoader();
+  MixtureLoader(const MixtureLoader&) = delete;
+  MixtureLoader& operator=(const MixtureLoader&) = delete;
+
+  // The next batch of the current epoch, or nullopt at its end; the caller
+  // that meets the end moves the loader to the start of the next epoch
+  // (equal steps: where the plan's end state stands; per rank: epoch + 1).
+  // With `generation` (generation() when a pass began): nullopt as well once
+  // the loader has moved on from it, so concurrent passes of one epoch all
+  // end with it and none reads into the next.
+  [[nodiscard]] std::optional<MixtureBatch> Next(
+      std::optional<std::uint64_t> generation = std::nullopt);
+  // To the start of `epoch`, unless the loader already stands in it (a
+  // resumed state's epoch, or the one an ended epoch moved to).
+  void SetEpoch(std::uint64_t epoch);
+  // Continues from `text`: a mixture loader's state (or a merge of every
+  // consumer's, MergeMixtureLoaderStates), by ResumeMixtureLoader's rule with
+  // this loader's mixture and samples (given, or the state's). Throws as
+  // ResumeMixtureLoader and TokenLoader do; the loader is unchanged then.
+  void Load(std::string_view text);
+
+  // The sealed state after the last batch Next() returned.
+  [[nodiscard]] std::string State() const;
+  // Equal steps: the state after `steps` batches of this epoch's plan.
+  // Throws invalid_argument naming equal_steps for a loader packing per rank.
+  [[nodiscard]] std::string StateAt(Index steps) const;
+
+  // The epoch the next batch comes from.
+  [[nodiscard]] std::uint64_t epoch() const;
+  // Incremented each time the loader moves to another epoch or state (an
+  // ended epoch, SetEpoch, Load): a pass that ran out knows whether the
+  // loader it saw is still there.
+  [[nodiscard]] std::uint64_t generation() const;
+  [[nodiscard]] const MixtureOrder& order() const { return order_; }
+  [[nodiscard]] const Mixture& mixture() const { return order_.current(); }
+  [[nodiscard]] Index samples() const { return order_.samples(); }
+  [[nodiscard]] const std::vector<std::shared_ptr<const TokenSource>>& sources() const {
+    return sources_;
+  }
+  // The current epoch's loader (its plan, dropped count, consumers).
+  [[nodiscard]] std::shared_ptr<const TokenLoader> loader() const;
+  // The current epoch's window view.
+  [[nodiscard]] std::shared_ptr<const TokenSource> view() const;
+  // (source, item) of window documents `documents` of epoch `epoch`'s window.
+  void Locate(std::uint64_t epoch, std::span<const Index> documents, Index* sources,
+              Index* items) const;
+  // After Load: whether the weights changed, the window documents kept from
+  // the old order and the global position of the change (MixtureResume).
+  struct LastResume {
+    bool changed = false;
+    Index read = 0, at = 0;
+  };
+  [[nodiscard]] const std::optional<LastResume>& last_resume() const { return last_resume_; }
+
+ private:
+  void Open(std::uint64_t epoch, std::optional<LoaderState> resume);
+
+  std::vector<std::shared_ptr<const TokenSource>> sources_;
+  Mixture requested_;                   // the weights asked for
+  std::optional<Index> samples_given_;  // else a state's samples win on resume
+  LoaderOptions options_;
+  MixtureOrder order_;
+  std::optional<LastResume> last_resume_;
+  struct Current;  // the epoch's view and loader, swapped under a mutex
+  std::unique_ptr<Current> current_;
+};
 
 }  // namespace shardkit
 

@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "shardkit/base/testing.h"
 #include "shardkit/loader/internal/test_corpus.h"
 #include "shardkit/loader/loader.h"
 
@@ -666,6 +669,244 @@ TEST(MixtureLoaderTest, DeliveryOfARangeCountsOnlyTheDocumentsInIt) {
             (std::vector<double>{50.0 / 120, 30.0 / 120, 40.0 / 120}));
   batch.documents[0] = 5;  // outside the window: refused whatever the range
   EXPECT_THROW(before.Add(batch, window_sources, 0, 2), std::out_of_range);
+}
+
+// ---------------------------------------------------------------------------
+// MixtureLoader: the assembly in the core
+
+LoaderOptions MixtureLoaderOptions(bool equal_steps, Index world_size = 1, Index rank = 0) {
+  LoaderOptions o;
+  o.seq_len = 48;
+  o.batch_size = 2;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.shuffle = false;
+  o.equal_steps = equal_steps;
+  o.num_threads = 0;
+  return o;
+}
+
+// Every batch's tokens against the (source, item) the loader names for each
+// piece: the corpus's tokens spell their source and document, so a wrong
+// sample or a wrong token is caught without the mixture code.
+struct MixtureRun {
+  std::vector<std::vector<std::int64_t>> ids;  // per batch: input_ids
+  std::vector<std::vector<Index>> sources, items, documents;
+};
+
+MixtureRun DrainMixture(MixtureLoader& loader, Index max_batches = -1) {
+  MixtureRun run;
+  while (max_batches < 0 || static_cast<Index>(run.ids.size()) < max_batches) {
+    const auto mb = loader.Next();
+    if (!mb) break;
+    const Batch& b = *mb->batch;
+    EXPECT_EQ(mb->sources.size(), b.documents.size());
+    Index t = 0;
+    for (std::size_t k = 0; k < b.documents.size(); ++k) {
+      const Index row = b.rows[k];
+      if (k == 0 || b.rows[k - 1] != row) t = 0;
+      for (Index i = 0; i < b.lengths[k]; ++i) {
+        const std::int64_t want = mb->sources[k] * 1000000 + mb->items[k] * 1000 + b.starts[k] + i;
+        EXPECT_EQ(b.input_ids[static_cast<std::size_t>(row * b.seq_len + t + i)], want);
+      }
+      t += b.lengths[k];
+    }
+    run.ids.push_back(b.input_ids);
+    run.sources.push_back(mb->sources);
+    run.items.push_back(mb->items);
+    run.documents.push_back(b.documents);
+  }
+  return run;
+}
+
+TEST(MixtureLoaderTest, TheCoreLoaderDeliversWhatTheAssembledPartsDeliverEpochAfterEpoch) {
+  std::mt19937_64 rng(11);
+  for (const bool equal_steps : {true, false}) {
+    const Corpus corpus = MakeCorpus(rng, {30, 90, 12}, 70);
+    MixtureOptions mo;
+    mo.seed = 5;
+    mo.block = 32;
+    const std::vector<double> weights = {3, 5, 2};
+    const Index samples = 150;
+    MixtureLoader loader(corpus.views(), weights, mo, MixtureLoaderOptions(equal_steps), samples);
+    EXPECT_EQ(loader.samples(), samples);
+    // The oracle: the parts, assembled by hand for each epoch, and the
+    // window's samples from the mixture itself.
+    const Mixture mix = MixtureOfSources(corpus.views(), weights, mo);
+    for (std::uint64_t epoch = 0; epoch < 3; ++epoch) {
+      ASSERT_EQ(loader.epoch(), epoch);
+      const MixtureWindow w = MixtureEpochWindow(mix, samples, epoch);
+      std::vector<Index> src(static_cast<std::size_t>(w.count)), item(src.size());
+      MixtureWindowSamples(mix, w, src.data(), item.data());
+      LoaderOptions o = MixtureLoaderOptions(equal_steps);
+      o.epoch = epoch;
+      TokenLoader oracle(MixtureSource(corpus.views(), mix, w), o);
+      const MixtureRun run = DrainMixture(loader);
+      ASSERT_FALSE(run.ids.empty());
+      for (std::size_t b = 0; b < run.ids.size(); ++b) {
+        const auto want = oracle.Next();
+        ASSERT_NE(want, nullptr) << "epoch " << epoch << " batch " << b;
+        EXPECT_EQ(run.ids[b], want->input_ids);
+        EXPECT_EQ(run.documents[b], want->documents);
+        for (std::size_t k = 0; k < run.documents[b].size(); ++k) {
+          const auto d = static_cast<std::size_t>(run.documents[b][k]);
+          EXPECT_EQ(run.sources[b][k], src[d]);
+          EXPECT_EQ(run.items[b][k], item[d]);
+        }
+      }
+      EXPECT_EQ(oracle.Next(), nullptr) << "epoch " << epoch;
+    }
+  }
+}
+
+TEST(MixtureLoaderTest, ASelectedWindowReadsTheDocumentsOfAGatheredCopy) {
+  std::mt19937_64 rng(12);
+  const Corpus corpus = MakeCorpus(rng, {50, 20, 80}, 40);
+  MixtureOptions mo;
+  mo.seed = 9;
+  const Mixture mix = MixtureOfSources(corpus.views(), {1, 2, 3}, mo);
+  const MixtureWindow w = MixtureEpochWindow(mix, 400, 1);
+  std::vector<Index> src(static_cast<std::size_t>(w.count)), item(src.size());
+  MixtureWindowSamples(mix, w, src.data(), item.data());
+  const std::vector<Index> begin = {0, 50, 70};
+  std::vector<std::int64_t> ids;
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    ids.push_back(begin[static_cast<std::size_t>(src[i])] + item[i]);
+  }
+  const auto gathered = TokenSource::Gather(corpus.views(), ids, 1);
+  const auto view = MixtureSource(corpus.views(), mix, w);
+  ASSERT_EQ(view->num_documents(), gathered->num_documents());
+  EXPECT_EQ(view->num_tokens(), gathered->num_tokens());
+  for (Index d = view->num_documents() - 1; d >= 0; --d) {  // backwards: not only runs
+    ASSERT_EQ(view->DocumentLength(d), gathered->DocumentLength(d));
+    std::vector<std::int32_t> a(static_cast<std::size_t>(view->DocumentLength(d)));
+    std::vector<std::int32_t> b(a.size());
+    view->Copy(d, 0, static_cast<Index>(a.size()), a.data());
+    gathered->Copy(d, 0, static_cast<Index>(b.size()), b.data());
+    ASSERT_EQ(a, b) << "document " << d;
+  }
+  // The fingerprint binds the window: another window, other weights, or a
+  // source whose tokens differ give another hash.
+  const auto fp = FingerprintData(*view).hash;
+  EXPECT_EQ(FingerprintData(*MixtureSource(corpus.views(), mix, w)).hash, fp);
+  EXPECT_NE(
+      FingerprintData(*MixtureSource(corpus.views(), mix, MixtureEpochWindow(mix, 400, 2))).hash,
+      fp);
+  const Mixture other = MixtureOfSources(corpus.views(), {1, 2, 4}, mo);
+  EXPECT_NE(FingerprintData(*MixtureSource(corpus.views(), other, w)).hash, fp);
+  std::mt19937_64 rng2(12);
+  Corpus changed = MakeCorpus(rng2, {50, 20, 80}, 40);  // the same lengths
+  Source edited;
+  for (Index d = 0; d < 80; ++d) {
+    const Index len = changed.sources[2].source->DocumentLength(d);
+    edited.Add(len, [d](Index k) { return static_cast<std::int32_t>(7 + d + k); });
+  }
+  edited.Seal();
+  changed.sources[2] = std::move(edited);
+  EXPECT_NE(FingerprintData(*MixtureSource(changed.views(), mix, w)).hash, fp);
+}
+
+TEST(MixtureLoaderTest, StateResumesTheUninterruptedRunAndAChangeOfWeightsContinues) {
+  std::mt19937_64 rng(13);
+  const Corpus corpus = MakeCorpus(rng, {40, 60, 25}, 60);
+  MixtureOptions mo;
+  mo.seed = 3;
+  const std::vector<double> weights = {1, 1, 1};
+  for (const bool equal_steps : {true, false}) {
+    MixtureLoader full(corpus.views(), weights, mo, MixtureLoaderOptions(equal_steps));
+    const MixtureRun all = DrainMixture(full);
+    MixtureLoader first(corpus.views(), weights, mo, MixtureLoaderOptions(equal_steps));
+    const MixtureRun head = DrainMixture(first, 3);
+    const std::string state = first.State();
+    EXPECT_TRUE(IsMixtureLoaderState(state));
+    MixtureLoader resumed(corpus.views(), weights, mo, MixtureLoaderOptions(equal_steps));
+    resumed.Load(state);
+    ASSERT_TRUE(resumed.last_resume().has_value());
+    EXPECT_FALSE(resumed.last_resume()->changed);
+    const MixtureRun tail = DrainMixture(resumed);
+    ASSERT_EQ(head.ids.size() + tail.ids.size(), all.ids.size());
+    for (std::size_t b = 0; b < tail.ids.size(); ++b) {
+      EXPECT_EQ(tail.ids[b], all.ids[head.ids.size() + b]) << "batch " << b;
+    }
+    // Other weights: the loader continues from the state's read point.
+    MixtureLoader reweighted(corpus.views(), {5, 1, 1}, mo, MixtureLoaderOptions(equal_steps));
+    reweighted.Load(state);
+    ASSERT_TRUE(reweighted.last_resume()->changed);
+    EXPECT_EQ(reweighted.order().pieces().size(), 2u);
+    (void)DrainMixture(reweighted);  // the tokens match the samples named
+    // A broken state leaves the loader as it was.
+    std::string edited = state;
+    edited[edited.find("\"samples\"") + 10] = '9';
+    EXPECT_THROW(reweighted.Load(edited), std::invalid_argument);
+  }
+}
+
+TEST(MixtureLoaderTest, ConcurrentPassesOfOneGenerationAllEndWithItsEpoch) {
+  std::mt19937_64 rng(15);
+  const Corpus corpus = MakeCorpus(rng, {30, 50}, 60);
+  for (const bool equal_steps : {true, false}) {
+    MixtureLoader one(corpus.views(), {1, 2}, MixtureOptions{}, MixtureLoaderOptions(equal_steps));
+    const Index batches = static_cast<Index>(DrainMixture(one).ids.size());
+    LoaderOptions o = MixtureLoaderOptions(equal_steps);
+    o.num_threads = 2;
+    MixtureLoader loader(corpus.views(), {1, 2}, MixtureOptions{}, o);
+    const std::uint64_t g = loader.generation();
+    std::atomic<Index> seen{0};
+    std::vector<std::thread> passes;
+    for (int t = 0; t < 3; ++t) {
+      passes.emplace_back([&] {
+        while (const auto b = loader.Next(g)) {
+          EXPECT_EQ(b->batch->epoch, 0u);
+          ++seen;
+        }
+      });
+    }
+    for (auto& t : passes) t.join();
+    EXPECT_EQ(seen.load(), batches);  // each batch to one pass, none of epoch 1
+    EXPECT_EQ(loader.epoch(), 1u);    // moved on once
+    EXPECT_EQ(loader.generation(), g + 1);
+    const auto next = loader.Next(g + 1);
+    ASSERT_TRUE(next.has_value());
+    EXPECT_EQ(next->batch->epoch, 1u);
+  }
+}
+
+TEST(MixtureLoaderTest, TheMixtureRulesAreTheCoresNamingTheParameter) {
+  std::mt19937_64 rng(14);
+  const Corpus corpus = MakeCorpus(rng, {10, 10}, 20);
+  auto message = [](auto f) { return base_testing::ErrorOf<std::exception>(f); };
+  auto open = [&](LoaderOptions o, std::optional<Index> samples = std::nullopt) {
+    MixtureLoader l(corpus.views(), {1, 1}, MixtureOptions{}, o, samples);
+  };
+  LoaderOptions shuffled = MixtureLoaderOptions(true);
+  shuffled.shuffle = true;
+  EXPECT_EQ(message([&] { open(shuffled); }).rfind("shuffle:", 0), 0u);
+  LoaderOptions files = MixtureLoaderOptions(false);
+  files.shard_files = true;
+  EXPECT_EQ(message([&] { open(files); }).rfind("shard_files:", 0), 0u);
+  LoaderOptions continuous = MixtureLoaderOptions(true);
+  continuous.mode = TrainMode::kContinuous;
+  EXPECT_EQ(message([&] { open(continuous); }).rfind("mode:", 0), 0u);
+  EXPECT_EQ(message([&] { open(MixtureLoaderOptions(true), 0); }).rfind("samples:", 0), 0u);
+  EXPECT_EQ(message([&] {
+              MixtureLoader l({}, {}, MixtureOptions{}, MixtureLoaderOptions(true));
+            }).rfind("sources:", 0),
+            0u);
+  // Default samples per epoch: the sum of the sources' sizes (both repeat).
+  MixtureOptions by_tokens;
+  by_tokens.by = MixBy::kTokens;
+  MixtureLoader l(corpus.views(), {1, 1}, by_tokens, MixtureLoaderOptions(true));
+  EXPECT_EQ(l.samples(), 20);
+  // By tokens, the mixture's sizes are the sources' token totals.
+  EXPECT_EQ(l.mixture().options().tokens,
+            (std::vector<Index>{corpus.sources[0].source->num_tokens(),
+                                corpus.sources[1].source->num_tokens()}));
+  // set_epoch moves to another window, and stays where it stands.
+  l.SetEpoch(2);
+  EXPECT_EQ(l.epoch(), 2u);
+  const std::uint64_t g = l.generation();
+  l.SetEpoch(2);
+  EXPECT_EQ(l.generation(), g);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -452,7 +453,69 @@ std::shared_ptr<const TokenSource> TokenSource::Gather(
   return source;
 }
 
+std::shared_ptr<const TokenSource> TokenSource::Select(
+    std::vector<std::shared_ptr<const TokenSource>> sources, Index count, Locator locate,
+    std::uint64_t identity) {
+  if (sources.empty()) ThrowInvalid("sources", "no sources; give at least one");
+  for (std::size_t k = 0; k < sources.size(); ++k) {
+    if (sources[k] == nullptr) {
+      ThrowInvalid("sources", "source " + Str(static_cast<Index>(k)) + " is None");
+    }
+    if (sources[k]->gathered_ != nullptr) {
+      ThrowInvalid("sources", "source " + Str(static_cast<Index>(k)) +
+                                  " is a view (an order stage); select from files");
+    }
+  }
+  if (count < 0) ThrowInvalid("count", "must be >= 0, got " + Str(count));
+  if (count > 0) {
+    Index k = -1, item = -1;
+    locate(0, &k, &item);
+    if (k < 0 || k >= static_cast<Index>(sources.size()) || item < 0 ||
+        item >= sources[static_cast<std::size_t>(k)]->num_documents()) {
+      ThrowInvalid("documents", "entry 0 is item " + Str(item) + " of source " + Str(k) +
+                                    ", outside the sources");
+    }
+  }
+  static std::atomic<std::uint64_t> serials{0};
+  auto g = std::make_shared<Gathered>();
+  g->sources = std::move(sources);
+  g->locate = std::move(locate);
+  g->serial = serials.fetch_add(1) + 1;
+  auto source = std::shared_ptr<TokenSource>(new TokenSource());
+  source->gathered_ = g;
+  source->identity_ = identity;
+  Part part;
+  part.name = "<selected>";
+  part.num_documents = count;
+  source->parts_.push_back(std::move(part));
+  source->part_begin_ = {0, count};
+  source->num_documents_ = count;
+  return source;
+}
+
+Index TokenSource::num_tokens() const {
+  if (gathered_ == nullptr || !gathered_->locate) return num_tokens_;
+  std::call_once(gathered_->tokens_once, [&] {
+    Index tokens = 0;
+    for (Index i = 0; i < num_documents_; ++i) {
+      tokens = CheckedAdd("documents", tokens, DocumentLength(i));
+    }
+    gathered_->tokens = tokens;
+  });
+  return gathered_->tokens;
+}
+
+const std::vector<std::shared_ptr<const TokenSource>>& TokenSource::selected_from() const {
+  static const std::vector<std::shared_ptr<const TokenSource>> kNone;
+  return gathered_ != nullptr && gathered_->locate ? gathered_->sources : kNone;
+}
+
 std::pair<const TokenSource*, Index> TokenSource::Locate(Index d) const {
+  if (gathered_->locate) {
+    Index k = 0, item = 0;
+    gathered_->locate(d, &k, &item);
+    return {gathered_->sources[static_cast<std::size_t>(k)].get(), item};
+  }
   const Index id = gathered_->documents[static_cast<std::size_t>(d)];
   const auto& begin = gathered_->begin;
   const std::size_t k = static_cast<std::size_t>(std::upper_bound(begin.begin(), begin.end(), id) -
@@ -468,8 +531,45 @@ const TokenSource::Part& TokenSource::PartOf(Index d) const {
   return parts_[static_cast<std::size_t>(it - part_begin_.begin() - 1)];
 }
 
+void TokenSource::PrefetchOffset(Index d) const {
+  const Part& p = PartOf(d);
+  if (p.offsets != nullptr && p.sequence_pointers == nullptr) {
+    __builtin_prefetch(p.offsets + (d - p.first_document) * p.offset_size);
+  }
+}
+
+Index TokenSource::SelectedLength(Index d) const {
+  constexpr Index kChunk = 1024;
+  constexpr Index kWays = 4;  // the packer's buffer spans neighbouring chunks
+  struct Way {
+    std::uint64_t owner = 0;
+    Index chunk = -1;
+    Index lengths[kChunk];
+  };
+  thread_local Way ways[kWays];
+  const Gathered& g = *gathered_;
+  const Index chunk = d / kChunk;
+  Way& way = ways[chunk % kWays];
+  if (way.owner != g.serial || way.chunk != chunk) {
+    const Index begin = chunk * kChunk;
+    const Index n = std::min(kChunk, num_documents_ - begin);
+    Index sources[kChunk], items[kChunk];
+    for (Index j = 0; j < n; ++j) g.locate(begin + j, &sources[j], &items[j]);
+    for (Index j = 0; j < n; ++j) {
+      g.sources[static_cast<std::size_t>(sources[j])]->PrefetchOffset(items[j]);
+    }
+    for (Index j = 0; j < n; ++j) {
+      way.lengths[j] = g.sources[static_cast<std::size_t>(sources[j])]->DocumentLength(items[j]);
+    }
+    way.owner = g.serial;
+    way.chunk = chunk;
+  }
+  return way.lengths[d % kChunk];
+}
+
 Index TokenSource::DocumentLength(Index d) const {
   if (gathered_ != nullptr) {
+    if (gathered_->locate) return SelectedLength(d);
     const auto [source, local] = Locate(d);
     return source->DocumentLength(local);
   }

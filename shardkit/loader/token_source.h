@@ -43,7 +43,9 @@
 #define SHARDKIT_LOADER_TOKEN_SOURCE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -153,8 +155,30 @@ class TokenSource {
       std::vector<std::shared_ptr<const TokenSource>> sources, std::vector<std::int64_t> documents,
       std::uint64_t identity);
 
+  // A view whose documents are chosen by a rule with random access (an order
+  // stage such as a mixture's window, mixture_loader.h): document i of the
+  // view is document `item` of sources[source], (source, item) = locate(i),
+  // computed when the document is read. O(K) memory, nothing is read when
+  // the view is made: its num_tokens() is one pass over its lengths, made on
+  // the first call (FingerprintData does not make it: the view's data
+  // fingerprint is its identity and its sources' sampled digests,
+  // loader_state.h). `identity` must determine `locate` (e.g. a hash of the
+  // rule's parameters). REQUIRES (unchecked after the first document):
+  // locate is pure and thread-safe, 0 <= source < sources.size(), 0 <= item <
+  // that source's documents for every i in [0, count). Throws
+  // invalid_argument naming `sources` (none, a null or a gathered one) or
+  // `count` (< 0), or `documents` for a first document outside its source.
+  using Locator = std::function<void(Index i, Index* source, Index* item)>;
+  static std::shared_ptr<const TokenSource> Select(
+      std::vector<std::shared_ptr<const TokenSource>> sources, Index count, Locator locate,
+      std::uint64_t identity);
+
   [[nodiscard]] Index num_documents() const { return num_documents_; }
-  [[nodiscard]] Index num_tokens() const { return num_tokens_; }
+  // Select's views: computed on the first call (one pass over the lengths;
+  // throws invalid_argument naming `documents` when the total overflows).
+  [[nodiscard]] Index num_tokens() const;
+  // Select's views: their sources (empty for any other source).
+  [[nodiscard]] const std::vector<std::shared_ptr<const TokenSource>>& selected_from() const;
   [[nodiscard]] Index num_parts() const { return static_cast<Index>(parts_.size()); }
   // Documents [PartBegin(p), PartBegin(p + 1)) are part p's.
   [[nodiscard]] Index PartBegin(Index part) const;
@@ -218,14 +242,26 @@ class TokenSource {
   [[nodiscard]] const Part& PartOf(Index d) const;
 
   // Gather's view: the sources, their first global document ids (K + 1) and
-  // the gathered ids.
+  // the gathered ids; Select's: the sources and the locator, and the token
+  // total once computed.
   struct Gathered {
     std::vector<std::shared_ptr<const TokenSource>> sources;
     std::vector<Index> begin;
     std::vector<std::int64_t> documents;
+    Locator locate;            // set for Select's views
+    std::uint64_t serial = 0;  // Select's: a number no other view has (per-thread caches)
+    mutable std::once_flag tokens_once;
+    mutable Index tokens = 0;
   };
   // The source and its document for document d of a gathered view.
   [[nodiscard]] std::pair<const TokenSource*, Index> Locate(Index d) const;
+  // Select's views: document d's length from a per-thread chunk of lengths
+  // computed together (the offsets of a chunk's documents are prefetched
+  // first: a mixture reads each source in a permuted order, so each offset is
+  // a cache miss, and a chunk overlaps them).
+  [[nodiscard]] Index SelectedLength(Index d) const;
+  // Starts loading document d's offset into the cache (files and memory).
+  void PrefetchOffset(Index d) const;
 
   std::shared_ptr<const Gathered> gathered_;
   std::uint64_t identity_ = 0;
