@@ -195,8 +195,14 @@ DataFingerprint FingerprintData(const TokenSource& source) {
       h.Add(static_cast<std::uint64_t>(offsets[d + 1]) - static_cast<std::uint64_t>(offsets[d]));
     }
   } else {
-    for (Index d = 0; d < f.documents; ++d) {
-      h.Add(static_cast<std::uint64_t>(source.DocumentLength(d)));
+    // A block of lengths at a time (one tight loop per part, not a call per
+    // document: 10^8 Megatron documents hash in a fraction of a second).
+    constexpr Index kBlock = 4096;
+    std::vector<Index> lengths(static_cast<std::size_t>(std::min(kBlock, f.documents)));
+    for (Index d = 0; d < f.documents; d += kBlock) {
+      const Index n = std::min(kBlock, f.documents - d);
+      source.Lengths(d, n, lengths.data());
+      for (Index i = 0; i < n; ++i) h.Add(static_cast<std::uint64_t>(lengths[i]));
     }
   }
   // The content: a sample of the tokens (the rule is in the header).
@@ -237,6 +243,11 @@ TrainDocuments TrainDocumentsOf(const TokenSource& source, std::uint64_t data_ha
         std::span<const std::int64_t>(offsets,
                                       static_cast<std::size_t>(source.num_documents()) + 1),
         source.num_tokens());
+  } else if (int shift = 0; const char* pointers = source.ContiguousSequencePointers(&shift)) {
+    // A Megatron index of one sequence per document: the lengths from its
+    // byte pointers, read by the plan directly (no call per document).
+    docs = TrainDocuments::FromSequencePointers(pointers, shift, source.num_documents(),
+                                                source.num_tokens());
   } else {
     docs.count = source.num_documents();
     const TokenSource* src = &source;
