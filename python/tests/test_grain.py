@@ -187,3 +187,15 @@ def test_pickles_as_its_recipe(corpus):
     copy = pickle.loads(pickle.dumps(ds))
     for a, b in zip(copy, ds, strict=True):
         same(a, b)
+
+
+def test_mixture_batches_equal_the_token_loader_mixtures(corpus):
+    path, _ = corpus
+    tokens, offsets = np.load(path), np.load(str(path).replace("tokens", "offsets"))
+    sources = [path, (tokens[: offsets[100]], offsets[:101])]
+    ours = list(TokenDataset.mixture(sources, [0.7, 0.3], rank=1, world_size=2, **OPTIONS))
+    loader = shardkit.TokenLoader.mixture(sources, [0.7, 0.3], rank=1, world_size=2, **OPTIONS)
+    theirs = list(loader)
+    assert len(ours) == len(theirs) > 0
+    for a, b in zip(ours, theirs):
+        same(a, b)
