@@ -71,6 +71,10 @@ MappedFile::MappedFile(const std::string& path, std::string_view param) : path_(
   ::close(fd);
 }
 
+void MappedFile::AdviseRandom() const {
+  if (data_ != nullptr) (void)::madvise(const_cast<char*>(data_), size_, MADV_RANDOM);
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
 }
@@ -277,6 +281,10 @@ void TokenSource::AddPart(Part part) {
       }
     }
   }
+  // From here on the tokens are read in the order of a shuffled epoch (and
+  // sampled by the data fingerprint): at random (the scans above, if any,
+  // were sequential and kept the kernel's read-ahead).
+  if (part.tokens_file != nullptr) part.tokens_file->AdviseRandom();
   if (part_begin_.empty()) part_begin_.push_back(0);
   part.first_document = num_documents_;
   num_documents_ = CheckedAdd("offsets", num_documents_, part.num_documents);
