@@ -206,8 +206,9 @@ def bench_open(args):
         ),
     }
     best = interleaved_scripts(sides, args.rounds)
+    kind = f"lognormal lengths of mean {mean}" if mean else "1-15 tokens each"
     print(
-        f"open {n:.0e} documents (uint16, 1-15 tokens each), {args.rounds} interleaved rounds, "
+        f"open {n:.0e} documents (uint16, {kind}), {args.rounds} interleaved rounds, "
         f"best of each (after imports); {load_average()}"
     )
     for name, (cpu, wall, out) in best.items():
