@@ -29,6 +29,8 @@ CMAKE_COMMON := -G Ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY)
 demo: build
 	@echo "== make demo: the tour on the embedded data set -> build/demo/shardkit-demo.html"
 	$(DEV)/cli/shardkit demo --out build/demo/shardkit-demo.html
+	@echo "== make demo: real text on this machine (the standard library's .py files) -> a BPE tokenizer trained here -> shardkit prepare -> the loader on 4 ranks (build/demo/stdlib; steps done before are skipped)"
+	$(PY) tools/demo_corpus.py --cli $(DEV)/cli/shardkit --out build/demo/stdlib
 
 test: lint build test-cpp test-asan test-fuzz test-python test-wheel
 	@echo "make test: all suites passed"

@@ -239,9 +239,11 @@ DataFingerprint FingerprintData(const TokenSource& source) {
     h.Add(static_cast<std::uint64_t>(source.PartBegin(part + 1) - source.PartBegin(part)));
   }
   // The lengths, a block at a time through Hasher::AddArray (~10 GB/s; the
-  // same blocks whichever way the lengths are read).
+  // same blocks whichever way the lengths are read: offsets in place, or a
+  // part's lengths in bulk, TokenSource::Lengths).
   constexpr Index kBlock = static_cast<Index>(Hasher::kArrayBlock);
   std::uint64_t lengths[kBlock];
+  Index bulk[kBlock];
   const std::int64_t* offsets = source.ContiguousOffsets();
   for (Index begin = 0; begin < f.documents; begin += kBlock) {
     const Index n = std::min(kBlock, f.documents - begin);
@@ -253,8 +255,9 @@ DataFingerprint FingerprintData(const TokenSource& source) {
                      static_cast<std::uint64_t>(offsets[begin + i]);
       }
     } else {
+      source.Lengths(begin, n, bulk);
       for (Index i = 0; i < n; ++i) {
-        lengths[i] = static_cast<std::uint64_t>(source.DocumentLength(begin + i));
+        lengths[i] = static_cast<std::uint64_t>(bulk[i]);
       }
     }
     h.AddArray(lengths, static_cast<std::size_t>(n));
@@ -297,6 +300,11 @@ TrainDocuments TrainDocumentsOf(const TokenSource& source, std::uint64_t data_ha
         std::span<const std::int64_t>(offsets,
                                       static_cast<std::size_t>(source.num_documents()) + 1),
         source.num_tokens());
+  } else if (int shift = 0; const char* pointers = source.ContiguousSequencePointers(&shift)) {
+    // A Megatron index of one sequence per document: the lengths from its
+    // byte pointers, read by the plan directly (no call per document).
+    docs = TrainDocuments::FromSequencePointers(pointers, shift, source.num_documents(),
+                                                source.num_tokens());
   } else {
     docs.count = source.num_documents();
     const TokenSource* src = &source;

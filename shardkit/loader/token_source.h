@@ -81,6 +81,13 @@ class MappedFile {
   [[nodiscard]] const char* data() const { return data_; }
   [[nodiscard]] std::uint64_t size() const { return size_; }
   [[nodiscard]] const std::string& path() const { return path_; }
+  // Advises the kernel that the map is read at random (madvise MADV_RANDOM:
+  // no read-ahead around a page fault). For token files: a shuffled epoch
+  // reads documents in random order and the data fingerprint samples 4096
+  // windows spread over the file; with read-ahead every such fault reads
+  // read_ahead_kb around it (8 MB on some machines: 32 GB for one fingerprint
+  // of a 120 GB file). Advice only: a failure is ignored.
+  void AdviseRandom() const;
 
  private:
   std::string path_;
@@ -198,6 +205,18 @@ class TokenSource {
   // a whole epoch in shuffled order reads them from here, without a call per
   // document.
   [[nodiscard]] const std::int64_t* ContiguousOffsets() const;
+  // The same for a source that is one Megatron part whose documents are one
+  // sequence each (what preprocess_data.py and `shardkit prepare` write): its
+  // num_documents() little-endian int64 byte pointers, as mapped (not aligned:
+  // read them with memcpy), and log2 of the token size in *shift. Then
+  // DocumentLength(d) = max(0, c(d + 1) - c(d)) where c(i) = clamp(pointer[i]
+  // >> shift, 0, num_tokens()) and c(num_documents()) = num_tokens(). nullptr
+  // for any other source.
+  [[nodiscard]] const char* ContiguousSequencePointers(int* shift) const;
+  // out[i] = DocumentLength(begin + i) for i < count, one tight loop per part
+  // (what a pass over every length, such as a fingerprint, calls).
+  // REQUIRES: 0 <= begin, begin + count <= num_documents().
+  void Lengths(Index begin, Index count, Index* out) const;
   // out[i] = token begin + i of document d, for i < count.
   // REQUIRES: 0 <= begin, begin + count <= DocumentLength(d) (a length read
   // before a file changed in place gives unspecified tokens, never a read

@@ -88,6 +88,19 @@ TrainDocuments TrainDocuments::FromOffsets(std::span<const std::int64_t> offsets
   return d;
 }
 
+TrainDocuments TrainDocuments::FromSequencePointers(const char* pointers, int shift, Index count,
+                                                    Index limit) {
+  CheckAtLeast("count", count, 0);
+  CheckAtLeast("limit", limit, 0);
+  TrainDocuments d;
+  d.count = count;
+  d.pointer_bytes = pointers;
+  d.pointer_shift = shift;
+  d.offsets_limit = limit;
+  d.length = [d](Index i) { return d.Length(i); };
+  return d;
+}
+
 TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options)
     : TrainPlan(std::move(documents), std::move(options), nullptr, false) {}
 

@@ -65,6 +65,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -102,6 +103,11 @@ struct TrainDocuments {
   const Index* images_data = nullptr;
   const std::int64_t* offsets_data = nullptr;
   Index offsets_limit = 0;  // offsets_data's values are clamped to [0, offsets_limit]
+  // Or a Megatron index's byte pointers (count little-endian int64, not
+  // aligned): offset d = pointer[d] >> pointer_shift, offset count =
+  // offsets_limit, clamped as offsets_data's (FromSequencePointers).
+  const char* pointer_bytes = nullptr;
+  int pointer_shift = 0;
   // What identifies the documents beyond their lengths: for a token source,
   // its data fingerprint (FingerprintData(source).hash, loader_state.h, which
   // hashes a sample of the tokens); 0 when only the lengths are known. Mixed
@@ -118,7 +124,17 @@ struct TrainDocuments {
       return std::max<Index>(0, std::clamp<Index>(offsets_data[d + 1], 0, offsets_limit) -
                                     std::clamp<Index>(offsets_data[d], 0, offsets_limit));
     }
+    if (pointer_bytes) {
+      const Index next = d + 1 == count ? offsets_limit : Pointer(d + 1);
+      return std::max<Index>(0, next - Pointer(d));
+    }
     return length(d);
+  }
+  // Offset d < count of pointer_bytes, clamped to [0, offsets_limit].
+  [[nodiscard]] Index Pointer(Index d) const {
+    std::int64_t v;
+    std::memcpy(&v, pointer_bytes + 8 * d, 8);
+    return std::clamp<Index>(v >> pointer_shift, 0, offsets_limit);
   }
   [[nodiscard]] Index Images(Index d) const {
     if (images_data) return images_data[d];
@@ -138,6 +154,12 @@ struct TrainDocuments {
   // naming `offsets` when the span is empty or `limit` is negative.
   static TrainDocuments FromOffsets(std::span<const std::int64_t> offsets,
                                     Index limit = std::numeric_limits<Index>::max());
+  // A view of a Megatron index's byte pointers (TokenSource::
+  // ContiguousSequencePointers: `count` documents of one sequence each,
+  // `limit` tokens in all); lengths clamped as FromOffsets'. The bytes must
+  // outlive every plan made from this.
+  static TrainDocuments FromSequencePointers(const char* pointers, int shift, Index count,
+                                             Index limit);
 };
 
 struct TrainOptions {
