@@ -6,6 +6,7 @@ Re-exported from ``shardkit.torch``.
 
 from __future__ import annotations
 
+import atexit
 import queue as queue_module
 import threading
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -26,6 +27,21 @@ from shardkit.sharding import ShardPlan
 __all__ = ["PackedCollator", "ConstantLengthDataset", "to_torch"]
 
 _MASKS = ("attention_mask", "block_mask")
+
+# The producer threads of passes still open (a pass left unfinished: a
+# generator suspended at interpreter exit). At exit Python ends daemon threads
+# when they next take the GIL; one ended inside torch's or shardkit's C++ code
+# aborts the process ("terminate called without an active exception"), so
+# every open pass is stopped and its producer joined first.
+_OPEN_PASSES: "dict[int, tuple[threading.Event, threading.Thread]]" = {}
+
+
+@atexit.register
+def _stop_open_passes() -> None:
+    for stop, _ in list(_OPEN_PASSES.values()):
+        stop.set()
+    for _, thread in list(_OPEN_PASSES.values()):
+        thread.join(timeout=5)
 
 
 def to_torch(batch: dict) -> dict:
@@ -608,6 +624,7 @@ class ConstantLengthDataset(tud.IterableDataset):
 
         thread = threading.Thread(target=produce, daemon=True)
         thread.start()
+        _OPEN_PASSES[id(stop)] = (stop, thread)
         try:
             while True:
                 item = q.get()
@@ -626,3 +643,4 @@ class ConstantLengthDataset(tud.IterableDataset):
         finally:
             stop.set()
             thread.join(timeout=5)
+            _OPEN_PASSES.pop(id(stop), None)

@@ -377,7 +377,7 @@ def test_jax_token_batches_put_each_cp_slice_on_its_cp_device():
         PYTHONPATH=str(HERE.parent),
     )
     out = subprocess.run(
-        [sys.executable, str(HERE / "token_batches_cp_jax_single.py")],
+        [sys.executable, str(HERE / "workers" / "token_batches_cp_jax_single.py")],
         capture_output=True,
         text=True,
         env=env,
