@@ -159,33 +159,48 @@ class PackStream {
     block_at_ = 0;
   }
 
-  // The next document of the order: ids come in blocks of kBlock from
-  // Permutation::Fill, and the length of the document kAhead places ahead is
-  // prefetched (random reads of a large array would otherwise stall).
-  static constexpr Index kBlock = 512, kAhead = 24;
+  // The next document of the order. Ids come in blocks of kBlock from
+  // Permutation::Fill, and the block's lengths (and image counts) are
+  // gathered at once in a tight loop that prefetches kAhead ids ahead: the
+  // random reads of a large array overlap each other there (interleaved with
+  // the packer, each one stalled it: 71 ns/document at 1e6, 204 at 1e8).
+  static constexpr Index kBlock = 4096, kAhead = 32;
   void PushNext() {
-    if (block_at_ == static_cast<Index>(block_.size())) {
-      const Index n = std::min(kBlock, docs_->count - pushed_);
-      block_.resize(static_cast<std::size_t>(n));
-      if (shuffle_) {
-        order_.Fill(pushed_, 1, n, block_.data());
-      } else {
-        std::iota(block_.begin(), block_.end(), pushed_);
-      }
-      block_at_ = 0;
-      for (Index j = 0; j < std::min(kAhead, n); ++j) Prefetch(block_[static_cast<std::size_t>(j)]);
-    }
-    if (block_at_ + kAhead < static_cast<Index>(block_.size())) {
-      Prefetch(block_[static_cast<std::size_t>(block_at_ + kAhead)]);
-    }
-    const Index d = block_[static_cast<std::size_t>(block_at_++)];
+    if (block_at_ == static_cast<Index>(block_.size())) FillBlock();
+    const std::size_t j = static_cast<std::size_t>(block_at_++);
     ++pushed_;
-    packer_.Push(d, CpPaddedLength(docs_->Length(d), granule_), docs_->Images(d));
+    packer_.Push(block_[j], CpPaddedLength(block_length_[j], granule_), block_images_[j]);
     if (!packer_.dropped_items().empty()) {
       std::vector<Index> dropped = packer_.TakeDropped();
       dropped_ += static_cast<Index>(dropped.size());
       if (dropped_sink_)
         dropped_sink_->insert(dropped_sink_->end(), dropped.begin(), dropped.end());
+    }
+  }
+  void FillBlock() {
+    const Index n = std::min(kBlock, docs_->count - pushed_);
+    const std::size_t un = static_cast<std::size_t>(n);
+    block_.resize(un);
+    block_length_.resize(un);
+    block_images_.resize(un);
+    if (shuffle_) {
+      order_.Fill(pushed_, 1, n, block_.data());
+    } else {
+      std::iota(block_.begin(), block_.end(), pushed_);
+    }
+    block_at_ = 0;
+    const Index* ids = block_.data();
+    for (Index j = 0; j < std::min(kAhead, n); ++j) Prefetch(ids[j]);
+    for (Index j = 0; j < n; ++j) {
+      if (j + kAhead < n) Prefetch(ids[j + kAhead]);
+      block_length_[static_cast<std::size_t>(j)] = docs_->Length(ids[j]);
+    }
+    if (docs_->images_data || docs_->images) {
+      for (Index j = 0; j < n; ++j) {
+        block_images_[static_cast<std::size_t>(j)] = docs_->Images(ids[j]);
+      }
+    } else {
+      std::fill(block_images_.begin(), block_images_.end(), 0);
     }
   }
   void Prefetch(Index d) const {
@@ -211,7 +226,9 @@ class PackStream {
   Index dropped_ = 0;
   StreamingPacker packer_;
   std::vector<Index>* dropped_sink_ = nullptr;
-  std::vector<Index> block_;  // ids of order positions [pushed_ - block_at_, ...)
+  std::vector<Index> block_;         // ids of order positions [pushed_ - block_at_, ...)
+  std::vector<Index> block_length_;  // their lengths and image counts
+  std::vector<Index> block_images_;
   Index block_at_ = 0;
   EpochTotals left_;  // of the first epoch this stream left (continuous)
   bool left_set_ = false;
