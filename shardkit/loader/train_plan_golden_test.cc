@@ -1,8 +1,8 @@
 // TrainPlan's plans, bit for bit, against testdata/train_plan_golden_v1.txt:
 // digests of every rank's rows of every step (pieces, epochs, stream
 // indices), the summary, the stream and plan fingerprints, resumed readers
-// and DocumentsReadAt over random configurations (sizes up to 3e5 documents:
-// many blocks of the pack stream's gather). The file was written by the
+// and DocumentsReadAt over random configurations (sizes up to 2.2e6
+// documents: many blocks of the pack stream's gather, bucketed or not). The file was written by the
 // planner before its gather was reordered (commit "train_plan_golden_test:
 // the plans of the planner before the blocked gather"), so a change of the
 // planner's speed must leave it unchanged. To rewrite it (only when the plan
@@ -65,8 +65,10 @@ std::vector<std::string> Cases() {
   auto pick = [&rng](std::uint64_t m) { return static_cast<Index>(rng() % m); };
   std::vector<std::string> lines;
   const Index sizes[] = {0, 1, 7, 100, 513, 2000, 4097, 30000, 70000, 300000};
-  for (int c = 0; c < 40; ++c) {
-    const Index n = sizes[c % 10];
+  // Cases 40 and 41: more documents than the pack stream's bucketed gather
+  // starts at (2^21).
+  for (int c = 0; c < 42; ++c) {
+    const Index n = c < 40 ? sizes[c % 10] : 2'200'000;
     TrainOptions o;
     o.seq_len = std::vector<Index>{64, 256, 1024, 4096}[static_cast<std::size_t>(pick(4))];
     o.batch_size = 1 + pick(4);
