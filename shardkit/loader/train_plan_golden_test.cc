@@ -2,11 +2,11 @@
 // digests of every rank's rows of every step (pieces, epochs, stream
 // indices), the summary, the stream and plan fingerprints, resumed readers
 // and DocumentsReadAt over random configurations (sizes up to 2.2e6
-// documents: many blocks of the pack stream's gather, bucketed or not). The file was written by the
-// planner before its gather was reordered (commit "train_plan_golden_test:
-// the plans of the planner before the blocked gather"), so a change of the
-// planner's speed must leave it unchanged. To rewrite it (only when the plan
-// is meant to change, with a new version name):
+// documents: many blocks of the pack stream's gather, bucketed or not). The
+// file was written by the planner before its gather was reordered (commit
+// 6b5275f's pack_stream.h), so a change of the planner's speed must leave it
+// unchanged. To rewrite it (only when the plan is meant to change, with a
+// new version name):
 //   SHARDKIT_WRITE_TRAIN_PLAN_GOLDEN=path build/dev/shardkit/train_plan_golden_test
 #include <gtest/gtest.h>
 
