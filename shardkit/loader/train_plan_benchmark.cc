@@ -10,9 +10,12 @@
 // included).
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "shardkit/loader/train_plan.h"
@@ -20,15 +23,17 @@
 namespace shardkit {
 namespace {
 
-const std::vector<Index>& Lengths() {
-  static const std::vector<Index> lengths = [] {
+// n lognormal lengths (made once per n; the first 4M are the same for every n).
+const std::vector<Index>& Lengths(Index n = 4'000'000) {
+  static std::map<Index, std::vector<Index>> made;
+  std::vector<Index>& v = made[n];
+  if (v.empty()) {
     std::mt19937_64 rng(0);
     std::lognormal_distribution<double> length(6.0, 1.2);
-    std::vector<Index> v(4'000'000);
+    v.resize(static_cast<std::size_t>(n));
     for (auto& l : v) l = 1 + static_cast<Index>(length(rng));
-    return v;
-  }();
-  return lengths;
+  }
+  return v;
 }
 
 TrainOptions Options(Index seq_len, PackAlgorithm algorithm) {
@@ -67,6 +72,38 @@ BENCHMARK(BM_TrainPlanBuild)
                     static_cast<int>(PackAlgorithm::kNextFit)}})
     ->ArgNames({"seq_len", "algorithm"})
     ->Unit(benchmark::kMillisecond);
+
+// Construction cost per document against the number of documents (the goal:
+// linear, ns/doc within 1.2x from 1e6 to 1e8). 1e8 documents (800 MB of
+// lengths, ~10 s a plan) only with SHARDKIT_BENCH_LARGE=1, one iteration.
+void BM_TrainPlanBuildN(benchmark::State& state) {
+  const auto& lengths = Lengths(state.range(0));
+  const TrainOptions o = Options(4096, PackAlgorithm::kBestFitDecreasing);
+  std::unique_ptr<TrainPlan> plan;
+  for (auto _ : state) {
+    plan = std::make_unique<TrainPlan>(TrainDocuments::FromSpans(lengths), o);
+    benchmark::DoNotOptimize(plan->num_steps());
+  }
+  state.counters["ns/doc"] = benchmark::Counter(
+      static_cast<double>(lengths.size()) * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_TrainPlanBuildN)
+    ->Arg(1'000'000)
+    ->Arg(10'000'000)
+    ->ArgName("documents")
+    ->Unit(benchmark::kMillisecond);
+const bool kLarge = [] {
+  const char* large = std::getenv("SHARDKIT_BENCH_LARGE");
+  if (large && std::string_view(large) == "1") {
+    benchmark::RegisterBenchmark("BM_TrainPlanBuildN", BM_TrainPlanBuildN)
+        ->Arg(100'000'000)
+        ->ArgName("documents")
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+  }
+  return true;
+}();
 
 // One rank reading its steps of the whole epoch (it plans every rank's).
 void BM_TrainPlanReadRank(benchmark::State& state) {
