@@ -311,11 +311,9 @@ def bench_prepare(args):
 
         return run
 
-    sides = {
-        "tokenizer encode_batch alone": encode_only,
-        "shardkit prepare --workers 1": prepare(1),
-    }
-    sides["shardkit prepare --workers 2"] = prepare(2)
+    sides = {"tokenizer encode_batch alone": encode_only}
+    for w in (int(x) for x in args.workers.split(",")):
+        sides[f"shardkit prepare --workers {w}"] = prepare(w)
     best = interleaved(sides, args.rounds)
     mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     print(
@@ -341,6 +339,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jsonl", default="build/demo/stdlib/stdlib.jsonl")
     parser.add_argument("--tokenizer", default="build/demo/stdlib/tokenizer.json")
+    parser.add_argument("--workers", default="1,2", help="prepare: worker counts, e.g. 1,2,4,8")
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     {"open": bench_open, "tokens": bench_tokens, "prepare": bench_prepare}[args.what](args)
