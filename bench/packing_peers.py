@@ -34,8 +34,8 @@ import argparse
 import math
 import os
 import platform
-import time
 
+import bench_util
 import numpy as np
 
 import shardkit
@@ -54,13 +54,9 @@ def heavy_mix(rng, n, cap):
 
 
 def timed(fn, repeat=1):
-    best = math.inf
-    out = None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
+    """(best wall s, output) of `repeat` runs, measured by bench_util (its CPU time too)."""
+    best = bench_util.interleaved({"side": fn}, repeat)["side"]
+    return best.wall, best.out
 
 
 # ---------------------------------------------------------------------------
