@@ -20,9 +20,8 @@ Then planning speed with and without CP (documents per CPU second).
 """
 
 import argparse
-import os
-import time
 
+import bench_util
 import numpy as np
 
 import shardkit
@@ -163,27 +162,28 @@ def main():
         (8, "squared", "head_tail"),
         (8, "squared", "balanced"),
     )
-    best = dict.fromkeys(configs, float("inf"))
-    for _ in range(5):  # rounds interleave the configurations (a shared machine drifts)
-        for cp, cost, strategy in configs:
-            t = time.process_time()
-            shardkit.TrainPlan(
-                lengths,
-                seq_len=32768,
-                batch_size=2,
-                world_size=8,
-                cp_size=cp,
-                cost=cost,
-                cp_strategy=strategy,
-            )
-            best[cp, cost, strategy] = min(best[cp, cost, strategy], time.process_time() - t)
+
+    def plan(cp, cost, strategy):
+        return lambda: shardkit.TrainPlan(
+            lengths,
+            seq_len=32768,
+            batch_size=2,
+            world_size=8,
+            cp_size=cp,
+            cost=cost,
+            cp_strategy=strategy,
+        )
+
+    # bench_util: rounds interleave the configurations (a shared machine drifts), best CPU s
+    sides = bench_util.interleaved({c: plan(*c) for c in configs}, 5)
+    best = {c: sides[c].cpu for c in configs}
     print("| plan | cost | cp_strategy | documents per CPU second (best of 5) | vs cp_size=1 |")
     print("|---|---|---|---|---|")
     for cp, cost, strategy in configs:
         ratio = best[1, cost, "head_tail"] / best[cp, cost, strategy]
         rate = n / best[cp, cost, strategy] / 1e6
         print(f"| cp_size={cp} | {cost} | {strategy} | {rate:.2f} M | {ratio:.3f} |")
-    print(f"load average: {os.getloadavg()}")
+    print(bench_util.load_average())
 
 
 if __name__ == "__main__":

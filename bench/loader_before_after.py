@@ -21,7 +21,8 @@ import math
 import os
 import subprocess
 import sys
-import time
+
+import bench_util
 
 
 def cells(docs):
@@ -36,21 +37,21 @@ def cells(docs):
     tokens = (np.arange(offsets[-1]) % 50_000).astype(np.int32)
     for threads in (0, 1, 2):
         for equal in (True, False):
-            c, w = time.process_time(), time.perf_counter()
-            loader = shardkit.TokenLoader(
-                tokens,
-                offsets,
-                seq_len=seq,
-                batch_size=batch,
-                rank=0,
-                world_size=world,
-                num_threads=threads,
-                equal_steps=equal,
-            )
-            real = 0
-            for b in loader:
-                real += int(b["row_tokens"].sum())
-            c, w = time.process_time() - c, time.perf_counter() - w
+
+            def epoch(threads=threads, equal=equal):
+                loader = shardkit.TokenLoader(
+                    tokens,
+                    offsets,
+                    seq_len=seq,
+                    batch_size=batch,
+                    rank=0,
+                    world_size=world,
+                    num_threads=threads,
+                    equal_steps=equal,
+                )
+                return sum(int(b["row_tokens"].sum()) for b in loader)
+
+            real, c, w = bench_util.timed(epoch)
             print(json.dumps(dict(equal=equal, threads=threads, cpu=real / c, wall=real / w)))
 
 
@@ -84,7 +85,8 @@ def main():
                 best[key] = (max(cpu, c["cpu"]), max(wall, c["wall"]))
         loads.append(os.getloadavg()[0])
     print(
-        f"{args.rounds} rounds, load average {min(loads):.1f}-{max(loads):.1f}; "
+        f"{args.rounds} rounds, load average {min(loads):.1f}-{max(loads):.1f} (CPU s of the "
+        "process and its threads, bench_util); "
         "M tokens/s, equal steps / per-rank (ratio)"
     )
     print(f"{'threads':>7} {'build':>7} {'per CPU s':>26} {'per wall s':>26}")

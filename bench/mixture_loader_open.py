@@ -5,7 +5,8 @@ their sum, so the first epoch's window holds N samples) the script writes three 
 sources (PREFIX.tokens.npy uint16 + PREFIX.offsets.npy int64, the pair shardkit's TokenWriter
 writes; numpy writes them here because one Python call per document would take minutes at
 1e8) into a temporary directory, then in a fresh subprocess per run measures
-``TokenLoader.mixture(...)`` plus ``next(iter(loader))``: CPU seconds of the process (all threads), wall seconds, the peak RSS above the RSS before the
+``TokenLoader.mixture(...)`` plus ``next(iter(loader))`` (bench_util.timed): CPU seconds of
+the process (all threads), wall seconds, the peak RSS above the RSS before the
 call (mapped file pages that the loader touches count: clean page cache, mostly the
 sampled documents' token pages with the kernel's fault-around), the anonymous RSS added
 (allocations) and the load average, with equal steps (the Python default) and per rank. Minimum of
@@ -54,8 +55,7 @@ def write_sources(directory: str, total: int) -> list:
 
 
 def one_run(prefixes: list, equal_steps: bool) -> dict:
-    import resource
-    import time
+    import bench_util
 
     import shardkit
 
@@ -74,22 +74,21 @@ def one_run(prefixes: list, equal_steps: bool) -> dict:
         return status_mb("VmRSS")
 
     before = rss_now_mb()
-    usage0 = resource.getrusage(resource.RUSAGE_SELF)
-    wall0 = time.perf_counter()
     anon0 = status_mb("RssAnon")
-    loader = shardkit.TokenLoader.mixture(
-        sources,
-        [0.5, 0.3, 0.2],
-        seq_len=2048,
-        batch_size=8,
-        seed=1,
-        token_dtype="uint16",
-        equal_steps=equal_steps,
-    )
-    batch = next(iter(loader))
-    wall = time.perf_counter() - wall0
-    usage1 = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
+
+    def open_and_first_batch():
+        loader = shardkit.TokenLoader.mixture(
+            sources,
+            [0.5, 0.3, 0.2],
+            seq_len=2048,
+            batch_size=8,
+            seed=1,
+            token_dtype="uint16",
+            equal_steps=equal_steps,
+        )
+        return loader, next(iter(loader))
+
+    (loader, batch), cpu, wall = bench_util.timed(open_and_first_batch)
     peak = status_mb("VmHWM")
     return {
         "samples": loader.samples_per_epoch,

@@ -7,7 +7,8 @@
              torch Dataset, through DataLoader(num_workers=K) (K worker
              processes; K=0: this process), the default collate stacking the
              uint8 tensors;
-  memcpy     one-core copy bandwidth of this machine, in 224x224x3 images/s.
+  memcpy     one-core copy bandwidth of this machine (bench_util: numpy copyto per CPU s,
+             streaming and of one image in cache), in 224x224x3 images/s.
 
 Both sides decode the same encoded bytes (held in memory: no file reads are
 measured) to the same uint8 [n, 224, 224, 3] output; the run checks that the
@@ -16,7 +17,7 @@ same here). Files: photo-like content (smooth gradients + noise), 224-1024 px
 a side, JPEG quality 90 and PNG, made with Pillow.
 
 Per core: CPU seconds of this process and its (reaped) worker processes
-(resource.getrusage SELF + CHILDREN), so the figure does not depend on what
+(bench_util.cpu_seconds, the rule of every bench here), so the figure does not depend on what
 else runs on the machine; wall time beside it. Memory: peak PSS of this process
 plus its workers (PSS, so pages a forked worker shares with its parent count
 once; psutil, sampled every 50 ms); both sides hold the same encoded files and
@@ -30,10 +31,10 @@ import argparse
 import io
 import os
 import platform
-import resource
 import threading
 import time
 
+import bench_util
 import numpy as np
 import psutil
 import torch
@@ -118,9 +119,7 @@ class PeakRss:
         self._thread.join()
 
 
-def cpu_seconds():
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+cpu_seconds = bench_util.cpu_seconds
 
 
 def run_shardkit(files, threads, batch):
@@ -147,14 +146,10 @@ def run_pillow(files, workers, batch):
 
 
 def memcpy_images_per_s():
-    src = np.ones((64, *SIZE, 3), np.uint8)
-    dst = np.empty_like(src)
-    best = float("inf")
-    for _ in range(20):
-        t0 = time.thread_time()
-        np.copyto(dst, src)
-        best = min(best, time.thread_time() - t0)
-    return 64 / max(best, 1e-9)
+    """(streaming, in cache) 224x224x3 uint8 images copied per CPU s (bench_util)."""
+    image = SIZE[0] * SIZE[1] * 3
+    stream, cache = bench_util.copy_gbps(image)
+    return stream * 1e9 / image, cache * 1e9 / image
 
 
 def main():
@@ -191,8 +186,11 @@ def main():
                     max(rss, old[2]) if old else rss,
                     equal and (old[3] if old else True),
                 )
-    memcpy = memcpy_images_per_s()
-    print(f"memcpy: {memcpy:,.0f} images/s per core (224x224x3 uint8 copies)")
+    stream, cache = memcpy_images_per_s()
+    print(
+        f"memcpy: {stream:,.0f} images/s per core streaming, {cache:,.0f} in cache "
+        f"(224x224x3 uint8 copies, numpy copyto; {bench_util.load_average()})"
+    )
     print(
         f"{'format':6} {'side':9} {'K':>2} {'img/s/core':>11} {'img/s wall':>11} "
         f"{'peak PSS MB':>12} {'equal':>6}"

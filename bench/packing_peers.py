@@ -23,7 +23,8 @@ is not measured: installing axolotl replaces numpy, transformers and trl in
 the project venv.
 
 Pure-Python peers are O(n) to O(n^2) per buffer in Python and are timed on a
-prefix of each data set (said in the output); throughput is items per second,
+prefix of each data set (said in the output); throughput is items per second
+(wall, and per CPU s beside: bench_util's best of the repeats),
 efficiency is real tokens / (packs x capacity), "over LB" is packs / ceil(sum /
 capacity) - 1 on the same items.
 """
@@ -34,8 +35,8 @@ import argparse
 import math
 import os
 import platform
-import time
 
+import bench_util
 import numpy as np
 
 import shardkit
@@ -54,13 +55,9 @@ def heavy_mix(rng, n, cap):
 
 
 def timed(fn, repeat=1):
-    best = math.inf
-    out = None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
+    """(bench_util.Best: the best wall and CPU s of `repeat` runs, output)."""
+    best = bench_util.interleaved({"side": fn}, repeat)["side"]
+    return best, best.out
 
 
 # ---------------------------------------------------------------------------
@@ -165,21 +162,24 @@ def nanovlm_knapsack(
 # ---------------------------------------------------------------------------
 
 
-def report(name, n, seconds, packs, tokens, cap, lower_bound, note=""):
+def report(name, n, best, packs, tokens, cap, lower_bound, note=""):
+    """One row; returns (items per wall s, items per CPU s)."""
     eff = tokens / (packs * cap) if packs else 1.0
     over = packs / lower_bound - 1 if lower_bound else 0.0
-    rate = n / seconds if seconds > 0 else math.inf
+    rate = n / best.wall if best.wall > 0 else math.inf
+    cpu_rate = n / best.cpu if best.cpu > 0 else math.inf
     print(
-        f"  {name:<34} {n:>10,} {seconds:>9.3f}s {rate / 1e6:>10.3f}M/s "
+        f"  {name:<34} {n:>10,} {best.wall:>9.3f}s {rate / 1e6:>10.3f}M/s "
+        f"{best.cpu:>8.3f}s {cpu_rate / 1e6:>10.3f}M/s "
         f"{100 * eff:>9.4f}% {100 * over:>9.4f}%  {note}"
     )
-    return rate
+    return rate, cpu_rate
 
 
 def header():
     print(
-        f"  {'packer':<34} {'items':>10} {'time':>10} {'items/s':>11} {'efficiency':>10} "
-        f"{'over LB':>9}"
+        f"  {'packer':<34} {'items':>10} {'wall':>10} {'items/s':>11} {'CPU':>9} "
+        f"{'per CPU s':>11} {'efficiency':>10} {'over LB':>9}"
     )
 
 
@@ -213,7 +213,10 @@ def text_case(rng, dist, n, cap, peer_items, trl_items):
             sub_lb,
             "" if m == n else f"(first {m:,} items)",
         )
-        print(f"  -> shardkit bfd is {rates['bfd'] / trl_rate:,.0f}x TRL's bfd in items/s")
+        print(
+            f"  -> shardkit bfd is {rates['bfd'][0] / trl_rate[0]:,.0f}x TRL's bfd in items/s "
+            f"(wall), {rates['bfd'][1] / trl_rate[1]:,.0f}x per CPU s ({bench_util.load_average()})"
+        )
     if peer_items:
         m = min(n, peer_items)
         sub = lengths[:m]
@@ -333,7 +336,8 @@ def wikipedia_case(algorithms):
     for k in (3, 12):
         print(f" at most {k} sequences per pack")
         print(
-            f"  {'packer':<26} {'packs':>11} {'efficiency':>10} {'over LB':>9} {'time':>9} {'load CV':>8}"
+            f"  {'packer':<26} {'packs':>11} {'efficiency':>10} {'over LB':>9} {'wall':>9} "
+            f"{'CPU':>9} {'load CV':>8}"
         )
         for algorithm in algorithms:
             sec, p = timed(
@@ -341,7 +345,8 @@ def wikipedia_case(algorithms):
             )
             print(
                 f"  shardkit {algorithm:<17} {p.num_packs:>11,} {100 * p.efficiency:>9.4f}% "
-                f"{100 * (p.num_packs / lb - 1):>8.3f}% {sec:>8.2f}s {load_cv(p):>8.4f}"
+                f"{100 * (p.num_packs / lb - 1):>8.3f}% {sec.wall:>8.2f}s {sec.cpu:>8.2f}s "
+                f"{load_cv(p):>8.4f}"
             )
         for name, packs, eff in PUBLISHED[k]:
             if packs is None:
@@ -364,7 +369,8 @@ def multimodal_gamma_case(n=1_000_000, cap=4096):
         f"0-4 images per sample, <= 18 images per pack; lower bound {lb:,}"
     )
     print(
-        f"  {'packer':<26} {'packs':>9} {'efficiency':>10} {'over LB':>9} {'time':>9} {'load CV':>8}"
+        f"  {'packer':<26} {'packs':>9} {'efficiency':>10} {'over LB':>9} {'wall':>9} "
+        f"{'CPU':>9} {'load CV':>8}"
     )
     for algorithm in ("balanced", "bfd", "ffd"):
         sec, p = timed(
@@ -372,7 +378,8 @@ def multimodal_gamma_case(n=1_000_000, cap=4096):
         )
         print(
             f"  shardkit {algorithm:<17} {p.num_packs:>9,} {100 * p.efficiency:>9.4f}% "
-            f"{100 * (p.num_packs / lb - 1):>8.3f}% {sec:>8.2f}s {load_cv(p):>8.4f}"
+            f"{100 * (p.num_packs / lb - 1):>8.3f}% {sec.wall:>8.2f}s {sec.cpu:>8.2f}s "
+            f"{load_cv(p):>8.4f}"
         )
 
 

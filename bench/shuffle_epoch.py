@@ -6,7 +6,7 @@ own array path, torch.randperm(n)[rank::world] materialised, one thread) and the
 samplers that hand out Python ints (shardkit.torch.DistributedSampler against
 torch.utils.data.DistributedSampler); Grain's IndexSampler on a prefix. Each side runs in
 its own subprocess so that its peak memory is its own; the figure reported is the peak RSS
-above the process's RSS after imports. CPU seconds (time.process_time) and wall seconds,
+above the process's RSS after imports. CPU seconds (bench_util.cpu_seconds) and wall seconds,
 the sides interleaved round by round, the best of --rounds kept, with the load average;
 the memcpy baseline (numpy copyto) of the rank's int64 indices beside. Usage:
 
@@ -32,14 +32,14 @@ def rss_mb() -> float:
 
 def time_sampler(sampler_class, n, world, rank):
     base = rss_mb()
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = time.perf_counter(), bench_util.cpu_seconds()
     it = iter(sampler_class(range(n), num_replicas=world, rank=rank, shuffle=True))
     next(it)
     first = time.perf_counter() - t0
     count = 1 + sum(1 for _ in it)
     return dict(
         seconds=time.perf_counter() - t0,
-        cpu=time.process_time() - c0,
+        cpu=bench_util.cpu_seconds() - c0,
         indices=count,
         first_s=first,
         extra_mb=rss_mb() - base,
@@ -51,14 +51,14 @@ def side_torch_array(n, world, rank, limit):
 
     torch.set_num_threads(1)
     base = rss_mb()
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = time.perf_counter(), bench_util.cpu_seconds()
     g = torch.Generator()
     g.manual_seed(0)
     shard = torch.randperm(n, generator=g)[rank::world].contiguous()
     first = time.perf_counter() - t0
     return dict(
         seconds=time.perf_counter() - t0,
-        cpu=time.process_time() - c0,
+        cpu=bench_util.cpu_seconds() - c0,
         indices=len(shard),
         first_s=first,
         extra_mb=rss_mb() - base,
@@ -83,7 +83,7 @@ def side_shardkit_numpy(n, world, rank, limit):
     import shardkit
 
     base = rss_mb()
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = time.perf_counter(), bench_util.cpu_seconds()
     shard = shardkit.ShardPlan(n, world, remainder="pad", shuffle=True).shard(rank)
     shard.numpy(0, 1)
     first = time.perf_counter() - t0
@@ -96,7 +96,7 @@ def side_shardkit_numpy(n, world, rank, limit):
         checksum ^= int(block[-1])
     return dict(
         seconds=time.perf_counter() - t0,
-        cpu=time.process_time() - c0,
+        cpu=bench_util.cpu_seconds() - c0,
         indices=len(shard),
         first_s=first,
         extra_mb=rss_mb() - base,
@@ -107,7 +107,7 @@ def side_grain(n, world, rank, limit):
     import grain.python as gp
 
     base = rss_mb()
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = time.perf_counter(), bench_util.cpu_seconds()
     sampler = gp.IndexSampler(
         n, shard_options=gp.ShardOptions(rank, world), shuffle=True, num_epochs=1, seed=0
     )
@@ -118,7 +118,7 @@ def side_grain(n, world, rank, limit):
         sampler[rank + k * world].record_key
     return dict(
         seconds=time.perf_counter() - t0,
-        cpu=time.process_time() - c0,
+        cpu=bench_util.cpu_seconds() - c0,
         indices=count,
         first_s=first,
         extra_mb=rss_mb() - base,

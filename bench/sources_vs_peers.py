@@ -14,8 +14,9 @@ prepare   `shardkit.prepare` (JSONL -> Megatron .bin/.idx, workers 1 and 2) agai
           tokenizer's encode_batch alone over the same texts (batches of 256 as prepare
           does), the tokenizer on one thread (RAYON_NUM_THREADS=1: per process).
 
-Every figure: CPU seconds (this process and its reaped children) and wall seconds, the
-best of interleaved rounds, beside the load average. The files go to --dir (default
+Every figure follows bench/bench_util.py's rule: CPU seconds (the process and its reaped
+children) and wall seconds, the best of interleaved rounds, beside the load average, and
+numpy's streaming and in-cache copy of the same bytes beside a throughput. The files go to --dir (default
 /tmp/shardkit-bench-sources). Usage:
   python bench/sources_vs_peers.py open [--documents 1e8] [--mean-length 600] [--rounds 2]
   python bench/sources_vs_peers.py tokens [--tokens 5e7] [--rounds 3]
@@ -27,44 +28,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
 import tempfile
 import time
 
+import bench_util
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.join(os.path.dirname(HERE), "python")
-
-
-def load_average() -> str:
-    one, five, _ = os.getloadavg()
-    return f"load average {one:.1f} (5 min {five:.1f})"
-
-
-def cpu_seconds() -> float:
-    t = os.times()
-    return time.process_time() + t.children_user + t.children_system
-
-
-def timed(fn):
-    c, w = cpu_seconds(), time.perf_counter()
-    out = fn()
-    return out, cpu_seconds() - c, time.perf_counter() - w
-
-
-def interleaved(sides, rounds):
-    """name -> (best CPU s, best wall s, last output), the sides run in turn each round."""
-    best = {name: [math.inf, math.inf, None] for name in sides}
-    for _ in range(rounds):
-        for name, fn in sides.items():
-            out, cpu, wall = timed(fn)
-            b = best[name]
-            b[0], b[1], b[2] = min(b[0], cpu), min(b[1], wall), out
-    return best
 
 
 # -- open ------------------------------------------------------------------------------
@@ -92,12 +66,10 @@ def write_megatron(prefix, lengths, token_size=2):
 # Each side times its own work after its imports (torch's import alone is seconds of
 # CPU: not what is compared) and prints {"cpu", "wall", "out"}.
 TIMER = """
-import json, time
+import json, bench_util
 def timed(work):
-    c, w = time.process_time(), time.perf_counter()
-    out = work()
-    print(json.dumps({"cpu": time.process_time() - c, "wall": time.perf_counter() - w,
-                      "out": out}))
+    out, cpu, wall = bench_util.timed(work)
+    print(json.dumps({"cpu": cpu, "wall": wall, "out": out}))
 """
 
 SHARDKIT_OPEN = (
@@ -148,7 +120,7 @@ timed(work)
 
 def run_script(script, *args):
     """(CPU s, wall s, output) the script measured in a fresh interpreter."""
-    env = dict(os.environ, PYTHONPATH=PYTHON_DIR, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([PYTHON_DIR, HERE]), OMP_NUM_THREADS="1")
     done = subprocess.run(
         [sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, env=env
     )
@@ -159,13 +131,13 @@ def run_script(script, *args):
 
 
 def interleaved_scripts(sides, rounds):
-    """interleaved() for sides that measure themselves (run_script)."""
-    best = {name: [math.inf, math.inf, None] for name in sides}
+    """bench_util.interleaved() for sides that measure themselves in a fresh interpreter
+    (run_script: its CPU and wall seconds after its imports)."""
+    best = {name: bench_util.Best() for name in sides}
     for _ in range(rounds):
         for name, fn in sides.items():
             cpu, wall, out = fn()
-            b = best[name]
-            b[0], b[1], b[2] = min(b[0], cpu), min(b[1], wall), out
+            best[name].add(out, cpu, wall)
     return best
 
 
@@ -209,15 +181,15 @@ def bench_open(args):
     kind = f"lognormal lengths of mean {mean}" if mean else "1-15 tokens each"
     print(
         f"open {n:.0e} documents (uint16, {kind}), {args.rounds} interleaved rounds, "
-        f"best of each (after imports); {load_average()}"
+        f"best of each (after imports); {bench_util.load_average()}"
     )
-    for name, (cpu, wall, out) in best.items():
-        print(f"  {name:50s} CPU {cpu:7.3f} s  wall {wall:7.3f} s  ({out})")
+    for name, b in best.items():
+        print(f"  {name:50s} CPU {b.cpu:7.3f} s  wall {b.wall:7.3f} s  ({b.out})")
     ours = best["shardkit: open + first batch"]
     for name in list(best)[2:]:
         print(
-            f"  ratio {name.split(': ')[1]} / shardkit: CPU {best[name][0] / ours[0]:.1f}x, "
-            f"wall {best[name][1] / ours[1]:.1f}x"
+            f"  ratio {name.split(': ')[1]} / shardkit: CPU {best[name].cpu / ours.cpu:.1f}x, "
+            f"wall {best[name].wall / ours.wall:.1f}x"
         )
 
 
@@ -258,29 +230,24 @@ def bench_tokens(args):
 
         return run
 
-    best = interleaved({".npy pair": epoch(npy), "megatron .bin/.idx": epoch(meg)}, args.rounds)
-    src, dst = np.ones((8, 4096), np.int64), np.zeros((8, 4096), np.int64)
-    copy = 0.0
-    for _ in range(5):  # the best of 5
-        t = time.perf_counter()
-        for _ in range(500):
-            np.copyto(dst, src)
-        copy = max(copy, 500 * src.size / (time.perf_counter() - t))
+    best = bench_util.interleaved(
+        {".npy pair": epoch(npy), "megatron .bin/.idx": epoch(meg)}, args.rounds
+    )
     print(
         f"one epoch, {offsets[-1]:.2e} uint16 tokens in {n} documents, seq_len 4096, batch 8, "
-        f"1 collating thread; best of {args.rounds} interleaved rounds; {load_average()}"
+        f"1 collating thread; best of {args.rounds} interleaved rounds; "
+        f"{bench_util.load_average()}"
     )
-    for name, (cpu, wall, real) in best.items():
+    for name, b in best.items():
         print(
-            f"  {name:20s} {real / cpu / 1e6:7.1f} M tokens per CPU s, {real / wall / 1e6:7.1f} "
-            f"M tokens/s wall ({real} tokens)"
+            f"  {name:20s} {b.out / b.cpu / 1e6:7.1f} M tokens per CPU s, "
+            f"{b.out / b.wall / 1e6:7.1f} M tokens/s wall ({b.out} tokens)"
         )
     a, b = best[".npy pair"], best["megatron .bin/.idx"]
-    print(f"  megatron / npy: {a[0] / b[0]:.3f} (CPU), {a[1] / b[1]:.3f} (wall)")
-    print(
-        f"  memcpy baseline: numpy copyto of one int64 [8, 4096] batch, in cache: "
-        f"{copy / 1e6:.0f} M tokens/s"
-    )
+    print(f"  megatron / npy: {a.cpu / b.cpu:.3f} (CPU), {a.wall / b.wall:.3f} (wall)")
+    # The loader's input_ids are int64: 8 B per token, one [8, 4096] batch of them.
+    line, _, _ = bench_util.memcpy_line(8, "tokens", 8 * 4096 * 8)
+    print(f"  {line}")
 
 
 # -- prepare ---------------------------------------------------------------------------
@@ -314,18 +281,18 @@ def bench_prepare(args):
     sides = {"tokenizer encode_batch alone": encode_only}
     for w in (int(x) for x in args.workers.split(",")):
         sides[f"shardkit prepare --workers {w}"] = prepare(w)
-    best = interleaved(sides, args.rounds)
+    best = bench_util.interleaved(sides, args.rounds)
     mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     print(
         f"{len(texts)} documents, {mb:.1f} MB of text ({args.jsonl}); tokenizer on one thread "
         f"(RAYON_NUM_THREADS={os.environ['RAYON_NUM_THREADS']}); best of {args.rounds} "
-        f"interleaved rounds; {os.cpu_count()} cores, {load_average()}"
+        f"interleaved rounds; {os.cpu_count()} cores, {bench_util.load_average()}"
     )
     base = best["tokenizer encode_batch alone"]
-    for name, (cpu, wall, tokens) in best.items():
+    for name, b in best.items():
         print(
-            f"  {name:30s} CPU {cpu:6.2f} s  wall {wall:6.2f} s  {tokens / wall / 1e6:.2f} M "
-            f"tokens/s wall; encode_batch's wall / this: {base[1] / wall:.2f}"
+            f"  {name:30s} CPU {b.cpu:6.2f} s  wall {b.wall:6.2f} s  {b.out / b.wall / 1e6:.2f} M "
+            f"tokens/s wall; encode_batch's wall / this: {base.wall / b.wall:.2f}"
         )
 
 

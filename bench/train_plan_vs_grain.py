@@ -24,8 +24,9 @@
 
 Lengths: lognormal (median 400, sigma 1.2), clipped to seq_len on every side
 (Grain truncates longer documents, so no side sees one). Each figure is the
-minimum over --repeat runs; CPU seconds are the process's (time.process_time),
-wall seconds beside. Grain runs in this process without multiprocessing.
+minimum over --repeat runs; CPU seconds are the process's and its reaped workers'
+(bench_util.cpu_seconds), wall seconds beside. Grain runs in this process except with
+.mp_prefetch, whose workers' CPU is counted.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import argparse
 import math
 import os
 import platform
-import time
 
 import bench_util
 import numpy as np
@@ -48,12 +48,9 @@ def lengths_of(n, seq_len, seed=0):
 
 
 def best(fn, repeat):
-    out, cpu, wall = None, math.inf, math.inf
-    for _ in range(repeat):
-        c, w = time.process_time(), time.perf_counter()
-        out = fn()
-        cpu, wall = min(cpu, time.process_time() - c), min(wall, time.perf_counter() - w)
-    return out, cpu, wall
+    """(output, best CPU s, best wall s) of `repeat` runs (bench_util's rule)."""
+    b = bench_util.interleaved({"side": fn}, repeat)["side"]
+    return b.out, b.cpu, b.wall
 
 
 def plan_side(lengths, seq_len, world, batch, repeat):
