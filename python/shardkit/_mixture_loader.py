@@ -6,7 +6,7 @@ state, resume with changed weights and the mixture loader's rules."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -89,43 +89,12 @@ class _MixtureTokenLoader(TokenLoader):
         return self._loader.mixture
 
     @property
-    def epoch(self) -> int:
-        ran_out = getattr(self, "_ran_out", None)
-        if ran_out is not None and ran_out[1] == self._loader.generation:
-            return ran_out[0]
-        return self._loader.epoch
-
-    @property
-    def _standing_epoch(self) -> int:
-        return self._loader.epoch
-
-    @property
     def file_policy(self) -> Optional[_core.WhaleChoice]:
         return None  # no file sharding with a mixture
 
     @property
     def num_steps(self) -> Optional[int]:
         return self._loader.num_steps
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch < 0:
-            raise ValueError(f"epoch: must be non-negative, got {epoch}")
-        self._loader.set_epoch(epoch)
-
-    def __iter__(self) -> Iterator[Dict[str, Any]]:
-        # The core moves to the next epoch when a pass meets the end (once,
-        # whichever of several concurrent passes meets it first); a pass reads
-        # the generation it began with, so concurrent passes all end with it.
-        loader = self._loader
-        generation = loader.generation
-        finished = loader.epoch
-        self._ran_out = None
-        while True:
-            batch = loader.next(generation)
-            if batch is None:
-                self._ran_out = (finished, loader.generation)
-                return
-            yield batch
 
     # -- state: the loader's state and the order it reads ------------------------
     def state_dict(self) -> Dict[str, Any]:

@@ -549,9 +549,10 @@ void init_loader(nb::module_& m) {
           "`generation`: None also once the loader has moved on from that generation).")
       .def(
           "set_epoch",
-          [](MixtureLoader& l, std::uint64_t epoch) {
+          [](MixtureLoader& l, nb::handle epoch) {
+            const std::uint64_t e = ToUint64(epoch, "epoch");
             ReleaseGil release;
-            l.SetEpoch(epoch);
+            l.SetEpoch(e);
           },
           "epoch"_a)
       .def(
@@ -582,7 +583,9 @@ void init_loader(nb::module_& m) {
             return JsonToPython(text);
           },
           "steps"_a)
-      .def_prop_ro("epoch", &MixtureLoader::epoch)
+      .def("begin_pass", &MixtureLoader::BeginPass, "Starts a pass: the generation to give next().")
+      .def_prop_ro("epoch", &MixtureLoader::pass_epoch)
+      .def_prop_ro("standing_epoch", &MixtureLoader::epoch)
       .def_prop_ro(
           "options", [](const MixtureLoader& l) { return WriteOptions(l.loader()->options()); },
           "The current epoch's loader options as a dict.")
