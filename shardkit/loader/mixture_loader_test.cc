@@ -850,7 +850,8 @@ TEST(MixtureLoaderTest, ConcurrentPassesOfOneGenerationAllEndWithItsEpoch) {
     LoaderOptions o = MixtureLoaderOptions(equal_steps);
     o.num_threads = 2;
     MixtureLoader loader(corpus.views(), {1, 2}, MixtureOptions{}, o);
-    const std::uint64_t g = loader.generation();
+    const std::uint64_t g = loader.BeginPass();
+    EXPECT_EQ(g, loader.generation());
     std::atomic<Index> seen{0};
     std::vector<std::thread> passes;
     for (int t = 0; t < 3; ++t) {
@@ -865,9 +866,19 @@ TEST(MixtureLoaderTest, ConcurrentPassesOfOneGenerationAllEndWithItsEpoch) {
     EXPECT_EQ(seen.load(), batches);  // each batch to one pass, none of epoch 1
     EXPECT_EQ(loader.epoch(), 1u);    // moved on once
     EXPECT_EQ(loader.generation(), g + 1);
+    // The pass epoch: the one that ran out, until the next pass begins.
+    EXPECT_EQ(loader.pass_epoch(), 0u);
+    EXPECT_EQ(loader.BeginPass(), g + 1);
+    EXPECT_EQ(loader.pass_epoch(), 1u);
     const auto next = loader.Next(g + 1);
     ASSERT_TRUE(next.has_value());
     EXPECT_EQ(next->batch->epoch, 1u);
+    // SetEpoch / Load move the loader: the ran-out epoch no longer names it.
+    while (loader.Next(g + 1)) {
+    }
+    EXPECT_EQ(loader.pass_epoch(), 1u);
+    loader.SetEpoch(5);
+    EXPECT_EQ(loader.pass_epoch(), 5u);
   }
 }
 
