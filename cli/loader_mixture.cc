@@ -1,6 +1,7 @@
 // --mixture of `shardkit loader-stats`: its sources and the core
 // MixtureLoader from its flags (cli/loader_flags.h).
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -73,13 +74,13 @@ std::shared_ptr<const TokenSource> SetUpMixture(const Args& args, LoaderOptions&
     const std::string text = ReadText("--resume", *path);
     try {
       const shardkit::Json list = ParseJson(text, "state");
-      std::string one = text;
       if (list.type() == shardkit::Json::Type::kArray) {
         std::vector<std::string> texts;
         for (const shardkit::Json& s : list.array()) texts.push_back(WriteJson(s));
-        one = texts.size() == 1 ? texts[0] : MergeMixtureLoaderStates(texts);
+        mix.loader->Load(std::span<const std::string>(texts));
+      } else {
+        mix.loader->Load(text);
       }
-      mix.loader->Load(one);
     } catch (const std::invalid_argument& e) {
       throw UsageError("--resume: '" + *path + "': " + e.what());
     }

@@ -116,8 +116,6 @@ class _MixtureTokenLoader(TokenLoader):
         continuing from its consumed count (nothing repeated or skipped within
         a source). ``last_resume`` says ``(changed, read, at)``."""
         _require_state(state)
-        if isinstance(state, (list, tuple)):
-            state = self.merge_states(state)
         self._loader.load(state)
 
     @property

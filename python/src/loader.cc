@@ -10,6 +10,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -558,9 +559,16 @@ void init_loader(nb::module_& m) {
       .def(
           "load",
           [](MixtureLoader& l, nb::handle state) {
-            const std::string text = StateText(state);
-            ReleaseGil release;
-            l.Load(text);
+            if (nb::isinstance<nb::list>(state) || nb::isinstance<nb::tuple>(state)) {
+              std::vector<std::string> texts;
+              for (nb::handle h : state) texts.push_back(StateText(h));
+              ReleaseGil release;
+              l.Load(std::span<const std::string>(texts));
+            } else {
+              const std::string text = StateText(state);
+              ReleaseGil release;
+              l.Load(text);
+            }
           },
           "state"_a)
       .def("state",

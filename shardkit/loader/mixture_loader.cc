@@ -767,6 +767,11 @@ void MixtureLoader::Load(std::string_view text) {
   last_resume_ = LastResume{r.changed, r.read, r.at};
 }
 
+void MixtureLoader::Load(std::span<const std::string> texts) {
+  if (texts.empty()) ThrowInvalid("state", "no states; give the state of every consumer");
+  Load(MergeMixtureLoaderStates(texts));
+}
+
 std::string MixtureLoader::State() const {
   return MixtureLoaderStateToJson(order_, loader()->State());
 }

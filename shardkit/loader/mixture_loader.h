@@ -299,6 +299,11 @@ class MixtureLoader {
   // this loader's mixture and samples (given, or the state's). Throws as
   // ResumeMixtureLoader and TokenLoader do; the loader is unchanged then.
   void Load(std::string_view text);
+  // The states of every consumer of a run: their merge is loaded
+  // (MergeMixtureLoaderStates; a list of one state too, so the run of one
+  // consumer resumes on any world size). Throws invalid_argument naming
+  // `state` for none, and as Load.
+  void Load(std::span<const std::string> texts);
 
   // The sealed state after the last batch Next() returned.
   [[nodiscard]] std::string State() const;

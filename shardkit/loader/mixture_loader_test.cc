@@ -920,5 +920,30 @@ TEST(MixtureLoaderTest, TheMixtureRulesAreTheCoresNamingTheParameter) {
   EXPECT_EQ(l.generation(), g);
 }
 
+TEST(MixtureLoaderTest, LoadingEveryConsumersStateIsLoadingTheirMerge) {
+  std::mt19937_64 rng(16);
+  const Corpus corpus = MakeCorpus(rng, {30, 40}, 40);
+  std::vector<std::string> states;
+  for (Index r = 0; r < 2; ++r) {
+    MixtureLoader l(corpus.views(), {1, 1}, MixtureOptions{}, MixtureLoaderOptions(false, 2, r));
+    (void)DrainMixture(l, 2 + r);
+    states.push_back(l.State());
+  }
+  auto resumed = [&](auto load) {
+    MixtureLoader l(corpus.views(), {1, 2}, MixtureOptions{}, MixtureLoaderOptions(false));
+    load(l);
+    return DrainMixture(l).ids;
+  };
+  const auto merged = resumed([&](MixtureLoader& l) { l.Load(MergeMixtureLoaderStates(states)); });
+  EXPECT_FALSE(merged.empty());
+  EXPECT_EQ(resumed([&](MixtureLoader& l) { l.Load(std::span<const std::string>(states)); }),
+            merged);
+  MixtureLoader l(corpus.views(), {1, 1}, MixtureOptions{}, MixtureLoaderOptions(false));
+  EXPECT_EQ(base_testing::ErrorOf<std::invalid_argument>([&] {
+              l.Load(std::span<const std::string>());
+            }).rfind("state:", 0),
+            0u);
+}
+
 }  // namespace
 }  // namespace shardkit
