@@ -10,6 +10,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -549,17 +550,25 @@ void init_loader(nb::module_& m) {
           "`generation`: None also once the loader has moved on from that generation).")
       .def(
           "set_epoch",
-          [](MixtureLoader& l, std::uint64_t epoch) {
+          [](MixtureLoader& l, nb::handle epoch) {
+            const std::uint64_t e = ToUint64(epoch, "epoch");
             ReleaseGil release;
-            l.SetEpoch(epoch);
+            l.SetEpoch(e);
           },
           "epoch"_a)
       .def(
           "load",
           [](MixtureLoader& l, nb::handle state) {
-            const std::string text = StateText(state);
-            ReleaseGil release;
-            l.Load(text);
+            if (nb::isinstance<nb::list>(state) || nb::isinstance<nb::tuple>(state)) {
+              std::vector<std::string> texts;
+              for (nb::handle h : state) texts.push_back(StateText(h));
+              ReleaseGil release;
+              l.Load(std::span<const std::string>(texts));
+            } else {
+              const std::string text = StateText(state);
+              ReleaseGil release;
+              l.Load(text);
+            }
           },
           "state"_a)
       .def("state",
@@ -582,7 +591,9 @@ void init_loader(nb::module_& m) {
             return JsonToPython(text);
           },
           "steps"_a)
-      .def_prop_ro("epoch", &MixtureLoader::epoch)
+      .def("begin_pass", &MixtureLoader::BeginPass, "Starts a pass: the generation to give next().")
+      .def_prop_ro("epoch", &MixtureLoader::pass_epoch)
+      .def_prop_ro("standing_epoch", &MixtureLoader::epoch)
       .def_prop_ro(
           "options", [](const MixtureLoader& l) { return WriteOptions(l.loader()->options()); },
           "The current epoch's loader options as a dict.")

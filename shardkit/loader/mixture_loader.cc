@@ -658,6 +658,8 @@ struct MixtureLoader::Current {
   std::mutex advance;       // one caller moves past an ended epoch
   std::uint64_t epoch = 0;  // the window's epoch
   std::uint64_t generation = 0;
+  // The epoch the last pass ran out of and the generation it moved to.
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> ran_out;
   std::shared_ptr<const TokenSource> view;
   std::shared_ptr<TokenLoader> loader;
 };
@@ -732,6 +734,8 @@ std::optional<MixtureBatch> MixtureLoader::Next(std::optional<std::uint64_t> gen
     } else {
       Open(epoch + 1, std::nullopt);
     }
+    std::lock_guard<std::mutex> lock(current_->mu);
+    current_->ran_out.emplace(epoch, current_->generation);
     return std::nullopt;
   }
   MixtureBatch out;
@@ -763,6 +767,11 @@ void MixtureLoader::Load(std::string_view text) {
   last_resume_ = LastResume{r.changed, r.read, r.at};
 }
 
+void MixtureLoader::Load(std::span<const std::string> texts) {
+  if (texts.empty()) ThrowInvalid("state", "no states; give the state of every consumer");
+  Load(MergeMixtureLoaderStates(texts));
+}
+
 std::string MixtureLoader::State() const {
   return MixtureLoaderStateToJson(order_, loader()->State());
 }
@@ -779,6 +788,18 @@ std::string MixtureLoader::StateAt(Index steps) const {
 std::uint64_t MixtureLoader::epoch() const {
   std::lock_guard<std::mutex> lock(current_->mu);
   return current_->epoch;
+}
+
+std::uint64_t MixtureLoader::BeginPass() {
+  std::lock_guard<std::mutex> lock(current_->mu);
+  current_->ran_out.reset();
+  return current_->generation;
+}
+
+std::uint64_t MixtureLoader::pass_epoch() const {
+  std::lock_guard<std::mutex> lock(current_->mu);
+  const auto& r = current_->ran_out;
+  return r && r->second == current_->generation ? r->first : current_->epoch;
 }
 
 std::uint64_t MixtureLoader::generation() const {

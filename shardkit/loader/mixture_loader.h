@@ -299,6 +299,11 @@ class MixtureLoader {
   // this loader's mixture and samples (given, or the state's). Throws as
   // ResumeMixtureLoader and TokenLoader do; the loader is unchanged then.
   void Load(std::string_view text);
+  // The states of every consumer of a run: their merge is loaded
+  // (MergeMixtureLoaderStates; a list of one state too, so the run of one
+  // consumer resumes on any world size). Throws invalid_argument naming
+  // `state` for none, and as Load.
+  void Load(std::span<const std::string> texts);
 
   // The sealed state after the last batch Next() returned.
   [[nodiscard]] std::string State() const;
@@ -306,8 +311,15 @@ class MixtureLoader {
   // Throws invalid_argument naming equal_steps for a loader packing per rank.
   [[nodiscard]] std::string StateAt(Index steps) const;
 
+  // A pass (as TokenLoader::BeginPass): the generation to give Next, and
+  // forgets which epoch last ran out.
+  [[nodiscard]] std::uint64_t BeginPass();
   // The epoch the next batch comes from.
   [[nodiscard]] std::uint64_t epoch() const;
+  // The epoch of the current pass: once a pass ran out (the loader then
+  // stands at the start of the next epoch) and until the next BeginPass,
+  // SetEpoch or Load, the epoch that ran out (TokenLoader::epoch's rule).
+  [[nodiscard]] std::uint64_t pass_epoch() const;
   // Incremented each time the loader moves to another epoch or state (an
   // ended epoch, SetEpoch, Load): a pass that ran out knows whether the
   // loader it saw is still there.

@@ -850,7 +850,8 @@ TEST(MixtureLoaderTest, ConcurrentPassesOfOneGenerationAllEndWithItsEpoch) {
     LoaderOptions o = MixtureLoaderOptions(equal_steps);
     o.num_threads = 2;
     MixtureLoader loader(corpus.views(), {1, 2}, MixtureOptions{}, o);
-    const std::uint64_t g = loader.generation();
+    const std::uint64_t g = loader.BeginPass();
+    EXPECT_EQ(g, loader.generation());
     std::atomic<Index> seen{0};
     std::vector<std::thread> passes;
     for (int t = 0; t < 3; ++t) {
@@ -865,9 +866,19 @@ TEST(MixtureLoaderTest, ConcurrentPassesOfOneGenerationAllEndWithItsEpoch) {
     EXPECT_EQ(seen.load(), batches);  // each batch to one pass, none of epoch 1
     EXPECT_EQ(loader.epoch(), 1u);    // moved on once
     EXPECT_EQ(loader.generation(), g + 1);
+    // The pass epoch: the one that ran out, until the next pass begins.
+    EXPECT_EQ(loader.pass_epoch(), 0u);
+    EXPECT_EQ(loader.BeginPass(), g + 1);
+    EXPECT_EQ(loader.pass_epoch(), 1u);
     const auto next = loader.Next(g + 1);
     ASSERT_TRUE(next.has_value());
     EXPECT_EQ(next->batch->epoch, 1u);
+    // SetEpoch / Load move the loader: the ran-out epoch no longer names it.
+    while (loader.Next(g + 1)) {
+    }
+    EXPECT_EQ(loader.pass_epoch(), 1u);
+    loader.SetEpoch(5);
+    EXPECT_EQ(loader.pass_epoch(), 5u);
   }
 }
 
@@ -907,6 +918,31 @@ TEST(MixtureLoaderTest, TheMixtureRulesAreTheCoresNamingTheParameter) {
   const std::uint64_t g = l.generation();
   l.SetEpoch(2);
   EXPECT_EQ(l.generation(), g);
+}
+
+TEST(MixtureLoaderTest, LoadingEveryConsumersStateIsLoadingTheirMerge) {
+  std::mt19937_64 rng(16);
+  const Corpus corpus = MakeCorpus(rng, {30, 40}, 40);
+  std::vector<std::string> states;
+  for (Index r = 0; r < 2; ++r) {
+    MixtureLoader l(corpus.views(), {1, 1}, MixtureOptions{}, MixtureLoaderOptions(false, 2, r));
+    (void)DrainMixture(l, 2 + r);
+    states.push_back(l.State());
+  }
+  auto resumed = [&](auto load) {
+    MixtureLoader l(corpus.views(), {1, 2}, MixtureOptions{}, MixtureLoaderOptions(false));
+    load(l);
+    return DrainMixture(l).ids;
+  };
+  const auto merged = resumed([&](MixtureLoader& l) { l.Load(MergeMixtureLoaderStates(states)); });
+  EXPECT_FALSE(merged.empty());
+  EXPECT_EQ(resumed([&](MixtureLoader& l) { l.Load(std::span<const std::string>(states)); }),
+            merged);
+  MixtureLoader l(corpus.views(), {1, 1}, MixtureOptions{}, MixtureLoaderOptions(false));
+  EXPECT_EQ(base_testing::ErrorOf<std::invalid_argument>([&] {
+              l.Load(std::span<const std::string>());
+            }).rfind("state:", 0),
+            0u);
 }
 
 }  // namespace
