@@ -94,6 +94,30 @@ std::int64_t LoadInt64(const char* p) {
   return v;
 }
 
+// Ids are delivered as int32: every unsigned id U (uint32, uint64) must be
+// below 2^31. One pass at open (the OR of all ids vectorises); the second
+// only finds the id to name. Reading never checks.
+template <typename U>
+void CheckBelow2To31(const std::string& name, const char* tokens, Index num_tokens,
+                     const char* dtype) {
+  U all = 0;
+  for (Index i = 0; i < num_tokens; ++i) {
+    U v;
+    std::memcpy(&v, tokens + sizeof(U) * i, sizeof(U));
+    all |= v;
+  }
+  if (!(all >> 31)) return;
+  for (Index i = 0; i < num_tokens; ++i) {
+    U v;
+    std::memcpy(&v, tokens + sizeof(U) * i, sizeof(U));
+    if (v >> 31) {
+      ThrowInvalid("tokens", name + ": token " + std::to_string(i) + " is " + std::to_string(v) +
+                                 "; " + dtype +
+                                 " ids must be below 2^31 (they are delivered as int32)");
+    }
+  }
+}
+
 }  // namespace
 
 Index TokenSource::Part::Offset(Index i) const {
@@ -264,44 +288,10 @@ void TokenSource::AddPart(Part part) {
     }
   }
   if (part.type == TokenDType::kUint64) {
-    std::uint64_t all = 0;
-    for (Index i = 0; i < part.num_tokens; ++i) {
-      std::uint64_t v;
-      std::memcpy(&v, part.tokens + 8 * i, 8);
-      all |= v;
-    }
-    if (all >> 31) {
-      for (Index i = 0; i < part.num_tokens; ++i) {
-        std::uint64_t v;
-        std::memcpy(&v, part.tokens + 8 * i, 8);
-        if (v >> 31) {
-          ThrowInvalid("tokens",
-                       part.name + ": token " + std::to_string(i) + " is " + std::to_string(v) +
-                           "; uint64 ids must be below 2^31 (they are delivered as int32)");
-        }
-      }
-    }
+    CheckBelow2To31<std::uint64_t>(part.name, part.tokens, part.num_tokens, "uint64");
   }
   if (part.type == TokenDType::kUint32) {
-    // Ids are delivered as int32: every uint32 id must be below 2^31. One
-    // pass at open (the OR of all ids vectorises); reading never checks.
-    std::uint32_t all = 0;
-    for (Index i = 0; i < part.num_tokens; ++i) {
-      std::uint32_t v;
-      std::memcpy(&v, part.tokens + 4 * i, 4);
-      all |= v;
-    }
-    if (all >> 31) {
-      for (Index i = 0; i < part.num_tokens; ++i) {
-        std::uint32_t v;
-        std::memcpy(&v, part.tokens + 4 * i, 4);
-        if (v >> 31) {
-          ThrowInvalid("tokens",
-                       part.name + ": token " + std::to_string(i) + " is " + std::to_string(v) +
-                           "; uint32 ids must be below 2^31 (they are delivered as int32)");
-        }
-      }
-    }
+    CheckBelow2To31<std::uint32_t>(part.name, part.tokens, part.num_tokens, "uint32");
   }
   // From here on the tokens are read in the order of a shuffled epoch (and
   // sampled by the data fingerprint): at random (the scans above, if any,
