@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from tiling import tiles
 
 import shardkit
 
@@ -58,19 +59,6 @@ def pieces_of(steps):
         for b in step:
             out += list(zip(b["documents"].tolist(), b["starts"].tolist(), b["lengths"].tolist()))
     return out
-
-
-def tiles(lengths, pieces):
-    by = {}
-    for d, start, length in pieces:
-        by.setdefault(d, []).append((start, length))
-    assert sorted(by) == list(range(len(lengths))), "a document is missing or unknown"
-    for d, n in enumerate(lengths):
-        at = 0
-        for start, length in sorted(by[d]):
-            assert start == at, f"document {d}: gap or overlap"
-            at += length
-        assert at == n
 
 
 def loaders(tokens, offsets, world, **kw):

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torchrun_launch
+from tiling import tiles
 from torchrun_launch import finish, kill_after_checkpoint
 
 import shardkit
@@ -34,19 +35,6 @@ def corpus(tmp_path_factory):
 
 def launch(root, nproc, *args):
     return torchrun_launch.launch("train_torchrun_worker.py", nproc, root, *args)
-
-
-def tiles(lengths, pieces):
-    by = {}
-    for d, start, length in pieces:
-        by.setdefault(d, []).append((start, length))
-    assert sorted(by) == list(range(len(lengths)))
-    for d, n in enumerate(lengths):
-        at = 0
-        for start, length in sorted(by[d]):
-            assert start == at, f"document {d}: gap or overlap"
-            at += length
-        assert at == n, f"document {d}"
 
 
 def test_two_epochs_all_modes_and_worker_counts_equal_steps_exactly_once(corpus, torch):
