@@ -88,11 +88,15 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-std::int64_t LoadInt64(const char* p) {
-  std::int64_t v;
-  std::memcpy(&v, p, 8);
+// The T stored (unaligned, in the machine's order) at p.
+template <typename T>
+T Load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
   return v;
 }
+
+std::int64_t LoadInt64(const char* p) { return Load<std::int64_t>(p); }
 
 // Ids are delivered as int32: every unsigned id U (uint32, uint64) must be
 // below 2^31. One pass at open (the OR of all ids vectorises); the second
@@ -102,14 +106,12 @@ void CheckBelow2To31(const std::string& name, const char* tokens, Index num_toke
                      const char* dtype) {
   U all = 0;
   for (Index i = 0; i < num_tokens; ++i) {
-    U v;
-    std::memcpy(&v, tokens + sizeof(U) * i, sizeof(U));
+    const U v = Load<U>(tokens + sizeof(U) * i);
     all |= v;
   }
   if (!(all >> 31)) return;
   for (Index i = 0; i < num_tokens; ++i) {
-    U v;
-    std::memcpy(&v, tokens + sizeof(U) * i, sizeof(U));
+    const U v = Load<U>(tokens + sizeof(U) * i);
     if (v >> 31) {
       ThrowInvalid("tokens", name + ": token " + std::to_string(i) + " is " + std::to_string(v) +
                                  "; " + dtype +
@@ -136,31 +138,12 @@ Index TokenSource::Part::RawOffset(Index i) const {
   }
   const char* p = offsets + i * offset_size;
   switch (offset_size) {
-    case 8: {
-      std::int64_t v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case 4: {
-      if (offset_signed) {
-        std::int32_t v;
-        std::memcpy(&v, p, 4);
-        return v;
-      }
-      std::uint32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case 2: {
-      if (offset_signed) {
-        std::int16_t v;
-        std::memcpy(&v, p, 2);
-        return v;
-      }
-      std::uint16_t v;
-      std::memcpy(&v, p, 2);
-      return v;
-    }
+    case 8:
+      return Load<std::int64_t>(p);
+    case 4:
+      return offset_signed ? Index{Load<std::int32_t>(p)} : Index{Load<std::uint32_t>(p)};
+    case 2:
+      return offset_signed ? Index{Load<std::int16_t>(p)} : Index{Load<std::uint16_t>(p)};
     default:
       return offset_signed ? static_cast<std::int8_t>(*p) : static_cast<std::uint8_t>(*p);
   }
