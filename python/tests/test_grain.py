@@ -11,7 +11,7 @@ import pickle
 
 import numpy as np
 import pytest
-from tiling import batch_pieces, tiles
+from tiling import batch_pieces, lognormal_lengths, offsets_of, tiles
 
 grain = pytest.importorskip("grain")
 
@@ -27,8 +27,8 @@ OPTIONS = dict(seq_len=SEQ_LEN, batch_size=2, seed=3)
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("grain")
     rng = np.random.default_rng(22)
-    lengths = np.maximum(1, rng.lognormal(np.log(60), 1.0, 300)).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    lengths = lognormal_lengths(rng, 60, 1.0, 300)
+    offsets = offsets_of(lengths)
     tokens = rng.integers(0, 5000, offsets[-1]).astype(np.int32)
     np.save(root / "c.tokens.npy", tokens)
     np.save(root / "c.offsets.npy", offsets)

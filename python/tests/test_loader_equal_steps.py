@@ -7,15 +7,15 @@ import json
 
 import numpy as np
 import pytest
-from tiling import tiles
+from tiling import lognormal_lengths, offsets_of, tiles
 
 import shardkit
 
 
 def corpus(n, seed=0, median=300, sigma=1.2):
     rng = np.random.default_rng(seed)
-    lengths = np.maximum(1, rng.lognormal(np.log(median), sigma, n)).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    lengths = lognormal_lengths(rng, median, sigma, n)
+    offsets = offsets_of(lengths)
     # token t of document d is d * 100_000 + t: every token names its place
     tokens = np.concatenate(
         [d * 100_000 + np.arange(n_, dtype=np.int64) for d, n_ in enumerate(lengths)]

@@ -7,14 +7,14 @@ import random
 
 import numpy as np
 import pytest
-from tiling import tiles
+from tiling import lognormal_lengths, tiles
 
 import shardkit
 
 
 def lognormal(n, seed=0, median=300, sigma=1.2):
     rng = np.random.default_rng(seed)
-    return np.maximum(1, rng.lognormal(np.log(median), sigma, n)).astype(np.int64)
+    return lognormal_lengths(rng, median, sigma, n)
 
 
 def delivered(plan, steps=None, epoch=None):

@@ -1,6 +1,20 @@
-"""The exactly-once rule the delivery tests check against (an oracle written
-apart from the library): the pieces (document, start, length, ...) delivered
-for a run tile every document's [0, length) with no gap and no overlap."""
+"""What the delivery tests share: their lognormal corpora, and the
+exactly-once rule they check against (an oracle written apart from the
+library): the pieces (document, start, length, ...) delivered for a run tile
+every document's [0, length) with no gap and no overlap."""
+
+import numpy as np
+
+
+def lognormal_lengths(rng, median, sigma, n):
+    """n document lengths drawn by `rng` (a numpy Generator), lognormal around
+    `median`, at least 1 token each."""
+    return np.maximum(1, rng.lognormal(np.log(median), sigma, n)).astype(np.int64)
+
+
+def offsets_of(lengths):
+    """The int64 offsets [0, l0, l0 + l1, ...] of documents of `lengths`."""
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
 def batch_pieces(batch):
