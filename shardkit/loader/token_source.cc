@@ -638,43 +638,40 @@ void Widen(const char* src, Index count, Out* out) {
   }
 }
 
+// Tokens [first, first + count) stored as In into out: a plain copy of
+// 32-bit ids into a 32-bit Out (uint32 ids were validated below 2^31 when the
+// part was opened), else widened.
+template <typename In, typename Out>
+void CopyAs(const char* tokens, Index first, Index count, Out* out) {
+  const char* src = tokens + first * static_cast<Index>(sizeof(In));
+  if constexpr (sizeof(In) == 4 && sizeof(Out) == 4) {
+    std::memcpy(out, src, static_cast<std::size_t>(count) * 4);
+  } else {
+    Widen<In>(src, count, out);
+  }
+}
+
 template <typename Out>
 void CopyTokens(const char* tokens, TokenDType type, Index first, Index count, Out* out) {
   switch (type) {
     case TokenDType::kInt32:
-      if constexpr (sizeof(Out) == 4) {
-        std::memcpy(out, tokens + first * 4, static_cast<std::size_t>(count) * 4);
-      } else {
-        Widen<std::int32_t>(tokens + first * 4, count, out);
-      }
-      return;
+      return CopyAs<std::int32_t>(tokens, first, count, out);
     case TokenDType::kUint32:
-      if constexpr (sizeof(Out) == 4) {
-        std::memcpy(out, tokens + first * 4, static_cast<std::size_t>(count) * 4);
-      } else {
-        Widen<std::uint32_t>(tokens + first * 4, count, out);
-      }
-      return;
+      return CopyAs<std::uint32_t>(tokens, first, count, out);
     case TokenDType::kUint16:
-      Widen<std::uint16_t>(tokens + first * 2, count, out);
-      return;
+      return CopyAs<std::uint16_t>(tokens, first, count, out);
     case TokenDType::kInt16:
-      Widen<std::int16_t>(tokens + first * 2, count, out);
-      return;
+      return CopyAs<std::int16_t>(tokens, first, count, out);
     case TokenDType::kUint8:
-      Widen<std::uint8_t>(tokens + first, count, out);
-      return;
+      return CopyAs<std::uint8_t>(tokens, first, count, out);
     case TokenDType::kInt8:
-      Widen<std::int8_t>(tokens + first, count, out);
-      return;
+      return CopyAs<std::int8_t>(tokens, first, count, out);
     case TokenDType::kInt64:
       // Validated inside the int32 range when the part was opened.
-      Widen<std::int64_t>(tokens + first * 8, count, out);
-      return;
+      return CopyAs<std::int64_t>(tokens, first, count, out);
     case TokenDType::kUint64:
       // Validated below 2^31 when the part was opened.
-      Widen<std::uint64_t>(tokens + first * 8, count, out);
-      return;
+      return CopyAs<std::uint64_t>(tokens, first, count, out);
   }
 }
 
