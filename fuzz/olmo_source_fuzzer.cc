@@ -8,29 +8,14 @@
 // itself must be ignored (the scan's documents used), one that does must give documents inside the
 // file. Mode odd: the rest is metadata text, parsed against a token count from the split point.
 // Every document is read; ASan catches a read past a file's end.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
+#include "fuzz/fuzz_files.h"
 #include "shardkit/loader/olmo_source.h"
 #include "shardkit/loader/token_source.h"
-
-namespace {
-
-void WriteFile(const std::string& path, const std::uint8_t* data, std::size_t size) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) __builtin_trap();
-  if (size && std::fwrite(data, 1, size, f) != size) __builtin_trap();
-  std::fclose(f);
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 3) return 0;
@@ -53,17 +38,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   if (split > size) split = size;
-  static const std::string path = [] {
-    const char* dir = std::getenv("TMPDIR");
-    return std::string(dir ? dir : "/tmp") + "/shardkit_fuzz_olmo_" + std::to_string(getpid()) +
-           ".npy";
-  }();
+  static const std::string path = shardkit::fuzz::TempPath("olmo.npy");
   shardkit::OlmoOptions options;
   options.token_dtype = shardkit::TokenDType::kUint16;
   options.eos_token_id = 0;
   if (mode & 2) options.bos_token_id = 1;
   options.write_cache = false;
-  WriteFile(path, data, split);
+  shardkit::fuzz::WriteFile(path, data, split);
   std::string cache(reinterpret_cast<const char*>(data + split), size - split);
   // Bit 2: the cache sealed for this data file (size, mtime, sample hash,
   // checksum), so that the checks behind the seal (offsets, boundaries) are
@@ -71,19 +52,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if ((mode & 4) && cache.size() >= shardkit::kOlmoCacheHeaderBytes) {
     cache = shardkit::ResealOlmoCache(std::move(cache), path);
   }
-  WriteFile(shardkit::OlmoCachePath(path, options),
-            reinterpret_cast<const std::uint8_t*>(cache.data()), cache.size());
+  shardkit::fuzz::WriteFile(shardkit::OlmoCachePath(path, options),
+                            reinterpret_cast<const std::uint8_t*>(cache.data()), cache.size());
   try {
     auto source = shardkit::TokenSource::OpenOlmo(path, options);
-    std::vector<std::int64_t> buffer;
-    shardkit::Index total = 0;
-    for (shardkit::Index d = 0; d < source->num_documents(); ++d) {
-      const shardkit::Index n = source->DocumentLength(d);
-      if (n < 0 || n > source->num_tokens()) __builtin_trap();
-      total += n;
-      buffer.resize(static_cast<std::size_t>(n));
-      source->Copy(d, 0, n, buffer.data());
-    }
+    const shardkit::Index total = shardkit::fuzz::ReadEveryDocument<std::int64_t>(*source);
     if (total != source->num_tokens()) __builtin_trap();
   } catch (const std::invalid_argument&) {
   }

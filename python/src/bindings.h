@@ -31,6 +31,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardkit/base/errors.h"
@@ -193,6 +194,23 @@ nb::ndarray<nb::numpy, T> NewNd(std::initializer_list<std::size_t> shape, T** da
   nb::capsule owner(buffer, [](void* p) noexcept { delete[] static_cast<T*>(p); });
   *data = buffer;
   return nb::ndarray<nb::numpy, T>(buffer, shape.size(), shape.begin(), owner);
+}
+
+// The (sources, items) int64 arrays of n samples of a mixture, filled by
+// fill(sources, items) with the GIL released; `param` names the argument
+// that set n, as in NewArrayFor.
+template <typename Fill>
+std::pair<NumpyArray<std::int64_t>, NumpyArray<std::int64_t>> SampleArrays(const char* param,
+                                                                           std::size_t n,
+                                                                           Fill&& fill) {
+  std::int64_t *sources = nullptr, *items = nullptr;
+  auto a = NewArrayFor<std::int64_t>(param, n, &sources);
+  auto b = NewArrayFor<std::int64_t>(param, n, &items);
+  {
+    ReleaseGil release;
+    fill(sources, items);
+  }
+  return {a, b};
 }
 
 // A copy of `values` as a fresh numpy array.

@@ -457,16 +457,10 @@ void init_loader(nb::module_& m) {
           "numpy",
           [](const MixtureOrder& o, Index start, Index stop) {
             o.CheckWindow(start, stop);  // before stop - start sizes the arrays
-            std::int64_t *sources = nullptr, *items = nullptr;
-            auto a =
-                NewArrayFor<std::int64_t>("stop", static_cast<std::size_t>(stop - start), &sources);
-            auto b =
-                NewArrayFor<std::int64_t>("stop", static_cast<std::size_t>(stop - start), &items);
-            {
-              ReleaseGil release;
-              o.Fill(start, stop, sources, items);
-            }
-            return std::make_pair(a, b);
+            return SampleArrays("stop", static_cast<std::size_t>(stop - start),
+                                [&](std::int64_t* sources, std::int64_t* items) {
+                                  o.Fill(start, stop, sources, items);
+                                });
           },
           "start"_a, "stop"_a, "(sources, items) of global samples [start, stop).");
   m.def(

@@ -173,17 +173,11 @@ void init_mixture(nb::module_& m) {
             const Index start = ToIndex(start_arg, "start");
             const Index end = ToOptionalIndex(stop, "stop").value_or(mix.size());
             CheckSlice(start, end, mix.size());
-            std::int64_t *sources = nullptr, *items = nullptr;
             // stop (None: the end) sets the length.
-            auto a =
-                NewArrayFor<std::int64_t>("stop", static_cast<std::size_t>(end - start), &sources);
-            auto b =
-                NewArrayFor<std::int64_t>("stop", static_cast<std::size_t>(end - start), &items);
-            {
-              ReleaseGil release;
-              mix.Fill(start, end, sources, items);
-            }
-            return std::make_pair(a, b);
+            return SampleArrays("stop", static_cast<std::size_t>(end - start),
+                                [&](std::int64_t* sources, std::int64_t* items) {
+                                  mix.Fill(start, end, sources, items);
+                                });
           },
           "start"_a.none() = 0, "stop"_a.none() = nb::none(),
           "(sources, items): int64 arrays for samples [start, stop).")
@@ -193,14 +187,9 @@ void init_mixture(nb::module_& m) {
             nb::object keep;
             const auto positions = ToInt64Array(positions_arg, "positions", &keep);
             const std::size_t n = positions.shape(0);
-            std::int64_t *sources = nullptr, *items = nullptr;
-            auto a = NewArray<std::int64_t>(n, &sources);
-            auto b = NewArray<std::int64_t>(n, &items);
-            {
-              ReleaseGil release;
+            return SampleArrays("positions", n, [&](std::int64_t* sources, std::int64_t* items) {
               mix.Take(std::span<const Index>(positions.data(), n), sources, items);
-            }
-            return std::make_pair(a, b);
+            });
           },
           "positions"_a.none(),
           "(sources, items): int64 arrays, source_of at each of ``positions`` (a block's "

@@ -43,6 +43,28 @@ nb::tuple PieceTuple(const PackItem& p) {
   return nb::make_tuple(p.item, p.start, p.length, p.images);
 }
 
+// The context-parallel options of the _cp_* helpers.
+ContextParallelOptions CpOptions(Index cp_size, std::optional<Index> cp_granularity,
+                                 const std::string& cp_strategy = "head_tail") {
+  ContextParallelOptions cp;
+  cp.size = cp_size;
+  cp.granularity = cp_granularity;
+  cp.strategy = ParseCpStrategy(cp_strategy);
+  return cp;
+}
+
+// One row of the documents `lengths` (items 0, 1, ... in order), checked by
+// the core (ValidateCpRow) for `cp` and `how`.
+std::vector<PackItem> CheckedCpRow(const std::vector<Index>& lengths, Index seq_len,
+                                   const ContextParallelOptions& cp, CpSplit how) {
+  std::vector<PackItem> pieces;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    pieces.push_back(PackItem{static_cast<Index>(i), lengths[i], 0, 0});
+  }
+  ValidateCpRow(pieces, seq_len, cp, how);
+  return pieces;
+}
+
 }  // namespace
 
 void init_packing(nb::module_& m) {
@@ -354,15 +376,9 @@ void init_packing(nb::module_& m) {
       "_cp_rank_work",
       [](const std::vector<Index>& lengths, Index seq_len, Index cp_size, const std::string& split,
          std::optional<Index> cp_granularity) {
-        ContextParallelOptions cp;
-        cp.size = cp_size;
-        cp.granularity = cp_granularity;
+        const ContextParallelOptions cp = CpOptions(cp_size, cp_granularity);
         const CpSplit how = ParseCpSplit(split);
-        std::vector<PackItem> pieces;
-        for (std::size_t i = 0; i < lengths.size(); ++i) {
-          pieces.push_back(PackItem{static_cast<Index>(i), lengths[i], 0, 0});
-        }
-        ValidateCpRow(pieces, seq_len, cp, how);
+        const std::vector<PackItem> pieces = CheckedCpRow(lengths, seq_len, cp, how);
         return CpRankWork(pieces, seq_len, cp, how);
       },
       "lengths"_a, "seq_len"_a, "cp_size"_a, "split"_a = "document_head_tail",
@@ -372,15 +388,9 @@ void init_packing(nb::module_& m) {
       "_cp_document_padding",
       [](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
          std::optional<Index> cp_granularity, const std::string& cp_strategy) {
-        ContextParallelOptions cp;
-        cp.size = cp_size;
-        cp.granularity = cp_granularity;
-        cp.strategy = ParseCpStrategy(cp_strategy);
-        std::vector<PackItem> pieces;
-        for (std::size_t i = 0; i < lengths.size(); ++i) {
-          pieces.push_back(PackItem{static_cast<Index>(i), lengths[i], 0, 0});
-        }
-        ValidateCpRow(pieces, seq_len, cp, CpSplit::kDocumentHeadTail);
+        const ContextParallelOptions cp = CpOptions(cp_size, cp_granularity, cp_strategy);
+        const std::vector<PackItem> pieces =
+            CheckedCpRow(lengths, seq_len, cp, CpSplit::kDocumentHeadTail);
         return CpDocumentPadding(pieces, seq_len, cp);
       },
       "lengths"_a, "seq_len"_a, "cp_size"_a, "cp_granularity"_a = nb::none(),
@@ -390,15 +400,9 @@ void init_packing(nb::module_& m) {
       "_cp_restore_index",
       [](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
          std::optional<Index> cp_granularity, const std::string& cp_strategy) {
-        ContextParallelOptions cp;
-        cp.size = cp_size;
-        cp.granularity = cp_granularity;
-        cp.strategy = ParseCpStrategy(cp_strategy);
-        std::vector<PackItem> pieces;
-        for (std::size_t i = 0; i < lengths.size(); ++i) {
-          pieces.push_back(PackItem{static_cast<Index>(i), lengths[i], 0, 0});
-        }
-        ValidateCpRow(pieces, seq_len, cp, CpSplit::kDocumentHeadTail);
+        const ContextParallelOptions cp = CpOptions(cp_size, cp_granularity, cp_strategy);
+        const std::vector<PackItem> pieces =
+            CheckedCpRow(lengths, seq_len, cp, CpSplit::kDocumentHeadTail);
         std::int64_t* data;
         auto out = NewNd<std::int64_t>({static_cast<std::size_t>(seq_len)}, &data);
         FillCpRestoreIndex(pieces, seq_len, cp, data);

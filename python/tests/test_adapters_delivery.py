@@ -9,14 +9,15 @@ import threading
 import numpy as np
 import pytest
 from thread_engines import ThreadEngines
+from tiling import lognormal_lengths, offsets_of
 
 import shardkit
 
 
 def corpus(n, seed=0, median=60):
     rng = np.random.default_rng(seed)
-    lengths = np.maximum(1, rng.lognormal(np.log(median), 1.0, n)).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    lengths = lognormal_lengths(rng, median, 1.0, n)
+    offsets = offsets_of(lengths)
     tokens = np.arange(offsets[-1], dtype=np.int32)
     return tokens, offsets, lengths
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiling import lognormal_lengths, offsets_of
 
 import shardkit
 
@@ -21,10 +22,10 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def corpus():
     rng = np.random.default_rng(11)
-    lengths = np.maximum(1, rng.lognormal(np.log(60), 1.0, 300)).astype(np.int64)
+    lengths = lognormal_lengths(rng, 60, 1.0, 300)
     lengths[::41] = 0
     lengths[5] = 700  # split into pieces
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    offsets = offsets_of(lengths)
     tokens = (np.arange(offsets[-1]) * 7 % 50000).astype(np.int32)
     return tokens, offsets, lengths
 
@@ -312,8 +313,8 @@ def test_cp_attention_under_torchrun_equals_full_attention(tmp_path):
     from torchrun_launch import finish, launch
 
     rng = np.random.default_rng(2)
-    lengths = np.maximum(1, rng.lognormal(np.log(30), 0.9, 120)).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    lengths = lognormal_lengths(rng, 30, 0.9, 120)
+    offsets = offsets_of(lengths)
     np.save(tmp_path / "tokens.npy", (np.arange(offsets[-1]) % 997).astype(np.int32))
     np.save(tmp_path / "offsets.npy", offsets)
 

@@ -11,6 +11,7 @@ import pickle
 
 import numpy as np
 import pytest
+from tiling import batch_pieces, lognormal_lengths, offsets_of, tiles
 
 grain = pytest.importorskip("grain")
 
@@ -26,8 +27,8 @@ OPTIONS = dict(seq_len=SEQ_LEN, batch_size=2, seed=3)
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("grain")
     rng = np.random.default_rng(22)
-    lengths = np.maximum(1, rng.lognormal(np.log(60), 1.0, 300)).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    lengths = lognormal_lengths(rng, 60, 1.0, 300)
+    offsets = offsets_of(lengths)
     tokens = rng.integers(0, 5000, offsets[-1]).astype(np.int32)
     np.save(root / "c.tokens.npy", tokens)
     np.save(root / "c.offsets.npy", offsets)
@@ -38,25 +39,6 @@ def same(a, b):
     assert a.keys() == b.keys()
     for k in a:
         assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
-
-
-def pieces(batch):
-    return list(
-        zip(batch["documents"].tolist(), batch["starts"].tolist(), batch["lengths"].tolist())
-    )
-
-
-def tiles(lengths, delivered):
-    by = {}
-    for d, start, length in delivered:
-        by.setdefault(d, []).append((start, length))
-    assert sorted(by) == list(range(len(lengths)))
-    for d, n in enumerate(lengths):
-        at = 0
-        for start, length in sorted(by[d]):
-            assert start == at, f"document {d}: gap or overlap"
-            at += length
-        assert at == n, f"document {d}"
 
 
 def test_batches_equal_the_token_loaders_on_every_rank_for_two_epochs(corpus):
@@ -76,7 +58,7 @@ def test_equal_steps_and_every_document_once_per_epoch_through_a_grain_map(corpu
     runs = []
     for rank in range(4):
         ds = TokenDataset(path, rank=rank, world_size=4, **OPTIONS)
-        runs.append(list(ds.map(pieces)))  # a Grain transformation over our batches
+        runs.append(list(ds.map(batch_pieces)))  # a Grain transformation over our batches
     assert len({len(r) for r in runs}) == 1
     tiles(lengths, [p for run in runs for step in run for p in step])
 
@@ -144,14 +126,14 @@ def test_state_resumes_on_another_world_size_every_document_once(corpus):
     for rank in range(3):
         it = iter(TokenDataset(path, rank=rank, world_size=3, **OPTIONS))
         for _ in range(7):
-            before += pieces(next(it))
+            before += batch_pieces(next(it))
         state = state or it.get_state()
         assert it.get_state() == state  # the same on every rank
     after = []
     for rank in range(2):
         it = iter(TokenDataset(path, rank=rank, world_size=2, **OPTIONS))
         it.set_state(state)
-        after += [p for b in it for p in pieces(b)]
+        after += [p for b in it for p in batch_pieces(b)]
     tiles(lengths, before + after)
 
 

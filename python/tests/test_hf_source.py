@@ -7,7 +7,6 @@ readers give the oracle: every document shardkit delivers must be the row
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -199,28 +198,25 @@ def test_hostile_arrow_and_parquet_files_are_refused_naming_file_and_field(tmp_p
         shardkit.open_source(str(tmp_path / "big.parquet"), column="ids")
 
 
-def test_cli_loader_stats_reads_a_save_to_disk_folder(tmp_path):
-    cli = os.environ.get("SHARDKIT_CLI")
-    if not cli:
-        pytest.skip("SHARDKIT_CLI is not set (make test-python sets it)")
+def test_cli_loader_stats_reads_a_save_to_disk_folder(cli, tmp_path):
     rng = np.random.default_rng(6)
     ds = make_dataset(rng, n=50)
     folder = str(tmp_path / "ds")
     ds.save_to_disk(folder)
-    run = [cli, "loader-stats", "--source", folder, "--seq-len", "32", "--batch", "2", "--quiet"]
-    out = subprocess.run(run + ["--json"], capture_output=True, text=True, timeout=60)
+    run = ["loader-stats", "--source", folder, "--seq-len", "32", "--batch", "2", "--quiet"]
+    out = cli(*run, "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["documents"] == 50
     assert report["tokens"] == sum(len(r) for r in ds["input_ids"]), report
-    labels = subprocess.run(run + ["--column", "text"], capture_output=True, text=True, timeout=60)
+    labels = cli(*run, "--column", "text")
     assert labels.returncode != 0 and "column: 'text' is Utf8" in labels.stderr, labels.stderr
     assert labels.stderr.strip().count("\n") == 0
     # The CLI does not decode Parquet: one line saying how to convert it.
     path = str(tmp_path / "t.parquet")
     ds.to_parquet(path)
-    run[3] = path
-    parquet = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    run[2] = path
+    parquet = cli(*run)
     assert parquet.returncode != 0, parquet.stdout
     assert "Parquet is decoded by the Python package" in parquet.stderr, parquet.stderr
     assert parquet.stderr.strip().count("\n") == 0

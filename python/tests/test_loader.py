@@ -13,6 +13,7 @@ import random
 import numpy as np
 import pytest
 import torchrun_launch
+from tiling import batch_pieces, tiles
 
 from shardkit import TokenLoader
 
@@ -76,26 +77,6 @@ def check_batch(batch, tokens, offsets, seq_len, batch_size):
     assert rows == sorted(rows)
 
 
-def pieces_of(batch):
-    return list(
-        zip(batch["documents"].tolist(), batch["starts"].tolist(), batch["lengths"].tolist())
-    )
-
-
-def assert_exactly_once(pieces, offsets):
-    """Every document delivered once: its pieces tile [0, length)."""
-    by_doc = {}
-    for d, start, length in pieces:
-        by_doc.setdefault(d, []).append((start, length))
-    assert sorted(by_doc) == list(range(len(offsets) - 1))
-    for d, parts in by_doc.items():
-        at = 0
-        for start, length in sorted(parts):
-            assert start == at, (d, parts)
-            at += length
-        assert at == offsets[d + 1] - offsets[d], (d, parts)
-
-
 def test_every_document_once_across_ranks_and_workers_with_reference_batches():
     rng = random.Random(0)
     for trial in range(25):
@@ -126,8 +107,8 @@ def test_every_document_once_across_ranks_and_workers_with_reference_batches():
                 )
                 for batch in loader:
                     check_batch(batch, tokens, offsets, seq_len, batch_size)
-                    pieces += pieces_of(batch)
-        assert_exactly_once(pieces, offsets)
+                    pieces += batch_pieces(batch)
+        tiles(np.diff(offsets), pieces)
 
 
 def test_identical_for_any_thread_count_and_prefetch_depth():
@@ -161,17 +142,17 @@ def test_resume_at_random_points_equals_the_uninterrupted_run():
     rng = random.Random(2)
     tokens, offsets = make_data(rng, 300, 200)
     kw = dict(seq_len=96, batch_size=3, rank=2, world_size=3, seed=5, buffer=20)
-    full = [pieces_of(b) for b in TokenLoader(tokens, offsets, **kw)]
+    full = [batch_pieces(b) for b in TokenLoader(tokens, offsets, **kw)]
     for _ in range(8):
         cut = rng.randrange(0, len(full) + 1)
         loader = TokenLoader(tokens, offsets, num_threads=rng.randrange(0, 3), **kw)
         it = iter(loader)
-        head = [pieces_of(next(it)) for _ in range(cut)]
+        head = [batch_pieces(next(it)) for _ in range(cut)]
         state = json.loads(json.dumps(loader.state_dict()))  # JSON round trip
         del it, loader
         resumed = TokenLoader(tokens, offsets, num_threads=rng.randrange(0, 3), **kw)
         resumed.load_state_dict(state)
-        assert head + [pieces_of(b) for b in resumed] == full
+        assert head + [batch_pieces(b) for b in resumed] == full
 
 
 def test_elastic_resume_four_ranks_to_three_delivers_the_rest_exactly_once():
@@ -189,29 +170,29 @@ def test_elastic_resume_four_ranks_to_three_delivers_the_rest_exactly_once():
                 batch = next(it, None)
                 if batch is None:
                     break
-                delivered += pieces_of(batch)
+                delivered += batch_pieces(batch)
             states.append(json.loads(json.dumps(loader.state_dict())))
         for rank in range(3):
             loader = TokenLoader(tokens, offsets, rank=rank, world_size=3, **kw)
             loader.load_state_dict(states)  # all four states: merged on load
             for batch in loader:
                 check_batch(batch, tokens, offsets, 64, 2)
-                delivered += pieces_of(batch)
-        assert_exactly_once(delivered, offsets)
+                delivered += batch_pieces(batch)
+        tiles(np.diff(offsets), delivered)
 
 
 def test_iteration_is_one_epoch_then_the_next_epoch():
     tokens, offsets = make_data(random.Random(4), 50, 40)
     loader = TokenLoader(tokens, offsets, seq_len=64, batch_size=2, rank=0, world_size=1)
-    first = [pieces_of(b) for b in loader]
+    first = [batch_pieces(b) for b in loader]
     # epoch: the pass that ran out; the state (and the next pass): epoch 1
     assert loader.epoch == 0 and loader.state_dict()["epoch"] == 1
-    second = [pieces_of(b) for b in loader]
-    assert_exactly_once(sum(first, []), offsets)
-    assert_exactly_once(sum(second, []), offsets)
+    second = [batch_pieces(b) for b in loader]
+    tiles(np.diff(offsets), sum(first, []))
+    tiles(np.diff(offsets), sum(second, []))
     assert first != second  # another shuffle
     loader.set_epoch(0)
-    assert [pieces_of(b) for b in loader] == first
+    assert [batch_pieces(b) for b in loader] == first
 
 
 def test_files_directories_and_memory_give_the_same_batches(tmp_path):
@@ -220,10 +201,10 @@ def test_files_directories_and_memory_give_the_same_batches(tmp_path):
     np.save(tmp_path / "o.npy", offsets)
     tokens.tofile(tmp_path / "t.bin")
     kw = dict(seq_len=64, batch_size=2, rank=0, world_size=1, seed=3)
-    mem = [pieces_of(b) for b in TokenLoader(tokens, offsets, **kw)]
-    npy = [pieces_of(b) for b in TokenLoader(tmp_path / "t.npy", tmp_path / "o.npy", **kw)]
+    mem = [batch_pieces(b) for b in TokenLoader(tokens, offsets, **kw)]
+    npy = [batch_pieces(b) for b in TokenLoader(tmp_path / "t.npy", tmp_path / "o.npy", **kw)]
     raw = [
-        pieces_of(b)
+        batch_pieces(b)
         for b in TokenLoader(
             str(tmp_path / "t.bin"), str(tmp_path / "o.npy"), token_dtype="uint16", **kw
         )
@@ -239,7 +220,7 @@ def test_files_directories_and_memory_give_the_same_batches(tmp_path):
         np.save(parts / f"p{i}.offsets.npy", offsets[lo : hi + 1] - offsets[lo])
     directory = TokenLoader(parts, **kw)
     assert directory.num_documents == 120
-    assert [pieces_of(b) for b in directory] == mem
+    assert [batch_pieces(b) for b in directory] == mem
 
 
 def test_corrupt_and_truncated_files_are_clear_errors(tmp_path):
@@ -344,7 +325,7 @@ def test_torch_dataloader_workers_cover_the_epoch_once_and_resume_exactly(torch)
                     batch["documents"].tolist(), batch["starts"].tolist(), batch["lengths"].tolist()
                 )
             )
-    assert_exactly_once(pieces, offsets)
+    tiles(np.diff(offsets), pieces)
 
     ds = TokenDataset(
         tokens, offsets, seq_len=64, batch_size=2, rank=0, world_size=1, equal_steps=False
@@ -396,7 +377,7 @@ def test_torchrun_killed_mid_epoch_restarted_on_three_processes(tmp_path, torch)
     delivered = [tuple(p) for p in checkpoint["delivered"]]
     for rank in range(3):
         delivered += [tuple(p) for p in json.loads((tmp_path / f"resumed-{rank}.json").read_text())]
-    assert_exactly_once(delivered, offsets)
+    tiles(np.diff(offsets), delivered)
 
 
 def test_cli_loader_stats_reports_every_token_once(cli, tmp_path):

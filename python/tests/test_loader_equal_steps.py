@@ -7,14 +7,15 @@ import json
 
 import numpy as np
 import pytest
+from tiling import lognormal_lengths, offsets_of, tiles
 
 import shardkit
 
 
 def corpus(n, seed=0, median=300, sigma=1.2):
     rng = np.random.default_rng(seed)
-    lengths = np.maximum(1, rng.lognormal(np.log(median), sigma, n)).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    lengths = lognormal_lengths(rng, median, sigma, n)
+    offsets = offsets_of(lengths)
     # token t of document d is d * 100_000 + t: every token names its place
     tokens = np.concatenate(
         [d * 100_000 + np.arange(n_, dtype=np.int64) for d, n_ in enumerate(lengths)]
@@ -58,19 +59,6 @@ def pieces_of(steps):
         for b in step:
             out += list(zip(b["documents"].tolist(), b["starts"].tolist(), b["lengths"].tolist()))
     return out
-
-
-def tiles(lengths, pieces):
-    by = {}
-    for d, start, length in pieces:
-        by.setdefault(d, []).append((start, length))
-    assert sorted(by) == list(range(len(lengths))), "a document is missing or unknown"
-    for d, n in enumerate(lengths):
-        at = 0
-        for start, length in sorted(by[d]):
-            assert start == at, f"document {d}: gap or overlap"
-            at += length
-        assert at == n
 
 
 def loaders(tokens, offsets, world, **kw):

@@ -22,6 +22,7 @@ with warnings.catch_warnings():
 
 import torch  # noqa: E402
 import torchrun_launch  # noqa: E402
+from tiling import tiles  # noqa: E402
 from torchrun_launch import finish, kill_after_checkpoint  # noqa: E402
 
 import shardkit  # noqa: E402
@@ -70,19 +71,6 @@ def check_tokens(docs, steps):
             assert tokens == docs[d][start : start + length].tolist(), (d, start)
 
 
-def tiles(docs, pieces):
-    by = {}
-    for d, start, length, *_ in pieces:
-        by.setdefault(d, []).append((start, length))
-    assert sorted(by) == list(range(len(docs)))
-    for d, doc in enumerate(docs):
-        at = 0
-        for start, length in sorted(by[d]):
-            assert start == at, f"document {d}: gap or overlap"
-            at += length
-        assert at == len(doc), f"document {d}"
-
-
 @pytest.fixture(scope="module")
 def whole(corpus):
     root, _ = corpus
@@ -101,7 +89,7 @@ def test_equal_steps_every_document_once_tokens_as_megatron_reads_them(corpus, w
                 want = [tuple(p) for row in plan.step(r, s) for p in row]
                 assert [tuple(p[:3]) for p in step] == want, (kind, r, s)
             check_tokens(docs, runs[r])
-        tiles(docs, [p for run in runs for step in run for p in step])
+        tiles([len(d) for d in docs], [p for run in runs for step in run for p in step])
 
 
 def test_grain_checkpoint_mid_epoch_sigkill_then_restore_continues_exactly(corpus, whole):
@@ -116,4 +104,4 @@ def test_grain_checkpoint_mid_epoch_sigkill_then_restore_continues_exactly(corpu
         assert resumed == whole[r]["grain"][CHECKPOINT_STEP:], r  # exactly the rest
         check_tokens(docs, resumed)
         after += [p for step in resumed for p in step]
-    tiles(docs, [tuple(p) for p in before] + after)
+    tiles([len(d) for d in docs], [tuple(p) for p in before] + after)

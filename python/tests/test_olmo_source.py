@@ -17,7 +17,6 @@ import gzip
 import json
 import os
 import pickle
-import subprocess
 import sys
 
 import numpy as np
@@ -334,29 +333,16 @@ def test_hostile_files_are_refused_naming_file_and_field(tmp_path, name, data, c
     assert "\n" not in message
 
 
-def test_cli_loader_stats_reads_olmo_files_and_names_bad_ones(tmp_path):
-    cli = os.environ.get("SHARDKIT_CLI")
-    if not cli:
-        pytest.skip("SHARDKIT_CLI is not set (make test-python sets it)")
+def test_cli_loader_stats_reads_olmo_files_and_names_bad_ones(cli, tmp_path):
     rng = np.random.default_rng(9)
     path = write_tokens(str(tmp_path / "a.npy"), rng, np.uint16, 0, docs=25)
-    run = [cli, "loader-stats", "--source", path, "--seq-len", "16", "--batch", "2", "--quiet"]
-    out = subprocess.run(
-        run + ["--token-dtype", "uint16", "--eos-token-id", "0", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = ["loader-stats", "--source", path, "--seq-len", "16", "--batch", "2", "--quiet"]
+    out = cli(*run, "--token-dtype", "uint16", "--eos-token-id", "0", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     docs = olmo_documents([path], np.uint16, 0)
     assert report["documents"] == len(docs) and report["tokens"] == sum(map(len, docs)), report
-    bad = subprocess.run(
-        run + ["--vocab-size", "65536", "--eos-token-id", "70000"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = cli(*run, "--vocab-size", "65536", "--eos-token-id", "70000")
     assert bad.returncode != 0
     assert bad.stderr.strip().count("\n") == 0, bad.stderr
     assert "70000 is outside the uint16 token ids" in bad.stderr, bad.stderr

@@ -7,10 +7,8 @@ document_indices[d] .. document_indices[d + 1], concatenated).
 """
 
 import json
-import os
 import pickle
 import struct
-import subprocess
 import sys
 import warnings
 
@@ -267,35 +265,27 @@ def test_regression_document_length_names_the_parameter_like_document(tmp_path):
             assert str(e.value) == f"document: {bad} is outside [0, {n})", str(e.value)
 
 
-def test_cli_loader_stats_reads_a_source_and_names_bad_ones(tmp_path):
-    cli = os.environ.get("SHARDKIT_CLI")
-    if not cli:
-        pytest.skip("SHARDKIT_CLI is not set (make test-python sets it)")
+def test_cli_loader_stats_reads_a_source_and_names_bad_ones(cli, tmp_path):
     prefix, idx = _idx(tmp_path)
     with open(prefix + ".idx", "wb") as f:
         f.write(bytes(idx))
-    run = [cli, "loader-stats", "--source", f"{prefix},{prefix}", "--seq-len", "4", "--batch", "1"]
-    out = subprocess.run(run + ["--json", "--quiet"], capture_output=True, text=True, timeout=60)
+    run = ["loader-stats", "--source", f"{prefix},{prefix}", "--seq-len", "4", "--batch", "1"]
+    out = cli(*run, "--json", "--quiet")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["documents"] == 6 and report["tokens"] == 12, report
     # --mixture takes the same paths (a Megatron prefix per source).
-    mix = [cli, "loader-stats", "--mixture", f"{prefix},{prefix}.idx", "--weights", "1,1"]
-    mixed = subprocess.run(
-        mix + ["--seq-len", "4", "--batch", "1", "--quiet"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    mix = ["loader-stats", "--mixture", f"{prefix},{prefix}.idx", "--weights", "1,1"]
+    mixed = cli(*mix, "--seq-len", "4", "--batch", "1", "--quiet")
     assert mixed.returncode == 0, mixed.stderr
     struct.pack_into("<B", idx, 17, 7)
     with open(prefix + ".idx", "wb") as f:
         f.write(bytes(idx))
-    bad = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    bad = cli(*run)
     assert bad.returncode != 0
     assert bad.stderr.strip().count("\n") == 0
     assert f"--source: {prefix}.idx: dtype: code 7 (float32)" in bad.stderr, bad.stderr
-    fmt = subprocess.run(run + ["--format", "csv"], capture_output=True, text=True, timeout=60)
+    fmt = cli(*run, "--format", "csv")
     assert fmt.returncode != 0 and "--format: unknown source format 'csv'" in fmt.stderr
 
 

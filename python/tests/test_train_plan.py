@@ -7,30 +7,14 @@ import random
 
 import numpy as np
 import pytest
+from tiling import lognormal_lengths, tiles
 
 import shardkit
 
 
 def lognormal(n, seed=0, median=300, sigma=1.2):
     rng = np.random.default_rng(seed)
-    return np.maximum(1, rng.lognormal(np.log(median), sigma, n)).astype(np.int64)
-
-
-def tiles(lengths, pieces, dropped=()):
-    """Every non-dropped document covered exactly once by its pieces."""
-    by = {}
-    for d, start, length in pieces:
-        by.setdefault(d, []).append((start, length))
-    for d, n in enumerate(lengths):
-        if d in dropped:
-            assert d not in by, f"dropped document {d} delivered"
-            continue
-        assert d in by, f"document {d} missing"
-        at = 0
-        for start, length in sorted(by[d]):
-            assert start == at, f"document {d}: gap or overlap at {start}"
-            at += length
-        assert at == n, f"document {d}: {at} of {n} tokens"
+    return lognormal_lengths(rng, median, sigma, n)
 
 
 def delivered(plan, steps=None, epoch=None):

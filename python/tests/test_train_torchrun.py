@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torchrun_launch
+from tiling import lognormal_lengths, offsets_of, tiles
 from torchrun_launch import finish, kill_after_checkpoint
 
 import shardkit
@@ -24,8 +25,8 @@ SEQ_LEN = 256
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("train_torchrun")
     rng = np.random.default_rng(4)
-    lengths = np.maximum(1, rng.lognormal(np.log(90), 1.1, 700)).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    lengths = lognormal_lengths(rng, 90, 1.1, 700)
+    offsets = offsets_of(lengths)
     tokens = (np.arange(offsets[-1]) % 1000).astype(np.int32)  # the docs loop's vocab
     np.save(root / "tokens.npy", tokens)
     np.save(root / "offsets.npy", offsets)
@@ -34,19 +35,6 @@ def corpus(tmp_path_factory):
 
 def launch(root, nproc, *args):
     return torchrun_launch.launch("train_torchrun_worker.py", nproc, root, *args)
-
-
-def tiles(lengths, pieces):
-    by = {}
-    for d, start, length in pieces:
-        by.setdefault(d, []).append((start, length))
-    assert sorted(by) == list(range(len(lengths)))
-    for d, n in enumerate(lengths):
-        at = 0
-        for start, length in sorted(by[d]):
-            assert start == at, f"document {d}: gap or overlap"
-            at += length
-        assert at == n, f"document {d}"
 
 
 def test_two_epochs_all_modes_and_worker_counts_equal_steps_exactly_once(corpus, torch):

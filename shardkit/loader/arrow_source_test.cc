@@ -18,6 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using loader_testing::ErrorOf;
 using Doc = std::vector<std::int64_t>;
+using loader_testing::ExpectDocuments;
 
 // The documents testdata/make_arrow_files.py writes (pyarrow is the writer):
 // the rows of its input_ids column.
@@ -30,17 +31,6 @@ std::string TestFile(const std::string& name) {
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void ExpectDocuments(const TokenSource& s, const std::vector<Doc>& docs) {
-  ASSERT_EQ(s.num_documents(), static_cast<Index>(docs.size()));
-  for (Index d = 0; d < s.num_documents(); ++d) {
-    const Doc& want = docs[static_cast<std::size_t>(d)];
-    ASSERT_EQ(s.DocumentLength(d), static_cast<Index>(want.size())) << "document " << d;
-    std::vector<std::int64_t> got(want.size());
-    s.Copy(d, 0, static_cast<Index>(got.size()), got.data());
-    EXPECT_EQ(got, want) << "document " << d;
-  }
 }
 
 TEST(ArrowSourceTest, StreamAndFileFormatsGiveTheRowsOfTheColumn) {

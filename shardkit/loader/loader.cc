@@ -80,6 +80,28 @@ PieceRef Resolve(const PackItem& item, const std::vector<PieceRef>& head) {
   return {ref.document, ref.start + item.start, item.length};
 }
 
+// Points a row's outputs (RowOutput, CpRowOutput) at the batch's arrays from
+// `offset` on.
+template <typename Out>
+Out RowAt(Batch* batch, Index offset) {
+  Out out;
+  out.input_ids = batch->input_ids.data() + offset;
+  out.labels = batch->labels.data() + offset;
+  out.position_ids = batch->position_ids.data() + offset;
+  out.document_ids = batch->document_ids.data() + offset;
+  return out;
+}
+
+// Appends the pieces of row `row` to the batch's piece lists.
+void AddPieces(std::span<const PackItem> pieces, Index row, Batch* batch) {
+  for (const PackItem& p : pieces) {
+    batch->documents.push_back(p.item);
+    batch->starts.push_back(p.start);
+    batch->lengths.push_back(p.length);
+    batch->rows.push_back(static_cast<std::int32_t>(row));
+  }
+}
+
 }  // namespace
 
 namespace internal {
@@ -544,21 +566,12 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
     if (b < static_cast<Index>(plan.rows.size())) pieces = plan.rows[static_cast<std::size_t>(b)];
     rows[static_cast<std::size_t>(b)] = pieces;
     const Index offset = b * L;
-    RowOutput out;
-    out.input_ids = batch->input_ids.data() + offset;
-    out.labels = batch->labels.data() + offset;
-    out.position_ids = batch->position_ids.data() + offset;
-    out.document_ids = batch->document_ids.data() + offset;
+    RowOutput out = RowAt<RowOutput>(batch, offset);
     if (options_.block_mask) out.block_mask = batch->block_mask.data() + offset * L;
     CollateRow(pieces, collate_, out, [this](const PackItem& p, std::int64_t* dst) {
       source_->Copy(p.item, p.start, p.length, dst);
     });
-    for (const PackItem& p : pieces) {
-      batch->documents.push_back(p.item);
-      batch->starts.push_back(p.start);
-      batch->lengths.push_back(p.length);
-      batch->rows.push_back(static_cast<std::int32_t>(b));
-    }
+    AddPieces(pieces, b, batch);
     const Index used = RowTokens(pieces);
     batch->tokens += used;
     batch->row_tokens[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(used);
@@ -577,22 +590,13 @@ void LoaderImpl::CollateContextParallel(const Plan& plan, Batch* batch) const {
     std::span<const PackItem> pieces;
     if (b < static_cast<Index>(plan.rows.size())) pieces = plan.rows[static_cast<std::size_t>(b)];
     const Index offset = b * width;
-    CpRowOutput out;
-    out.input_ids = batch->input_ids.data() + offset;
-    out.labels = batch->labels.data() + offset;
-    out.position_ids = batch->position_ids.data() + offset;
-    out.document_ids = batch->document_ids.data() + offset;
+    CpRowOutput out = RowAt<CpRowOutput>(batch, offset);
     out.cp_index = batch->cp_index.data() + offset;
     CollateCpRow(pieces, collate_, cp, options_.cp_rank, out,
                  [this](const PackItem& p, std::int64_t* dst) {
                    source_->Copy(p.item, p.start, p.length, dst);
                  });
-    for (const PackItem& p : pieces) {
-      batch->documents.push_back(p.item);
-      batch->starts.push_back(p.start);
-      batch->lengths.push_back(p.length);
-      batch->rows.push_back(static_cast<std::int32_t>(b));
-    }
+    AddPieces(pieces, b, batch);
     std::int32_t used = 0;
     for (Index j = offset; j < offset + width; ++j) used += batch->cp_index[j] >= 0 ? 1 : 0;
     batch->tokens += used;

@@ -24,6 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using loader_testing::ErrorOf;
 using Doc = std::vector<std::int64_t>;
+using loader_testing::ExpectDocuments;
 
 constexpr TokenDType kOlmoTypes[] = {TokenDType::kUint8, TokenDType::kUint16, TokenDType::kUint32,
                                      TokenDType::kUint64};
@@ -63,17 +64,6 @@ std::string Rows(const std::vector<Doc>& docs) {
     start = end;
   }
   return out;
-}
-
-void ExpectDocuments(const TokenSource& s, const std::vector<Doc>& docs) {
-  ASSERT_EQ(s.num_documents(), static_cast<Index>(docs.size()));
-  for (Index d = 0; d < s.num_documents(); ++d) {
-    const Doc& want = docs[static_cast<std::size_t>(d)];
-    ASSERT_EQ(s.DocumentLength(d), static_cast<Index>(want.size())) << "document " << d;
-    std::vector<std::int64_t> got(want.size());
-    s.Copy(d, 0, static_cast<Index>(got.size()), got.data());
-    EXPECT_EQ(got, want) << "document " << d;
-  }
 }
 
 // Random documents over ids [0, hi - 2) (the EOS is hi - 1, the BOS hi - 2);

@@ -88,10 +88,36 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-std::int64_t LoadInt64(const char* p) {
-  std::int64_t v;
-  std::memcpy(&v, p, 8);
+// The T stored (unaligned, in the machine's order) at p.
+template <typename T>
+T Load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
   return v;
+}
+
+std::int64_t LoadInt64(const char* p) { return Load<std::int64_t>(p); }
+
+// Ids are delivered as int32: every unsigned id U (uint32, uint64) must be
+// below 2^31. One pass at open (the OR of all ids vectorises); the second
+// only finds the id to name. Reading never checks.
+template <typename U>
+void CheckBelow2To31(const std::string& name, const char* tokens, Index num_tokens,
+                     const char* dtype) {
+  U all = 0;
+  for (Index i = 0; i < num_tokens; ++i) {
+    const U v = Load<U>(tokens + sizeof(U) * i);
+    all |= v;
+  }
+  if (!(all >> 31)) return;
+  for (Index i = 0; i < num_tokens; ++i) {
+    const U v = Load<U>(tokens + sizeof(U) * i);
+    if (v >> 31) {
+      ThrowInvalid("tokens", name + ": token " + std::to_string(i) + " is " + std::to_string(v) +
+                                 "; " + dtype +
+                                 " ids must be below 2^31 (they are delivered as int32)");
+    }
+  }
 }
 
 }  // namespace
@@ -112,31 +138,12 @@ Index TokenSource::Part::RawOffset(Index i) const {
   }
   const char* p = offsets + i * offset_size;
   switch (offset_size) {
-    case 8: {
-      std::int64_t v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case 4: {
-      if (offset_signed) {
-        std::int32_t v;
-        std::memcpy(&v, p, 4);
-        return v;
-      }
-      std::uint32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case 2: {
-      if (offset_signed) {
-        std::int16_t v;
-        std::memcpy(&v, p, 2);
-        return v;
-      }
-      std::uint16_t v;
-      std::memcpy(&v, p, 2);
-      return v;
-    }
+    case 8:
+      return Load<std::int64_t>(p);
+    case 4:
+      return offset_signed ? Index{Load<std::int32_t>(p)} : Index{Load<std::uint32_t>(p)};
+    case 2:
+      return offset_signed ? Index{Load<std::int16_t>(p)} : Index{Load<std::uint16_t>(p)};
     default:
       return offset_signed ? static_cast<std::int8_t>(*p) : static_cast<std::uint8_t>(*p);
   }
@@ -264,44 +271,10 @@ void TokenSource::AddPart(Part part) {
     }
   }
   if (part.type == TokenDType::kUint64) {
-    std::uint64_t all = 0;
-    for (Index i = 0; i < part.num_tokens; ++i) {
-      std::uint64_t v;
-      std::memcpy(&v, part.tokens + 8 * i, 8);
-      all |= v;
-    }
-    if (all >> 31) {
-      for (Index i = 0; i < part.num_tokens; ++i) {
-        std::uint64_t v;
-        std::memcpy(&v, part.tokens + 8 * i, 8);
-        if (v >> 31) {
-          ThrowInvalid("tokens",
-                       part.name + ": token " + std::to_string(i) + " is " + std::to_string(v) +
-                           "; uint64 ids must be below 2^31 (they are delivered as int32)");
-        }
-      }
-    }
+    CheckBelow2To31<std::uint64_t>(part.name, part.tokens, part.num_tokens, "uint64");
   }
   if (part.type == TokenDType::kUint32) {
-    // Ids are delivered as int32: every uint32 id must be below 2^31. One
-    // pass at open (the OR of all ids vectorises); reading never checks.
-    std::uint32_t all = 0;
-    for (Index i = 0; i < part.num_tokens; ++i) {
-      std::uint32_t v;
-      std::memcpy(&v, part.tokens + 4 * i, 4);
-      all |= v;
-    }
-    if (all >> 31) {
-      for (Index i = 0; i < part.num_tokens; ++i) {
-        std::uint32_t v;
-        std::memcpy(&v, part.tokens + 4 * i, 4);
-        if (v >> 31) {
-          ThrowInvalid("tokens",
-                       part.name + ": token " + std::to_string(i) + " is " + std::to_string(v) +
-                           "; uint32 ids must be below 2^31 (they are delivered as int32)");
-        }
-      }
-    }
+    CheckBelow2To31<std::uint32_t>(part.name, part.tokens, part.num_tokens, "uint32");
   }
   // From here on the tokens are read in the order of a shuffled epoch (and
   // sampled by the data fingerprint): at random (the scans above, if any,
@@ -665,43 +638,40 @@ void Widen(const char* src, Index count, Out* out) {
   }
 }
 
+// Tokens [first, first + count) stored as In into out: a plain copy of
+// 32-bit ids into a 32-bit Out (uint32 ids were validated below 2^31 when the
+// part was opened), else widened.
+template <typename In, typename Out>
+void CopyAs(const char* tokens, Index first, Index count, Out* out) {
+  const char* src = tokens + first * static_cast<Index>(sizeof(In));
+  if constexpr (sizeof(In) == 4 && sizeof(Out) == 4) {
+    std::memcpy(out, src, static_cast<std::size_t>(count) * 4);
+  } else {
+    Widen<In>(src, count, out);
+  }
+}
+
 template <typename Out>
 void CopyTokens(const char* tokens, TokenDType type, Index first, Index count, Out* out) {
   switch (type) {
     case TokenDType::kInt32:
-      if constexpr (sizeof(Out) == 4) {
-        std::memcpy(out, tokens + first * 4, static_cast<std::size_t>(count) * 4);
-      } else {
-        Widen<std::int32_t>(tokens + first * 4, count, out);
-      }
-      return;
+      return CopyAs<std::int32_t>(tokens, first, count, out);
     case TokenDType::kUint32:
-      if constexpr (sizeof(Out) == 4) {
-        std::memcpy(out, tokens + first * 4, static_cast<std::size_t>(count) * 4);
-      } else {
-        Widen<std::uint32_t>(tokens + first * 4, count, out);
-      }
-      return;
+      return CopyAs<std::uint32_t>(tokens, first, count, out);
     case TokenDType::kUint16:
-      Widen<std::uint16_t>(tokens + first * 2, count, out);
-      return;
+      return CopyAs<std::uint16_t>(tokens, first, count, out);
     case TokenDType::kInt16:
-      Widen<std::int16_t>(tokens + first * 2, count, out);
-      return;
+      return CopyAs<std::int16_t>(tokens, first, count, out);
     case TokenDType::kUint8:
-      Widen<std::uint8_t>(tokens + first, count, out);
-      return;
+      return CopyAs<std::uint8_t>(tokens, first, count, out);
     case TokenDType::kInt8:
-      Widen<std::int8_t>(tokens + first, count, out);
-      return;
+      return CopyAs<std::int8_t>(tokens, first, count, out);
     case TokenDType::kInt64:
       // Validated inside the int32 range when the part was opened.
-      Widen<std::int64_t>(tokens + first * 8, count, out);
-      return;
+      return CopyAs<std::int64_t>(tokens, first, count, out);
     case TokenDType::kUint64:
       // Validated below 2^31 when the part was opened.
-      Widen<std::uint64_t>(tokens + first * 8, count, out);
-      return;
+      return CopyAs<std::uint64_t>(tokens, first, count, out);
   }
 }
 

@@ -122,52 +122,64 @@ constexpr Index kSizes[] = {1, 2, 3, 4, 8};
 constexpr CpStrategy kStrategies[] = {CpStrategy::kHeadTail, CpStrategy::kBalanced,
                                       CpStrategy::kPtrr};
 
-TEST(ContextParallel, SlicesAreDisjointAndCoverEveryRealTokenOnce) {
-  std::mt19937_64 rng(1);
-  for (const CpStrategy strategy : kStrategies)
+// Calls check(cp, row, trial) on `trials` random rows of each strategy and
+// size C (cp{C, none, strategy}); when `granular`, every third trial's
+// granularity is 4 C.
+template <typename Check>
+void ForRandomRows(std::mt19937_64& rng, int trials, bool granular, Check&& check) {
+  for (const CpStrategy strategy : kStrategies) {
     for (const Index C : kSizes) {
-      for (int trial = 0; trial < 200; ++trial) {
+      for (int trial = 0; trial < trials; ++trial) {
         ContextParallelOptions cp{C, std::nullopt, strategy};
-        if (trial % 3 == 0) cp.granularity = 4 * C;
+        if (granular && trial % 3 == 0) cp.granularity = 4 * C;
         const Row row = RandomRow(rng, C, CpGranule(cp));
-        const Index tokens = RowTokens(row.pieces);
-        std::vector<int> seen(static_cast<std::size_t>(tokens), 0);
-        std::vector<int> padded_seen(static_cast<std::size_t>(row.seq_len), 0);
-        Index padding = 0;
-        std::vector<std::pair<Index, Index>> reads;
-        copied = &reads;
-        for (Index r = 0; r < C; ++r) {
-          const Slice s = Collate(row, cp, r);
-          for (std::size_t j = 0; j < s.cp_index.size(); ++j) {
-            ASSERT_GE(s.padded_index[j], 0);
-            ASSERT_LT(s.padded_index[j], row.seq_len);
-            ++padded_seen[static_cast<std::size_t>(s.padded_index[j])];
-            if (s.cp_index[j] < 0) {
-              ++padding;
-              EXPECT_EQ(s.document_ids[j], -1);
-              EXPECT_EQ(s.input_ids[j], -1);
-              EXPECT_EQ(s.labels[j], -100);
-              continue;
-            }
-            ASSERT_LT(s.cp_index[j], tokens);
-            ++seen[static_cast<std::size_t>(s.cp_index[j])];
-          }
-        }
-        copied = nullptr;
-        // The ranks together read every real token of the row once: each rank
-        // reads only its own tokens.
-        std::vector<std::pair<Index, Index>> expect;
-        for (const PackItem& p : row.pieces) {
-          for (Index k = 0; k < p.length; ++k) expect.push_back({p.item, p.start + k});
-        }
-        std::sort(reads.begin(), reads.end());
-        std::sort(expect.begin(), expect.end());
-        EXPECT_EQ(reads, expect);
-        for (int count : seen) ASSERT_EQ(count, 1) << "C=" << C << " trial " << trial;
-        for (int count : padded_seen) ASSERT_EQ(count, 1);  // padded_index: a permutation
-        EXPECT_EQ(padding, row.seq_len - tokens);
+        check(cp, row, trial);
       }
     }
+  }
+}
+
+TEST(ContextParallel, SlicesAreDisjointAndCoverEveryRealTokenOnce) {
+  std::mt19937_64 rng(1);
+  ForRandomRows(rng, 200, true, [&](const ContextParallelOptions& cp, const Row& row, int trial) {
+    const Index C = cp.size;
+    const Index tokens = RowTokens(row.pieces);
+    std::vector<int> seen(static_cast<std::size_t>(tokens), 0);
+    std::vector<int> padded_seen(static_cast<std::size_t>(row.seq_len), 0);
+    Index padding = 0;
+    std::vector<std::pair<Index, Index>> reads;
+    copied = &reads;
+    for (Index r = 0; r < C; ++r) {
+      const Slice s = Collate(row, cp, r);
+      for (std::size_t j = 0; j < s.cp_index.size(); ++j) {
+        ASSERT_GE(s.padded_index[j], 0);
+        ASSERT_LT(s.padded_index[j], row.seq_len);
+        ++padded_seen[static_cast<std::size_t>(s.padded_index[j])];
+        if (s.cp_index[j] < 0) {
+          ++padding;
+          EXPECT_EQ(s.document_ids[j], -1);
+          EXPECT_EQ(s.input_ids[j], -1);
+          EXPECT_EQ(s.labels[j], -100);
+          continue;
+        }
+        ASSERT_LT(s.cp_index[j], tokens);
+        ++seen[static_cast<std::size_t>(s.cp_index[j])];
+      }
+    }
+    copied = nullptr;
+    // The ranks together read every real token of the row once: each rank
+    // reads only its own tokens.
+    std::vector<std::pair<Index, Index>> expect;
+    for (const PackItem& p : row.pieces) {
+      for (Index k = 0; k < p.length; ++k) expect.push_back({p.item, p.start + k});
+    }
+    std::sort(reads.begin(), reads.end());
+    std::sort(expect.begin(), expect.end());
+    EXPECT_EQ(reads, expect);
+    for (int count : seen) ASSERT_EQ(count, 1) << "C=" << C << " trial " << trial;
+    for (int count : padded_seen) ASSERT_EQ(count, 1);  // padded_index: a permutation
+    EXPECT_EQ(padding, row.seq_len - tokens);
+  });
 }
 
 TEST(ContextParallel, IndexMatchesTransformerEngineAndTorchPerDocumentLayout) {
@@ -196,52 +208,48 @@ TEST(ContextParallel, IndexMatchesTransformerEngineAndTorchPerDocumentLayout) {
 
 TEST(ContextParallel, SliceIsTheUnpaddedRowAtCpIndex) {
   std::mt19937_64 rng(3);
-  for (const CpStrategy strategy : kStrategies)
-    for (const Index C : kSizes) {
-      for (int trial = 0; trial < 200; ++trial) {
-        const ContextParallelOptions cp{C, std::nullopt, strategy};
-        const Row row = RandomRow(rng, C, CpGranule(cp));
-        // The unpadded row, written out piece by piece.
-        std::vector<std::int64_t> token, position, label;
-        std::vector<std::int32_t> doc;
-        std::int32_t d = 0;
-        for (const PackItem& p : row.pieces) {
-          if (p.length == 0) continue;
-          for (Index k = 0; k < p.length; ++k) {
-            token.push_back(Token(p.item, p.start + k));
-            position.push_back(k);
-            label.push_back(k == 0 ? -100 : Token(p.item, p.start + k));
-            doc.push_back(d);
-          }
-          ++d;
-        }
-        std::vector<std::int64_t> inverse(token.size(), -1);  // flat slot of each token
-        const Index L = row.seq_len / C;
-        for (Index r = 0; r < C; ++r) {
-          const Slice s = Collate(row, cp, r);
-          for (Index j = 0; j < L; ++j) {
-            const std::int64_t t = s.cp_index[static_cast<std::size_t>(j)];
-            if (t < 0) continue;
-            const std::size_t ut = static_cast<std::size_t>(t);
-            EXPECT_EQ(s.input_ids[static_cast<std::size_t>(j)], token[ut]);
-            EXPECT_EQ(s.labels[static_cast<std::size_t>(j)], label[ut]);
-            EXPECT_EQ(s.position_ids[static_cast<std::size_t>(j)], position[ut]);
-            EXPECT_EQ(s.document_ids[static_cast<std::size_t>(j)], doc[ut]);
-            inverse[ut] = r * L + j;
-          }
-        }
-        // The inverse is a permutation of the real tokens onto distinct slots,
-        // and FillCpRestoreIndex gives it (-1 past the real tokens).
-        std::vector<std::int64_t> sorted = inverse;
-        std::sort(sorted.begin(), sorted.end());
-        EXPECT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
-        EXPECT_TRUE(sorted.empty() || sorted.front() >= 0);
-        std::vector<std::int64_t> restore(static_cast<std::size_t>(row.seq_len), -7);
-        FillCpRestoreIndex(row.pieces, row.seq_len, cp, restore.data());
-        inverse.resize(static_cast<std::size_t>(row.seq_len), -1);
-        EXPECT_EQ(restore, inverse);
+  ForRandomRows(rng, 200, false, [&](const ContextParallelOptions& cp, const Row& row, int) {
+    const Index C = cp.size;
+    // The unpadded row, written out piece by piece.
+    std::vector<std::int64_t> token, position, label;
+    std::vector<std::int32_t> doc;
+    std::int32_t d = 0;
+    for (const PackItem& p : row.pieces) {
+      if (p.length == 0) continue;
+      for (Index k = 0; k < p.length; ++k) {
+        token.push_back(Token(p.item, p.start + k));
+        position.push_back(k);
+        label.push_back(k == 0 ? -100 : Token(p.item, p.start + k));
+        doc.push_back(d);
+      }
+      ++d;
+    }
+    std::vector<std::int64_t> inverse(token.size(), -1);  // flat slot of each token
+    const Index L = row.seq_len / C;
+    for (Index r = 0; r < C; ++r) {
+      const Slice s = Collate(row, cp, r);
+      for (Index j = 0; j < L; ++j) {
+        const std::int64_t t = s.cp_index[static_cast<std::size_t>(j)];
+        if (t < 0) continue;
+        const std::size_t ut = static_cast<std::size_t>(t);
+        EXPECT_EQ(s.input_ids[static_cast<std::size_t>(j)], token[ut]);
+        EXPECT_EQ(s.labels[static_cast<std::size_t>(j)], label[ut]);
+        EXPECT_EQ(s.position_ids[static_cast<std::size_t>(j)], position[ut]);
+        EXPECT_EQ(s.document_ids[static_cast<std::size_t>(j)], doc[ut]);
+        inverse[ut] = r * L + j;
       }
     }
+    // The inverse is a permutation of the real tokens onto distinct slots,
+    // and FillCpRestoreIndex gives it (-1 past the real tokens).
+    std::vector<std::int64_t> sorted = inverse;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+    EXPECT_TRUE(sorted.empty() || sorted.front() >= 0);
+    std::vector<std::int64_t> restore(static_cast<std::size_t>(row.seq_len), -7);
+    FillCpRestoreIndex(row.pieces, row.seq_len, cp, restore.data());
+    inverse.resize(static_cast<std::size_t>(row.seq_len), -1);
+    EXPECT_EQ(restore, inverse);
+  });
 }
 
 TEST(ContextParallel, LocalSequencesAreThePaddedBoundariesOverC) {
@@ -275,44 +283,39 @@ TEST(ContextParallel, LocalSequencesAreThePaddedBoundariesOverC) {
 // Brute force: the causal work of rank r's real tokens under the layout.
 TEST(ContextParallel, RankWorkMatchesTheTokensEachRankHolds) {
   std::mt19937_64 rng(5);
-  for (const CpStrategy strategy : kStrategies)
-    for (const Index C : kSizes) {
-      for (int trial = 0; trial < 100; ++trial) {
-        const ContextParallelOptions cp{C, std::nullopt, strategy};
-        const Row row = RandomRow(rng, C, CpGranule(cp));
-        const std::vector<double> work =
-            CpRankWork(row.pieces, row.seq_len, cp,
-                       strategy == CpStrategy::kBalanced ? CpSplit::kBalanced
-                       : strategy == CpStrategy::kPtrr   ? CpSplit::kPtrr
-                                                         : CpSplit::kDocumentHeadTail);
-        // The per-document layout: sum of (position + 1) over the rank's real slots.
-        for (Index r = 0; r < C; ++r) {
-          const Slice s = Collate(row, cp, r);
-          double expect = 0;
-          for (std::size_t j = 0; j < s.cp_index.size(); ++j) {
-            if (s.cp_index[j] >= 0) expect += static_cast<double>(s.position_ids[j] + 1);
-          }
-          EXPECT_EQ(work[static_cast<std::size_t>(r)], expect);
-        }
-        EXPECT_EQ(CpRowCost(row.pieces, row.seq_len, cp),
-                  *std::max_element(work.begin(), work.end()));
-        // Document-blind splits: the owner of unpadded row position t.
-        std::vector<double> contiguous(static_cast<std::size_t>(C)),
-            blind(static_cast<std::size_t>(C));
-        Index t = 0;
-        const Index width = row.seq_len / (2 * C);
-        for (const PackItem& p : row.pieces) {
-          for (Index k = 0; k < p.length; ++k, ++t) {
-            contiguous[static_cast<std::size_t>(t / (2 * width))] += static_cast<double>(k + 1);
-            const Index chunk = t / width;
-            blind[static_cast<std::size_t>(chunk < C ? chunk : 2 * C - 1 - chunk)] +=
-                static_cast<double>(k + 1);
-          }
-        }
-        EXPECT_EQ(CpRankWork(row.pieces, row.seq_len, cp, CpSplit::kContiguous), contiguous);
-        EXPECT_EQ(CpRankWork(row.pieces, row.seq_len, cp, CpSplit::kHeadTail), blind);
+  ForRandomRows(rng, 100, false, [&](const ContextParallelOptions& cp, const Row& row, int) {
+    const Index C = cp.size;
+    const CpStrategy strategy = cp.strategy;
+    const std::vector<double> work =
+        CpRankWork(row.pieces, row.seq_len, cp,
+                   strategy == CpStrategy::kBalanced ? CpSplit::kBalanced
+                   : strategy == CpStrategy::kPtrr   ? CpSplit::kPtrr
+                                                     : CpSplit::kDocumentHeadTail);
+    // The per-document layout: sum of (position + 1) over the rank's real slots.
+    for (Index r = 0; r < C; ++r) {
+      const Slice s = Collate(row, cp, r);
+      double expect = 0;
+      for (std::size_t j = 0; j < s.cp_index.size(); ++j) {
+        if (s.cp_index[j] >= 0) expect += static_cast<double>(s.position_ids[j] + 1);
+      }
+      EXPECT_EQ(work[static_cast<std::size_t>(r)], expect);
+    }
+    EXPECT_EQ(CpRowCost(row.pieces, row.seq_len, cp), *std::max_element(work.begin(), work.end()));
+    // Document-blind splits: the owner of unpadded row position t.
+    std::vector<double> contiguous(static_cast<std::size_t>(C)), blind(static_cast<std::size_t>(C));
+    Index t = 0;
+    const Index width = row.seq_len / (2 * C);
+    for (const PackItem& p : row.pieces) {
+      for (Index k = 0; k < p.length; ++k, ++t) {
+        contiguous[static_cast<std::size_t>(t / (2 * width))] += static_cast<double>(k + 1);
+        const Index chunk = t / width;
+        blind[static_cast<std::size_t>(chunk < C ? chunk : 2 * C - 1 - chunk)] +=
+            static_cast<double>(k + 1);
       }
     }
+    EXPECT_EQ(CpRankWork(row.pieces, row.seq_len, cp, CpSplit::kContiguous), contiguous);
+    EXPECT_EQ(CpRankWork(row.pieces, row.seq_len, cp, CpSplit::kHeadTail), blind);
+  });
 }
 
 // Both strategies: every sequence of cu_seqlens_padded holds one piece (its
@@ -321,60 +324,54 @@ TEST(ContextParallel, RankWorkMatchesTheTokensEachRankHolds) {
 // and max_seqlen is the longest sequence.
 TEST(ContextParallel, EverySequenceOfThePaddedRowAndOfEachSliceHoldsOnePiece) {
   std::mt19937_64 rng(6);
-  for (const CpStrategy strategy : kStrategies)
-    for (const Index C : kSizes) {
-      for (int trial = 0; trial < 200; ++trial) {
-        ContextParallelOptions cp{C, std::nullopt, strategy};
-        if (trial % 3 == 0) cp.granularity = 4 * C;
-        const Row row = RandomRow(rng, C, CpGranule(cp));
-        std::vector<std::int32_t> cu = {0};
-        const Index longest = AppendCpCuSeqlensPadded(row.pieces, row.seq_len, cp, 0, &cu);
-        ASSERT_EQ(cu.back(), row.seq_len);
-        Index most = 0;
-        for (std::size_t i = 0; i + 1 < cu.size(); ++i) {
-          ASSERT_LT(cu[i], cu[i + 1]);
-          most = std::max<Index>(most, cu[i + 1] - cu[i]);
-        }
-        EXPECT_EQ(longest, most);
-        // (document, position) at each padded-row position; (-1, -1) padding.
-        std::vector<std::pair<Index, Index>> at(static_cast<std::size_t>(row.seq_len));
-        for (Index r = 0; r < C; ++r) {
-          const Slice s = Collate(row, cp, r);
-          std::vector<std::int32_t> local = {0};
-          AppendCpCuSeqlensLocal(row.pieces, row.seq_len, cp, r, 0, &local);
-          ASSERT_EQ(local.back(), row.seq_len / C);
-          for (std::size_t i = 0; i + 1 < local.size(); ++i) {
-            ASSERT_LT(local[i], local[i + 1]);
-            std::int32_t doc = -1;
-            for (Index j = local[i]; j < local[i + 1]; ++j) {
-              const std::int32_t d = s.document_ids[static_cast<std::size_t>(j)];
-              if (d < 0) continue;
-              if (doc < 0) doc = d;
-              EXPECT_EQ(d, doc) << "rank " << r << " local sequence " << i;
-            }
-          }
-          for (std::size_t j = 0; j < s.padded_index.size(); ++j) {
-            at[static_cast<std::size_t>(s.padded_index[j])] = {s.document_ids[j],
-                                                               s.position_ids[j]};
-            if (s.document_ids[j] < 0) at[static_cast<std::size_t>(s.padded_index[j])] = {-1, -1};
-          }
-        }
-        for (std::size_t i = 0; i + 1 < cu.size(); ++i) {
-          const Index doc = at[static_cast<std::size_t>(cu[i])].first;
-          bool padding = doc < 0;
-          for (Index t = cu[i]; t < cu[i + 1]; ++t) {
-            const auto [d, position] = at[static_cast<std::size_t>(t)];
-            if (d < 0) {
-              padding = true;
-              continue;
-            }
-            EXPECT_FALSE(padding) << "a token after padding in sequence " << i;
-            EXPECT_EQ(d, doc);
-            EXPECT_EQ(position, t - cu[i]);
-          }
+  ForRandomRows(rng, 200, true, [&](const ContextParallelOptions& cp, const Row& row, int) {
+    const Index C = cp.size;
+    std::vector<std::int32_t> cu = {0};
+    const Index longest = AppendCpCuSeqlensPadded(row.pieces, row.seq_len, cp, 0, &cu);
+    ASSERT_EQ(cu.back(), row.seq_len);
+    Index most = 0;
+    for (std::size_t i = 0; i + 1 < cu.size(); ++i) {
+      ASSERT_LT(cu[i], cu[i + 1]);
+      most = std::max<Index>(most, cu[i + 1] - cu[i]);
+    }
+    EXPECT_EQ(longest, most);
+    // (document, position) at each padded-row position; (-1, -1) padding.
+    std::vector<std::pair<Index, Index>> at(static_cast<std::size_t>(row.seq_len));
+    for (Index r = 0; r < C; ++r) {
+      const Slice s = Collate(row, cp, r);
+      std::vector<std::int32_t> local = {0};
+      AppendCpCuSeqlensLocal(row.pieces, row.seq_len, cp, r, 0, &local);
+      ASSERT_EQ(local.back(), row.seq_len / C);
+      for (std::size_t i = 0; i + 1 < local.size(); ++i) {
+        ASSERT_LT(local[i], local[i + 1]);
+        std::int32_t doc = -1;
+        for (Index j = local[i]; j < local[i + 1]; ++j) {
+          const std::int32_t d = s.document_ids[static_cast<std::size_t>(j)];
+          if (d < 0) continue;
+          if (doc < 0) doc = d;
+          EXPECT_EQ(d, doc) << "rank " << r << " local sequence " << i;
         }
       }
+      for (std::size_t j = 0; j < s.padded_index.size(); ++j) {
+        at[static_cast<std::size_t>(s.padded_index[j])] = {s.document_ids[j], s.position_ids[j]};
+        if (s.document_ids[j] < 0) at[static_cast<std::size_t>(s.padded_index[j])] = {-1, -1};
+      }
     }
+    for (std::size_t i = 0; i + 1 < cu.size(); ++i) {
+      const Index doc = at[static_cast<std::size_t>(cu[i])].first;
+      bool padding = doc < 0;
+      for (Index t = cu[i]; t < cu[i + 1]; ++t) {
+        const auto [d, position] = at[static_cast<std::size_t>(t)];
+        if (d < 0) {
+          padding = true;
+          continue;
+        }
+        EXPECT_FALSE(padding) << "a token after padding in sequence " << i;
+        EXPECT_EQ(d, doc);
+        EXPECT_EQ(position, t - cu[i]);
+      }
+    }
+  });
 }
 
 // balanced: never busier than head-tail, the head-tail layout itself when no

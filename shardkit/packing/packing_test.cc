@@ -91,26 +91,24 @@ std::vector<std::vector<Index>> RefFirstFitDecreasing(const std::vector<Index>& 
   return Finish(bins);
 }
 
-// Best fit: least remaining tokens; ties: least remaining images (image rooms
-// above the data's total count are alike), then the most recently filled.
-std::vector<std::vector<Index>> RefBestFitDecreasing(const std::vector<Index>& len,
-                                                     const std::vector<Index>& img,
-                                                     const Budget& budget) {
-  const Index total_images = std::accumulate(img.begin(), img.end(), Index{0});
+// Best fit in decreasing order: each item into the fitting pack of least
+// key(pack) (a new pack when none fits).
+template <typename Key>
+std::vector<std::vector<Index>> RefBestFit(const std::vector<Index>& len,
+                                           const std::vector<Index>& img, const Budget& budget,
+                                           Key key) {
   std::vector<RefBin> bins;
   Index stamp = 0;
   for (Index u : RefDecreasing(len)) {
     const Index k = img.empty() ? 0 : img[u];
     Index best = -1;
-    std::tuple<Index, Index, Index> best_key;
+    decltype(key(RefBin{})) best_key{};
     for (size_t b = 0; b < bins.size(); ++b) {
       if (!Fits(bins[b], len[u], k, budget)) continue;
-      const Index image_room =
-          budget.max_images < 0 ? 0 : std::min(budget.max_images - bins[b].images, total_images);
-      auto key = std::make_tuple(budget.capacity - bins[b].tokens, image_room, -bins[b].stamp);
-      if (best < 0 || key < best_key) {
+      const auto bin_key = key(bins[b]);
+      if (best < 0 || bin_key < best_key) {
         best = static_cast<Index>(b);
-        best_key = key;
+        best_key = bin_key;
       }
     }
     if (best < 0) {
@@ -122,32 +120,27 @@ std::vector<std::vector<Index>> RefBestFitDecreasing(const std::vector<Index>& l
   return Finish(bins);
 }
 
+// Best fit: least remaining tokens; ties: least remaining images (image rooms
+// above the data's total count are alike), then the most recently filled.
+std::vector<std::vector<Index>> RefBestFitDecreasing(const std::vector<Index>& len,
+                                                     const std::vector<Index>& img,
+                                                     const Budget& budget) {
+  const Index total_images = std::accumulate(img.begin(), img.end(), Index{0});
+  return RefBestFit(len, img, budget, [&](const RefBin& bin) {
+    const Index image_room =
+        budget.max_images < 0 ? 0 : std::min(budget.max_images - bin.images, total_images);
+    return std::make_tuple(budget.capacity - bin.tokens, image_room, -bin.stamp);
+  });
+}
+
 // TRL's bfd (trl.data_utils._pack_bfd) as a textbook definition: the same
 // best fit, but among packs with equal room the one that reached that room
 // first (its last placement is the oldest).
 std::vector<std::vector<Index>> RefTrlBestFit(const std::vector<Index>& len, Index capacity,
                                               Index max_sequences = -1) {
-  std::vector<RefBin> bins;
-  Index stamp = 0;
-  Budget budget{capacity, -1, max_sequences};
-  for (Index u : RefDecreasing(len)) {
-    Index best = -1;
-    std::pair<Index, Index> best_key;
-    for (size_t b = 0; b < bins.size(); ++b) {
-      if (!Fits(bins[b], len[u], 0, budget)) continue;
-      auto key = std::make_pair(capacity - bins[b].tokens, bins[b].stamp);
-      if (best < 0 || key < best_key) {
-        best = static_cast<Index>(b);
-        best_key = key;
-      }
-    }
-    if (best < 0) {
-      best = static_cast<Index>(bins.size());
-      bins.emplace_back();
-    }
-    Put(bins[best], u, len[u], 0, ++stamp);
-  }
-  return Finish(bins);
+  return RefBestFit(len, {}, Budget{capacity, -1, max_sequences}, [&](const RefBin& bin) {
+    return std::make_pair(capacity - bin.tokens, bin.stamp);
+  });
 }
 
 std::vector<std::vector<Index>> Packs(const Packing& p) {

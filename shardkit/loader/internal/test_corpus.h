@@ -1,9 +1,11 @@
 // Test helpers shared by the loader tests (header-only, tests only): an
 // in-memory corpus whose own copy of every document is the oracle, a .npy
-// writer, and the
+// writer, a source's documents checked against the expected ones, and the
 // core's shared helpers (shardkit/base/testing.h) under their loader names.
 #ifndef SHARDKIT_LOADER_INTERNAL_TEST_CORPUS_H_
 #define SHARDKIT_LOADER_INTERNAL_TEST_CORPUS_H_
+
+#include <gtest/gtest.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -55,6 +57,20 @@ void WriteNpy(const std::filesystem::path& path, const std::string& descr,
   bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
   bytes.resize(bytes.size() - cut);
   std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// Expects `s` to hold exactly `docs`: their count, each one's length and
+// tokens (read as int64).
+inline void ExpectDocuments(const TokenSource& s,
+                            const std::vector<std::vector<std::int64_t>>& docs) {
+  ASSERT_EQ(s.num_documents(), static_cast<Index>(docs.size()));
+  for (Index d = 0; d < s.num_documents(); ++d) {
+    const std::vector<std::int64_t>& want = docs[static_cast<std::size_t>(d)];
+    ASSERT_EQ(s.DocumentLength(d), static_cast<Index>(want.size())) << "document " << d;
+    std::vector<std::int64_t> got(want.size());
+    s.Copy(d, 0, static_cast<Index>(got.size()), got.data());
+    EXPECT_EQ(got, want) << "document " << d;
+  }
 }
 
 using base_testing::ErrorOf;
