@@ -190,6 +190,19 @@ def reference(model, full, row, dtype):
     return attend_runs(q, runs_of(doc, pos), kv)
 
 
+def gather_ranks(model, part, dtype):
+    """The CP ranks' slices of one row -> (per-rank (q, k, v), all-gathered
+    K, V, and the keys' document ids and positions): what each rank holds after
+    the all-gather, from the metadata it received."""
+    qkv = [
+        model.qkv(torch.as_tensor(p["input_ids"][0]), torch.as_tensor(p["position_ids"][0]), dtype)
+        for p in part
+    ]
+    kdoc = np.concatenate([p["document_ids"][0] for p in part])
+    kpos = np.concatenate([p["position_ids"][0] for p in part])
+    return qkv, torch.cat([t[1] for t in qkv]), torch.cat([t[2] for t in qkv]), kdoc, kpos
+
+
 def blind_slices(full, row, C, split):
     """Slot indices (into the unsplit row) of each rank under a document-blind split."""
     S = full["input_ids"].shape[1]
@@ -285,18 +298,7 @@ def main():
                         assert all((p["documents"] == full["documents"]).all() for p in part), (
                             "the CP ranks got other rows than the unsplit loader"
                         )
-                        qkv = [
-                            model.qkv(
-                                torch.as_tensor(p["input_ids"][0]),
-                                torch.as_tensor(p["position_ids"][0]),
-                                dtype,
-                            )
-                            for p in part
-                        ]
-                        kdoc = np.concatenate([p["document_ids"][0] for p in part])
-                        kpos = np.concatenate([p["position_ids"][0] for p in part])
-                        k = torch.cat([t[1] for t in qkv])
-                        v = torch.cat([t[2] for t in qkv])
+                        qkv, k, v, kdoc, kpos = gather_ranks(model, part, dtype)
                         kv = keys_by_document(k, v, kdoc, kpos)
                         paths = {"sdpa": []}
                         for r, p in enumerate(part):
@@ -366,22 +368,8 @@ def main():
                     ]
                 for strategy, parts in slices.items():
                     part = [parts[r][step] for r in range(C)]
-                    qkv = [
-                        model.qkv(
-                            torch.as_tensor(p["input_ids"][0]),
-                            torch.as_tensor(p["position_ids"][0]),
-                            dtype,
-                        )
-                        for p in part
-                    ]
-                    kdoc = np.concatenate([p["document_ids"][0] for p in part])
-                    kpos = np.concatenate([p["position_ids"][0] for p in part])
-                    gathered = (
-                        torch.cat([t[1] for t in qkv]),
-                        torch.cat([t[2] for t in qkv]),
-                        kdoc,
-                        kpos,
-                    )
+                    qkv, k, v, kdoc, kpos = gather_ranks(model, part, dtype)
+                    gathered = (k, v, kdoc, kpos)
                     layouts[f"shardkit_{strategy}"] = [
                         (qkv[r][0], p["document_ids"][0], p["position_ids"][0], gathered)
                         for r, p in enumerate(part)
