@@ -236,6 +236,17 @@ def test_bad_input_names_the_parameter():
             next(iter(loader))
 
 
+def test_shuffle_false_and_shard_files_false_are_accepted_and_deliver_the_default_run():
+    # The core refuses shuffle=True and shard_files=True by name and accepts
+    # False ("give false"): what is then delivered is the run without them.
+    sources = corpus(7, [40, 60])
+    kw = dict(weights=[2, 1], seq_len=32, batch_size=2, world_size=2, rank=1, seed=3)
+    plain = run(shardkit.TokenLoader.mixture(sources, **kw))
+    assert plain
+    for extra in (dict(shuffle=False), dict(shard_files=False)):
+        assert run(shardkit.TokenLoader.mixture(sources, **kw, **extra)) == plain, extra
+
+
 def test_torchrun_four_ranks_equal_steps_over_three_sources(tmp_path):
     pytest.importorskip("torch")
     sizes = [300, 500, 80]
