@@ -19,7 +19,7 @@ FUZZ_SECONDS ?= 600
 FUZZ_QUICK_SECONDS ?= 4
 # clang-14 and its runtimes (libFuzzer, ASan, UBSan) build the fuzz harnesses.
 APT_PACKAGES := libgtest-dev libbenchmark-dev openmpi-bin libopenmpi-dev clang-format \
-  clang-14 libclang-rt-14-dev zlib1g-dev libturbojpeg0-dev libpng-dev libwebp-dev
+  clang-14 libclang-rt-14-dev zlib1g-dev libturbojpeg0-dev libpng-dev libwebp-dev libdeflate-dev
 CMAKE_COMMON := -G Ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY)
 
 # make lint: clang-format and ruff (tools/lint); make test runs it first.

@@ -4,6 +4,8 @@ stated tolerance), the resize equal to Pillow's BILINEAR, and hostile bytes
 refused with one ValueError naming the field."""
 
 import io
+import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -173,6 +175,90 @@ def test_batch_decoder_equals_one_by_one_in_order():
             assert free["image_sizes"][i].tolist() == list(one.shape[:2])
     empty = images.ImageDecoder(size=(4, 4))([])
     assert empty["pixel_values"].shape == (0, 4, 4, 3)
+
+
+def png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def filtered_png(pixels, filters, idat_parts=1, extra_chunks=()):
+    """A PNG of `pixels` ([h, w, c] uint8, c = 1, 2, 3, 4: grey, grey+alpha,
+    RGB, RGBA) whose row y is stored with PNG filter filters[y] (0-4, the PNG
+    spec's definitions written here), its zlib stream cut into `idat_parts`
+    IDAT chunks, `extra_chunks` (kind, data) inserted before the first IDAT."""
+    h, w, c = pixels.shape
+    rows = pixels.reshape(h, w * c).astype(np.int32)
+    raw = bytearray()
+    for y in range(h):
+        x = rows[y]
+        up = rows[y - 1] if y else np.zeros_like(x)
+        left = np.concatenate([np.zeros(c, np.int32), x[:-c]])
+        up_left = np.concatenate([np.zeros(c, np.int32), up[:-c]])
+        p = left + up - up_left
+        pa, pb, pc = np.abs(p - left), np.abs(p - up), np.abs(p - up_left)
+        paeth = np.where((pa <= pb) & (pa <= pc), left, np.where(pb <= pc, up, up_left))
+        pred = [0, left, up, (left + up) // 2, paeth][filters[y]]
+        raw += bytes([filters[y]]) + ((x - pred) % 256).astype(np.uint8).tobytes()
+    color = {1: 0, 2: 4, 3: 2, 4: 6}[c]
+    stream = zlib.compress(bytes(raw), 6)
+    cuts = np.linspace(0, len(stream), idat_parts + 1).astype(int)
+    out = b"\x89PNG\r\n\x1a\n" + png_chunk(
+        b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color, 0, 0, 0)
+    )
+    for kind, data in extra_chunks:
+        out += png_chunk(kind, data)
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        out += png_chunk(b"IDAT", stream[a:b])
+    return out + png_chunk(b"tEXt", b"after\0the data") + png_chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4])
+@pytest.mark.parametrize("shape", [(1, 1), (5, 2), (61, 47)])
+def test_png_every_filter_and_colour_type_equals_pillow(channels, shape):
+    """The PNG path through libdeflate (8-bit, not interlaced files) unfilters
+    and converts as Pillow: every filter type on every colour type, the data
+    in one or several IDAT chunks, ancillary chunks before and after."""
+    rng = np.random.default_rng(channels * 100 + shape[0])
+    pixels = photo(*shape, seed=channels)
+    pixels = np.concatenate([pixels, pixels[..., :1] // 3], -1)[..., :channels]
+    if channels <= 2:  # grey (+ alpha): the photo's first channel (+ a second)
+        pixels = np.stack([pixels[..., 0], pixels[..., -1]], -1)[..., :channels]
+    for filters in ([k] * shape[0] for k in range(5)):
+        for parts in (1, 3):
+            data = filtered_png(pixels, filters, parts, [(b"tEXt", b"k\0v"), (b"pHYs", bytes(9))])
+            theirs = Image.open(io.BytesIO(data))
+            assert np.array_equal(np.asarray(theirs).reshape(pixels.shape), pixels)  # the encoder
+            np.testing.assert_array_equal(images.decode_image(data), pillow(data))
+    mixed = filtered_png(pixels, list(rng.integers(0, 5, shape[0])), 2)
+    np.testing.assert_array_equal(images.decode_image(mixed), pillow(mixed))
+    np.testing.assert_array_equal(
+        images.decode_image(mixed, size=(7, 9)),
+        np.asarray(Image.open(io.BytesIO(mixed)).convert("RGB").resize((9, 7), Image.BILINEAR)),
+    )
+
+
+def test_png_files_off_the_fast_path_keep_libpng_rules():
+    """What the libdeflate path does not take goes to libpng, as before: an
+    ancillary chunk with a bad CRC is skipped (libpng's default), a data chunk
+    with a bad CRC, a filter type over 4 or short data is refused."""
+    pixels = photo(30, 20)
+    good = filtered_png(pixels, [4] * 30)
+    bad_ancillary = bytearray(filtered_png(pixels, [4] * 30, extra_chunks=[(b"tEXt", b"k\0v")]))
+    at = bad_ancillary.find(b"tEXt") + 4 + 3  # the CRC after "k\0v"
+    bad_ancillary[at] ^= 1
+    np.testing.assert_array_equal(images.decode_image(bytes(bad_ancillary)), pillow(good))
+    bad_idat = bytearray(good)
+    bad_idat[bad_idat.find(b"IDAT") + 4] ^= 1  # a flipped data byte under the chunk's CRC
+    at = good.find(b"IDAT")
+    raw = bytearray(
+        zlib.decompress(good[at + 4 : at + 4 + int.from_bytes(good[at - 4 : at], "big")])
+    )
+    raw[0] = 5  # filter type 5 does not exist
+    bad_filter = good[:33] + png_chunk(b"IDAT", zlib.compress(bytes(raw))) + png_chunk(b"IEND", b"")
+    short = good[:33] + png_chunk(b"IDAT", zlib.compress(bytes(raw[:-1]))) + png_chunk(b"IEND", b"")
+    for data in (bytes(bad_idat), bad_filter, short):
+        with pytest.raises(ValueError, match=r"^image: png data does not decode: "):
+            images.decode_image(data)
 
 
 def test_hostile_bytes_are_one_error_naming_the_field():
