@@ -63,8 +63,9 @@ DecodedImages ImageBatchDecoder::Decode(std::span<const std::span<const std::uin
   out.pixels.resize(out.offsets[n]);
   pool_->ParallelFor(n, [&](Index i) {
     try {
-      Image image = DecodeImage(images[i], fields[i], options_.resize, options_.max_pixels);
-      std::memcpy(out.pixels.data() + out.offsets[i], image.pixels.data(), image.pixels.size());
+      (void)DecodeImageInto(
+          images[i], fields[i], options_.resize, options_.max_pixels,
+          std::span(out.pixels).subspan(out.offsets[i], out.offsets[i + 1] - out.offsets[i]));
     } catch (...) {
       errors[i] = std::current_exception();
     }

@@ -112,9 +112,9 @@ struct PngJob {
   std::size_t size;
   std::size_t pos;
   Index max_pixels;
-  Index height;
+  Index height;  // from the header read before: the decoded size must agree
   Index width;
-  std::vector<std::uint8_t> pixels;
+  std::uint8_t* out;  // height * width * 3 bytes
   std::vector<png_bytep> rows;
   char error[160];
 };
@@ -169,11 +169,9 @@ bool PngDecode(PngJob* job) {
   if (png_get_rowbytes(png, info) != static_cast<png_size_t>(w) * 3) {
     png_error(png, "unexpected row size after conversion to RGB");
   }
-  job->height = h;
-  job->width = w;
-  job->pixels.resize(static_cast<std::size_t>(h) * w * 3);
+  if (h != job->height || w != job->width) png_error(png, "size differs from the header");
   job->rows.resize(h);
-  for (png_uint_32 y = 0; y < h; ++y) job->rows[y] = job->pixels.data() + std::size_t{y} * w * 3;
+  for (png_uint_32 y = 0; y < h; ++y) job->rows[y] = job->out + std::size_t{y} * w * 3;
   png_read_image(png, job->rows.data());
   png_destroy_read_struct(&png, &info, nullptr);
   return true;
@@ -272,9 +270,9 @@ bool UnfilterAndConvert(std::uint8_t* raw, Index h, Index w, std::uint8_t* rgb) 
   return true;
 }
 
-// True with `pixels` (h * w * 3) set when the file is on the fast path.
-bool PngDecodeFast(std::span<const std::uint8_t> b, Index max_pixels,
-                   std::vector<std::uint8_t>* pixels) {
+// True with `out` (h * w * 3 bytes, h and w from the header) written when the
+// file is on the fast path.
+bool PngDecodeFast(std::span<const std::uint8_t> b, Index max_pixels, std::uint8_t* out) {
   if (b.size() < 33 || BigEndian32(b.data() + 8) != 13 ||
       std::memcmp(b.data() + 12, "IHDR", 4) != 0) {
     return false;
@@ -333,16 +331,15 @@ bool PngDecodeFast(std::span<const std::uint8_t> b, Index max_pixels,
       used != idat_bytes) {
     return false;
   }
-  pixels->resize(static_cast<std::size_t>(h) * w * 3);
   switch (bpp) {
     case 1:
-      return UnfilterAndConvert<1>(holder.raw.data(), h, w, pixels->data());
+      return UnfilterAndConvert<1>(holder.raw.data(), h, w, out);
     case 2:
-      return UnfilterAndConvert<2>(holder.raw.data(), h, w, pixels->data());
+      return UnfilterAndConvert<2>(holder.raw.data(), h, w, out);
     case 3:
-      return UnfilterAndConvert<3>(holder.raw.data(), h, w, pixels->data());
+      return UnfilterAndConvert<3>(holder.raw.data(), h, w, out);
     default:
-      return UnfilterAndConvert<4>(holder.raw.data(), h, w, pixels->data());
+      return UnfilterAndConvert<4>(holder.raw.data(), h, w, out);
   }
 }
 #endif
@@ -597,80 +594,131 @@ void ResampleHorizontal(const std::uint8_t* src, Index rows, Index in_width, con
 
 }  // namespace
 
-Image ResizeBilinear(const Image& in, Index height, Index width) {
-  if (height == in.height && width == in.width) return in;
-  const Coefficients ch = Precompute(in.width, width);
-  Coefficients cv = Precompute(in.height, height);
-  const std::uint8_t* src = in.pixels.data();
-  Image tmp;
-  if (width != in.width) {
+namespace {
+
+// ResizeBilinear from `src` (in_h x in_w) into `out` (height x width).
+void ResizeInto(const std::uint8_t* src, Index in_h, Index in_w, Index height, Index width,
+                std::uint8_t* out) {
+  if (height == in_h && width == in_w) {
+    std::memcpy(out, src, static_cast<std::size_t>(height) * width * 3);
+    return;
+  }
+  Coefficients cv = Precompute(in_h, height);
+  std::vector<std::uint8_t> tmp;
+  if (width != in_w) {
     // Pillow's horizontal pass over the rows the vertical pass uses.
+    const Coefficients ch = Precompute(in_w, width);
     const int first = cv.bounds[0];
     const int last = cv.bounds[height * 2 - 2] + cv.bounds[height * 2 - 1];
     for (Index y = 0; y < height; ++y) cv.bounds[y * 2] -= first;
     const Index rows = last - first;
-    tmp = Image{rows, width, std::vector<std::uint8_t>(rows * width * 3)};
-    ResampleHorizontal(src + first * in.width * 3, rows, in.width, ch, width, tmp.pixels.data());
-    if (height == in.height && rows == in.height) return tmp;
-    src = tmp.pixels.data();
+    if (height == in_h && rows == in_h) {
+      ResampleHorizontal(src, rows, in_w, ch, width, out);
+      return;
+    }
+    tmp.resize(rows * width * 3);
+    ResampleHorizontal(src + first * in_w * 3, rows, in_w, ch, width, tmp.data());
+    src = tmp.data();
   }
-  Image out{height, width, std::vector<std::uint8_t>(height * width * 3)};
-  ResampleRows(src, width * 3, cv, height, out.pixels.data());
-  return out;
+  ResampleRows(src, width * 3, cv, height, out);
 }
 
-Image DecodeImage(std::span<const std::uint8_t> bytes, std::string_view field,
-                  const ResizeOptions& resize, Index max_pixels) {
-  const ImageInfo info = ReadImageInfo(bytes, field, max_pixels);
-  const auto [out_h, out_w] = ResizedShape(info.height, info.width, resize);
-  Image image{info.height, info.width, {}};
+// The decoded pixels of `bytes` (info: its header) into `out`, h * w * 3 bytes.
+void DecodePixels(std::span<const std::uint8_t> bytes, std::string_view field,
+                  const ImageInfo& info, [[maybe_unused]] Index max_pixels,
+                  [[maybe_unused]] std::uint8_t* out) {
   switch (info.format) {
     case ImageFormat::kJpeg: {
 #if SHARDKIT_HAVE_TURBOJPEG
-      image.pixels.resize(info.height * info.width * 3);
       // Accurate integer IDCT, fancy upsampling (TurboJPEG's defaults, Pillow's
       // settings); a warning (truncated or corrupt data) is an error.
-      if (tjDecompress2(JpegHandle(), bytes.data(), bytes.size(), image.pixels.data(),
-                        static_cast<int>(info.width), 0, static_cast<int>(info.height), TJPF_RGB,
+      if (tjDecompress2(JpegHandle(), bytes.data(), bytes.size(), out, static_cast<int>(info.width),
+                        0, static_cast<int>(info.height), TJPF_RGB,
                         TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING) != 0) {
         Fail(field, "jpeg data does not decode: " + JpegErrorAndReset());
       }
 #else
       NotBuilt(info.format, field);
 #endif
-      break;
+      return;
     }
     case ImageFormat::kPng: {
 #if SHARDKIT_HAVE_PNG
 #if SHARDKIT_HAVE_DEFLATE
-      if (PngDecodeFast(bytes, max_pixels, &image.pixels)) break;
+      if (PngDecodeFast(bytes, max_pixels, out)) return;
 #endif
-      PngJob job{bytes.data(), bytes.size(), 0, max_pixels, 0, 0, {}, {}, {}};
+      PngJob job{bytes.data(), bytes.size(), 0, max_pixels, info.height, info.width, out, {}, {}};
       if (!PngDecode(&job)) Fail(field, std::string("png data does not decode: ") + job.error);
-      if (job.height != info.height || job.width != info.width) {
-        Fail(field, "png size differs from its header");
-      }
-      image.pixels = std::move(job.pixels);
 #else
       NotBuilt(info.format, field);
 #endif
-      break;
+      return;
     }
     case ImageFormat::kWebp: {
 #if SHARDKIT_HAVE_WEBP
-      image.pixels.resize(info.height * info.width * 3);
-      if (WebPDecodeRGBInto(bytes.data(), bytes.size(), image.pixels.data(), image.pixels.size(),
+      const std::size_t size = static_cast<std::size_t>(info.height) * info.width * 3;
+      if (WebPDecodeRGBInto(bytes.data(), bytes.size(), out, size,
                             static_cast<int>(info.width * 3)) == nullptr) {
         Fail(field, "webp data does not decode (truncated or corrupt)");
       }
 #else
       NotBuilt(info.format, field);
 #endif
-      break;
+      return;
     }
   }
-  if (out_h == image.height && out_w == image.width) return image;
-  return ResizeBilinear(image, out_h, out_w);
+}
+
+// The full-size pixels of an image that is then resized: kept per thread
+// between images (no allocation, no zeroing, no page faults per image) up to
+// this size; a larger buffer is freed after its image.
+constexpr std::size_t kKeepScratchBytes = std::size_t{32} << 20;
+thread_local std::vector<std::uint8_t> decode_scratch;
+
+struct ScratchGuard {
+  ~ScratchGuard() {
+    if (decode_scratch.capacity() > kKeepScratchBytes)
+      std::vector<std::uint8_t>().swap(decode_scratch);
+  }
+};
+
+}  // namespace
+
+Image ResizeBilinear(const Image& in, Index height, Index width) {
+  if (height == in.height && width == in.width) return in;
+  Image out{height, width, std::vector<std::uint8_t>(height * width * 3)};
+  ResizeInto(in.pixels.data(), in.height, in.width, height, width, out.pixels.data());
+  return out;
+}
+
+std::pair<Index, Index> DecodeImageInto(std::span<const std::uint8_t> bytes, std::string_view field,
+                                        const ResizeOptions& resize, Index max_pixels,
+                                        std::span<std::uint8_t> out) {
+  const ImageInfo info = ReadImageInfo(bytes, field, max_pixels);
+  const auto [out_h, out_w] = ResizedShape(info.height, info.width, resize);
+  if (static_cast<Index>(out.size()) != out_h * out_w * 3) {
+    ThrowInvalid("out", "has " + Str(static_cast<Index>(out.size())) + " bytes, the image " +
+                            Str(out_h) + " x " + Str(out_w) + " x 3");
+  }
+  if (out_h == info.height && out_w == info.width) {
+    DecodePixels(bytes, field, info, max_pixels, out.data());
+  } else {
+    ScratchGuard guard;
+    const std::size_t size = static_cast<std::size_t>(info.height) * info.width * 3;
+    if (decode_scratch.size() < size) decode_scratch.resize(size);
+    DecodePixels(bytes, field, info, max_pixels, decode_scratch.data());
+    ResizeInto(decode_scratch.data(), info.height, info.width, out_h, out_w, out.data());
+  }
+  return {out_h, out_w};
+}
+
+Image DecodeImage(std::span<const std::uint8_t> bytes, std::string_view field,
+                  const ResizeOptions& resize, Index max_pixels) {
+  const ImageInfo info = ReadImageInfo(bytes, field, max_pixels);
+  const auto [out_h, out_w] = ResizedShape(info.height, info.width, resize);
+  Image image{out_h, out_w, std::vector<std::uint8_t>(out_h * out_w * 3)};
+  (void)DecodeImageInto(bytes, field, resize, max_pixels, image.pixels);
+  return image;
 }
 
 }  // namespace shardkit

@@ -45,6 +45,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shardkit/base/index.h"
@@ -106,6 +107,16 @@ struct ResizeOptions {
 [[nodiscard]] Image DecodeImage(std::span<const std::uint8_t> bytes, std::string_view field,
                                 const ResizeOptions& resize = {},
                                 Index max_pixels = kDefaultMaxImagePixels);
+
+// DecodeImage into `out` (a batch's slot: no copy; the full-size pixels of a
+// resized image are decoded into a per-thread buffer that is kept between
+// images up to 32 MiB). Returns the (height, width) written. Throws as
+// DecodeImage, and invalid_argument naming "out" when out.size() is not
+// height * width * 3 of ResizedShape (what ReadImageInfo's header gives).
+[[nodiscard]] std::pair<Index, Index> DecodeImageInto(std::span<const std::uint8_t> bytes,
+                                                      std::string_view field,
+                                                      const ResizeOptions& resize, Index max_pixels,
+                                                      std::span<std::uint8_t> out);
 
 // Pillow's Image.resize((width, height), Image.BILINEAR) of an RGB image.
 // REQUIRES: image.pixels.size() == image.height * image.width * 3, all sides >= 1.
