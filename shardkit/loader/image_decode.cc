@@ -532,11 +532,18 @@ template <int kLanes>
                                               std::uint8_t* out) {
   ResampleRowsBody(src, stride, c, out_rows, out);
 }
-[[gnu::target("avx512f,avx512bw,prefer-vector-width=512")]] void ResampleRowsAvx512(
-    const std::uint8_t* src, Index stride, const Coefficients& c, Index out_rows,
-    std::uint8_t* out) {
+// 512-bit vectors (both compilers prefer 256 bits by default on AVX-512).
+#if defined(__clang__)
+#define SHARDKIT_AVX512 gnu::target("avx512f,avx512bw"), clang::min_vector_width(512)
+#else
+#define SHARDKIT_AVX512 gnu::target("avx512f,avx512bw,prefer-vector-width=512")
+#endif
+[[SHARDKIT_AVX512]] void ResampleRowsAvx512(const std::uint8_t* src, Index stride,
+                                            const Coefficients& c, Index out_rows,
+                                            std::uint8_t* out) {
   ResampleRowsBody(src, stride, c, out_rows, out);
 }
+#undef SHARDKIT_AVX512
 #endif
 
 void ResampleRows(const std::uint8_t* src, Index stride, const Coefficients& c, Index out_rows,
