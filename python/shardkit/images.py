@@ -76,13 +76,24 @@ def decode_image(
     max_pixels: Optional[int] = None,
     field: str = "image",
     pixel_limit: int = DEFAULT_PIXEL_LIMIT,
+    jpeg_draft: bool = False,
 ) -> np.ndarray:
     """Pixels [height, width, 3] uint8. ``size=(h, w)``: resized to exactly
     that; else ``max_pixels``: scaled down (both sides by sqrt(max_pixels /
-    (h * w)), floored) when larger; else the decoded size."""
+    (h * w)), floored) when larger; else the decoded size.
+
+    ``jpeg_draft=True`` (a faster mode, other pixels): a JPEG at least twice
+    the target size is decoded at 1/2, 1/4 or 1/8 scale by libjpeg-turbo
+    first, as Pillow's ``im.draft("RGB", (w, h))`` before the resize."""
     h, w = _size(size)
     return _core._decode_image(
-        _bytes(data, field), field, h, w, int(max_pixels or 0), int(pixel_limit)
+        _bytes(data, field),
+        field,
+        h,
+        w,
+        int(max_pixels or 0),
+        int(pixel_limit),
+        bool(jpeg_draft),
     )
 
 
@@ -103,7 +114,7 @@ class ImageDecoder:
     [n, 2] (height, width after the resize); ``image_offsets``: int64 [n + 1],
     image i's bytes in the flat buffer. ``samples[i]`` (the sample image i
     belongs to) only names the sample in errors: ``ValueError("images: sample
-    12, image 0: ...")``.
+    12, image 0: ...")``. ``jpeg_draft``: as in :func:`decode_image`.
     """
 
     def __init__(
@@ -113,14 +124,19 @@ class ImageDecoder:
         max_pixels: Optional[int] = None,
         threads: int = 0,
         pixel_limit: int = DEFAULT_PIXEL_LIMIT,
+        jpeg_draft: bool = False,
     ) -> None:
         self.size = None if size is None else _size(size)
         self.max_pixels = max_pixels
         self.pixel_limit = int(pixel_limit)
+        self.jpeg_draft = bool(jpeg_draft)
         self._threads = int(threads)
-        h, w = _size(size)
-        self._decoder = _core._ImageBatchDecoder(
-            h, w, int(max_pixels or 0), self.pixel_limit, self._threads
+        self._decoder = self._make()
+
+    def _make(self):
+        h, w = _size(self.size)
+        return _core._ImageBatchDecoder(
+            h, w, int(self.max_pixels or 0), self.pixel_limit, self._threads, self.jpeg_draft
         )
 
     @property
@@ -142,8 +158,6 @@ class ImageDecoder:
         return state
 
     def __setstate__(self, state: dict) -> None:
+        state.setdefault("jpeg_draft", False)  # pickled before the option existed
         self.__dict__.update(state)
-        h, w = _size(self.size)
-        self._decoder = _core._ImageBatchDecoder(
-            h, w, int(self.max_pixels or 0), self.pixel_limit, self._threads
-        )
+        self._decoder = self._make()

@@ -50,16 +50,18 @@ void init_image(nb::module_& m) {
   m.def(
       "_decode_image",
       [](const nb::bytes& data, const std::string& field, Index height, Index width,
-         Index max_pixels, Index pixel_limit) {
+         Index max_pixels, Index pixel_limit, bool jpeg_draft) {
         Image image;
         {
           ReleaseGil unlocked;
-          image = DecodeImage(BytesOf(data), field, {height, width, max_pixels}, pixel_limit);
+          image = DecodeImage(BytesOf(data), field, {height, width, max_pixels, jpeg_draft},
+                              pixel_limit);
         }
         return Own(std::move(image.pixels), {static_cast<std::size_t>(image.height),
                                              static_cast<std::size_t>(image.width), 3});
       },
-      "data"_a, "field"_a, "height"_a, "width"_a, "max_pixels"_a, "pixel_limit"_a);
+      "data"_a, "field"_a, "height"_a, "width"_a, "max_pixels"_a, "pixel_limit"_a,
+      "jpeg_draft"_a = false);
   m.def(
       "_resize_bilinear",
       [](nb::ndarray<const std::uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu> pixels,
@@ -78,10 +80,12 @@ void init_image(nb::module_& m) {
       .def(
           "__init__",
           [](ImageBatchDecoder* self, Index height, Index width, Index max_pixels,
-             Index pixel_limit, int threads) {
-            new (self) ImageBatchDecoder({{height, width, max_pixels}, pixel_limit, threads});
+             Index pixel_limit, int threads, bool jpeg_draft) {
+            new (self)
+                ImageBatchDecoder({{height, width, max_pixels, jpeg_draft}, pixel_limit, threads});
           },
-          "height"_a, "width"_a, "max_pixels"_a, "pixel_limit"_a, "threads"_a)
+          "height"_a, "width"_a, "max_pixels"_a, "pixel_limit"_a, "threads"_a,
+          "jpeg_draft"_a = false)
       .def_prop_ro("threads", &ImageBatchDecoder::threads)
       .def(
           "decode",

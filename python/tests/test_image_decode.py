@@ -4,6 +4,7 @@ stated tolerance), the resize equal to Pillow's BILINEAR, and hostile bytes
 refused with one ValueError naming the field."""
 
 import io
+import pickle
 import struct
 import zlib
 
@@ -261,6 +262,58 @@ def test_png_files_off_the_fast_path_keep_libpng_rules():
             images.decode_image(data)
 
 
+def pillow_draft(data, size):
+    """Pillow with its JPEG draft mode: DCT-scaled decode, then BILINEAR."""
+    im = Image.open(io.BytesIO(data))
+    im.draft("RGB", (size[1], size[0]))
+    return np.asarray(im.convert("RGB").resize((size[1], size[0]), Image.BILINEAR))
+
+
+@pytest.mark.parametrize(
+    "shape,size,kw",
+    [
+        ((600, 800), (224, 224), {}),  # 1/2
+        ((1000, 480), (224, 112), {"subsampling": 0}),  # 1/4
+        ((1800, 1900), (224, 224), {}),  # 1/8
+        ((700, 500), (100, 70), {"subsampling": 1}),  # 1/4 (4:2:2)
+        ((300, 420), (224, 224), {}),  # under 2x: no draft
+        ((64, 64), (5, 7), {}),  # 1/8: 8 x 8
+    ],
+)
+def test_jpeg_draft_equals_pillows_draft(shape, size, kw):
+    """jpeg_draft=True is Pillow's im.draft("RGB", size) before the resize
+    (within the JPEG tolerance), one by one and in a batch; it is a mode with
+    other pixels than the exact path (for a JPEG at least twice the target)."""
+    data = encode(photo(*shape), "JPEG", quality=90, **kw)
+    ours = images.decode_image(data, size=size, jpeg_draft=True)
+    theirs = pillow_draft(data, size)
+    diff = np.abs(ours.astype(int) - theirs.astype(int))
+    assert diff.max() <= JPEG_MAX_DIFF and diff.mean() <= JPEG_MEAN_DIFF, (diff.max(), diff.mean())
+    batch = images.ImageDecoder(size=size, threads=2, jpeg_draft=True)([data, data])
+    np.testing.assert_array_equal(batch["pixel_values"][1], ours)
+    exact = images.decode_image(data, size=size)
+    if min(shape[0] // size[0], shape[1] // size[1]) >= 2:
+        assert not np.array_equal(exact, ours)
+    else:
+        np.testing.assert_array_equal(exact, ours)
+
+
+def test_jpeg_draft_leaves_other_formats_and_grey_jpeg_to_their_rules():
+    png = encode(photo(600, 500), "PNG")
+    np.testing.assert_array_equal(
+        images.decode_image(png, size=(100, 100), jpeg_draft=True),
+        images.decode_image(png, size=(100, 100)),
+    )
+    grey = encode(photo(600, 500), "JPEG", "L")
+    ours = images.decode_image(grey, max_pixels=100 * 80, jpeg_draft=True)
+    theirs = pillow_draft(grey, ours.shape[:2])
+    assert np.abs(ours.astype(int) - theirs.astype(int)).max() <= JPEG_MAX_DIFF
+    d = images.ImageDecoder(size=(50, 50), jpeg_draft=True)
+    d2 = pickle.loads(pickle.dumps(d))
+    assert d2.jpeg_draft is True
+    np.testing.assert_array_equal(d([grey])["pixel_values"], d2([grey])["pixel_values"])
+
+
 def test_hostile_bytes_are_one_error_naming_the_field():
     good = encode(photo(64, 48), "JPEG")
     png = encode(photo(64, 48), "PNG")
@@ -310,8 +363,6 @@ def test_hostile_bytes_are_one_error_naming_the_field():
 
 
 def test_decoder_pickles_for_dataloader_workers():
-    import pickle
-
     d = images.ImageDecoder(size=(8, 8), threads=2)
     d2 = pickle.loads(pickle.dumps(d))
     data = encode(photo(20, 20), "PNG")

@@ -676,6 +676,33 @@ void DecodePixels(std::span<const std::uint8_t> bytes, std::string_view field,
   }
 }
 
+#if SHARDKIT_HAVE_TURBOJPEG
+// ResizeOptions::jpeg_draft's scale for an h x w JPEG resized to out_h x out_w:
+// Pillow's JpegImageFile.draft rule, kept only where TurboJPEG's
+// tjDecompress2 (which picks the first of its scaling factors whose output
+// fits the size asked) picks 1/s for ceil(w / s) x ceil(h / s); else 1.
+int JpegDraftScale(Index h, Index w, Index out_h, Index out_w) {
+  const Index scale = std::min(w / out_w, h / out_h);
+  int s = 1;
+  for (int c : {8, 4, 2}) {
+    if (scale >= c) {
+      s = c;
+      break;
+    }
+  }
+  if (s == 1) return 1;
+  const Index dw = (w + s - 1) / s, dh = (h + s - 1) / s;
+  int n = 0;
+  const tjscalingfactor* f = tjGetScalingFactors(&n);
+  for (int i = 0; f != nullptr && i < n; ++i) {
+    if (TJSCALED(w, f[i]) <= dw && TJSCALED(h, f[i]) <= dh) {
+      return f[i].num == 1 && f[i].denom == s ? s : 1;
+    }
+  }
+  return 1;
+}
+#endif
+
 // The full-size pixels of an image that is then resized: kept per thread
 // between images (no allocation, no zeroing, no page faults per image) up to
 // this size; a larger buffer is freed after its image.
@@ -709,13 +736,32 @@ std::pair<Index, Index> DecodeImageInto(std::span<const std::uint8_t> bytes, std
   }
   if (out_h == info.height && out_w == info.width) {
     DecodePixels(bytes, field, info, max_pixels, out.data());
-  } else {
-    ScratchGuard guard;
-    const std::size_t size = static_cast<std::size_t>(info.height) * info.width * 3;
-    if (decode_scratch.size() < size) decode_scratch.resize(size);
-    DecodePixels(bytes, field, info, max_pixels, decode_scratch.data());
-    ResizeInto(decode_scratch.data(), info.height, info.width, out_h, out_w, out.data());
+    return {out_h, out_w};
   }
+#if SHARDKIT_HAVE_TURBOJPEG
+  const int s = resize.jpeg_draft && info.format == ImageFormat::kJpeg
+                    ? JpegDraftScale(info.height, info.width, out_h, out_w)
+                    : 1;
+  if (s > 1) {
+    const Index dh = (info.height + s - 1) / s, dw = (info.width + s - 1) / s;
+    ScratchGuard guard;
+    if (decode_scratch.size() < static_cast<std::size_t>(dh * dw * 3)) {
+      decode_scratch.resize(dh * dw * 3);
+    }
+    if (tjDecompress2(JpegHandle(), bytes.data(), bytes.size(), decode_scratch.data(),
+                      static_cast<int>(dw), 0, static_cast<int>(dh), TJPF_RGB,
+                      TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING) != 0) {
+      Fail(field, "jpeg data does not decode: " + JpegErrorAndReset());
+    }
+    ResizeInto(decode_scratch.data(), dh, dw, out_h, out_w, out.data());
+    return {out_h, out_w};
+  }
+#endif
+  ScratchGuard guard;
+  const std::size_t size = static_cast<std::size_t>(info.height) * info.width * 3;
+  if (decode_scratch.size() < size) decode_scratch.resize(size);
+  DecodePixels(bytes, field, info, max_pixels, decode_scratch.data());
+  ResizeInto(decode_scratch.data(), info.height, info.width, out_h, out_w, out.data());
   return {out_h, out_w};
 }
 
