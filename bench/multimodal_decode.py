@@ -25,6 +25,11 @@ outputs, so the difference is what the workers add. Best of --rounds interleaved
 rounds. Prints the load average before and after.
 
     PYTHONPATH=python .venv/bin/python bench/multimodal_decode.py [--images 120] [--rounds 3]
+
+--jpeg-draft: both sides in their JPEG draft mode (DCT-scaled decode when the
+file is at least twice the target, then the same resize): shardkit's
+ImageDecoder(jpeg_draft=True) against Pillow's im.draft("RGB", size) before
+convert/resize (outputs checked equal as above). --formats picks JPEG, PNG.
 """
 
 import argparse
@@ -74,14 +79,18 @@ def make_files(n, fmt, seed):
 
 
 class PillowImages(tud.Dataset):
-    def __init__(self, files):
+    def __init__(self, files, draft=False):
         self.files = files
+        self.draft = draft
 
     def __len__(self):
         return len(self.files)
 
     def __getitem__(self, i):
-        im = Image.open(io.BytesIO(self.files[i])).convert("RGB").resize(SIZE[::-1], Image.BILINEAR)
+        im = Image.open(io.BytesIO(self.files[i]))
+        if self.draft:
+            im.draft("RGB", SIZE[::-1])
+        im = im.convert("RGB").resize(SIZE[::-1], Image.BILINEAR)
         return torch.from_numpy(np.asarray(im))
 
 
@@ -122,8 +131,8 @@ class PeakRss:
 cpu_seconds = bench_util.cpu_seconds
 
 
-def run_shardkit(files, threads, batch):
-    decoder = ImageDecoder(size=SIZE, threads=threads)
+def run_shardkit(files, threads, batch, draft):
+    decoder = ImageDecoder(size=SIZE, threads=threads, jpeg_draft=draft)
     outs = []
     with PeakRss() as rss:
         c0, t0 = cpu_seconds(), time.perf_counter()
@@ -133,8 +142,8 @@ def run_shardkit(files, threads, batch):
     return wall, cpu - rss.cpu, rss.peak, np.concatenate(outs)
 
 
-def run_pillow(files, workers, batch):
-    loader = tud.DataLoader(PillowImages(files), batch_size=batch, num_workers=workers)
+def run_pillow(files, workers, batch, draft):
+    loader = tud.DataLoader(PillowImages(files, draft), batch_size=batch, num_workers=workers)
     outs = []
     with PeakRss() as rss:
         c0, t0 = cpu_seconds(), time.perf_counter()
@@ -158,12 +167,17 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2, help="K: C++ threads / DataLoader workers")
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--jpeg-draft", action="store_true", help="both sides' JPEG draft mode")
+    ap.add_argument("--formats", default="JPEG,PNG")
     args = ap.parse_args()
     print(
         f"machine: {platform.machine()} {os.cpu_count()} cpus, {platform.python_version()}, "
         f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
-    formats = {"JPEG": make_files(args.images, "JPEG", 1), "PNG": make_files(args.images, "PNG", 2)}
+    seeds = {"JPEG": 1, "PNG": 2}
+    formats = {f: make_files(args.images, f, seeds[f]) for f in args.formats.split(",")}
+    if args.jpeg_draft:
+        print("JPEG draft mode on both sides (DCT-scaled decode, then the resize)")
     for fmt, files in formats.items():
         mb = sum(map(len, files)) / 1e6
         print(f"{fmt}: {len(files)} files, {mb:.1f} MB encoded, 224-1024 px a side -> {SIZE}")
@@ -174,7 +188,7 @@ def main():
             ref = None
             for name, k in sides:
                 run = run_shardkit if name == "shardkit" else run_pillow
-                wall, cpu, rss, out = run(files, k, args.batch)
+                wall, cpu, rss, out = run(files, k, args.batch, args.jpeg_draft)
                 if ref is None:
                     ref = out
                 equal = np.array_equal(out, ref)
