@@ -178,6 +178,21 @@ bool PngDecode(PngJob* job) {
 }
 #endif
 
+// Per-thread buffers are kept between images (no allocation, zeroing or page
+// faults per image) up to this size each; a larger one is freed after its
+// image, so a pool of T threads keeps at most ~3 * T * 4 MiB.
+constexpr std::size_t kKeepBufferBytes = std::size_t{4} << 20;
+
+struct TrimOnExit {
+  std::vector<std::uint8_t>* a;
+  std::vector<std::uint8_t>* b = nullptr;
+  ~TrimOnExit() {
+    for (std::vector<std::uint8_t>* v : {a, b}) {
+      if (v != nullptr && v->capacity() > kKeepBufferBytes) std::vector<std::uint8_t>().swap(*v);
+    }
+  }
+};
+
 #if SHARDKIT_HAVE_PNG && SHARDKIT_HAVE_DEFLATE
 // The PNG fast path: libdeflate's inflate (about 1.7x zlib's on photo-like
 // PNGs) and our own unfiltering, for the common files only: 8 bits per
@@ -189,7 +204,7 @@ bool PngDecode(PngJob* job) {
 // gives the same pixels (the PNG filters and the RGB conversion are exact).
 struct DeflateHolder {
   libdeflate_decompressor* d = nullptr;
-  std::vector<std::uint8_t> idat, raw;  // kept between images (no page faults)
+  std::vector<std::uint8_t> idat, raw;  // kept between images (kKeepBufferBytes)
   ~DeflateHolder() {
     if (d != nullptr) libdeflate_free_decompressor(d);
   }
@@ -287,6 +302,7 @@ bool PngDecodeFast(std::span<const std::uint8_t> b, Index max_pixels, std::uint8
   const int bpp = color == 0 ? 1 : color == 4 ? 2 : color == 2 ? 3 : color == 6 ? 4 : 0;
   if (bpp == 0) return false;
   DeflateHolder& holder = deflate_holder;
+  const TrimOnExit trim{&holder.idat, &holder.raw};
   // Walk the chunks to the end of the IDAT run, checking every CRC.
   std::size_t pos = 8, idat_bytes = 0, idat_chunks = 0;
   const std::uint8_t* single = nullptr;
@@ -703,18 +719,8 @@ int JpegDraftScale(Index h, Index w, Index out_h, Index out_w) {
 }
 #endif
 
-// The full-size pixels of an image that is then resized: kept per thread
-// between images (no allocation, no zeroing, no page faults per image) up to
-// this size; a larger buffer is freed after its image.
-constexpr std::size_t kKeepScratchBytes = std::size_t{32} << 20;
+// The full-size pixels of an image that is then resized (kKeepBufferBytes).
 thread_local std::vector<std::uint8_t> decode_scratch;
-
-struct ScratchGuard {
-  ~ScratchGuard() {
-    if (decode_scratch.capacity() > kKeepScratchBytes)
-      std::vector<std::uint8_t>().swap(decode_scratch);
-  }
-};
 
 }  // namespace
 
@@ -744,7 +750,7 @@ std::pair<Index, Index> DecodeImageInto(std::span<const std::uint8_t> bytes, std
                     : 1;
   if (s > 1) {
     const Index dh = (info.height + s - 1) / s, dw = (info.width + s - 1) / s;
-    ScratchGuard guard;
+    const TrimOnExit trim{&decode_scratch};
     if (decode_scratch.size() < static_cast<std::size_t>(dh * dw * 3)) {
       decode_scratch.resize(dh * dw * 3);
     }
@@ -757,7 +763,7 @@ std::pair<Index, Index> DecodeImageInto(std::span<const std::uint8_t> bytes, std
     return {out_h, out_w};
   }
 #endif
-  ScratchGuard guard;
+  const TrimOnExit trim{&decode_scratch};
   const std::size_t size = static_cast<std::size_t>(info.height) * info.width * 3;
   if (decode_scratch.size() < size) decode_scratch.resize(size);
   DecodePixels(bytes, field, info, max_pixels, decode_scratch.data());

@@ -121,7 +121,7 @@ struct ResizeOptions {
 
 // DecodeImage into `out` (a batch's slot: no copy; the full-size pixels of a
 // resized image are decoded into a per-thread buffer that is kept between
-// images up to 32 MiB). Returns the (height, width) written. Throws as
+// images up to 4 MiB). Returns the (height, width) written. Throws as
 // DecodeImage, and invalid_argument naming "out" when out.size() is not
 // height * width * 3 of ResizedShape (what ReadImageInfo's header gives).
 [[nodiscard]] std::pair<Index, Index> DecodeImageInto(std::span<const std::uint8_t> bytes,
