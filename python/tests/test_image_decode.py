@@ -242,10 +242,9 @@ def test_images_over_the_kept_buffer_size_decode_as_pillow():
     """A thread keeps its decode buffers between images up to 4 MiB each; a
     larger image (here 4.3 MB of pixels, then a small one, then again)
     decodes through freshly allocated buffers to the same pixels."""
-    big, small = photo(1300, 1100, seed=3), photo(40, 30, seed=4)
-    for pixels in (big, small, big):
-        for fmt in ("PNG", "JPEG"):
-            data = encode(pixels, fmt)
+    for fmt in ("PNG", "JPEG"):
+        big, small = encode(photo(1300, 1100, seed=3), fmt), encode(photo(40, 30, seed=4), fmt)
+        for data in (big, small, big):
             theirs = Image.open(io.BytesIO(data)).convert("RGB").resize((97, 101), Image.BILINEAR)
             diff = np.abs(images.decode_image(data, size=(101, 97)).astype(int) - theirs)
             assert diff.max() <= (0 if fmt == "PNG" else JPEG_MAX_DIFF)
