@@ -154,6 +154,30 @@ TEST(ImageDecodeTest, ResizeKeepsAConstantImage) {
   }
 }
 
+TEST(ImageDecodeTest, DecodeImageIntoWritesDecodeImagesPixelsAndChecksTheSlot) {
+  if (!Built("png") || !Built("webp")) GTEST_SKIP() << "png or webp not built";
+  for (const auto* bytes : {&kPng, &kWebp}) {
+    std::vector<std::uint8_t> out(18 + 60, 0xAB);
+    EXPECT_EQ(
+        DecodeImageInto(*bytes, "x", {}, kDefaultMaxImagePixels, std::span(out).subspan(0, 18)),
+        std::make_pair(Index{2}, Index{3}));
+    EXPECT_EQ(std::vector<std::uint8_t>(out.begin(), out.begin() + 18), kPixels);
+    EXPECT_EQ(
+        DecodeImageInto(*bytes, "x", {4, 5, 0}, kDefaultMaxImagePixels, std::span(out).subspan(18)),
+        std::make_pair(Index{4}, Index{5}));
+    EXPECT_EQ(std::vector<std::uint8_t>(out.begin() + 18, out.end()),
+              DecodeImage(*bytes, "x", {4, 5, 0}).pixels);
+    try {
+      (void)DecodeImageInto(*bytes, "x", {4, 5, 0}, kDefaultMaxImagePixels,
+                            std::span(out).subspan(0, 59));
+      FAIL() << "no error";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("out: has 59 bytes, the image 4 x 5 x 3", 0), 0u)
+          << e.what();
+    }
+  }
+}
+
 TEST(ImageBatchDecoderTest, BatchIsTheImagesInOrderAndNamesTheFailingSample) {
   if (!Built("png") || !Built("webp")) GTEST_SKIP() << "png or webp not built";
   ImageBatchDecoder decoder({{}, kDefaultMaxImagePixels, 3});
