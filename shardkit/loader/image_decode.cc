@@ -222,6 +222,7 @@ bool Unfilter(int type, std::uint8_t* cur, const std::uint8_t* prev, Index n) {
     case 1: {
       std::uint8_t a[kBpp] = {};
       for (Index i = 0; i < n; i += kBpp) {
+#pragma GCC unroll 4
         for (int c = 0; c < kBpp; ++c)
           cur[i + c] = a[c] = static_cast<std::uint8_t>(cur[i + c] + a[c]);
       }
@@ -233,6 +234,7 @@ bool Unfilter(int type, std::uint8_t* cur, const std::uint8_t* prev, Index n) {
     case 3: {
       std::uint8_t a[kBpp] = {};
       for (Index i = 0; i < n; i += kBpp) {
+#pragma GCC unroll 4
         for (int c = 0; c < kBpp; ++c) {
           cur[i + c] = a[c] = static_cast<std::uint8_t>(cur[i + c] + ((a[c] + prev[i + c]) >> 1));
         }
@@ -242,6 +244,7 @@ bool Unfilter(int type, std::uint8_t* cur, const std::uint8_t* prev, Index n) {
     case 4: {
       int a[kBpp] = {}, up_left[kBpp] = {};
       for (Index i = 0; i < n; i += kBpp) {
+#pragma GCC unroll 4
         for (int c = 0; c < kBpp; ++c) {
           const int b = prev[i + c], cc = up_left[c];
           const int pa = std::abs(b - cc), pb = std::abs(a[c] - cc),
