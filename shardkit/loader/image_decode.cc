@@ -464,7 +464,7 @@ std::pair<Index, Index> ResizedShape(Index h, Index w, const ResizeOptions& r) {
 namespace {
 
 // The decoded pixels of `bytes` (info: its header) into `out`, h * w * 3 bytes.
-void DecodePixels(std::span<const std::uint8_t> bytes, std::string_view field,
+void DecodePixels([[maybe_unused]] std::span<const std::uint8_t> bytes, std::string_view field,
                   const ImageInfo& info, [[maybe_unused]] Index max_pixels,
                   [[maybe_unused]] std::uint8_t* out) {
   switch (info.format) {
