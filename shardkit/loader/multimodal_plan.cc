@@ -18,6 +18,7 @@ namespace {
 constexpr Index kNoLimit = std::numeric_limits<Index>::max();
 constexpr std::string_view kKind = "multimodal_plan";
 constexpr int kVersion = 1;
+constexpr Index kMaxRowsPerStep = Index{1} << 24;
 
 Index CheckedAdd(Index a, Index b, std::string_view param) {
   Index out;
@@ -198,6 +199,12 @@ MultimodalPlan::MultimodalPlan(SampleTable table, const MultimodalOptions& optio
   if (o.max_images) CheckAtLeast("max_images", *o.max_images, 0);
   if (o.max_vision_tokens) CheckAtLeast("max_vision_tokens", *o.max_vision_tokens, 0);
   if (o.max_images_per_sample) CheckAtLeast("max_images_per_sample", *o.max_images_per_sample, 0);
+  // The deal holds every row of every step: bound the rows of one step.
+  if (const Index g = CheckedMul("world_size", o.world_size, o.rows_per_rank);
+      g > kMaxRowsPerStep) {
+    ThrowInvalid("world_size", "world_size * rows_per_rank = " + Str(g) +
+                                   " rows per step, more than " + Str(kMaxRowsPerStep));
+  }
   const Index n = table_.size();
   if (static_cast<Index>(table_.image_offsets.size()) != n + 1 ||
       table_.image_offsets.back() != static_cast<Index>(table_.vision_tokens.size())) {

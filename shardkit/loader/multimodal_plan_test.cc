@@ -271,5 +271,26 @@ TEST(MultimodalPlanTest, BadInputNamesTheParameter) {
   EXPECT_THROW((void)plan.Rows(1, 0), std::out_of_range);
 }
 
+TEST(MultimodalPlan, HugeWorldTimesRowsIsRefusedNamingWorldSize) {
+  SampleTable t = SampleTable::Make({3, 4}, {}, {});
+  for (auto [w, r] : {std::pair<Index, Index>{Index{1} << 62, 4}, {Index{1} << 20, 32}}) {
+    MultimodalOptions o;
+    o.seq_len = 8;
+    o.world_size = w;
+    o.rows_per_rank = r;
+    try {
+      MultimodalPlan plan(t, o);
+      ADD_FAILURE() << "accepted world_size " << w;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("world_size: ", 0), 0u) << e.what();
+    }
+  }
+  MultimodalOptions o;
+  o.seq_len = 8;
+  o.world_size = Index{1} << 12;
+  o.rows_per_rank = Index{1} << 12;  // 2^24 rows per step: accepted
+  EXPECT_EQ(MultimodalPlan(t, o).num_steps(), 1);
+}
+
 }  // namespace
 }  // namespace shardkit
