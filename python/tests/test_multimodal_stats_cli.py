@@ -239,3 +239,17 @@ def test_bad_input_is_refused_with_one_line(cli, tmp_path, args, message):
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardkit multimodal-stats: " + message), lines
+
+
+def test_demo_pictures_vision_work_before_and_after(cli, tmp_path):
+    report = tmp_path / "demo.html"
+    out = cli("demo", "--out", report, "--json")
+    assert out.returncode == 0, out.stderr
+    mm = json.loads(out.stdout)["multimodal"]
+    html = report.read_text()
+    section = html[html.index("<h2>Image-text samples") :]
+    svg = section[section.index("<svg") : section.index("</svg>") + 6]
+    cells = ET.fromstring(svg).findall(".//{http://www.w3.org/2000/svg}rect[@class='cell']")
+    assert len(cells) == 2 * mm["steps"] * 8
+    assert mm["vision_after"]["mean"] < 1.05 < mm["vision_before"]["mean"]
+    assert mm["padding"] < 0.02
