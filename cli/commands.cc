@@ -26,6 +26,10 @@ const std::vector<Command>& Commands() {
       {"multimodal-stats",
        "image-text samples: steps, padding, vision work per rank before/after balancing",
        RunMultimodalStats},
+      {"image-table",
+       "the sample table of image-text data (tar shards, datasets folder) "
+       "(python -m shardkit image-table)",
+       RunImageTable},
       {"prepare", "raw text to Megatron .bin/.idx or .npy token files (python -m shardkit prepare)",
        RunPrepare},
       {"layout", "which slice of a global array each device and process holds", RunLayout},

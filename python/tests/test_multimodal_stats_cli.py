@@ -5,12 +5,16 @@ from the images Pillow wrote, and bad input refused with one line."""
 
 import io
 import json
+import os
+import subprocess
+import sys
 import tarfile
 import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-from shardkit.multimodal import MultimodalPlan, qwen_vision_tokens
+from conftest import cli_path
+from shardkit.multimodal import MultimodalPlan, qwen_vision_tokens, tile_vision_tokens
 
 
 def _table(seed, n):
@@ -253,3 +257,88 @@ def test_demo_pictures_vision_work_before_and_after(cli, tmp_path):
     assert len(cells) == 2 * mm["steps"] * 8
     assert mm["vision_after"]["mean"] < 1.05 < mm["vision_before"]["mean"]
     assert mm["padding"] < 0.02
+
+
+def _image_table(*args):
+    """`shardkit image-table ...` with this interpreter as its Python."""
+    env = dict(os.environ, SHARDKIT_PYTHON=sys.executable)
+    return subprocess.run(
+        [cli_path(), "image-table", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_image_table_of_tar_shards_is_the_table_of_the_images_written(cli, tmp_path):
+    rng = np.random.default_rng(4)
+    samples = [
+        (int(rng.integers(5, 200)), [tuple(rng.integers(32, 1300, 2)) for _ in range(c)])
+        for c in rng.integers(0, 4, 12)
+    ]
+    _shard(tmp_path / "a.tar", samples)
+    out = tmp_path / "t" / "table.json"
+    out.parent.mkdir()
+    r = _image_table("--tar", tmp_path / "a.tar", "--vision-rule", "tile", "--inline-vision",
+                     "--output", out, "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    vision = [tile_vision_tokens([h for h, _ in s], [w for _, w in s]).tolist() for _, s in samples]
+    lengths = [t + sum(v) for (t, _), v in zip(samples, vision)]
+    assert json.loads(out.read_text()) == {"lengths": lengths, "vision_tokens": vision}
+    summary = json.loads(r.stdout)
+    assert summary["samples"] == 12 and summary["tokens"] == sum(lengths)
+    assert [p.name for p in out.parent.iterdir()] == ["table.json"]
+    # multimodal-stats reads it as the tar shards themselves.
+    flags = ["--seq-len", 4096, "--world", 2, "--json"]
+    a = cli("multimodal-stats", "--table", out, *flags)
+    b = cli("multimodal-stats", "--tar", tmp_path / "a.tar", "--vision-rule", "tile",
+            "--inline-vision", *flags)  # fmt: skip
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert json.loads(a.stdout)["after"] == json.loads(b.stdout)["after"]
+
+
+def test_image_table_of_a_datasets_folder(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from PIL import Image
+
+    rng = np.random.default_rng(5)
+    rows = {"input_ids": [], "images": []}
+    sizes = []
+    for i in range(10):
+        n = int(rng.integers(0, 3))
+        shape = [tuple(int(x) for x in rng.integers(40, 700, 2)) for _ in range(n)]
+        sizes.append(shape)
+        rows["input_ids"].append(list(range(int(rng.integers(3, 50)))))
+        rows["images"].append([Image.new("RGB", (w, h), (i, 0, 0)) for h, w in shape])
+    features = datasets.Features(
+        {
+            "input_ids": datasets.Sequence(datasets.Value("int32")),
+            "images": datasets.Sequence(datasets.Image()),
+        }
+    )
+    datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(tmp_path / "ds"))
+    out = tmp_path / "table.json"
+    r = _image_table("--hf", tmp_path / "ds", "--vision-rule", "qwen", "--output", out)
+    assert r.returncode == 0, r.stderr
+    vision = [qwen_vision_tokens([h for h, _ in s], [w for _, w in s]).tolist() for s in sizes]
+    lengths = [len(x) for x in rows["input_ids"]]
+    assert json.loads(out.read_text()) == {"lengths": lengths, "vision_tokens": vision}
+    assert r.stdout.startswith(f"{tmp_path / 'ds'}: 10 samples, {sum(map(len, sizes))} images")
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--output", "x.json"], "one of the arguments --tar --hf is required"),
+        (["--tar", "nope.tar", "--output", "x.json"], "--tar: "),
+        (["--tar", "a.tar,", "--output", "x.json"], "--tar: an empty path"),
+        (["--hf", "nope", "--output", "x.json"], "--hf: "),
+        (["--tar", "a.tar", "--vision-rule", "big", "--output", "x.json"], "--vision-rule: "),
+    ],
+)
+def test_image_table_refuses_bad_input_with_one_line(tmp_path, args, message):
+    r = _image_table(*args)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shardkit image-table: " + message), lines
