@@ -215,7 +215,7 @@ def test_tar_shards_table_comes_from_the_images_written(cli, tmp_path):
         (["--table", "T", "--seq-len", 8, "--world", 0], "--world: must be at least 1, got 0"),
         (["--table", "T", "--seq-len", 8, "--batch", -1], "--batch: must be at least 1, got -1"),
         (["--table", "T", "--seq-len", 8, "--world", 2**62], "--world: "),
-        (["--table", "T", "--seq-len", 8, "--world", 2**22, "--batch", 8], "--world: "),
+        (["--table", "T", "--seq-len", 8, "--world", 2**22, "--batch", 8], "--batch: 8 rows per"),
         (["--table", "T", "--seq-len", 8, "--vision-cost", "cube"], "--vision-cost: expected"),
         (["--table", "T", "--seq-len", 8, "--mode", "x"], "--mode: expected 'pad' or 'drop'"),
         (["--table", "T", "--seq-len", 8, "--max-images", -2], "--max-images: must be at least"),
