@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -342,3 +343,39 @@ def test_image_table_refuses_bad_input_with_one_line(tmp_path, args, message):
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardkit image-table: " + message), lines
+
+
+def test_loader_bench_sides_deliver_the_same_samples_under_the_same_budgets(torch):
+    """bench/multimodal_loader.py: the nanoVLM transcription delivers its rank's
+    strided share exactly once, each pack within 1024 tokens and 18 images (its
+    budgets), and shardkit's side the rank's rows of the plan; both counted the
+    way the bench prints them."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import multimodal_loader as ml
+
+    samples, lengths, vision = ml.samples_of()
+    samples, lengths, vision = samples[:300], lengths[:300], vision[:300]
+    ds = ml.NanoVLMConstantLengthDataset(
+        samples, 1, 4, max_images_per_example=6, max_images_per_knapsack=18
+    )
+    seen = []
+    for pack in ds:
+        assert len(pack["input_ids"]) <= 1024 and len(pack["images"]) <= 18
+        seen.append(int(pack["input_ids"].sum()))
+    share = range(1, 300, 4)
+    # Each sample's ids are 1..n: the packs hold every share sample's tokens once.
+    assert sum(seen) == sum(int(lengths[i]) * (int(lengths[i]) + 1) // 2 for i in share)
+    out = ml.run_shardkit(samples, lengths, vision)
+    plan = MultimodalPlan(
+        lengths,
+        [len(v) for v in vision],
+        [x for v in vision for x in v],
+        seq_len=1024,
+        batch_size=8,
+        world_size=4,
+        max_images=18,
+        max_images_per_sample=6,
+    )
+    mine = [x for s in range(plan.num_steps) for row in plan.rows(0, s) for x in row]
+    assert out["samples"] == len(mine) and out["batches"] == plan.num_steps
+    assert out["tokens"] == sum(int(lengths[x]) for x in mine)
