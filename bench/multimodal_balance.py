@@ -14,7 +14,8 @@ Mixes (seed 1): 1,500 VQA-style samples, 20-300 text tokens, 0-6 images;
 seq_len 1024, 18 images per pack, 1 row per rank per step. Vision mean /
 worst: heaviest rank / mean rank per step, over the steps without filler rows;
 padding: of every row of the plan (the last step's filler rows included); in
-packs: of the packs alone. nanoVLM has no filler rows: its ranks run different
+packs: of the packs alone; bound: the least padding of any equal-steps plan that never
+splits a sample (ceil(ceil(tokens / seq_len) / W) steps). nanoVLM has no filler rows: its ranks run different
 numbers of packs (the steps past the shortest rank are not counted).
 
     PYTHONPATH=python .venv/bin/python bench/multimodal_balance.py
@@ -153,13 +154,22 @@ def ours(lengths, counts, vision, world, squared):
         b["token_ratio"][full],
         pad,
         1 - s["tokens"] / (s["packs"] * 1024),
+        bound(s["tokens"], world),
     )
+
+
+def bound(tokens, world, seq_len=1024):
+    """The least padding of any equal-steps plan of one row per rank that never splits a
+    sample: at least ceil(tokens / seq_len) rows hold data, so at least
+    ceil(that / world) steps run."""
+    rows = -(-tokens // seq_len)
+    return 1 - tokens / (-(-rows // world) * world * seq_len)
 
 
 def main():
     print(
         f"{'mix':6} {'cost':8} {'W':>2} {'plan':16} {'vision mean':>11} {'worst':>6} "
-        f"{'tokens mean':>11} {'worst':>6} {'padding':>8} {'in packs':>8}"
+        f"{'tokens mean':>11} {'worst':>6} {'padding':>8} {'in packs':>8} {'bound':>8}"
     )
     for tiles in (False, True):
         lengths, counts, vision = mix(tiles)
@@ -170,11 +180,12 @@ def main():
                     ("today (TrainPlan)", today),
                     ("MultimodalPlan", ours),
                 ):
-                    v, t, pad, in_packs = fn(lengths, counts, vision, world, squared)
+                    v, t, pad, in_packs, *least = fn(lengths, counts, vision, world, squared)
                     print(
                         f"{'tiles' if tiles else 'fixed':6} {'squared' if squared else 'tokens':8} "
                         f"{world:2} {name:16} {v.mean():11.3f} {v.max():6.3f} "
                         f"{t.mean():11.3f} {t.max():6.3f} {100 * pad:7.2f}% {100 * in_packs:7.2f}%"
+                        + (f" {100 * least[0]:7.2f}%" if least else "")
                     )
 
 

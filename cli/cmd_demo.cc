@@ -54,6 +54,7 @@ int RunDemo(const Argv& argv) {
   DemoEval(context, report);
   DemoLoader(context, report);
   DemoContextParallel(context, report);
+  DemoMultimodal(context, report);
   DemoLayout(context, report);
 
   std::filesystem::path out_path(path);

@@ -1,4 +1,5 @@
-// shardkit prepare: raw text to Megatron .bin/.idx or shardkit's .npy pair.
+// shardkit prepare: raw text to Megatron .bin/.idx or shardkit's .npy pair;
+// shardkit image-table: the sample table of an image-text data set.
 //
 // Tokenizing is Hugging Face tokenizers' (a Python package over Rust), so
 // this command runs `python -m shardkit prepare` with the same arguments
@@ -39,11 +40,10 @@ std::string Interpreter() {
   return "python3";
 }
 
-}  // namespace
-
-int RunPrepare(const Argv& argv) {
+// Runs `python -m shardkit <command> argv...` and returns its exit status.
+int RunPython(const std::string& command, const Argv& argv) {
   const std::string python = Interpreter();
-  std::vector<std::string> args = {python, "-m", "shardkit", "prepare"};
+  std::vector<std::string> args = {python, "-m", "shardkit", command};
   args.insert(args.end(), argv.begin(), argv.end());
   std::vector<char*> raw;
   for (std::string& a : args) raw.push_back(a.data());
@@ -51,15 +51,23 @@ int RunPrepare(const Argv& argv) {
   pid_t pid = 0;
   const int err = ::posix_spawnp(&pid, python.c_str(), nullptr, nullptr, raw.data(), environ);
   if (err != 0) {
-    throw UsageError("prepare: cannot run Python ('" + python + "'): " + std::strerror(err) +
+    throw UsageError(command + ": cannot run Python ('" + python + "'): " + std::strerror(err) +
                      "; set SHARDKIT_PYTHON to an interpreter with shardkit and tokenizers");
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw UsageError(std::string("prepare: waitpid: ") + std::strerror(errno));
+    if (errno != EINTR) throw UsageError(command + ": waitpid: " + std::strerror(errno));
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
+
+}  // namespace
+
+int RunPrepare(const Argv& argv) { return RunPython("prepare", argv); }
+
+// The sample table of image-text data (python/shardkit/_image_table.py: tar
+// shards through the core's index, a datasets folder through pyarrow).
+int RunImageTable(const Argv& argv) { return RunPython("image-table", argv); }
 
 }  // namespace shardkit::cli

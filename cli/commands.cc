@@ -23,6 +23,13 @@ const std::vector<Command>& Commands() {
       {"eval-plan", "equal-step fixed-shape evaluation batches with masks", RunEvalPlan},
       {"loader-stats", "run the token loader over a data set: tokens/s, padding, balance",
        RunLoaderStats},
+      {"multimodal-stats",
+       "image-text samples: steps, padding, vision work per rank before/after balancing",
+       RunMultimodalStats},
+      {"image-table",
+       "the sample table of image-text data (tar shards, datasets folder) "
+       "(python -m shardkit image-table)",
+       RunImageTable},
       {"prepare", "raw text to Megatron .bin/.idx or .npy token files (python -m shardkit prepare)",
        RunPrepare},
       {"layout", "which slice of a global array each device and process holds", RunLayout},
@@ -94,6 +101,16 @@ std::string ToFlag(const std::string& message) {
       {"windows", "--windows"},
       // loader-stats --mixture
       {"samples", "--samples"},
+      // multimodal-stats
+      {"table", "--table"},
+      {"tar", "--tar"},
+      {"text", "--text"},
+      {"vision_rule", "--vision-rule"},
+      {"rows_per_rank", "--batch"},
+      {"max_vision_tokens", "--max-vision-tokens"},
+      {"max_images_per_sample", "--max-images-per-sample"},
+      {"vision_cost", "--vision-cost"},
+      {"svg", "--svg"},
   };
   size_t colon = message.find(':');
   if (colon == std::string::npos) return message;

@@ -22,6 +22,8 @@ int RunLoaderStats(const Argv& argv);
 int RunLayout(const Argv& argv);
 int RunMix(const Argv& argv);
 int RunPrepare(const Argv& argv);
+int RunMultimodalStats(const Argv& argv);
+int RunImageTable(const Argv& argv);
 
 struct Command {
   const char* name;

@@ -42,6 +42,7 @@ void DemoEval(const DemoContext& context, HtmlReport& report);
 void DemoLoader(const DemoContext& context, HtmlReport& report);
 void DemoLayout(const DemoContext& context, HtmlReport& report);
 void DemoContextParallel(const DemoContext& context, HtmlReport& report);
+void DemoMultimodal(const DemoContext& context, HtmlReport& report);
 
 }  // namespace shardkit::cli
 

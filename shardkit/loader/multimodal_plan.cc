@@ -18,6 +18,7 @@ namespace {
 constexpr Index kNoLimit = std::numeric_limits<Index>::max();
 constexpr std::string_view kKind = "multimodal_plan";
 constexpr int kVersion = 1;
+constexpr Index kMaxRowsPerStep = Index{1} << 24;
 
 Index CheckedAdd(Index a, Index b, std::string_view param) {
   Index out;
@@ -198,6 +199,17 @@ MultimodalPlan::MultimodalPlan(SampleTable table, const MultimodalOptions& optio
   if (o.max_images) CheckAtLeast("max_images", *o.max_images, 0);
   if (o.max_vision_tokens) CheckAtLeast("max_vision_tokens", *o.max_vision_tokens, 0);
   if (o.max_images_per_sample) CheckAtLeast("max_images_per_sample", *o.max_images_per_sample, 0);
+  // The deal holds every row of every step: bound the rows of one step. The
+  // error names world_size when it alone is over the bound, else rows_per_rank.
+  if (o.world_size > kMaxRowsPerStep) {
+    ThrowInvalid("world_size", Str(o.world_size) + " ranks, more than " + Str(kMaxRowsPerStep) +
+                                   " rows per step");
+  }
+  if (o.rows_per_rank > kMaxRowsPerStep / o.world_size) {
+    ThrowInvalid("rows_per_rank", Str(o.rows_per_rank) + " rows per rank x " + Str(o.world_size) +
+                                      " ranks is more than " + Str(kMaxRowsPerStep) +
+                                      " rows per step");
+  }
   const Index n = table_.size();
   if (static_cast<Index>(table_.image_offsets.size()) != n + 1 ||
       table_.image_offsets.back() != static_cast<Index>(table_.vision_tokens.size())) {

@@ -146,7 +146,9 @@ struct MultimodalSummary {
 class MultimodalPlan {
  public:
   // Throws invalid_argument naming the option (seq_len, rows_per_rank,
-  // world_size, max_images, max_vision_tokens, max_images_per_sample) or
+  // world_size, max_images, max_vision_tokens, max_images_per_sample;
+  // world_size or rows_per_rank when world_size * rows_per_rank is over
+  // 2^24 rows per step) or
   // `state` (another stream or epoch, a segment with steps beyond its deal).
   MultimodalPlan(SampleTable table, const MultimodalOptions& options,
                  std::optional<MultimodalState> state = std::nullopt);

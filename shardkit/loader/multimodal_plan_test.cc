@@ -7,6 +7,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "shardkit/sharding/permutation.h"
@@ -269,6 +270,30 @@ TEST(MultimodalPlanTest, BadInputNamesTheParameter) {
   EXPECT_THROW(MultimodalPlan(u, o, plan.StateAfter(0)), std::invalid_argument);
   EXPECT_THROW(MultimodalStateFromJson("{\"version\": 1}"), std::invalid_argument);
   EXPECT_THROW((void)plan.Rows(1, 0), std::out_of_range);
+}
+
+TEST(MultimodalPlan, HugeWorldTimesRowsIsRefusedNamingTheOption) {
+  SampleTable t = SampleTable::Make({3, 4}, {}, {});
+  for (auto [w, r, param] : {std::tuple<Index, Index, std::string>{Index{1} << 62, 4, "world_size"},
+                             {Index{1} << 25, 1, "world_size"},
+                             {Index{1} << 20, 32, "rows_per_rank"},
+                             {4, Index{1} << 62, "rows_per_rank"}}) {
+    MultimodalOptions o;
+    o.seq_len = 8;
+    o.world_size = w;
+    o.rows_per_rank = r;
+    try {
+      MultimodalPlan plan(t, o);
+      ADD_FAILURE() << "accepted world_size " << w;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(param + ": ", 0), 0u) << e.what();
+    }
+  }
+  MultimodalOptions o;
+  o.seq_len = 8;
+  o.world_size = Index{1} << 12;
+  o.rows_per_rank = Index{1} << 12;  // 2^24 rows per step: accepted
+  EXPECT_EQ(MultimodalPlan(t, o).num_steps(), 1);
 }
 
 }  // namespace
