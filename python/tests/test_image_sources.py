@@ -262,23 +262,16 @@ def test_loader_batches_carry_decoded_images_in_token_order(tmp_path):
     src = TarImageText(paths, vision_tokens=lambda h, w: (h // 16 + 1) * (w // 16 + 1))
     reads = []
 
-    class Counting:
-        def __len__(self):
-            return len(src)
-
-        def sample_table(self):
-            return src.sample_table()
-
-        def __getitem__(self, i):
-            reads.append(i)
-            return src[i]
+    def counting(i):
+        reads.append(i)
+        return src[i]
 
     seen = []
     size = (24, 32)
     for rank in range(3):
         reads.clear()
         ds = ConstantLengthDataset(
-            Counting(),
+            ReadThrough(src, counting),
             seq_len=64,
             batch_size=2,
             rank=rank,
@@ -299,6 +292,23 @@ def test_loader_batches_carry_decoded_images_in_token_order(tmp_path):
             assert batch["image_sample"].shape[0] == len(expected)
             assert "images" not in batch
     assert sorted(seen) == list(range(30))
+
+
+class ReadThrough:
+    """`src` (its length and sample table) with each sample read through
+    `read(i)`: a test's counting or corrupting wrapper."""
+
+    def __init__(self, src, read):
+        self.src, self.read = src, read
+
+    def __len__(self):
+        return len(self.src)
+
+    def sample_table(self):
+        return self.src.sample_table()
+
+    def __getitem__(self, i):
+        return self.read(i)
 
 
 def torch_uint8():
@@ -351,21 +361,14 @@ def test_a_corrupt_image_in_a_batch_names_its_sample(tmp_path):
     src = TarImageText(paths)
     bad = next(i for i in range(6) if src.image_counts[i])
 
-    class Broken:
-        def __len__(self):
-            return len(src)
-
-        def sample_table(self):
-            return src.sample_table()
-
-        def __getitem__(self, i):
-            s = src[i]
-            if i == bad:
-                s["images"] = [b[: len(b) // 2] for b in s["images"]]
-            return s
+    def broken(i):
+        s = src[i]
+        if i == bad:
+            s["images"] = [b[: len(b) // 2] for b in s["images"]]
+        return s
 
     ds = ConstantLengthDataset(
-        Broken(),
+        ReadThrough(src, broken),
         seq_len=64,
         world_size=1,
         rank=0,
