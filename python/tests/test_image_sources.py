@@ -17,6 +17,11 @@ wds = pytest.importorskip("webdataset")
 PIL = pytest.importorskip("PIL")
 from PIL import Image  # noqa: E402
 
+# The ConstantLengthDataset options of the tests here: rows of 64 tokens, no
+# plan check; most run one rank.
+ROWS = dict(seq_len=64, check_plan=False)
+ONE_RANK = dict(ROWS, world_size=1, rank=0)
+
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 
 
@@ -272,12 +277,11 @@ def test_loader_batches_carry_decoded_images_in_token_order(tmp_path):
         reads.clear()
         ds = ConstantLengthDataset(
             ReadThrough(src, counting),
-            seq_len=64,
-            batch_size=2,
+            **ROWS,
             rank=rank,
             world_size=3,
+            batch_size=2,
             max_images_per_pack=6,
-            check_plan=False,
             image_decoder=ImageDecoder(size=size, threads=2),
         )
         assert reads == []  # planned from the table
@@ -333,15 +337,7 @@ def test_a_user_processor_replaces_the_decoder(tmp_path):
             else np.zeros((0, 8, 8, 3), np.uint8)
         }
 
-    ds = ConstantLengthDataset(
-        src,
-        seq_len=64,
-        batch_size=2,
-        world_size=1,
-        rank=0,
-        image_decoder=processor,
-        check_plan=False,
-    )
+    ds = ConstantLengthDataset(src, **ONE_RANK, batch_size=2, image_decoder=processor)
     total = 0
     for batch in ds:
         assert batch["pixel_values"].shape[0] == batch["image_sample"].shape[0]
@@ -368,12 +364,7 @@ def test_a_corrupt_image_in_a_batch_names_its_sample(tmp_path):
         return s
 
     ds = ConstantLengthDataset(
-        ReadThrough(src, broken),
-        seq_len=64,
-        world_size=1,
-        rank=0,
-        check_plan=False,
-        image_decoder=ImageDecoder(size=(8, 8)),
+        ReadThrough(src, broken), **ONE_RANK, image_decoder=ImageDecoder(size=(8, 8))
     )
     with pytest.raises(ValueError, match=rf"^images: sample {bad}, image 0: "):
         list(ds)
@@ -391,13 +382,7 @@ def test_dataloader_workers_give_the_same_decoded_batches(tmp_path):
 
     def make():
         return ConstantLengthDataset(
-            src,
-            seq_len=64,
-            batch_size=2,
-            world_size=1,
-            rank=0,
-            check_plan=False,
-            image_decoder=ImageDecoder(size=(8, 8)),
+            src, **ONE_RANK, batch_size=2, image_decoder=ImageDecoder(size=(8, 8))
         )
 
     alone = [(b["documents"].tolist(), b["pixel_values"].numpy()) for b in make()]
