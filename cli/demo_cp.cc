@@ -48,12 +48,6 @@ double MaxOverMean(const std::vector<double>& work) {
                    : 1.0;
 }
 
-std::string Fixed(double v, int digits) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(digits) << v;
-  return s.str();
-}
-
 }  // namespace
 
 void DemoContextParallel(const DemoContext& c, HtmlReport& report) {
