@@ -42,6 +42,12 @@ Data MakeData(std::mt19937_64& rng, Index docs, Index max_len) {
       [](Index d, Index k) { return static_cast<std::int32_t>(d * 7919 + k); }, 10);
 }
 
+// MakeData drawn from its own generator seeded with `seed`.
+Data SeededData(std::uint64_t seed, Index docs, Index max_len) {
+  std::mt19937_64 rng(seed);
+  return MakeData(rng, docs, max_len);
+}
+
 using PieceKey = std::tuple<Index, Index, Index>;  // document, start, length
 
 // Checks a batch against a reference collation written here from the batch's
@@ -190,8 +196,7 @@ TEST(LoaderTest, EveryDocumentOnceAcrossRanksAndWorkers) {
 }
 
 TEST(LoaderTest, ShuffleIsOneGlobalOrderPerSeedAndEpoch) {
-  std::mt19937_64 rng(2);
-  Data data = MakeData(rng, 50, 4);
+  Data data = SeededData(2, 50, 4);
   LoaderOptions o;
   o.seq_len = 4;  // a document (<= 4 tokens) fills at most one row
   o.batch_size = 1;
@@ -221,8 +226,7 @@ TEST(LoaderTest, ShuffleIsOneGlobalOrderPerSeedAndEpoch) {
 // Regression: with two callers of Next(), a collator woke one of them and
 // the end was announced once, so the other stayed blocked in Next() for ever.
 TEST(LoaderTest, ConcurrentCallersGetEachBatchOnceAndAllSeeTheEnd) {
-  std::mt19937_64 rng(31);
-  Data data = MakeData(rng, 300, 100);
+  Data data = SeededData(31, 300, 100);
   for (bool equal_steps : {false, true}) {
     for (Index threads : {0, 1, 2, 4}) {
       LoaderOptions o = RowOptions(64, 2);
@@ -256,8 +260,7 @@ TEST(LoaderTest, ConcurrentCallersGetEachBatchOnceAndAllSeeTheEnd) {
 }
 
 TEST(LoaderTest, IdenticalForAnyThreadCountAndQueueDepth) {
-  std::mt19937_64 rng(3);
-  Data data = MakeData(rng, 300, 100);
+  Data data = SeededData(3, 300, 100);
   LoaderOptions o = RowOptions(64, 3, 2, 1);
   o.buffer = 16;
   o.num_threads = 0;
@@ -368,8 +371,7 @@ TEST(LoaderTest, RegressionLongDocumentKeepsTheStateSmall) {
   // A document split into many pieces put every piece into the state, and
   // every batch copied them all: 1M/2M/4M tokens at seq_len 64 took
   // 17/39/258 s. The state now holds one run per split document.
-  std::mt19937_64 rng(12);
-  Data data = MakeData(rng, 30, 20);
+  Data data = SeededData(12, 30, 20);
   const Index long_doc = 200000;
   std::vector<std::int32_t> tokens = data.tokens;
   std::vector<std::int64_t> offsets = data.offsets;
@@ -418,8 +420,7 @@ TEST(LoaderTest, RegressionLongDocumentKeepsTheStateSmall) {
 }
 
 TEST(LoaderTest, LastBatchIsPaddedNeverDropped) {
-  std::mt19937_64 rng(7);
-  Data data = MakeData(rng, 5, 3);
+  Data data = SeededData(7, 5, 3);
   LoaderOptions o = RowOptions(100, 4);
   o.shuffle = false;
   TokenLoader loader(data.source, o);
@@ -505,8 +506,7 @@ TEST(LoaderTest, FileShardingFollowsWhalePolicies) {
 }
 
 TEST(LoaderTest, RefusesStatesOfAnotherConsumerOrConfiguration) {
-  std::mt19937_64 rng(9);
-  Data data = MakeData(rng, 100, 20);
+  Data data = SeededData(9, 100, 20);
   LoaderOptions o = RowOptions(32, 2, 2);
   TokenLoader loader(data.source, o);
   (void)loader.Next();
@@ -540,8 +540,7 @@ TEST(LoaderTest, RefusesStatesOfAnotherConsumerOrConfiguration) {
 TEST(LoaderTest, RegressionStartPlusLengthOverflowInAStateIsRefused) {
   // head [4, 2^63 - 2, 2^20] passed `start + length <= DocumentLength`
   // because the sum wrapped; collation then read outside the token array.
-  std::mt19937_64 rng(11);
-  Data data = MakeData(rng, 50, 20);
+  Data data = SeededData(11, 50, 20);
   LoaderOptions o = RowOptions(1 << 21, 1);
   const Index huge = std::numeric_limits<Index>::max() - 1;
   auto error = [&](const LoaderState& st) {
@@ -577,8 +576,7 @@ TEST(LoaderTest, RegressionStartPlusLengthOverflowInAStateIsRefused) {
 TEST(LoaderTest, RegressionHugeBatchIsAnErrorNamingBothNotAnAbort) {
   // --seq-len 32 --batch 100000000: std::bad_alloc on a background thread
   // terminated the process.
-  std::mt19937_64 rng(13);
-  Data data = MakeData(rng, 10, 5);
+  Data data = SeededData(13, 10, 5);
   LoaderOptions o = RowOptions(32, 100000000);
   try {
     TokenLoader loader(data.source, o);
@@ -602,8 +600,7 @@ TEST(LoaderTest, RegressionForkAfterTheLoaderStartedNeitherBlocksNorHangs) {
   // before any shardkit code runs. The plain build runs this test.
   GTEST_SKIP() << "fork() of a threaded process under GCC 12's ASan allocator";
 #endif
-  std::mt19937_64 rng(14);
-  Data data = MakeData(rng, 300, 40);
+  Data data = SeededData(14, 300, 40);
   LoaderOptions o = RowOptions(32, 2);
   o.num_threads = 0;
   TokenLoader reference_loader(data.source, o);
@@ -648,8 +645,7 @@ TEST(LoaderTest, RegressionForkAfterTheLoaderStartedNeitherBlocksNorHangs) {
 }
 
 TEST(LoaderTest, InvalidOptionsNameTheParameter) {
-  std::mt19937_64 rng(10);
-  Data data = MakeData(rng, 10, 5);
+  Data data = SeededData(10, 10, 5);
   auto error = [&](auto mutate) -> std::string {
     LoaderOptions o = RowOptions(8, 2);
     mutate(o);
@@ -820,8 +816,7 @@ TEST(LoaderTest, LoaderOptionsAreThePlansOptions) {
   EXPECT_EQ(p.max_sequences, std::optional<Index>(3));
   // A loader's plan is built from them: the plan a TrainPlan of the same
   // options builds, step for step.
-  std::mt19937_64 rng(7);
-  Data data = MakeData(rng, 60, 90);
+  Data data = SeededData(7, 60, 90);
   LoaderOptions l = RowOptions(64, 2, 2);
   l.equal_steps = true;
   l.max_sequences = 2;
@@ -881,8 +876,7 @@ std::vector<std::shared_ptr<const Batch>> Pass(TokenLoader& loader) {
 // The oracle of a pass over epoch e is a fresh loader of epoch e (per rank,
 // and equal steps in pad and drop modes, whose epochs start at step 0).
 TEST(LoaderTest, EachPassIsTheNextEpochAsAFreshLoaderDeliversIt) {
-  std::mt19937_64 rng(53);
-  Data data = MakeData(rng, 80, 100);
+  Data data = SeededData(53, 80, 100);
   for (int variant = 0; variant < 3; ++variant) {
     SCOPED_TRACE("variant " + std::to_string(variant));
     LoaderOptions o = RowOptions(64, 2, 2, 1);
@@ -913,8 +907,7 @@ TEST(LoaderTest, EachPassIsTheNextEpochAsAFreshLoaderDeliversIt) {
 // epoch's stream, and the two passes deliver every piece of the first epoch
 // exactly once (rank 0 of 1).
 TEST(LoaderTest, ContinuousPassesGoOnInTheNextEpochsStream) {
-  std::mt19937_64 rng(59);
-  Data data = MakeData(rng, 70, 150);
+  Data data = SeededData(59, 70, 150);
   const Index docs = static_cast<Index>(data.offsets.size()) - 1;
   LoaderOptions o = RowOptions(64, 3);
   o.equal_steps = true;
@@ -944,8 +937,7 @@ TEST(LoaderTest, ContinuousPassesGoOnInTheNextEpochsStream) {
 // SetEpoch keeps the position in the epoch the loader stands in (a resume,
 // or a pass that ran out into it) and otherwise starts the epoch afresh.
 TEST(LoaderTest, SetEpochKeepsThePositionOfTheEpochItStandsIn) {
-  std::mt19937_64 rng(61);
-  Data data = MakeData(rng, 90, 100);
+  Data data = SeededData(61, 90, 100);
   for (bool equal_steps : {false, true}) {
     SCOPED_TRACE(equal_steps ? "equal steps" : "per rank");
     LoaderOptions o = RowOptions(64, 2);
@@ -983,8 +975,7 @@ TEST(LoaderTest, SetEpochKeepsThePositionOfTheEpochItStandsIn) {
 // Several threads on one pass: each batch goes to one of them, every thread
 // sees the end, and the loader moves on by one epoch, not one per thread.
 TEST(LoaderTest, ThreadsSharingAPassAllEndAndTheEpochMovesOnce) {
-  std::mt19937_64 rng(67);
-  Data data = MakeData(rng, 120, 100);
+  Data data = SeededData(67, 120, 100);
   LoaderOptions o = RowOptions(64, 1);
   o.equal_steps = true;
   TokenLoader loader(data.source, o);
@@ -1011,8 +1002,7 @@ TEST(LoaderTest, ThreadsSharingAPassAllEndAndTheEpochMovesOnce) {
 // The resume choice: a consumer's own state when the run saved one for it,
 // else the merge of all of them (another world size or worker count).
 TEST(LoaderTest, ResumeStateForTakesTheOwnStateElseTheMerge) {
-  std::mt19937_64 rng(71);
-  Data data = MakeData(rng, 60, 100);
+  Data data = SeededData(71, 60, 100);
   LoaderOptions o = RowOptions(64, 2, 2);
   std::vector<LoaderState> states;
   for (Index r = 0; r < 2; ++r) {
@@ -1042,8 +1032,7 @@ TEST(LoaderTest, ResumeStateForTakesTheOwnStateElseTheMerge) {
 }
 
 TEST(LoaderTest, EqualStepsRefusesPerRankStatesAndFileSharding) {
-  std::mt19937_64 rng(2);
-  Data data = MakeData(rng, 30, 40);
+  Data data = SeededData(2, 30, 40);
   LoaderOptions o = RowOptions(32, 2);
   o.equal_steps = true;
   LoaderOptions per_rank = o;

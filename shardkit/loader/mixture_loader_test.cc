@@ -50,6 +50,18 @@ Corpus MakeCorpus(std::mt19937_64& rng, const std::vector<Index>& docs, Index ma
   return c;
 }
 
+// `o` with shuffle off: the loader reads a mixture's window in its order.
+LoaderOptions InOrder(LoaderOptions o) {
+  o.shuffle = false;
+  return o;
+}
+
+// Two sources, of 30 and 80 documents of up to 40 tokens, drawn from `seed`.
+Corpus TwoSources(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return MakeCorpus(rng, {30, 80}, 40);
+}
+
 // The mixture of the corpus's sources with `weights` and seed `seed` (and
 // `block` samples a block, when given).
 Mixture SeededMixture(const Corpus& corpus, const std::vector<double>& weights, std::uint64_t seed,
@@ -165,8 +177,7 @@ TEST(MixtureLoaderTest, EveryRankDeliversTheWindowInMixtureOrderExactlyOnce) {
 }
 
 TEST(MixtureLoaderTest, ResumeEqualsUninterruptedAndAnotherMixturesStateIsRefused) {
-  std::mt19937_64 rng(9);
-  const Corpus corpus = MakeCorpus(rng, {30, 80}, 40);
+  const Corpus corpus = TwoSources(9);
   MixtureOptions mo;
   mo.seed = 3;
   const Mixture mix = MixtureOfSources(corpus.views(), {1, 1}, mo);
@@ -175,8 +186,7 @@ TEST(MixtureLoaderTest, ResumeEqualsUninterruptedAndAnotherMixturesStateIsRefuse
   std::vector<Index> sources(400), items(400);
   MixtureWindowSamples(mix, window, sources.data(), items.data());
   for (const bool equal : {true, false}) {
-    LoaderOptions o = RowOptions(32, 2, 2, 1);
-    o.shuffle = false;
+    LoaderOptions o = InOrder(RowOptions(32, 2, 2, 1));
     o.equal_steps = equal;
     TokenLoader whole(view, o);
     std::vector<std::vector<std::int64_t>> expected;
@@ -407,8 +417,7 @@ TEST(MixtureLoaderTest, UnchangedWeightsResumeTheUninterruptedRunByteForByte) {
   const Mixture mix = SeededMixture(corpus, {3, 1, 2}, 8, 64);
   const MixtureOrder order(mix, 300);
   for (const bool equal : {true, false}) {
-    LoaderOptions o = RowOptions(32, 2, 1);
-    o.shuffle = false;
+    LoaderOptions o = InOrder(RowOptions(32, 2, 1));
     o.seed = 8;
     o.equal_steps = equal;
     o.epoch = 1;
@@ -439,12 +448,10 @@ TEST(MixtureLoaderTest, UnchangedWeightsResumeTheUninterruptedRunByteForByte) {
 // order's first piece (origin moved past 0) was read, then the writer threw
 // from MixtureOrder::Window; the reader refuses it naming state and epoch.
 TEST(MixtureLoaderTest, RegressionAStateWhoseWindowIsBeforeItsOrderIsRefused) {
-  std::mt19937_64 rng(12);
-  const Corpus corpus = MakeCorpus(rng, {30, 80}, 40);
+  const Corpus corpus = TwoSources(12);
   const Mixture mix = SeededMixture(corpus, {1, 2}, 3);
   const MixtureOrder order(mix, 100);
-  LoaderOptions o = RowOptions(32, 2);
-  o.shuffle = false;
+  LoaderOptions o = InOrder(RowOptions(32, 2));
   TokenLoader loader(MixtureSource(corpus.views(), order, order.Window(0)), o);
   ASSERT_NE(loader.Next(), nullptr);
   std::string text = MixtureLoaderStateToJson(order, loader.State());
@@ -469,12 +476,10 @@ TEST(MixtureLoaderTest, RegressionAStateWhoseWindowIsBeforeItsOrderIsRefused) {
 // delivered items (0,2),(0,8) instead of (0,5),(0,9)). The state is sealed,
 // and its stream must be its window's.
 TEST(MixtureLoaderTest, RegressionAnEpochBoundaryStateIsSealedAndBoundToItsWindow) {
-  std::mt19937_64 rng(21);
-  const Corpus corpus = MakeCorpus(rng, {30, 80}, 40);
+  const Corpus corpus = TwoSources(21);
   const Mixture mix = SeededMixture(corpus, {1, 2}, 4);
   const MixtureOrder order(mix, 60);
-  LoaderOptions o = RowOptions(32, 2);
-  o.shuffle = false;
+  LoaderOptions o = InOrder(RowOptions(32, 2));
   o.equal_steps = true;
   // Epoch 1 uninterrupted: what a resume at its start must deliver.
   LoaderOptions o1 = o;
@@ -521,14 +526,12 @@ TEST(MixtureLoaderTest, RegressionAnEpochBoundaryStateIsSealedAndBoundToItsWindo
 }
 
 TEST(MixtureLoaderTest, ResumeRefusesAnotherRunAndOneConsumerOfMany) {
-  std::mt19937_64 rng(6);
-  const Corpus corpus = MakeCorpus(rng, {30, 80}, 40);
+  const Corpus corpus = TwoSources(6);
   MixtureOptions mo;
   mo.seed = 8;
   const Mixture mix = MixtureOfSources(corpus.views(), {1, 1}, mo);
   const MixtureOrder order(mix, 200);
-  LoaderOptions o = RowOptions(32, 2, 2);
-  o.shuffle = false;
+  LoaderOptions o = InOrder(RowOptions(32, 2, 2));
   const auto view = MixtureSource(corpus.views(), order, order.Window(0));
   TokenLoader one(view, o);
   ASSERT_NE(one.Next(), nullptr);
@@ -659,10 +662,7 @@ TEST(MixtureLoaderTest, DeliveryOfARangeCountsOnlyTheDocumentsInIt) {
 // MixtureLoader: the assembly in the core
 
 LoaderOptions MixtureLoaderOptions(bool equal_steps, Index world_size = 1, Index rank = 0) {
-  LoaderOptions o = RowOptions(48, 2);
-  o.rank = rank;
-  o.world_size = world_size;
-  o.shuffle = false;
+  LoaderOptions o = InOrder(RowOptions(48, 2, world_size, rank));
   o.equal_steps = equal_steps;
   o.num_threads = 0;
   return o;
