@@ -46,6 +46,18 @@ def timed(fn):
     return out, cpu_seconds() - c, time.perf_counter() - w
 
 
+def loader_epoch(tokens, offsets, **options):
+    """Rank 0's epoch of `shardkit.TokenLoader(tokens, offsets, rank=0, **options)` (the
+    shardkit on the path): the real tokens and the rows it delivered."""
+    import shardkit
+
+    real = rows = 0
+    for b in shardkit.TokenLoader(tokens, offsets, rank=0, **options):
+        real += int(b["row_tokens"].sum())
+        rows += b["input_ids"].shape[0]
+    return real, rows
+
+
 class Best:
     """The best (smallest) CPU and wall seconds over rounds; the output of the last."""
 

@@ -28,8 +28,6 @@ import bench_util
 def cells(docs):
     import numpy as np
 
-    import shardkit
-
     seq, batch, world = 4096, 8, 8
     rng = np.random.default_rng(1)
     lengths = np.clip(rng.lognormal(math.log(400), 1.2, docs).astype(np.int64), 1, seq)
@@ -39,17 +37,10 @@ def cells(docs):
         for equal in (True, False):
 
             def epoch(threads=threads, equal=equal):
-                loader = shardkit.TokenLoader(
-                    tokens,
-                    offsets,
-                    seq_len=seq,
-                    batch_size=batch,
-                    rank=0,
-                    world_size=world,
-                    num_threads=threads,
-                    equal_steps=equal,
-                )
-                return sum(int(b["row_tokens"].sum()) for b in loader)
+                options = dict(seq_len=seq, batch_size=batch, world_size=world)
+                return bench_util.loader_epoch(
+                    tokens, offsets, **options, num_threads=threads, equal_steps=equal
+                )[0]
 
             real, c, w = bench_util.timed(epoch)
             print(json.dumps(dict(equal=equal, threads=threads, cpu=real / c, wall=real / w)))

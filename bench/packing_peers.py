@@ -221,28 +221,12 @@ def text_case(rng, dist, n, cap, peer_items, trl_items):
         m = min(n, peer_items)
         sub = lengths[:m]
         sub_lb = -(-int(sub.sum()) // cap)
-        sec, packs = timed(lambda: mmdp_binpack(sub, cap))
-        report(
-            "mmdp binpack (FFD, buffer 512)",
-            m,
-            sec,
-            packs,
-            int(sub.sum()),
-            cap,
-            sub_lb,
-            f"(first {m:,} items)",
-        )
-        sec, packs = timed(lambda: mmdp_greedy(sub, cap))
-        report(
-            "mmdp greedy (next fit)",
-            m,
-            sec,
-            packs,
-            int(sub.sum()),
-            cap,
-            sub_lb,
-            f"(first {m:,} items)",
-        )
+        for name, peer in (
+            ("mmdp binpack (FFD, buffer 512)", mmdp_binpack),
+            ("mmdp greedy (next fit)", mmdp_greedy),
+        ):
+            sec, packs = timed(lambda: peer(sub, cap))
+            report(name, m, sec, packs, int(sub.sum()), cap, sub_lb, f"(first {m:,} items)")
         sec, p = timed(lambda: shardkit.pack(sub, cap, algorithm="bfd", buffer=512))
         report("shardkit bfd, buffer 512", m, sec, p.num_packs, p.tokens, cap, sub_lb)
 

@@ -30,39 +30,45 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+class Clock:
+    """A side's wall and CPU seconds and its extra resident memory, from here."""
+
+    def __init__(self):
+        self.base = rss_mb()
+        self.t0, self.c0 = time.perf_counter(), bench_util.cpu_seconds()
+
+    def elapsed(self):
+        return time.perf_counter() - self.t0
+
+    def result(self, indices, first):
+        return dict(
+            seconds=self.elapsed(),
+            cpu=bench_util.cpu_seconds() - self.c0,
+            indices=indices,
+            first_s=first,
+            extra_mb=rss_mb() - self.base,
+        )
+
+
 def time_sampler(sampler_class, n, world, rank):
-    base = rss_mb()
-    t0, c0 = time.perf_counter(), bench_util.cpu_seconds()
+    clock = Clock()
     it = iter(sampler_class(range(n), num_replicas=world, rank=rank, shuffle=True))
     next(it)
-    first = time.perf_counter() - t0
+    first = clock.elapsed()
     count = 1 + sum(1 for _ in it)
-    return dict(
-        seconds=time.perf_counter() - t0,
-        cpu=bench_util.cpu_seconds() - c0,
-        indices=count,
-        first_s=first,
-        extra_mb=rss_mb() - base,
-    )
+    return clock.result(count, first)
 
 
 def side_torch_array(n, world, rank, limit):
     import torch
 
     torch.set_num_threads(1)
-    base = rss_mb()
-    t0, c0 = time.perf_counter(), bench_util.cpu_seconds()
+    clock = Clock()
     g = torch.Generator()
     g.manual_seed(0)
     shard = torch.randperm(n, generator=g)[rank::world].contiguous()
-    first = time.perf_counter() - t0
-    return dict(
-        seconds=time.perf_counter() - t0,
-        cpu=bench_util.cpu_seconds() - c0,
-        indices=len(shard),
-        first_s=first,
-        extra_mb=rss_mb() - base,
-    )
+    first = clock.elapsed()
+    return clock.result(len(shard), first)
 
 
 def side_torch(n, world, rank, limit):
@@ -82,11 +88,10 @@ def side_shardkit_numpy(n, world, rank, limit):
 
     import shardkit
 
-    base = rss_mb()
-    t0, c0 = time.perf_counter(), bench_util.cpu_seconds()
+    clock = Clock()
     shard = shardkit.ShardPlan(n, world, remainder="pad", shuffle=True).shard(rank)
     shard.numpy(0, 1)
-    first = time.perf_counter() - t0
+    first = clock.elapsed()
     chunk = 1 << 16
     buffer = numpy.empty(chunk, dtype=numpy.int64)
     checksum = 0
@@ -94,35 +99,22 @@ def side_shardkit_numpy(n, world, rank, limit):
         stop = min(len(shard), start + chunk)
         block = shard.numpy(start, stop, out=buffer[: stop - start])
         checksum ^= int(block[-1])
-    return dict(
-        seconds=time.perf_counter() - t0,
-        cpu=bench_util.cpu_seconds() - c0,
-        indices=len(shard),
-        first_s=first,
-        extra_mb=rss_mb() - base,
-    )
+    return clock.result(len(shard), first)
 
 
 def side_grain(n, world, rank, limit):
     import grain.python as gp
 
-    base = rss_mb()
-    t0, c0 = time.perf_counter(), bench_util.cpu_seconds()
+    clock = Clock()
     sampler = gp.IndexSampler(
         n, shard_options=gp.ShardOptions(rank, world), shuffle=True, num_epochs=1, seed=0
     )
     sampler[rank]
-    first = time.perf_counter() - t0
+    first = clock.elapsed()
     count = min(limit, (n - rank + world - 1) // world)
     for k in range(count):
         sampler[rank + k * world].record_key
-    return dict(
-        seconds=time.perf_counter() - t0,
-        cpu=bench_util.cpu_seconds() - c0,
-        indices=count,
-        first_s=first,
-        extra_mb=rss_mb() - base,
-    )
+    return clock.result(count, first)
 
 
 SIDES = {

@@ -69,21 +69,10 @@ def plan_side(lengths, seq_len, world, batch, repeat):
 
 def loader_side(tokens, offsets, seq_len, batch, world, equal_steps, repeat, threads=0):
     def run():
-        lo = shardkit.TokenLoader(
-            tokens,
-            offsets,
-            seq_len=seq_len,
-            batch_size=batch,
-            rank=0,
-            world_size=world,
-            num_threads=threads,
-            equal_steps=equal_steps,
+        options = dict(seq_len=seq_len, batch_size=batch, world_size=world)
+        return bench_util.loader_epoch(
+            tokens, offsets, **options, num_threads=threads, equal_steps=equal_steps
         )
-        real = rows = 0
-        for b in lo:
-            real += int(b["row_tokens"].sum())
-            rows += b["input_ids"].shape[0]
-        return real, rows
 
     (real, rows), cpu, wall = best(run, repeat)
     return dict(

@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/json.h"
 #include "cli/roles.h"
 #include "shardkit/eval/eval_plan.h"
@@ -36,11 +37,9 @@ int RunEvalPlan(const Argv& argv) {
       .Flag("batch", "B", "slots per step on each rank (required)")
       .Flag("devices", "D", "local devices per rank; must divide the batch (default 1)")
       .Flag("min-device-batch", "M", "at least M slots per device (Flax pad_shard_unpad)")
-      .Flag("split", "NAME", "round_robin (default, lmms-eval) | contiguous")
-      .Flag("shuffle", "", "shuffled order (seed, epoch)")
-      .Flag("seed", "S", "shuffle seed (default 0)")
-      .Flag("epoch", "E", "shuffle epoch (default 0)")
-      .Flag("rank", "R", "with --batches: show only this rank")
+      .Flag("split", "NAME", "round_robin (default, lmms-eval) | contiguous");
+  AddShuffleFlags(args, "shuffled order (seed, epoch)");
+  args.Flag("rank", "R", "with --batches: show only this rank")
       .Flag("batches", "", "list every step's indices and mask")
       .Flag("json", "", "print one JSON object");
   AddRolesFlags(args);
@@ -50,9 +49,7 @@ int RunEvalPlan(const Argv& argv) {
   o.devices = args.Int("devices", 1);
   o.min_device_batch = args.Int("min-device-batch", 0);
   o.split = ParseSplit(args.Str("split", "round_robin"));
-  o.shuffle = args.Has("shuffle");
-  o.seed = args.Uint("seed", 0);
-  o.epoch = args.Uint("epoch", 0);
+  ReadShuffleFlags(args, o);
   EvalPlan plan(args.RequireInt("items"), WorldFromArgs(args, roles), args.RequireInt("batch"), o);
   const std::vector<Index> ranks =
       ListedRanks(args, plan.world_size(), [&](Index r) { (void)plan.Real(r); });

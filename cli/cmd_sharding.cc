@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/json.h"
 #include "cli/roles.h"
 #include "shardkit/sharding/shard_plan.h"
@@ -27,11 +28,9 @@ Args PlanArgs(const std::string& command, const std::string& summary) {
       .Flag("equal-counts", "", "balanced: keep item counts within one across ranks")
       .Flag("remainder", "NAME", "uneven (default) | drop | pad | replicate")
       .Flag("offset", "O", "skip the first O items (window start)")
-      .Flag("limit", "L", "at most L items after the offset")
-      .Flag("shuffle", "", "one global permutation per (seed, epoch)")
-      .Flag("seed", "S", "shuffle seed (default 0)")
-      .Flag("epoch", "E", "shuffle epoch (default 0)")
-      .Flag("workers", "K", "dataloader workers per rank (interleaved)")
+      .Flag("limit", "L", "at most L items after the offset");
+  AddShuffleFlags(args, "one global permutation per (seed, epoch)");
+  args.Flag("workers", "K", "dataloader workers per rank (interleaved)")
       .Flag("worker", "k", "show only this worker (with --workers)")
       .Flag("json", "", "print one JSON object");
   AddRolesFlags(args);
@@ -44,9 +43,7 @@ ShardPlan PlanFromArgs(const Args& args, const std::optional<std::vector<DataRol
   options.remainder = ParseRemainder(args.Str("remainder", "uneven"));
   options.offset = args.Int("offset", 0);
   options.limit = args.Int("limit");
-  options.shuffle = args.Has("shuffle");
-  options.seed = args.Uint("seed", 0);
-  options.epoch = args.Uint("epoch", 0);
+  ReadShuffleFlags(args, options);
   options.equal_counts = args.Has("equal-counts");
   if (auto path = args.Str("weights")) options.weights = ReadNumbers("--weights", *path);
   return ShardPlan(args.RequireInt("items"), WorldFromArgs(args, roles), std::move(options));

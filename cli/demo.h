@@ -4,7 +4,9 @@
 #ifndef SHARDKIT_CLI_DEMO_H_
 #define SHARDKIT_CLI_DEMO_H_
 
+#include <iomanip>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,18 @@ struct DemoContext {
   std::ostream& out;           // the readable summary (discarded with --json)
   Json& json;                  // each section adds one key with its figures
 };
+
+// `v` with `digits` digits after the point ("12.35").
+inline std::string Fixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+// A share as a percentage with `digits` digits after the point ("12.35%").
+inline std::string Percent(double share, int digits = 2) {
+  return Fixed(100 * share, digits) + "%";
+}
 
 void DemoSharding(const DemoContext& context, HtmlReport& report);
 void DemoMixture(const DemoContext& context, HtmlReport& report);

@@ -21,37 +21,24 @@ constexpr Index kSeqLen = 16384;
 constexpr Index kCp = 8;
 constexpr Index kRanks = 4;
 
-constexpr std::array<CpSplit, kNumCpSplits> kSplits = {CpSplit::kContiguous, CpSplit::kHeadTail,
-                                                       CpSplit::kDocumentHeadTail,
-                                                       CpSplit::kBalanced, CpSplit::kPtrr};
-
-const char* SplitLabel(CpSplit split) {
-  switch (split) {
-    case CpSplit::kContiguous:
-      return "contiguous";
-    case CpSplit::kHeadTail:
-      return "head-tail, document-blind";
-    case CpSplit::kDocumentHeadTail:
-      return "per-document head-tail";
-    case CpSplit::kBalanced:
-      return "shardkit balanced";
-    case CpSplit::kPtrr:
-      return "PTRR (token round-robin)";
-  }
-  return "";
-}
+// The splits compared, in the order shown, each with its label.
+struct ShownSplit {
+  CpSplit split;
+  const char* label;
+};
+constexpr std::array<ShownSplit, kNumCpSplits> kSplits = {{
+    {CpSplit::kContiguous, "contiguous"},
+    {CpSplit::kHeadTail, "head-tail, document-blind"},
+    {CpSplit::kDocumentHeadTail, "per-document head-tail"},
+    {CpSplit::kBalanced, "shardkit balanced"},
+    {CpSplit::kPtrr, "PTRR (token round-robin)"},
+}};
 
 double MaxOverMean(const std::vector<double>& work) {
   const double total = std::accumulate(work.begin(), work.end(), 0.0);
   return total > 0 ? *std::max_element(work.begin(), work.end()) /
                          (total / static_cast<double>(work.size()))
                    : 1.0;
-}
-
-std::string Fixed(double v, int digits) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(digits) << v;
-  return s.str();
 }
 
 }  // namespace
@@ -98,19 +85,19 @@ void DemoContextParallel(const DemoContext& c, HtmlReport& report) {
   Series mean{"mean over rows", {}, "#2a9d8f"}, worst{"worst row", {}, "#e76f51"};
   c.json.Key("context_parallel").Begin().Key("cp_size").Int(kCp).Key("seq_len").Int(kSeqLen);
   c.json.Key("rows").Int(summary.rows).Key("splits").Begin();
-  for (const CpSplit split : kSplits) {
+  for (const auto& [split, label] : kSplits) {
     const std::size_t k = static_cast<std::size_t>(split);
     const Index padding = split == CpSplit::kDocumentHeadTail ? summary.padding
                           : split == CpSplit::kBalanced       ? summary.balanced_padding
                                                               : 0;
     const std::string pad = std::to_string(padding) + " (" +
                             Fixed(100.0 * static_cast<double>(padding) / tokens, 3) + "%)";
-    c.out << "  " << std::left << std::setw(28) << SplitLabel(split) << std::right
+    c.out << "  " << std::left << std::setw(28) << label << std::right
           << Fixed(summary.mean_ratio[k], 3) << " / " << Fixed(summary.worst_ratio[k], 3)
           << "   padding " << pad << "\n";
-    table.push_back({SplitLabel(split), Fixed(summary.mean_ratio[k], 3),
-                     Fixed(summary.worst_ratio[k], 3), pad});
-    names.push_back(SplitLabel(split));
+    table.push_back(
+        {label, Fixed(summary.mean_ratio[k], 3), Fixed(summary.worst_ratio[k], 3), pad});
+    names.push_back(label);
     mean.values.push_back(summary.mean_ratio[k]);
     worst.values.push_back(summary.worst_ratio[k]);
     c.json.Key(std::string(CpSplitName(split))).Begin();
@@ -125,7 +112,7 @@ void DemoContextParallel(const DemoContext& c, HtmlReport& report) {
                                   "#f4a261", "#e76f51", "#9c6644", "#6d597a"};
   std::vector<Series> ranks;
   for (Index r = 0; r < kCp; ++r) ranks.push_back({"CP rank " + std::to_string(r), {}, kColors[r]});
-  for (const CpSplit split : kSplits) {
+  for (const auto& [split, label] : kSplits) {
     const std::vector<double> work = CpRankWork(shown, kSeqLen, o.cp, split);
     const double m = std::accumulate(work.begin(), work.end(), 0.0) / static_cast<double>(kCp);
     for (Index r = 0; r < kCp; ++r) {

@@ -22,12 +22,6 @@ constexpr Index kBatch = 4;
 
 using Piece = std::tuple<Index, Index, Index>;  // document, start, length
 
-std::string Percent(double v) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(2) << 100 * v << "%";
-  return s.str();
-}
-
 // True when the pieces tile every document exactly once.
 bool ExactlyOnce(std::vector<Piece> pieces, const TokenSource& source) {
   std::sort(pieces.begin(), pieces.end());

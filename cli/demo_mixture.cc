@@ -11,16 +11,6 @@
 
 namespace shardkit::cli {
 
-namespace {
-
-std::string Percent(double v) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(1) << 100 * v << "%";
-  return s.str();
-}
-
-}  // namespace
-
 void DemoMixture(const DemoContext& c, HtmlReport& report) {
   // Sources: asyncio, email, encodings and everything else.
   const std::vector<std::string> names = {"asyncio/", "email/", "encodings/", "other"};
@@ -62,11 +52,11 @@ void DemoMixture(const DemoContext& c, HtmlReport& report) {
   c.json.Key("mixture").Begin().Key("block").Int(mix.block()).Key("sources").BeginList();
   for (std::size_t k = 0; k < names.size(); ++k) {
     c.out << std::left << std::setw(12) << names[k] << std::right << std::setw(8) << sizes[k]
-          << std::setw(12) << o.tokens[k] << std::setw(12) << Percent(r.target[k]) << std::setw(12)
-          << Percent(r.realised[k]) << std::setw(9) << std::fixed << std::setprecision(2)
-          << r.epochs[k] << "\n";
+          << std::setw(12) << o.tokens[k] << std::setw(12) << Percent(r.target[k], 1)
+          << std::setw(12) << Percent(r.realised[k], 1) << std::setw(9) << std::fixed
+          << std::setprecision(2) << r.epochs[k] << "\n";
     table.push_back({names[k], std::to_string(sizes[k]), std::to_string(o.tokens[k]),
-                     Percent(r.target[k]), Percent(r.realised[k]),
+                     Percent(r.target[k], 1), Percent(r.realised[k], 1),
                      std::to_string(r.epochs[k]).substr(0, 5)});
     c.json.Begin().Key("name").String(names[k]).Key("documents").Int(sizes[k]);
     c.json.Key("target").Double(r.target[k]).Key("realised").Double(r.realised[k]);
@@ -99,7 +89,7 @@ void DemoMixture(const DemoContext& c, HtmlReport& report) {
       segments[k].name = names[k];
       segments[k].color = colors[k];
       segments[k].values.push_back(tokens[k] / total);
-      c.out << "  " << Percent(tokens[k] / total) << " (" << Percent(target[k] / total_target)
+      c.out << "  " << Percent(tokens[k] / total, 1) << " (" << Percent(target[k] / total_target, 1)
             << ")";
       c.json.Double(tokens[k] / total);
     }

@@ -33,12 +33,6 @@ struct Strategy {
   double waste() const { return padded + real ? static_cast<double>(padded) / (padded + real) : 0; }
 };
 
-std::string Percent(double v) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(2) << 100 * v << "%";
-  return s.str();
-}
-
 // Groups rows (real tokens, row width) into batches of kRows rows.
 void Batches(Strategy& s, const std::vector<std::pair<Index, Index>>& rows) {
   for (size_t r = 0; r < rows.size(); ++r) {

@@ -19,12 +19,6 @@ struct Row {
   ShardPlan plan;
 };
 
-std::string Fixed(double v, int digits) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(digits) << v;
-  return s.str();
-}
-
 }  // namespace
 
 void DemoSharding(const DemoContext& c, HtmlReport& report) {

@@ -1,6 +1,7 @@
 // What the token source harnesses share (header-only, fuzzers only): the
-// input's bytes written to a file of this process, and every document of an
-// opened source read back with the bounds a valid source keeps.
+// input's header (a flags byte and a split point), the input's bytes written
+// to a file of this process, and every document of an opened source read back
+// with the bounds a valid source keeps.
 #ifndef SHARDKIT_FUZZ_FUZZ_FILES_H_
 #define SHARDKIT_FUZZ_FUZZ_FILES_H_
 
@@ -16,6 +17,24 @@
 #include "shardkit/loader/token_source.h"
 
 namespace shardkit::fuzz {
+
+// The first three bytes of an input: a flags byte, then a little-endian
+// 16-bit split point.
+struct InputHeader {
+  std::uint8_t flags = 0;
+  std::size_t split = 0;
+};
+
+// Takes the header off the front of [*data, *data + *size); false (nothing
+// taken) when the input is shorter than the header.
+inline bool TakeHeader(const std::uint8_t** data, std::size_t* size, InputHeader* header) {
+  if (*size < 3) return false;
+  header->flags = (*data)[0];
+  header->split = (*data)[1] | (static_cast<std::size_t>((*data)[2]) << 8);
+  *data += 3;
+  *size -= 3;
+  return true;
+}
 
 // $TMPDIR (or /tmp) / shardkit_fuzz_<pid>_<name>: one file per process and name.
 inline std::string TempPath(const char* name) {

@@ -18,11 +18,10 @@
 #include "shardkit/loader/token_source.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  if (size < 3) return 0;
-  const std::uint8_t mode = data[0];
-  std::size_t split = data[1] | (static_cast<std::size_t>(data[2]) << 8);
-  data += 3;
-  size -= 3;
+  shardkit::fuzz::InputHeader header;
+  if (!shardkit::fuzz::TakeHeader(&data, &size, &header)) return 0;
+  const std::uint8_t mode = header.flags;
+  std::size_t split = header.split;
   if (mode & 1) {
     try {
       const std::string text(reinterpret_cast<const char*>(data), size);

@@ -159,6 +159,17 @@ void CheckBatch(const shardkit::Batch& b, Delivered* delivered) {
 }
 
 // A batch as its pieces: (document, start, length, row) each.
+// What parse(text) returns, or nothing when it refuses the text (an
+// invalid_argument: the outcome every harness accepts).
+template <typename Parse>
+auto Parsed(Parse parse, std::string_view text) -> std::optional<decltype(parse(text))> {
+  try {
+    return parse(text);
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
+}
+
 using Pieces = std::vector<std::array<Index, 4>>;
 
 Pieces PiecesOf(const shardkit::Batch& b) {
@@ -432,12 +443,9 @@ void FuzzLoaderStates(std::uint8_t flags, std::string_view text) {
 }
 
 void FuzzPackerState(std::uint8_t flags, std::string_view text) {
-  shardkit::PackerState state;
-  try {
-    state = shardkit::PackerStateFromJson(text);
-  } catch (const std::invalid_argument&) {
-    return;
-  }
+  const auto parsed = Parsed(shardkit::PackerStateFromJson, text);
+  if (!parsed) return;
+  const shardkit::PackerState& state = *parsed;
   const std::string once = shardkit::PackerStateToJson(state);
   if (shardkit::PackerStateToJson(shardkit::PackerStateFromJson(once)) != once) __builtin_trap();
 
@@ -496,12 +504,9 @@ const std::vector<std::shared_ptr<const shardkit::TokenSource>>& MixtureSources(
 }
 
 void FuzzMixtureLoaderState(std::uint8_t flags, std::string_view text) {
-  shardkit::MixtureLoaderState state;
-  try {
-    state = shardkit::MixtureLoaderStateFromJson(text);
-  } catch (const std::invalid_argument&) {
-    return;
-  }
+  const auto parsed = Parsed(shardkit::MixtureLoaderStateFromJson, text);
+  if (!parsed) return;
+  const shardkit::MixtureLoaderState& state = *parsed;
   const shardkit::MixtureOrder order(state.pieces, state.samples);  // FromJson checked it
   const std::string once = shardkit::MixtureLoaderStateToJson(order, state.loader);
   const shardkit::MixtureLoaderState back = shardkit::MixtureLoaderStateFromJson(once);

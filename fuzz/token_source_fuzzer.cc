@@ -18,11 +18,10 @@ using shardkit::fuzz::TempPath;
 using shardkit::fuzz::WriteFile;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  if (size < 3) return 0;
-  const std::uint8_t flags = data[0];
-  std::size_t split = data[1] | (static_cast<std::size_t>(data[2]) << 8);
-  data += 3;
-  size -= 3;
+  shardkit::fuzz::InputHeader header;
+  if (!shardkit::fuzz::TakeHeader(&data, &size, &header)) return 0;
+  const std::uint8_t flags = header.flags;
+  std::size_t split = header.split;
   if (split > size) split = size;
   static const std::string tokens_npy = TempPath("t.tokens.npy"), tokens_bin = TempPath("t.bin"),
                            offsets_npy = TempPath("o.offsets.npy"), offsets_bin = TempPath("o.bin");

@@ -56,6 +56,9 @@ def mixture():
 
 TOKENS = np.arange(200, dtype=np.int32)
 OFFSETS = np.arange(0, 201, 10, dtype=np.int64)
+# The arguments the plan and the loader probes share with their CP variants.
+PLAN_BASE = dict(lengths=[5, 10, 3, 8, 12, 7], seq_len=16, batch_size=2, world_size=2)
+LOADER_BASE = dict(tokens=TOKENS, offsets=OFFSETS, seq_len=16, batch_size=2)
 
 
 def consume(result):
@@ -237,10 +240,7 @@ SURFACE = [
         "TrainPlan",
         shardkit.TrainPlan,
         dict(
-            lengths=[5, 10, 3, 8, 12, 7],
-            seq_len=16,
-            batch_size=2,
-            world_size=2,
+            **PLAN_BASE,
             mode="pad",
             shuffle=True,
             seed=0,
@@ -261,10 +261,7 @@ SURFACE = [
         "TokenLoader",
         shardkit.TokenLoader,
         dict(
-            tokens=TOKENS,
-            offsets=OFFSETS,
-            seq_len=16,
-            batch_size=2,
+            **LOADER_BASE,
             rank=0,
             world_size=2,
             shuffle=True,
@@ -294,10 +291,7 @@ SURFACE = [
         "TrainPlan(cp)",
         shardkit.TrainPlan,
         dict(
-            lengths=[5, 10, 3, 8, 12, 7],
-            seq_len=16,
-            batch_size=2,
-            world_size=2,
+            **PLAN_BASE,
             cp_size=2,
             cp_strategy="head_tail",
             cp_granularity=None,
@@ -307,10 +301,7 @@ SURFACE = [
         "TokenLoader(cp)",
         shardkit.TokenLoader,
         dict(
-            tokens=TOKENS,
-            offsets=OFFSETS,
-            seq_len=16,
-            batch_size=2,
+            **LOADER_BASE,
             cp_size=2,
             cp_rank=1,
             cp_granularity=None,

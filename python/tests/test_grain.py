@@ -11,7 +11,7 @@ import pickle
 
 import numpy as np
 import pytest
-from tiling import batch_pieces, lognormal_lengths, offsets_of, tiles
+from tiling import batch_pieces, lognormal_lengths, save_corpus, tiles
 
 grain = pytest.importorskip("grain")
 
@@ -28,11 +28,8 @@ def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("grain")
     rng = np.random.default_rng(22)
     lengths = lognormal_lengths(rng, 60, 1.0, 300)
-    offsets = offsets_of(lengths)
-    tokens = rng.integers(0, 5000, offsets[-1]).astype(np.int32)
-    np.save(root / "c.tokens.npy", tokens)
-    np.save(root / "c.offsets.npy", offsets)
-    return root / "c.tokens.npy", lengths
+    tokens = rng.integers(0, 5000, lengths.sum()).astype(np.int32)
+    return save_corpus(root, "c.", lengths, tokens), lengths
 
 
 def same(a, b):

@@ -17,6 +17,11 @@ wds = pytest.importorskip("webdataset")
 PIL = pytest.importorskip("PIL")
 from PIL import Image  # noqa: E402
 
+# The ConstantLengthDataset options of the tests here: rows of 64 tokens, no
+# plan check; most run one rank.
+ROWS = dict(seq_len=64, check_plan=False)
+ONE_RANK = dict(ROWS, world_size=1, rank=0)
+
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 
 
@@ -262,29 +267,21 @@ def test_loader_batches_carry_decoded_images_in_token_order(tmp_path):
     src = TarImageText(paths, vision_tokens=lambda h, w: (h // 16 + 1) * (w // 16 + 1))
     reads = []
 
-    class Counting:
-        def __len__(self):
-            return len(src)
-
-        def sample_table(self):
-            return src.sample_table()
-
-        def __getitem__(self, i):
-            reads.append(i)
-            return src[i]
+    def counting(i):
+        reads.append(i)
+        return src[i]
 
     seen = []
     size = (24, 32)
     for rank in range(3):
         reads.clear()
         ds = ConstantLengthDataset(
-            Counting(),
-            seq_len=64,
-            batch_size=2,
+            ReadThrough(src, counting),
+            **ROWS,
             rank=rank,
             world_size=3,
+            batch_size=2,
             max_images_per_pack=6,
-            check_plan=False,
             image_decoder=ImageDecoder(size=size, threads=2),
         )
         assert reads == []  # planned from the table
@@ -299,6 +296,23 @@ def test_loader_batches_carry_decoded_images_in_token_order(tmp_path):
             assert batch["image_sample"].shape[0] == len(expected)
             assert "images" not in batch
     assert sorted(seen) == list(range(30))
+
+
+class ReadThrough:
+    """`src` (its length and sample table) with each sample read through
+    `read(i)`: a test's counting or corrupting wrapper."""
+
+    def __init__(self, src, read):
+        self.src, self.read = src, read
+
+    def __len__(self):
+        return len(self.src)
+
+    def sample_table(self):
+        return self.src.sample_table()
+
+    def __getitem__(self, i):
+        return self.read(i)
 
 
 def torch_uint8():
@@ -323,15 +337,7 @@ def test_a_user_processor_replaces_the_decoder(tmp_path):
             else np.zeros((0, 8, 8, 3), np.uint8)
         }
 
-    ds = ConstantLengthDataset(
-        src,
-        seq_len=64,
-        batch_size=2,
-        world_size=1,
-        rank=0,
-        image_decoder=processor,
-        check_plan=False,
-    )
+    ds = ConstantLengthDataset(src, **ONE_RANK, batch_size=2, image_decoder=processor)
     total = 0
     for batch in ds:
         assert batch["pixel_values"].shape[0] == batch["image_sample"].shape[0]
@@ -351,26 +357,14 @@ def test_a_corrupt_image_in_a_batch_names_its_sample(tmp_path):
     src = TarImageText(paths)
     bad = next(i for i in range(6) if src.image_counts[i])
 
-    class Broken:
-        def __len__(self):
-            return len(src)
-
-        def sample_table(self):
-            return src.sample_table()
-
-        def __getitem__(self, i):
-            s = src[i]
-            if i == bad:
-                s["images"] = [b[: len(b) // 2] for b in s["images"]]
-            return s
+    def broken(i):
+        s = src[i]
+        if i == bad:
+            s["images"] = [b[: len(b) // 2] for b in s["images"]]
+        return s
 
     ds = ConstantLengthDataset(
-        Broken(),
-        seq_len=64,
-        world_size=1,
-        rank=0,
-        check_plan=False,
-        image_decoder=ImageDecoder(size=(8, 8)),
+        ReadThrough(src, broken), **ONE_RANK, image_decoder=ImageDecoder(size=(8, 8))
     )
     with pytest.raises(ValueError, match=rf"^images: sample {bad}, image 0: "):
         list(ds)
@@ -388,13 +382,7 @@ def test_dataloader_workers_give_the_same_decoded_batches(tmp_path):
 
     def make():
         return ConstantLengthDataset(
-            src,
-            seq_len=64,
-            batch_size=2,
-            world_size=1,
-            rank=0,
-            check_plan=False,
-            image_decoder=ImageDecoder(size=(8, 8)),
+            src, **ONE_RANK, batch_size=2, image_decoder=ImageDecoder(size=(8, 8))
         )
 
     alone = [(b["documents"].tolist(), b["pixel_values"].numpy()) for b in make()]

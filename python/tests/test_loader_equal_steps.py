@@ -125,23 +125,12 @@ def test_continuous_two_passes_follow_the_train_plan():
 
 def test_workers_take_every_kth_step():
     tokens, offsets, _ = corpus(400, seed=6)
-    one = shardkit.TokenLoader(
-        tokens, offsets, seq_len=512, batch_size=2, rank=1, world_size=2, num_threads=0
-    )
+    rank1 = dict(seq_len=512, batch_size=2, rank=1, world_size=2, num_threads=0)
+    one = shardkit.TokenLoader(tokens, offsets, **rank1)
     want = [b["documents"].copy() for b in one]
     got = {}
     for k in range(3):
-        w = shardkit.TokenLoader(
-            tokens,
-            offsets,
-            seq_len=512,
-            batch_size=2,
-            rank=1,
-            world_size=2,
-            worker=k,
-            num_workers=3,
-            num_threads=0,
-        )
+        w = shardkit.TokenLoader(tokens, offsets, **rank1, worker=k, num_workers=3)
         for b in w:
             got[b["step"]] = b["documents"].copy()
     assert sorted(got) == list(range(len(want)))

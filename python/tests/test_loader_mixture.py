@@ -537,14 +537,9 @@ def test_cli_loader_stats_over_a_mixture_and_resume_with_new_weights(cli, tmp_pa
     assert mix["by"] == "tokens" and (mix["first"], mix["count"]) == (0, 900)
     assert [round(s["target"], 3) for s in mix["sources"]] == [0.6, 0.3, 0.1]
     # the realised token shares, recomputed here from the sources' own lengths
-    ref = shardkit.TokenLoader.mixture(
-        [(np.load(tmp_path / f"t{s}.npy"), np.load(tmp_path / f"o{s}.npy")) for s in range(3)],
-        [6, 3, 1],
-        samples=900,
-        seed=5,
-        seq_len=256,
-        batch_size=2,
-    )
+    sources = [(np.load(tmp_path / f"t{s}.npy"), np.load(tmp_path / f"o{s}.npy")) for s in range(3)]
+    same = dict(samples=900, seed=5, seq_len=256, batch_size=2)  # the CLI runs' --samples ...
+    ref = shardkit.TokenLoader.mixture(sources, [6, 3, 1], **same)
     src, itm = ref.window_samples()
     lengths = [np.diff(np.load(tmp_path / f"o{s}.npy")) for s in range(3)]
     want = np.zeros(3, dtype=np.int64)
@@ -580,15 +575,8 @@ def test_cli_loader_stats_over_a_mixture_and_resume_with_new_weights(cli, tmp_pa
     # after what it had read, not at the last piece delivered
     assert after["changed"] is True and 0 < after["at"] == after["read"] < 100
     # what was read stays: together the two runs deliver every token of the new window
-    new = shardkit.TokenLoader.mixture(
-        [(np.load(tmp_path / f"t{s}.npy"), np.load(tmp_path / f"o{s}.npy")) for s in range(3)],
-        [1, 1, 8],
-        samples=900,
-        seed=5,
-        seq_len=256,
-        batch_size=2,
-        buffer=16,  # the packing decides the read point: the CLI run's
-    )
+    # the packing decides the read point: the CLI run's buffer
+    new = shardkit.TokenLoader.mixture(sources, [1, 1, 8], **same, buffer=16)
     new.load_state_dict(json.loads(state.read_text())[0])
     src, itm = new.window_samples()
     total = sum(lengths[s][it] for s, it in zip(src.tolist(), itm.tolist()))

@@ -8,11 +8,16 @@ total on a loaded 2-core machine.
 """
 
 import random
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import shardkit
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from sweep import PY_PARAMS  # noqa: E402
 
 BOUNDARY = [0, 1, 2, 3, 5, 7, 8, 13, 64, 2**31, 2**53 + 1, 2**62, 2**63 - 1]
 WRONG = [-1, -(2**63), 2**63, 2**64, 1.5, 2.0, float("nan"), float("inf"), "3", None, [2]]
@@ -43,22 +48,8 @@ def _expect(call, names):
         return None
 
 
-SHARD_NAMES = [
-    "num_items",
-    "world_size",
-    "split",
-    "remainder",
-    "offset",
-    "limit",
-    "seed",
-    "epoch",
-    "weights",
-    "rank",
-    "worker",
-    "num_workers",
-    "shuffle",
-    "equal_counts",
-]
+# The parameters of each call, as the sweep (tools/sweep.py) names them.
+SHARD_NAMES = PY_PARAMS["ShardPlan"] + PY_PARAMS["shard"]
 
 
 def test_shard_plans_cover_their_window_or_refuse_naming_the_parameter():
@@ -110,16 +101,7 @@ def test_shard_plans_cover_their_window_or_refuse_naming_the_parameter():
 def test_eval_plans_put_every_item_in_one_unmasked_slot_or_refuse():
     rng = random.Random(14)
     checked = 0
-    names = [
-        "num_items",
-        "world_size",
-        "batch_size",
-        "devices",
-        "min_device_batch",
-        "split",
-        "seed",
-        "epoch",
-    ]
+    names = [n for n in PY_PARAMS["EvalPlan"] if n != "shuffle"]  # this check never named it
     for _ in range(4000):
         n, w, b = _size(rng), _size(rng, 9), _size(rng, 9)
         kw = {
@@ -150,16 +132,7 @@ def test_eval_plans_put_every_item_in_one_unmasked_slot_or_refuse():
 def test_packings_keep_every_item_under_capacity_or_refuse():
     rng = random.Random(15)
     checked = 0
-    names = [
-        "lengths",
-        "capacity",
-        "algorithm",
-        "oversize",
-        "buffer",
-        "max_sequences",
-        "images",
-        "max_images",
-    ]
+    names = PY_PARAMS["pack"]
     for _ in range(3000):
         count = rng.randrange(0, 60)
         lengths = [rng.choice([0, 1, 5, 100, 4095, 4096, 5000]) for _ in range(count)]

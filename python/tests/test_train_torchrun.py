@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torchrun_launch
-from tiling import lognormal_lengths, offsets_of, tiles
+from tiling import lognormal_lengths, save_corpus, tiles
 from torchrun_launch import finish, kill_after_checkpoint
 
 import shardkit
@@ -26,10 +26,8 @@ def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("train_torchrun")
     rng = np.random.default_rng(4)
     lengths = lognormal_lengths(rng, 90, 1.1, 700)
-    offsets = offsets_of(lengths)
-    tokens = (np.arange(offsets[-1]) % 1000).astype(np.int32)  # the docs loop's vocab
-    np.save(root / "tokens.npy", tokens)
-    np.save(root / "offsets.npy", offsets)
+    tokens = (np.arange(lengths.sum()) % 1000).astype(np.int32)  # the docs loop's vocab
+    save_corpus(root, "", lengths, tokens)
     return root, lengths
 
 

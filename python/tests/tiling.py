@@ -17,6 +17,14 @@ def offsets_of(lengths):
     return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
+def save_corpus(root, prefix, lengths, tokens):
+    """Saves `tokens` and the offsets of documents of `lengths` as
+    root/{prefix}tokens.npy and root/{prefix}offsets.npy; returns the first."""
+    np.save(root / f"{prefix}tokens.npy", tokens)
+    np.save(root / f"{prefix}offsets.npy", offsets_of(lengths))
+    return root / f"{prefix}tokens.npy"
+
+
 def batch_pieces(batch):
     """(document, start, length) of every piece of a loader batch."""
     return list(

@@ -5,6 +5,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "shardkit/base/testing.h"
+
 namespace shardkit {
 namespace {
 
@@ -71,12 +73,7 @@ TEST(DistTest, LocalRankDefaultsToTheRank) {
 
 TEST(DistTest, BadValuesNameTheVariable) {
   auto message = [](std::map<std::string, std::string> vars) {
-    try {
-      (void)From(vars);
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return base_testing::ErrorOf([&] { (void)From(vars); });
   };
   EXPECT_EQ(message({{"RANK", "4"}, {"WORLD_SIZE", "4"}}).rfind("RANK: rank 4 is outside", 0), 0u);
   EXPECT_EQ(message({{"RANK", "x"}, {"WORLD_SIZE", "4"}}).rfind("RANK: environment value 'x'", 0),

@@ -408,12 +408,7 @@ TEST(EvalPlanTest, ReplicaSourcesRejectsInconsistentRolesNamingDpRanks) {
   const std::vector<Index> swapped = {1, 0, 0, 1};
   EXPECT_EQ(ReplicaSources(swapped, 2), (std::vector<Index>{1, 0}));
   auto message = [](const std::vector<Index>& v, Index dp_size) {
-    try {
-      static_cast<void>(ReplicaSources(v, dp_size));
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return base_testing::ErrorOf([&] { static_cast<void>(ReplicaSources(v, dp_size)); });
   };
   EXPECT_EQ(message({0, 0, 0, 0}, 2),
             "dp_ranks: no rank has dp_rank 1 of 2 (did every rank build its roles from the "

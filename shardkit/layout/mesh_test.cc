@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "shardkit/base/testing.h"
+
 namespace shardkit {
 namespace {
 
@@ -54,14 +56,7 @@ TEST(MeshTest, DevicesOfListsEachProcessesDevicesAscendingForAnyOwnerLayout) {
 }
 
 TEST(MeshTest, BadAxesAndOwnersAreRejectedNamingTheValue) {
-  auto message = [](auto&& make) {
-    try {
-      make();
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto message = base_testing::ErrorOf<std::invalid_argument>;
   EXPECT_EQ(message([] { Mesh({}); }), "axes: a mesh needs at least one axis");
   EXPECT_NE(message([] {
               Mesh({{"x", 2}, {"x", 2}});

@@ -22,6 +22,7 @@ namespace {
 // tokens, token t of document d is (1000 d + t) % 30011.
 using Data = loader_testing::TestCorpus;
 using loader_testing::ErrorOf;
+using loader_testing::RowOptions;
 
 Data SampleData(Index docs = 200, Index bump_document = -1) {
   Data data;
@@ -43,9 +44,7 @@ std::string ReadFile(const std::string& name) {
 }
 
 LoaderOptions SampleOptions() {
-  LoaderOptions o;
-  o.seq_len = 32;
-  o.batch_size = 2;
+  LoaderOptions o = RowOptions(32, 2);
   o.shuffle = true;
   o.seed = std::numeric_limits<std::uint64_t>::max() - 4;
   o.algorithm = PackAlgorithm::kBestFitDecreasing;
@@ -167,17 +166,24 @@ TEST(LoaderStateTest, SaveToJsonAndResumeEqualsTheUninterruptedRun) {
   }
 }
 
-TEST(LoaderStateTest, MergedStatesRoundTripThroughJson) {
-  Data data = SampleData(300);
-  LoaderOptions o = SampleOptions();
+// The states of ranks 0 and 1 of two, each after three batches of `o`.
+std::vector<LoaderState> TwoRanksAfterThreeBatches(const Data& data, LoaderOptions o) {
   o.world_size = 2;
   std::vector<LoaderState> states;
   for (Index r = 0; r < 2; ++r) {
     o.rank = r;
     TokenLoader l(data.source, o);
-    for (int i = 0; i < 3; ++i) ASSERT_NE(l.Next(), nullptr);
-    states.push_back(LoaderStateFromJson(LoaderStateToJson(l.State())));
+    for (int i = 0; i < 3; ++i) EXPECT_NE(l.Next(), nullptr) << "rank " << r << ", batch " << i;
+    states.push_back(l.State());
   }
+  return states;
+}
+
+TEST(LoaderStateTest, MergedStatesRoundTripThroughJson) {
+  Data data = SampleData(300);
+  LoaderOptions o = SampleOptions();
+  std::vector<LoaderState> states = TwoRanksAfterThreeBatches(data, o);
+  for (LoaderState& state : states) state = LoaderStateFromJson(LoaderStateToJson(state));
   const LoaderState merged = MergeLoaderStates(states);
   const std::string text = LoaderStateToJson(merged);
   const LoaderState back = LoaderStateFromJson(text);
@@ -204,14 +210,7 @@ TEST(LoaderStateTest, RegressionPackerStateFitsIsTheConstructorsCheck) {
   twice.items_seen = 1;
   twice.packs_closed = 1;
   twice.tokens_closed = 4;
-  auto error = [&](const PackerState& s) {
-    try {
-      PackerStateFits(s, o);
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto error = [&](const PackerState& s) { return ErrorOf([&] { PackerStateFits(s, o); }); };
   EXPECT_EQ(error(twice), "state: item 3 is listed twice (pieces at start 0 and 0 overlap)");
   PackerState full;
   full.buffered = {PackItem{1, 2, 0, 0}, PackItem{2, 2, 0, 0}};
@@ -337,16 +336,7 @@ TEST_F(StateRefusals, InconsistentFieldsAreRefusedNamingTheField) {
 // checksum) with its epoch edited kept head pieces of documents that the new
 // epoch's order still had to deliver, so their tokens came twice.
 TEST_F(StateRefusals, RegressionHeadDocumentStillToComeInTheOrderIsRefused) {
-  LoaderOptions o = o_;
-  o.world_size = 2;
-  std::vector<LoaderState> states;
-  for (Index r = 0; r < 2; ++r) {
-    o.rank = r;
-    TokenLoader l(data_.source, o);
-    for (int i = 0; i < 3; ++i) ASSERT_NE(l.Next(), nullptr);
-    states.push_back(l.State());
-  }
-  LoaderState merged = MergeLoaderStates(states);
+  LoaderState merged = MergeLoaderStates(TwoRanksAfterThreeBatches(data_, o_));
   ASSERT_FALSE(merged.head.empty());
   EXPECT_EQ(Load(merged), "no error");
   merged.epoch = 5;

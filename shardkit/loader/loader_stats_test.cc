@@ -11,16 +11,14 @@
 namespace shardkit {
 namespace {
 
+using loader_testing::PlanOptions;
+
 using Data = loader_testing::TestCorpus;
+using loader_testing::RowOptions;
 
 Data MakeData(std::mt19937_64& rng, Index docs, Index max_len) {
-  Data data;
-  for (Index d = 0; d < docs; ++d) {
-    const Index len = static_cast<Index>(rng() % static_cast<std::uint64_t>(max_len + 1));
-    data.Add(len, [](Index k) { return static_cast<std::int32_t>(k); });
-  }
-  data.Seal();
-  return data;
+  return loader_testing::RandomCorpus(rng, docs, 0, max_len,
+                                      [](Index, Index k) { return static_cast<std::int32_t>(k); });
 }
 
 std::vector<RankLoadStats> RunAllRanks(const Data& data, LoaderOptions o, Index max_batches = -1) {
@@ -46,10 +44,7 @@ std::vector<RankLoadStats> RunAllRanks(const Data& data, LoaderOptions o, Index 
 TEST(LoaderStatsTest, AWholeEpochOnEveryRankIsCompleteAndAddsUp) {
   std::mt19937_64 rng(3);
   Data data = MakeData(rng, 300, 60);
-  LoaderOptions o;
-  o.seq_len = 32;
-  o.batch_size = 3;
-  o.world_size = 4;
+  LoaderOptions o = RowOptions(32, 3, 4);
   auto ranks = RunAllRanks(data, o);
   LoadRunScope scope;
   scope.data_tokens = data.source->num_tokens();
@@ -71,10 +66,7 @@ TEST(LoaderStatsTest, AWholeEpochOnEveryRankIsCompleteAndAddsUp) {
 TEST(LoaderStatsTest, CompleteOnlyWhenTheRunCanProveIt) {
   std::mt19937_64 rng(4);
   Data data = MakeData(rng, 200, 60);
-  LoaderOptions o;
-  o.seq_len = 32;
-  o.batch_size = 2;
-  o.world_size = 2;
+  LoaderOptions o = RowOptions(32, 2, 2);
   LoadRunScope scope;
   scope.data_tokens = data.source->num_tokens();
   EXPECT_FALSE(SummarizeLoad(RunAllRanks(data, o, 3), scope).complete);  // stopped early
@@ -100,10 +92,7 @@ TEST(LoaderStatsTest, EqualStepsCompleteOnlyInPadModeOrWithNothingDropped) {
   for (Index docs = 195; docs < 205; ++docs) {
     Data data = MakeData(rng, docs, 60);
     for (TrainMode mode : {TrainMode::kPad, TrainMode::kDrop, TrainMode::kContinuous}) {
-      LoaderOptions o;
-      o.seq_len = 32;
-      o.batch_size = 2;
-      o.world_size = 3;
+      LoaderOptions o = RowOptions(32, 2, 3);
       o.equal_steps = true;
       o.mode = mode;
       LoadRunScope scope;
@@ -135,9 +124,7 @@ TEST(LoaderStatsTest, CpWorkOfOneRowUnderEachSplit) {
   // positions 32..63 (sum 33..64 = 1552) against rank 0's 528; both head-tail
   // splits even it. A 63-token document is padded to 64: rank 0 loses
   // position 63, so per-document head-tail gives 976 / 1040 (mean 1008).
-  TrainOptions o;
-  o.seq_len = 64;
-  o.batch_size = 1;
+  TrainOptions o = PlanOptions(64, 1);
   o.cp.size = 2;
   for (const Index length : {Index{64}, Index{63}}) {
     const std::vector<Index> lengths = {length};

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <limits>
 #include <map>
@@ -32,16 +33,19 @@ namespace {
 
 // A data set in memory: the test's own copy of every document is the oracle.
 using Data = loader_testing::TestCorpus;
+using loader_testing::RowOptions;
 
+// Up to `max_len` tokens a document, one in ten empty; tokens tell documents apart.
 Data MakeData(std::mt19937_64& rng, Index docs, Index max_len) {
-  Data data;
-  for (Index d = 0; d < docs; ++d) {
-    Index len = static_cast<Index>(rng() % static_cast<std::uint64_t>(max_len + 1));
-    if (rng() % 10 == 0) len = 0;
-    data.Add(len, [d](Index k) { return static_cast<std::int32_t>(d * 7919 + k); });
-  }
-  data.Seal();
-  return data;
+  return loader_testing::RandomCorpus(
+      rng, docs, 0, max_len,
+      [](Index d, Index k) { return static_cast<std::int32_t>(d * 7919 + k); }, 10);
+}
+
+// MakeData drawn from its own generator seeded with `seed`.
+Data SeededData(std::uint64_t seed, Index docs, Index max_len) {
+  std::mt19937_64 rng(seed);
+  return MakeData(rng, docs, max_len);
 }
 
 using PieceKey = std::tuple<Index, Index, Index>;  // document, start, length
@@ -124,6 +128,25 @@ std::vector<std::shared_ptr<const Batch>> Drain(TokenLoader& loader, Index max =
   return out;
 }
 
+// Calls f with `o` for every consumer (rank, worker), ranks first, in order.
+void ForEachConsumer(const LoaderOptions& o, const std::function<void(const LoaderOptions&)>& f) {
+  for (Index r = 0; r < o.world_size; ++r) {
+    for (Index w = 0; w < o.num_workers; ++w) {
+      LoaderOptions c = o;
+      c.rank = r;
+      c.worker = w;
+      f(c);
+    }
+  }
+}
+
+// `o` collated by `threads` threads (0: the caller's), `depth` batches ahead.
+LoaderOptions Threaded(LoaderOptions o, Index threads, Index depth) {
+  o.num_threads = threads;
+  o.prefetch = depth;
+  return o;
+}
+
 void ExpectSameBatch(const Batch& a, const Batch& b) {
   EXPECT_EQ(a.index, b.index);
   EXPECT_EQ(a.input_ids, b.input_ids);
@@ -160,26 +183,20 @@ TEST(LoaderTest, EveryDocumentOnceAcrossRanksAndWorkers) {
     LoaderOptions o = RandomOptions(rng);
     Data data = MakeData(rng, docs, 3 * o.seq_len);
     std::vector<PieceKey> all;
-    for (Index r = 0; r < o.world_size; ++r) {
-      for (Index w = 0; w < o.num_workers; ++w) {
-        LoaderOptions c = o;
-        c.rank = r;
-        c.worker = w;
-        TokenLoader loader(data.source, c);
-        for (auto& b : Drain(loader)) {
-          auto p = CheckBatch(*b, data, c);
-          all.insert(all.end(), p.begin(), p.end());
-        }
-        EXPECT_EQ(loader.Next(), nullptr) << "an epoch ends and stays ended";
+    ForEachConsumer(o, [&](const LoaderOptions& c) {
+      TokenLoader loader(data.source, c);
+      for (auto& b : Drain(loader)) {
+        auto p = CheckBatch(*b, data, c);
+        all.insert(all.end(), p.begin(), p.end());
       }
-    }
+      EXPECT_EQ(loader.Next(), nullptr) << "an epoch ends and stays ended";
+    });
     ExpectExactlyOnce(all, data, docs, "trial " + std::to_string(trial));
   }
 }
 
 TEST(LoaderTest, ShuffleIsOneGlobalOrderPerSeedAndEpoch) {
-  std::mt19937_64 rng(2);
-  Data data = MakeData(rng, 50, 4);
+  Data data = SeededData(2, 50, 4);
   LoaderOptions o;
   o.seq_len = 4;  // a document (<= 4 tokens) fills at most one row
   o.batch_size = 1;
@@ -209,13 +226,10 @@ TEST(LoaderTest, ShuffleIsOneGlobalOrderPerSeedAndEpoch) {
 // Regression: with two callers of Next(), a collator woke one of them and
 // the end was announced once, so the other stayed blocked in Next() for ever.
 TEST(LoaderTest, ConcurrentCallersGetEachBatchOnceAndAllSeeTheEnd) {
-  std::mt19937_64 rng(31);
-  Data data = MakeData(rng, 300, 100);
+  Data data = SeededData(31, 300, 100);
   for (bool equal_steps : {false, true}) {
     for (Index threads : {0, 1, 2, 4}) {
-      LoaderOptions o;
-      o.seq_len = 64;
-      o.batch_size = 2;
+      LoaderOptions o = RowOptions(64, 2);
       o.num_threads = threads;
       o.equal_steps = equal_steps;
       TokenLoader loader(data.source, o);
@@ -246,13 +260,8 @@ TEST(LoaderTest, ConcurrentCallersGetEachBatchOnceAndAllSeeTheEnd) {
 }
 
 TEST(LoaderTest, IdenticalForAnyThreadCountAndQueueDepth) {
-  std::mt19937_64 rng(3);
-  Data data = MakeData(rng, 300, 100);
-  LoaderOptions o;
-  o.seq_len = 64;
-  o.batch_size = 3;
-  o.world_size = 2;
-  o.rank = 1;
+  Data data = SeededData(3, 300, 100);
+  LoaderOptions o = RowOptions(64, 3, 2, 1);
   o.buffer = 16;
   o.num_threads = 0;
   TokenLoader reference_loader(data.source, o);
@@ -260,9 +269,7 @@ TEST(LoaderTest, IdenticalForAnyThreadCountAndQueueDepth) {
   ASSERT_GT(reference.size(), 10u);
   for (Index threads : {1, 2, 4, 8}) {
     for (Index depth : {1, 2, 7}) {
-      LoaderOptions c = o;
-      c.num_threads = threads;
-      c.prefetch = depth;
+      const LoaderOptions c = Threaded(o, threads, depth);
       TokenLoader loader(data.source, c);
       for (std::size_t i = 0; i < reference.size(); ++i) {
         auto b = loader.Next();
@@ -310,20 +317,15 @@ std::vector<LoaderState> RunSome(const Data& data, const LoaderOptions& o,
                                  const std::optional<LoaderState>& state, std::mt19937_64& rng,
                                  bool finish, std::vector<PieceKey>* delivered) {
   std::vector<LoaderState> states;
-  for (Index r = 0; r < o.world_size; ++r) {
-    for (Index w = 0; w < o.num_workers; ++w) {
-      LoaderOptions c = o;
-      c.rank = r;
-      c.worker = w;
-      TokenLoader loader(data.source, c, state);
-      const Index take = finish ? -1 : static_cast<Index>(rng() % 6);
-      for (auto& b : Drain(loader, take)) {
-        auto p = CheckBatch(*b, data, c);
-        delivered->insert(delivered->end(), p.begin(), p.end());
-      }
-      states.push_back(loader.State());
+  ForEachConsumer(o, [&](const LoaderOptions& c) {
+    TokenLoader loader(data.source, c, state);
+    const Index take = finish ? -1 : static_cast<Index>(rng() % 6);
+    for (auto& b : Drain(loader, take)) {
+      auto p = CheckBatch(*b, data, c);
+      delivered->insert(delivered->end(), p.begin(), p.end());
     }
-  }
+    states.push_back(loader.State());
+  });
   return states;
 }
 
@@ -369,8 +371,7 @@ TEST(LoaderTest, RegressionLongDocumentKeepsTheStateSmall) {
   // A document split into many pieces put every piece into the state, and
   // every batch copied them all: 1M/2M/4M tokens at seq_len 64 took
   // 17/39/258 s. The state now holds one run per split document.
-  std::mt19937_64 rng(12);
-  Data data = MakeData(rng, 30, 20);
+  Data data = SeededData(12, 30, 20);
   const Index long_doc = 200000;
   std::vector<std::int32_t> tokens = data.tokens;
   std::vector<std::int64_t> offsets = data.offsets;
@@ -381,10 +382,7 @@ TEST(LoaderTest, RegressionLongDocumentKeepsTheStateSmall) {
   data.source = TokenSource::FromMemory(data.tokens.data(), TokenDType::kInt32,
                                         static_cast<Index>(data.tokens.size()), data.offsets.data(),
                                         static_cast<Index>(offsets.size()));
-  LoaderOptions o;
-  o.seq_len = 16;
-  o.batch_size = 2;
-  o.world_size = 2;
+  LoaderOptions o = RowOptions(16, 2, 2);
   o.buffer = 8;
   std::vector<PieceKey> delivered;
   std::vector<LoaderState> middle;
@@ -422,11 +420,8 @@ TEST(LoaderTest, RegressionLongDocumentKeepsTheStateSmall) {
 }
 
 TEST(LoaderTest, LastBatchIsPaddedNeverDropped) {
-  std::mt19937_64 rng(7);
-  Data data = MakeData(rng, 5, 3);
-  LoaderOptions o;
-  o.seq_len = 100;
-  o.batch_size = 4;
+  Data data = SeededData(7, 5, 3);
+  LoaderOptions o = RowOptions(100, 4);
   o.shuffle = false;
   TokenLoader loader(data.source, o);
   auto batches = Drain(loader);
@@ -446,9 +441,7 @@ TEST(LoaderTest, OversizeDropCountsTheDroppedDocuments) {
   std::vector<std::int32_t> tokens(30, 1);
   std::vector<std::int64_t> offsets = {0, 5, 25, 30};
   auto source = TokenSource::FromMemory(tokens.data(), TokenDType::kInt32, 30, offsets.data(), 4);
-  LoaderOptions o;
-  o.seq_len = 10;
-  o.batch_size = 2;
+  LoaderOptions o = RowOptions(10, 2);
   o.oversize = Oversize::kDrop;
   TokenLoader loader(source, o);
   std::set<Index> seen;
@@ -476,11 +469,7 @@ TEST(LoaderTest, FileShardingFollowsWhalePolicies) {
   auto run = [&](Index world, bool unbalanced, bool drop) {
     std::vector<std::multiset<Index>> per_rank(static_cast<std::size_t>(world));
     for (Index r = 0; r < world; ++r) {
-      LoaderOptions o;
-      o.seq_len = 50;
-      o.batch_size = 2;
-      o.world_size = world;
-      o.rank = r;
+      LoaderOptions o = RowOptions(50, 2, world, r);
       o.shard_files = true;
       o.whale_unbalanced_io_slicing = unbalanced;
       o.whale_drop_last_files = drop;
@@ -517,12 +506,8 @@ TEST(LoaderTest, FileShardingFollowsWhalePolicies) {
 }
 
 TEST(LoaderTest, RefusesStatesOfAnotherConsumerOrConfiguration) {
-  std::mt19937_64 rng(9);
-  Data data = MakeData(rng, 100, 20);
-  LoaderOptions o;
-  o.seq_len = 32;
-  o.batch_size = 2;
-  o.world_size = 2;
+  Data data = SeededData(9, 100, 20);
+  LoaderOptions o = RowOptions(32, 2, 2);
   TokenLoader loader(data.source, o);
   (void)loader.Next();
   LoaderState s = loader.State();
@@ -555,11 +540,8 @@ TEST(LoaderTest, RefusesStatesOfAnotherConsumerOrConfiguration) {
 TEST(LoaderTest, RegressionStartPlusLengthOverflowInAStateIsRefused) {
   // head [4, 2^63 - 2, 2^20] passed `start + length <= DocumentLength`
   // because the sum wrapped; collation then read outside the token array.
-  std::mt19937_64 rng(11);
-  Data data = MakeData(rng, 50, 20);
-  LoaderOptions o;
-  o.seq_len = 1 << 21;
-  o.batch_size = 1;
+  Data data = SeededData(11, 50, 20);
+  LoaderOptions o = RowOptions(1 << 21, 1);
   const Index huge = std::numeric_limits<Index>::max() - 1;
   auto error = [&](const LoaderState& st) {
     return loader_testing::ErrorOf([&] { TokenLoader l(data.source, o, st); });
@@ -594,11 +576,8 @@ TEST(LoaderTest, RegressionStartPlusLengthOverflowInAStateIsRefused) {
 TEST(LoaderTest, RegressionHugeBatchIsAnErrorNamingBothNotAnAbort) {
   // --seq-len 32 --batch 100000000: std::bad_alloc on a background thread
   // terminated the process.
-  std::mt19937_64 rng(13);
-  Data data = MakeData(rng, 10, 5);
-  LoaderOptions o;
-  o.seq_len = 32;
-  o.batch_size = 100000000;
+  Data data = SeededData(13, 10, 5);
+  LoaderOptions o = RowOptions(32, 100000000);
   try {
     TokenLoader loader(data.source, o);
     FAIL() << "accepted";
@@ -621,11 +600,8 @@ TEST(LoaderTest, RegressionForkAfterTheLoaderStartedNeitherBlocksNorHangs) {
   // before any shardkit code runs. The plain build runs this test.
   GTEST_SKIP() << "fork() of a threaded process under GCC 12's ASan allocator";
 #endif
-  std::mt19937_64 rng(14);
-  Data data = MakeData(rng, 300, 40);
-  LoaderOptions o;
-  o.seq_len = 32;
-  o.batch_size = 2;
+  Data data = SeededData(14, 300, 40);
+  LoaderOptions o = RowOptions(32, 2);
   o.num_threads = 0;
   TokenLoader reference_loader(data.source, o);
   auto reference = Drain(reference_loader);
@@ -669,12 +645,9 @@ TEST(LoaderTest, RegressionForkAfterTheLoaderStartedNeitherBlocksNorHangs) {
 }
 
 TEST(LoaderTest, InvalidOptionsNameTheParameter) {
-  std::mt19937_64 rng(10);
-  Data data = MakeData(rng, 10, 5);
+  Data data = SeededData(10, 10, 5);
   auto error = [&](auto mutate) -> std::string {
-    LoaderOptions o;
-    o.seq_len = 8;
-    o.batch_size = 2;
+    LoaderOptions o = RowOptions(8, 2);
     mutate(o);
     return loader_testing::ErrorOf([&] { TokenLoader l(data.source, o); });
   };
@@ -701,9 +674,7 @@ TEST(LoaderTest, EqualStepsSameBatchCountOnEveryRankEveryPieceOnceElasticResume)
   for (int trial = 0; trial < 12; ++trial) {
     Data data = MakeData(rng, static_cast<Index>(rng() % 200), 150);
     const Index docs = static_cast<Index>(data.offsets.size()) - 1;
-    LoaderOptions o;
-    o.seq_len = 64;
-    o.batch_size = static_cast<Index>(1 + rng() % 3);
+    LoaderOptions o = RowOptions(64, static_cast<Index>(1 + rng() % 3));
     o.world_size = static_cast<Index>(1 + rng() % 4);
     o.num_workers = static_cast<Index>(1 + rng() % 2);
     o.seed = static_cast<std::uint64_t>(trial);
@@ -773,9 +744,7 @@ TEST(LoaderTest, EqualStepsIdenticalForAnyThreadCountDepthAndWorker) {
   std::mt19937_64 rng(43);
   Data data = MakeData(rng, 400, 120);
   for (int trial = 0; trial < 6; ++trial) {
-    LoaderOptions o;
-    o.seq_len = 64;
-    o.batch_size = static_cast<Index>(1 + rng() % 3);
+    LoaderOptions o = RowOptions(64, static_cast<Index>(1 + rng() % 3));
     o.world_size = static_cast<Index>(1 + rng() % 4);
     o.rank = static_cast<Index>(rng() % static_cast<std::uint64_t>(o.world_size));
     o.num_workers = trial % 2 ? 1 : static_cast<Index>(2 + rng() % 2);
@@ -796,9 +765,7 @@ TEST(LoaderTest, EqualStepsIdenticalForAnyThreadCountDepthAndWorker) {
     const std::size_t cut = reference.size() / 2;
     for (Index threads : {1, 2, 4}) {
       for (Index depth : {1, 2, 5}) {
-        LoaderOptions c = o;
-        c.num_threads = threads;
-        c.prefetch = depth;
+        const LoaderOptions c = Threaded(o, threads, depth);
         TokenLoader loader(data.source, c);
         for (std::size_t i = 0; i < reference.size(); ++i) {
           auto b = loader.Next();
@@ -829,10 +796,7 @@ TEST(LoaderTest, EqualStepsIdenticalForAnyThreadCountDepthAndWorker) {
 // The loader's options are the plan's (no mapping to forget a field): a
 // field set on the LoaderOptions is what the plan and the packer read.
 TEST(LoaderTest, LoaderOptionsAreThePlansOptions) {
-  LoaderOptions o;
-  o.seq_len = 123;
-  o.batch_size = 5;
-  o.world_size = 7;
+  LoaderOptions o = RowOptions(123, 5, 7);
   o.mode = TrainMode::kDrop;
   o.cost = CostModel::kSquaredLengths;
   o.shuffle = false;
@@ -852,12 +816,8 @@ TEST(LoaderTest, LoaderOptionsAreThePlansOptions) {
   EXPECT_EQ(p.max_sequences, std::optional<Index>(3));
   // A loader's plan is built from them: the plan a TrainPlan of the same
   // options builds, step for step.
-  std::mt19937_64 rng(7);
-  Data data = MakeData(rng, 60, 90);
-  LoaderOptions l;
-  l.seq_len = 64;
-  l.batch_size = 2;
-  l.world_size = 2;
+  Data data = SeededData(7, 60, 90);
+  LoaderOptions l = RowOptions(64, 2, 2);
   l.equal_steps = true;
   l.max_sequences = 2;
   l.num_threads = 0;
@@ -916,15 +876,10 @@ std::vector<std::shared_ptr<const Batch>> Pass(TokenLoader& loader) {
 // The oracle of a pass over epoch e is a fresh loader of epoch e (per rank,
 // and equal steps in pad and drop modes, whose epochs start at step 0).
 TEST(LoaderTest, EachPassIsTheNextEpochAsAFreshLoaderDeliversIt) {
-  std::mt19937_64 rng(53);
-  Data data = MakeData(rng, 80, 100);
+  Data data = SeededData(53, 80, 100);
   for (int variant = 0; variant < 3; ++variant) {
     SCOPED_TRACE("variant " + std::to_string(variant));
-    LoaderOptions o;
-    o.seq_len = 64;
-    o.batch_size = 2;
-    o.world_size = 2;
-    o.rank = 1;
+    LoaderOptions o = RowOptions(64, 2, 2, 1);
     o.epoch = 3;
     o.num_threads = variant;
     o.equal_steps = variant > 0;
@@ -952,12 +907,9 @@ TEST(LoaderTest, EachPassIsTheNextEpochAsAFreshLoaderDeliversIt) {
 // epoch's stream, and the two passes deliver every piece of the first epoch
 // exactly once (rank 0 of 1).
 TEST(LoaderTest, ContinuousPassesGoOnInTheNextEpochsStream) {
-  std::mt19937_64 rng(59);
-  Data data = MakeData(rng, 70, 150);
+  Data data = SeededData(59, 70, 150);
   const Index docs = static_cast<Index>(data.offsets.size()) - 1;
-  LoaderOptions o;
-  o.seq_len = 64;
-  o.batch_size = 3;
+  LoaderOptions o = RowOptions(64, 3);
   o.equal_steps = true;
   o.mode = TrainMode::kContinuous;
   TokenLoader loader(data.source, o);
@@ -985,13 +937,10 @@ TEST(LoaderTest, ContinuousPassesGoOnInTheNextEpochsStream) {
 // SetEpoch keeps the position in the epoch the loader stands in (a resume,
 // or a pass that ran out into it) and otherwise starts the epoch afresh.
 TEST(LoaderTest, SetEpochKeepsThePositionOfTheEpochItStandsIn) {
-  std::mt19937_64 rng(61);
-  Data data = MakeData(rng, 90, 100);
+  Data data = SeededData(61, 90, 100);
   for (bool equal_steps : {false, true}) {
     SCOPED_TRACE(equal_steps ? "equal steps" : "per rank");
-    LoaderOptions o;
-    o.seq_len = 64;
-    o.batch_size = 2;
+    LoaderOptions o = RowOptions(64, 2);
     o.epoch = 1;
     o.equal_steps = equal_steps;
     TokenLoader full(data.source, o);
@@ -1026,11 +975,8 @@ TEST(LoaderTest, SetEpochKeepsThePositionOfTheEpochItStandsIn) {
 // Several threads on one pass: each batch goes to one of them, every thread
 // sees the end, and the loader moves on by one epoch, not one per thread.
 TEST(LoaderTest, ThreadsSharingAPassAllEndAndTheEpochMovesOnce) {
-  std::mt19937_64 rng(67);
-  Data data = MakeData(rng, 120, 100);
-  LoaderOptions o;
-  o.seq_len = 64;
-  o.batch_size = 1;
+  Data data = SeededData(67, 120, 100);
+  LoaderOptions o = RowOptions(64, 1);
   o.equal_steps = true;
   TokenLoader loader(data.source, o);
   const Index pass = loader.BeginPass();
@@ -1056,12 +1002,8 @@ TEST(LoaderTest, ThreadsSharingAPassAllEndAndTheEpochMovesOnce) {
 // The resume choice: a consumer's own state when the run saved one for it,
 // else the merge of all of them (another world size or worker count).
 TEST(LoaderTest, ResumeStateForTakesTheOwnStateElseTheMerge) {
-  std::mt19937_64 rng(71);
-  Data data = MakeData(rng, 60, 100);
-  LoaderOptions o;
-  o.seq_len = 64;
-  o.batch_size = 2;
-  o.world_size = 2;
+  Data data = SeededData(71, 60, 100);
+  LoaderOptions o = RowOptions(64, 2, 2);
   std::vector<LoaderState> states;
   for (Index r = 0; r < 2; ++r) {
     LoaderOptions x = o;
@@ -1090,11 +1032,8 @@ TEST(LoaderTest, ResumeStateForTakesTheOwnStateElseTheMerge) {
 }
 
 TEST(LoaderTest, EqualStepsRefusesPerRankStatesAndFileSharding) {
-  std::mt19937_64 rng(2);
-  Data data = MakeData(rng, 30, 40);
-  LoaderOptions o;
-  o.seq_len = 32;
-  o.batch_size = 2;
+  Data data = SeededData(2, 30, 40);
+  LoaderOptions o = RowOptions(32, 2);
   o.equal_steps = true;
   LoaderOptions per_rank = o;
   per_rank.equal_steps = false;
@@ -1181,9 +1120,7 @@ TEST(LoaderTest, RegressionOffsetsFileEditedInPlaceWhileMappedNeverReadsOutsideI
         source->Copy(d, 0, len, out.data());
         for (std::int64_t t : out) ASSERT_TRUE(t >= 0 && t < kTokens);
       }
-      LoaderOptions o;
-      o.seq_len = 64;
-      o.batch_size = 4;
+      LoaderOptions o = RowOptions(64, 4);
       o.equal_steps = equal_steps;
       o.num_threads = 0;
       TokenLoader loader(source, o);

@@ -19,6 +19,8 @@
 namespace shardkit {
 namespace {
 
+using loader_testing::PlanOptions;
+
 namespace fs = std::filesystem;
 using loader_testing::ErrorOf;
 
@@ -314,10 +316,7 @@ TEST(MegatronSourceTest, BulkLengthsAndThePlanFromPointersMatchTheCorpus) {
     const char* pointers = one->ContiguousSequencePointers(&shift);
     ASSERT_EQ(pointers != nullptr, one_sequence) << round;
     EXPECT_EQ(two->ContiguousSequencePointers(&shift), nullptr);
-    TrainOptions o;
-    o.seq_len = 8;
-    o.batch_size = 2;
-    o.world_size = 3;
+    TrainOptions o = PlanOptions(8, 2, 3);
     o.seed = static_cast<std::uint64_t>(round);
     const TrainPlan ours(TrainDocumentsOf(*one, 0), o);
     const TrainPlan oracle(TrainDocuments::FromSpans(want), o);

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -23,15 +25,12 @@ namespace {
 // of source s is s * 1e6 + d * 1000 + k, so a batch's tokens prove where they
 // came from.
 using Source = loader_testing::TestCorpus;
+using loader_testing::RowOptions;
 
 Source MakeSource(std::mt19937_64& rng, Index s, Index docs, Index max_len) {
-  Source src;
-  for (Index d = 0; d < docs; ++d) {
-    const Index len = 1 + static_cast<Index>(rng() % static_cast<std::uint64_t>(max_len));
-    src.Add(len, [s, d](Index k) { return static_cast<std::int32_t>(s * 1000000 + d * 1000 + k); });
-  }
-  src.Seal();
-  return src;
+  return loader_testing::RandomCorpus(rng, docs, 1, max_len, [s](Index d, Index k) {
+    return static_cast<std::int32_t>(s * 1000000 + d * 1000 + k);
+  });
 }
 
 struct Corpus {
@@ -51,6 +50,28 @@ Corpus MakeCorpus(std::mt19937_64& rng, const std::vector<Index>& docs, Index ma
   return c;
 }
 
+// `o` with shuffle off: the loader reads a mixture's window in its order.
+LoaderOptions InOrder(LoaderOptions o) {
+  o.shuffle = false;
+  return o;
+}
+
+// Two sources, of 30 and 80 documents of up to 40 tokens, drawn from `seed`.
+Corpus TwoSources(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return MakeCorpus(rng, {30, 80}, 40);
+}
+
+// The mixture of the corpus's sources with `weights` and seed `seed` (and
+// `block` samples a block, when given).
+Mixture SeededMixture(const Corpus& corpus, const std::vector<double>& weights, std::uint64_t seed,
+                      std::optional<Index> block = std::nullopt) {
+  MixtureOptions mo;
+  mo.seed = seed;
+  mo.block = block;
+  return MixtureOfSources(corpus.views(), weights, mo);
+}
+
 // Every piece a loader delivers: (document, start, length), and the tokens
 // of each piece checked against the sample the document stands for.
 struct Delivered {
@@ -58,12 +79,18 @@ struct Delivered {
   Index batches = 0;
 };
 
-void Drain(TokenLoader& loader, const std::vector<Index>& sources, const std::vector<Index>& items,
-           Delivered* out, Index max_batches = -1) {
-  while (max_batches < 0 || out->batches < max_batches) {
+// Every batch of `loader` (at most max_batches when >= 0), each piece's
+// tokens checked against the sample its document stands for (the window's
+// `sources` and `items`), then given to on_piece(document, start, length).
+// Returns the batches.
+Index ForEachPiece(TokenLoader& loader, const std::vector<Index>& sources,
+                   const std::vector<Index>& items, Index max_batches,
+                   const std::function<void(Index, Index, Index)>& on_piece) {
+  Index n = 0;
+  while (max_batches < 0 || n < max_batches) {
     const auto b = loader.Next();
-    if (b == nullptr) return;
-    ++out->batches;
+    if (b == nullptr) break;
+    ++n;
     Index t = 0;
     for (std::size_t k = 0; k < b->documents.size(); ++k) {
       const Index d = b->documents[k], start = b->starts[k], len = b->lengths[k];
@@ -71,12 +98,19 @@ void Drain(TokenLoader& loader, const std::vector<Index>& sources, const std::ve
       if (k == 0 || b->rows[k - 1] != row) t = 0;
       for (Index i = 0; i < len; ++i) {
         const std::int64_t want = sources[d] * 1000000 + items[d] * 1000 + start + i;
-        ASSERT_EQ(b->input_ids[row * b->seq_len + t + i], want) << "document " << d;
+        EXPECT_EQ(b->input_ids[row * b->seq_len + t + i], want) << "document " << d;
       }
       t += len;
-      out->tokens_of[d] += len;
+      on_piece(d, start, len);
     }
   }
+  return n;
+}
+
+void Drain(TokenLoader& loader, const std::vector<Index>& sources, const std::vector<Index>& items,
+           Delivered* out) {
+  out->batches += ForEachPiece(loader, sources, items, -1,
+                               [out](Index d, Index, Index len) { out->tokens_of[d] += len; });
 }
 
 TEST(MixtureLoaderTest, EveryRankDeliversTheWindowInMixtureOrderExactlyOnce) {
@@ -101,9 +135,7 @@ TEST(MixtureLoaderTest, EveryRankDeliversTheWindowInMixtureOrderExactlyOnce) {
     Delivered all;
     std::vector<Index> batches;
     for (Index rank = 0; rank < world; ++rank) {
-      LoaderOptions o;
-      o.seq_len = 48;
-      o.batch_size = 3;
+      LoaderOptions o = RowOptions(48, 3);
       o.rank = rank;
       o.world_size = world;
       o.shuffle = false;  // the mixture is the order
@@ -145,8 +177,7 @@ TEST(MixtureLoaderTest, EveryRankDeliversTheWindowInMixtureOrderExactlyOnce) {
 }
 
 TEST(MixtureLoaderTest, ResumeEqualsUninterruptedAndAnotherMixturesStateIsRefused) {
-  std::mt19937_64 rng(9);
-  const Corpus corpus = MakeCorpus(rng, {30, 80}, 40);
+  const Corpus corpus = TwoSources(9);
   MixtureOptions mo;
   mo.seed = 3;
   const Mixture mix = MixtureOfSources(corpus.views(), {1, 1}, mo);
@@ -155,12 +186,7 @@ TEST(MixtureLoaderTest, ResumeEqualsUninterruptedAndAnotherMixturesStateIsRefuse
   std::vector<Index> sources(400), items(400);
   MixtureWindowSamples(mix, window, sources.data(), items.data());
   for (const bool equal : {true, false}) {
-    LoaderOptions o;
-    o.seq_len = 32;
-    o.batch_size = 2;
-    o.world_size = 2;
-    o.rank = 1;
-    o.shuffle = false;
+    LoaderOptions o = InOrder(RowOptions(32, 2, 2, 1));
     o.equal_steps = equal;
     TokenLoader whole(view, o);
     std::vector<std::vector<std::int64_t>> expected;
@@ -194,25 +220,10 @@ using Pieces = std::map<Index, std::vector<std::pair<Index, Index>>>;
 // the window's (sources, items), into *pieces. Returns the batches.
 Index Collect(TokenLoader& loader, const std::vector<Index>& sources,
               const std::vector<Index>& items, Pieces* pieces, Index max_batches = -1) {
-  Index n = 0;
-  while (max_batches < 0 || n < max_batches) {
-    const auto b = loader.Next();
-    if (b == nullptr) break;
-    ++n;
-    Index t = 0;
-    for (std::size_t k = 0; k < b->documents.size(); ++k) {
-      const Index d = b->documents[k], start = b->starts[k], len = b->lengths[k];
-      const Index row = b->rows[k];
-      if (k == 0 || b->rows[k - 1] != row) t = 0;
-      for (Index i = 0; i < len; ++i) {
-        const std::int64_t want = sources[d] * 1000000 + items[d] * 1000 + start + i;
-        EXPECT_EQ(b->input_ids[row * b->seq_len + t + i], want) << "document " << d;
-      }
-      t += len;
-      (*pieces)[d].push_back({start, len});
-    }
-  }
-  return n;
+  return ForEachPiece(loader, sources, items, max_batches,
+                      [pieces](Index d, Index start, Index len) {
+                        (*pieces)[d].push_back({start, len});
+                      });
 }
 
 std::vector<double> RandomWeights(std::mt19937_64& rng, Index k) {
@@ -403,17 +414,10 @@ TEST(MixtureLoaderTest, ResumeWithChangedWeightsKeepsWhatWasReadAndContinuesEver
 TEST(MixtureLoaderTest, UnchangedWeightsResumeTheUninterruptedRunByteForByte) {
   std::mt19937_64 rng(5);
   const Corpus corpus = MakeCorpus(rng, {30, 80, 12}, 40);
-  MixtureOptions mo;
-  mo.seed = 8;
-  mo.block = 64;
-  const Mixture mix = MixtureOfSources(corpus.views(), {3, 1, 2}, mo);
+  const Mixture mix = SeededMixture(corpus, {3, 1, 2}, 8, 64);
   const MixtureOrder order(mix, 300);
   for (const bool equal : {true, false}) {
-    LoaderOptions o;
-    o.seq_len = 32;
-    o.batch_size = 2;
-    o.world_size = 1;
-    o.shuffle = false;
+    LoaderOptions o = InOrder(RowOptions(32, 2, 1));
     o.seed = 8;
     o.equal_steps = equal;
     o.epoch = 1;
@@ -444,16 +448,10 @@ TEST(MixtureLoaderTest, UnchangedWeightsResumeTheUninterruptedRunByteForByte) {
 // order's first piece (origin moved past 0) was read, then the writer threw
 // from MixtureOrder::Window; the reader refuses it naming state and epoch.
 TEST(MixtureLoaderTest, RegressionAStateWhoseWindowIsBeforeItsOrderIsRefused) {
-  std::mt19937_64 rng(12);
-  const Corpus corpus = MakeCorpus(rng, {30, 80}, 40);
-  MixtureOptions mo;
-  mo.seed = 3;
-  const Mixture mix = MixtureOfSources(corpus.views(), {1, 2}, mo);
+  const Corpus corpus = TwoSources(12);
+  const Mixture mix = SeededMixture(corpus, {1, 2}, 3);
   const MixtureOrder order(mix, 100);
-  LoaderOptions o;
-  o.seq_len = 32;
-  o.batch_size = 2;
-  o.shuffle = false;
+  LoaderOptions o = InOrder(RowOptions(32, 2));
   TokenLoader loader(MixtureSource(corpus.views(), order, order.Window(0)), o);
   ASSERT_NE(loader.Next(), nullptr);
   std::string text = MixtureLoaderStateToJson(order, loader.State());
@@ -478,16 +476,10 @@ TEST(MixtureLoaderTest, RegressionAStateWhoseWindowIsBeforeItsOrderIsRefused) {
 // delivered items (0,2),(0,8) instead of (0,5),(0,9)). The state is sealed,
 // and its stream must be its window's.
 TEST(MixtureLoaderTest, RegressionAnEpochBoundaryStateIsSealedAndBoundToItsWindow) {
-  std::mt19937_64 rng(21);
-  const Corpus corpus = MakeCorpus(rng, {30, 80}, 40);
-  MixtureOptions mo;
-  mo.seed = 4;
-  const Mixture mix = MixtureOfSources(corpus.views(), {1, 2}, mo);
+  const Corpus corpus = TwoSources(21);
+  const Mixture mix = SeededMixture(corpus, {1, 2}, 4);
   const MixtureOrder order(mix, 60);
-  LoaderOptions o;
-  o.seq_len = 32;
-  o.batch_size = 2;
-  o.shuffle = false;
+  LoaderOptions o = InOrder(RowOptions(32, 2));
   o.equal_steps = true;
   // Epoch 1 uninterrupted: what a resume at its start must deliver.
   LoaderOptions o1 = o;
@@ -534,17 +526,12 @@ TEST(MixtureLoaderTest, RegressionAnEpochBoundaryStateIsSealedAndBoundToItsWindo
 }
 
 TEST(MixtureLoaderTest, ResumeRefusesAnotherRunAndOneConsumerOfMany) {
-  std::mt19937_64 rng(6);
-  const Corpus corpus = MakeCorpus(rng, {30, 80}, 40);
+  const Corpus corpus = TwoSources(6);
   MixtureOptions mo;
   mo.seed = 8;
   const Mixture mix = MixtureOfSources(corpus.views(), {1, 1}, mo);
   const MixtureOrder order(mix, 200);
-  LoaderOptions o;
-  o.seq_len = 32;
-  o.batch_size = 2;
-  o.world_size = 2;
-  o.shuffle = false;
+  LoaderOptions o = InOrder(RowOptions(32, 2, 2));
   const auto view = MixtureSource(corpus.views(), order, order.Window(0));
   TokenLoader one(view, o);
   ASSERT_NE(one.Next(), nullptr);
@@ -675,12 +662,7 @@ TEST(MixtureLoaderTest, DeliveryOfARangeCountsOnlyTheDocumentsInIt) {
 // MixtureLoader: the assembly in the core
 
 LoaderOptions MixtureLoaderOptions(bool equal_steps, Index world_size = 1, Index rank = 0) {
-  LoaderOptions o;
-  o.seq_len = 48;
-  o.batch_size = 2;
-  o.rank = rank;
-  o.world_size = world_size;
-  o.shuffle = false;
+  LoaderOptions o = InOrder(RowOptions(48, 2, world_size, rank));
   o.equal_steps = equal_steps;
   o.num_threads = 0;
   return o;

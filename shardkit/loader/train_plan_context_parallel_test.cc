@@ -11,10 +11,13 @@
 #include <vector>
 
 #include "shardkit/base/testing.h"
+#include "shardkit/loader/internal/test_corpus.h"
 #include "shardkit/loader/train_plan.h"
 
 namespace shardkit {
 namespace {
+
+using loader_testing::PlanOptions;
 
 std::vector<Index> Lengths(std::mt19937_64& rng, Index n, Index seq_len) {
   std::lognormal_distribution<double> length(4.5, 1.0);
@@ -71,10 +74,7 @@ TEST(TrainPlanContextParallel, RowsFitSeqLenWithEveryPiecePaddedAndTileTheDocume
   std::mt19937_64 rng(7);
   for (const Index C : {2, 3, 4, 8}) {
     for (const bool coarse : {false, true}) {
-      TrainOptions o;
-      o.seq_len = 48 * C;
-      o.batch_size = 2;
-      o.world_size = 3;
+      TrainOptions o = PlanOptions(48 * C, 2, 3);
       o.cp.size = C;
       if (coarse) o.cp.granularity = 8 * C;
       const Index g = coarse ? 8 * C : 2 * C;
@@ -89,10 +89,7 @@ TEST(TrainPlanContextParallel, RowsFitSeqLenWithEveryPiecePaddedAndTileTheDocume
 
 TEST(TrainPlanContextParallel, ResumesWithAnotherCpSizeUnderTheSameGranularity) {
   std::mt19937_64 rng(8);
-  TrainOptions o;
-  o.seq_len = 256;
-  o.batch_size = 2;
-  o.world_size = 2;
+  TrainOptions o = PlanOptions(256, 2, 2);
   o.cp.size = 2;
   o.cp.granularity = 16;
   const std::vector<Index> lengths = Lengths(rng, 300, o.seq_len);
@@ -142,10 +139,7 @@ double BusiestCpRank(const std::vector<PackItem>& row, Index C, Index g) {
 
 TEST(TrainPlanContextParallel, SquaredCostDealsByTheBusiestCpRanksWork) {
   std::mt19937_64 rng(9);
-  TrainOptions o;
-  o.seq_len = 512;
-  o.batch_size = 2;
-  o.world_size = 4;
+  TrainOptions o = PlanOptions(512, 2, 4);
   o.cp.size = 4;
   o.cost = CostModel::kSquaredLengths;
   const std::vector<Index> lengths = Lengths(rng, 600, o.seq_len);
@@ -162,9 +156,7 @@ TEST(TrainPlanContextParallel, SquaredCostDealsByTheBusiestCpRanksWork) {
 
 TEST(TrainPlanContextParallel, BadCpOptionsNameTheParameter) {
   const std::vector<Index> lengths = {5, 6, 7};
-  TrainOptions o;
-  o.seq_len = 12;
-  o.batch_size = 1;
+  TrainOptions o = PlanOptions(12, 1);
   o.cp.size = 4;  // 12 is not a multiple of 8
   auto message = [&](const TrainOptions& x) {
     return base_testing::ErrorOf([&] { TrainPlan plan(TrainDocuments::FromSpans(lengths), x); });

@@ -29,6 +29,8 @@ bool operator==(const PackItem& x, const PackItem& y) {
 
 namespace {
 
+using loader_testing::PlanOptions;
+
 // The oracle of the pack stream: the documents in the global order through a
 // StreamingPacker of the packing area, written out here from the definition.
 struct Stream {
@@ -359,16 +361,25 @@ TEST(TrainPlanTest, DocumentsFromOffsetsArraysOrCallsGiveTheSamePlan) {
   }
 }
 
-TEST(TrainPlanTest, ResumeAtRandomStepsEqualsTheUninterruptedRun) {
-  std::mt19937_64 rng(21);
-  for (int trial = 0; trial < 150; ++trial) {
+// Calls check(config, plan, k, resumed) for `trials` random plans with steps
+// (drawn from `seed`), each resumed from its state at a random step k.
+void ForRandomResumes(
+    std::uint64_t seed, int trials,
+    const std::function<void(const Config&, TrainPlan&, Index, TrainPlan&)>& check) {
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < trials; ++trial) {
     Config c = RandomConfig(rng);
     TrainPlan plan = Make(c);
     if (plan.num_steps() == 0) continue;
     SCOPED_TRACE(plan.Describe());
-    const Index k = static_cast<Index>(rng() % plan.num_steps());
-    const TrainState state = plan.StateAt(k);
-    TrainPlan resumed(TrainDocuments::FromSpans(c.lengths, c.images), c.options, state);
+    const Index k = static_cast<Index>(rng() % plan.num_steps());  // num_steps: next epoch
+    TrainPlan resumed(TrainDocuments::FromSpans(c.lengths, c.images), c.options, plan.StateAt(k));
+    check(c, plan, k, resumed);
+  }
+}
+
+TEST(TrainPlanTest, ResumeAtRandomStepsEqualsTheUninterruptedRun) {
+  ForRandomResumes(21, 150, [](const Config& c, TrainPlan& plan, Index k, TrainPlan& resumed) {
     ASSERT_EQ(resumed.num_steps(), plan.num_steps() - k);
     for (Index s = 0; s < resumed.num_steps(); ++s) {
       for (Index r = 0; r < c.options.world_size; ++r) {
@@ -376,25 +387,18 @@ TEST(TrainPlanTest, ResumeAtRandomStepsEqualsTheUninterruptedRun) {
       }
     }
     EXPECT_EQ(resumed.summary().end, plan.summary().end);
-  }
+  });
 }
 
 // Regression: a resumed plan numbered its steps from 0 and counted only the
 // rest of the epoch, so a learning-rate schedule keyed on the step jumped back.
 TEST(TrainPlanTest, ResumedPlanKeepsTheEpochsStepNumbersAndCount) {
-  std::mt19937_64 rng(22);
-  for (int trial = 0; trial < 150; ++trial) {
-    Config c = RandomConfig(rng);
-    TrainPlan plan = Make(c);
-    if (plan.num_steps() == 0) continue;
-    SCOPED_TRACE(plan.Describe());
-    const Index k = static_cast<Index>(rng() % plan.num_steps());  // num_steps: next epoch
-    TrainPlan resumed(TrainDocuments::FromSpans(c.lengths, c.images), c.options, plan.StateAt(k));
+  ForRandomResumes(22, 150, [](const Config& c, TrainPlan& plan, Index k, TrainPlan& resumed) {
     EXPECT_EQ(resumed.first_step(), plan.first_step() + k);
     EXPECT_EQ(resumed.epoch_steps(), plan.epoch_steps());
     const Index R = c.options.world_size * plan.rows_per_rank();
     EXPECT_EQ(resumed.first_step(), resumed.options().position / R);
-  }
+  });
 }
 
 TEST(TrainPlanTest, ElasticResumeDeliversTheRestOfTheEpochExactlyOnce) {
@@ -438,10 +442,7 @@ TEST(TrainPlanTest, DocumentsReadAtIsAllThatTheFirstPacksDependOn) {
     const Index n = static_cast<Index>(rng() % 300);
     std::vector<Index> lengths(static_cast<std::size_t>(n));
     for (auto& l : lengths) l = static_cast<Index>(rng() % 90);
-    TrainOptions o;
-    o.seq_len = 16 + static_cast<Index>(rng() % 64);
-    o.batch_size = 1;
-    o.world_size = 1;
+    TrainOptions o = PlanOptions(16 + static_cast<Index>(rng() % 64), 1, 1);
     o.shuffle = trial % 2 == 0;
     o.seed = rng();
     o.buffer = 1 + static_cast<Index>(rng() % 40);
@@ -488,10 +489,7 @@ TEST(TrainPlanTest, ContinuousStepsCrossIntoTheNextEpochWithoutFiller) {
   std::vector<Index> lengths;
   std::mt19937_64 rng(5);
   for (int d = 0; d < 103; ++d) lengths.push_back(static_cast<Index>(1 + rng() % 60));
-  TrainOptions o;
-  o.seq_len = 64;
-  o.batch_size = 3;
-  o.world_size = 4;
+  TrainOptions o = PlanOptions(64, 3, 4);
   o.mode = TrainMode::kContinuous;
   o.epoch = 2;
   TrainPlan plan(TrainDocuments::FromSpans(lengths), o);
@@ -531,10 +529,7 @@ TEST(TrainPlanTest, StepsAreBalancedOnLognormalLengths) {
   std::vector<Index> lengths;
   for (int d = 0; d < 20000; ++d) lengths.push_back(1 + static_cast<Index>(length(rng)));
   for (CostModel cost : {CostModel::kTokens, CostModel::kSquaredLengths}) {
-    TrainOptions o;
-    o.seq_len = 2048;
-    o.batch_size = 4;
-    o.world_size = 8;
+    TrainOptions o = PlanOptions(2048, 4, 8);
     o.cost = cost;
     TrainPlan plan(TrainDocuments::FromSpans(lengths), o);
     // Rows are nearly full, so the token cost is nearly even by itself; the
@@ -590,10 +585,7 @@ TEST(TrainPlanTest, EveryStepIsDealtAsBalanceRanksDealsTheStepsPacks) {
   for (int d = 0; d < 400; ++d) lengths.push_back(length(rng));
   for (CostModel cost : {CostModel::kTokens, CostModel::kSquaredLengths}) {
     for (TrainMode mode : {TrainMode::kPad, TrainMode::kDrop}) {
-      TrainOptions o;
-      o.seq_len = 12;
-      o.batch_size = 3;
-      o.world_size = 5;
+      TrainOptions o = PlanOptions(12, 3, 5);
       o.cost = cost;
       o.mode = mode;
       TrainPlan plan(TrainDocuments::FromSpans(lengths), o);
@@ -637,9 +629,7 @@ TEST(TrainPlanTest, EveryStepIsDealtAsBalanceRanksDealsTheStepsPacks) {
 }
 
 TEST(TrainPlanTest, EdgesEmptyFewerPacksThanRanksOneRankHugeWorld) {
-  TrainOptions o;
-  o.seq_len = 8;
-  o.batch_size = 2;
+  TrainOptions o = PlanOptions(8, 2);
   {
     TrainPlan plan(TrainDocuments::FromSpans({}), o);
     EXPECT_EQ(plan.num_steps(), 0);
@@ -687,10 +677,7 @@ TEST(TrainPlanTest, BadInputNamesTheParameter) {
         loader_testing::ErrorOf([&] { TrainPlan p(TrainDocuments::FromSpans(l), o); });
     EXPECT_EQ(e.rfind(prefix + ": ", 0), 0u) << prefix << ": " << e;
   };
-  TrainOptions ok;
-  ok.seq_len = 8;
-  ok.batch_size = 2;
-  ok.world_size = 2;
+  TrainOptions ok = PlanOptions(8, 2, 2);
   // One option out of its domain at a time: the error names that option.
   const std::vector<std::pair<std::string, std::function<void(TrainOptions&)>>> bad = {
       {"seq_len", [](TrainOptions& o) { o.seq_len = 0; }},
@@ -804,10 +791,7 @@ TEST(TrainPlanTest, RegressionTheStateIsSealedAndReadByTheStrictReader) {
 TEST(TrainPlanTest, RegressionAHugePositionIsRefusedBeforeAnyReplay) {
   const std::vector<Index> lengths = {5, 6, 7, 30, 2, 9, 1};
   const auto docs = TrainDocuments::FromSpans(lengths);
-  TrainOptions o;
-  o.seq_len = 8;
-  o.batch_size = 2;
-  o.world_size = 2;
+  TrainOptions o = PlanOptions(8, 2, 2);
   o.mode = TrainMode::kContinuous;
   const Index packs = TrainPlan(docs, o).summary().stream_packs;
   for (const Index huge : {Index{1} << 62, Index{100000000}, std::numeric_limits<Index>::max()}) {
@@ -840,9 +824,7 @@ TEST(TrainPlanTest, RegressionAHugePositionIsRefusedBeforeAnyReplay) {
 TEST(TrainPlanTest, RegressionAnEpochWithoutASuccessorIsRefused) {
   const std::vector<Index> lengths = {5, 6, 7, 30, 2};
   const auto docs = TrainDocuments::FromSpans(lengths);
-  TrainOptions o;
-  o.seq_len = 8;
-  o.batch_size = 2;
+  TrainOptions o = PlanOptions(8, 2);
   o.epoch = std::numeric_limits<std::uint64_t>::max();
   EXPECT_EQ(loader_testing::ErrorOf([&] {
               TrainPlan p(docs, o);
@@ -865,9 +847,7 @@ TEST(TrainPlanTest, AStateOfOtherDataWithTheSameLengthsIsRefused) {
   auto b = TrainDocuments::FromSpans(lengths);
   a.identity = 1;
   b.identity = 2;
-  TrainOptions o;
-  o.seq_len = 8;
-  o.batch_size = 1;
+  TrainOptions o = PlanOptions(8, 1);
   const TrainPlan whole(a, o);
   const TrainState state = whole.StateAt(1);
   // On its own documents the state delivers the rest of the uninterrupted run.
@@ -885,10 +865,7 @@ TEST(TrainPlanTest, AStateOfOtherDataWithTheSameLengthsIsRefused) {
 
 TEST(TrainPlanTest, FingerprintCoversTheParameters) {
   std::vector<Index> lengths = {5, 6, 7, 30, 2};
-  TrainOptions o;
-  o.seq_len = 8;
-  o.batch_size = 2;
-  o.world_size = 2;
+  TrainOptions o = PlanOptions(8, 2, 2);
   auto fp = [&](TrainOptions x) {
     return TrainPlan(TrainDocuments::FromSpans(lengths), x).Fingerprint();
   };

@@ -468,14 +468,7 @@ TEST(PackItemsTest, EdgeCases) {
 }
 
 TEST(PackItemsTest, BadInputNamesTheValue) {
-  auto message = [](auto&& f) {
-    try {
-      f();
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto message = base_testing::ErrorOf<std::invalid_argument>;
   std::vector<Index> len = {1, -3};
   EXPECT_EQ(message([&] { (void)PackItems(len, Options(0, PackAlgorithm::kNextFit)); }),
             "capacity: must be at least 1, got 0");
@@ -784,6 +777,20 @@ Index BruteForcePacks(std::vector<Index> len, Index capacity, Index k) {
   return best;
 }
 
+// `distinct` lengths of 0 to capacity tokens, drawn by `rng` (repeats allowed).
+std::vector<Index> RandomPool(std::mt19937_64& rng, Index distinct, Index capacity) {
+  std::vector<Index> pool;
+  for (Index i = 0; i < distinct; ++i) pool.push_back(static_cast<Index>(rng() % (capacity + 1)));
+  return pool;
+}
+
+// `n` lengths drawn from `pool` by `rng`.
+std::vector<Index> DrawnFrom(std::mt19937_64& rng, const std::vector<Index>& pool, Index n) {
+  std::vector<Index> len;
+  for (Index i = 0; i < n; ++i) len.push_back(pool[rng() % pool.size()]);
+  return len;
+}
+
 // Small random inputs against the exhaustive optimum: histogram packing is
 // valid, never below the optimum (a check of the check), and at most one
 // pack above it; it finds the optimum in nearly every case.
@@ -794,10 +801,8 @@ TEST(HistogramTest, SmallInputsAgainstTheBruteForceOptimum) {
     const Index capacity = 4 + static_cast<Index>(rng() % 30);
     const Index n = 1 + static_cast<Index>(rng() % 11);
     const Index distinct = 1 + static_cast<Index>(rng() % 4);
-    std::vector<Index> pool;
-    for (Index i = 0; i < distinct; ++i) pool.push_back(static_cast<Index>(rng() % (capacity + 1)));
-    std::vector<Index> len;
-    for (Index i = 0; i < n; ++i) len.push_back(pool[rng() % pool.size()]);
+    const std::vector<Index> pool = RandomPool(rng, distinct, capacity);
+    std::vector<Index> len = DrawnFrom(rng, pool, n);
     PackOptions o = Options(capacity, PackAlgorithm::kHistogram);
     o.max_sequences = 2 + static_cast<Index>(rng() % 3);
     const Packing p = PackItems(len, o);
@@ -826,11 +831,9 @@ TEST(HistogramTest, LpRoundingOnManyItemsOfFewLengths) {
     const Index capacity = 16 + static_cast<Index>(rng() % 600);
     const Index k = 2 + static_cast<Index>(rng() % 4);
     const Index distinct = 2 + static_cast<Index>(rng() % 30);
-    std::vector<Index> pool;
-    for (Index i = 0; i < distinct; ++i) pool.push_back(static_cast<Index>(rng() % (capacity + 1)));
+    const std::vector<Index> pool = RandomPool(rng, distinct, capacity);
     const Index n = 2000 + static_cast<Index>(rng() % 20000);
-    std::vector<Index> len;
-    for (Index i = 0; i < n; ++i) len.push_back(pool[rng() % pool.size()]);
+    std::vector<Index> len = DrawnFrom(rng, pool, n);
     PackOptions o = Options(capacity, PackAlgorithm::kHistogram);
     o.max_sequences = k;
     const Packing p = PackItems(len, o);

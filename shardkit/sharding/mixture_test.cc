@@ -69,14 +69,27 @@ std::vector<double> RandomWeights(std::mt19937_64& rng, Index k) {
   return w;
 }
 
+// The sizes of 1 to max_sources sources, each of 1 to max_size items, drawn
+// by `rng`.
+std::vector<Index> RandomSizes(std::mt19937_64& rng, Index max_sources, Index max_size) {
+  std::vector<Index> sizes(1 + static_cast<Index>(rng() % max_sources));
+  for (auto& n : sizes) n = 1 + static_cast<Index>(rng() % max_size);
+  return sizes;
+}
+
+// Default options but for a seed drawn by `rng`.
+MixtureOptions SeededOptions(std::mt19937_64& rng) {
+  MixtureOptions o;
+  o.seed = rng();
+  return o;
+}
+
 TEST(MixtureTest, BlockCountsAreTheCumulativeRoundingOfTheSharesAndErrorStaysBelowOne) {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
-    const Index k = 1 + static_cast<Index>(rng() % (trial < 20 ? 1000 : 12));
-    std::vector<Index> sizes(k);
-    for (auto& n : sizes) n = 1 + static_cast<Index>(rng() % 50);
-    MixtureOptions o;
-    o.seed = rng();
+    const std::vector<Index> sizes = RandomSizes(rng, trial < 20 ? 1000 : 12, 50);
+    const Index k = static_cast<Index>(sizes.size());
+    MixtureOptions o = SeededOptions(rng);
     Mixture m(sizes, RandomWeights(rng, k), o);
     ASSERT_EQ(m.segments().size(), 1u);
     const MixSegment& seg = m.segments()[0];
@@ -104,11 +117,9 @@ TEST(MixtureTest, BlockCountsAreTheCumulativeRoundingOfTheSharesAndErrorStaysBel
 TEST(MixtureTest, RandomAccessEqualsSequentialAndConsumedCountsTheSequence) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 60; ++trial) {
-    const Index k = 1 + static_cast<Index>(rng() % 6);
-    std::vector<Index> sizes(k);
-    for (auto& n : sizes) n = 1 + static_cast<Index>(rng() % 40);
-    MixtureOptions o;
-    o.seed = rng();
+    const std::vector<Index> sizes = RandomSizes(rng, 6, 40);
+    const Index k = static_cast<Index>(sizes.size());
+    MixtureOptions o = SeededOptions(rng);
     auto w = RandomWeights(rng, k);
     if (trial % 4 == 1) {
       o.schedule.push_back({static_cast<Index>(rng() % 3000), RandomWeights(rng, k)});
@@ -143,11 +154,9 @@ TEST(MixtureTest, EverySourceIsSpreadEvenlyOverEachBlock) {
   std::mt19937_64 rng(21);
   std::set<Index> multipliers;
   for (int trial = 0; trial < 300; ++trial) {
-    const Index k = 1 + static_cast<Index>(rng() % 12);
-    std::vector<Index> sizes(k);
-    for (auto& n : sizes) n = 1 + static_cast<Index>(rng() % 10000);
-    MixtureOptions o;
-    o.seed = rng();
+    const std::vector<Index> sizes = RandomSizes(rng, 12, 10000);
+    const Index k = static_cast<Index>(sizes.size());
+    MixtureOptions o = SeededOptions(rng);
     o.block = 1 + static_cast<Index>(rng() % 5000);
     const auto w = RandomWeights(rng, k);
     try {
@@ -186,9 +195,8 @@ TEST(MixtureTest, EverySourceIsSpreadEvenlyOverEachBlock) {
 TEST(MixtureTest, EverySourceWalksEachEpochExactlyOnce) {
   std::mt19937_64 rng(3);
   for (int trial = 0; trial < 30; ++trial) {
-    const Index k = 1 + static_cast<Index>(rng() % 5);
-    std::vector<Index> sizes(k);
-    for (auto& n : sizes) n = 1 + static_cast<Index>(rng() % 300);
+    const std::vector<Index> sizes = RandomSizes(rng, 5, 300);
+    const Index k = static_cast<Index>(sizes.size());
     const Mixture m(sizes, RandomWeights(rng, k));
     const auto seq = Sequence(m, 20000);
     std::vector<std::vector<Index>> per(k);
@@ -251,11 +259,9 @@ TEST(MixtureTest, OnlyANonRepeatingSourceBoundsTheMixture) {
 TEST(MixtureTest, ResumeWithChangedWeightsNeitherRepeatsNorSkips) {
   std::mt19937_64 rng(9);
   for (int trial = 0; trial < 40; ++trial) {
-    const Index k = 1 + static_cast<Index>(rng() % 5);
-    std::vector<Index> sizes(k);
-    for (auto& n : sizes) n = 1 + static_cast<Index>(rng() % 200);
-    MixtureOptions o;
-    o.seed = rng();
+    const std::vector<Index> sizes = RandomSizes(rng, 5, 200);
+    const Index k = static_cast<Index>(sizes.size());
+    MixtureOptions o = SeededOptions(rng);
     const Mixture first(sizes, RandomWeights(rng, k), o);
     const Index cut = static_cast<Index>(rng() % 5000);
     const MixtureState state = first.State(cut);

@@ -263,11 +263,16 @@ TEST(ShardPlanTest, ShuffleIsOneGlobalPermutationSharedByAllRanks) {
   EXPECT_NE(List(plan.GetShard(3)), List(next.GetShard(3)));
 }
 
-TEST(ShardPlanTest, ReplicateGivesEachRankItsOwnShuffledOrder) {
+// Replicate `n` items on `w` ranks, shuffle switched as given.
+ShardPlan ReplicatePlan(Index n, Index w, bool shuffle) {
   ShardOptions o;
   o.remainder = Remainder::kReplicate;
-  o.shuffle = true;
-  ShardPlan plan(50, 4, o);
+  o.shuffle = shuffle;
+  return ShardPlan(n, w, o);
+}
+
+TEST(ShardPlanTest, ReplicateGivesEachRankItsOwnShuffledOrder) {
+  ShardPlan plan = ReplicatePlan(50, 4, /*shuffle=*/true);
   EXPECT_NE(List(plan.GetShard(0)), List(plan.GetShard(1)));
 }
 
@@ -275,10 +280,7 @@ TEST(ShardPlanTest, ReplicateGivesEachRankItsOwnShuffledOrder) {
 // every rank computed the same gradients. replicate now always shuffles per
 // rank, and the plan says so.
 TEST(ShardPlanTest, ReplicateWithoutShuffleStillGivesEachRankItsOwnOrder) {
-  ShardOptions o;
-  o.remainder = Remainder::kReplicate;
-  o.shuffle = false;
-  ShardPlan plan(50, 4, o);
+  ShardPlan plan = ReplicatePlan(50, 4, /*shuffle=*/false);
   EXPECT_TRUE(plan.options().shuffle);
   for (Index r = 1; r < 4; ++r) EXPECT_NE(List(plan.GetShard(0)), List(plan.GetShard(r)));
   std::vector<Index> sorted = List(plan.GetShard(2));

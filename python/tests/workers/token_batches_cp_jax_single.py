@@ -44,8 +44,9 @@ def main():
         )
         assert tb.cp_ranks == list(range(cp)), tb.cp_ranks
         block = BATCH // dp
-        slices = {
-            (k, c): list(
+
+        def dp_rank(k, **cp_options):  # the plain loader of dp rank k
+            return list(
                 shardkit.TokenLoader(
                     tokens,
                     offsets,
@@ -53,30 +54,17 @@ def main():
                     batch_size=block,
                     rank=k,
                     world_size=dp,
-                    cp_size=cp,
-                    cp_rank=c,
-                    cp_strategy=strategy,
+                    **cp_options,
                     **common,
                 )
             )
+
+        slices = {
+            (k, c): dp_rank(k, cp_size=cp, cp_rank=c, cp_strategy=strategy)
             for k in range(dp)
             for c in range(cp)
         }
-        unsplit = [
-            list(
-                shardkit.TokenLoader(
-                    tokens,
-                    offsets,
-                    seq_len=SEQ_LEN,
-                    batch_size=block,
-                    rank=k,
-                    world_size=dp,
-                    cp_granularity=2 * cp,
-                    **common,
-                )
-            )
-            for k in range(dp)
-        ]
+        unsplit = [dp_rank(k, cp_granularity=2 * cp) for k in range(dp)]
         steps = 0
         width = SEQ_LEN // cp
         for step, out in enumerate(tb):

@@ -1,6 +1,7 @@
 // Test helpers shared by the loader tests (header-only, tests only): an
 // in-memory corpus whose own copy of every document is the oracle, a .npy
-// writer, a source's documents checked against the expected ones, and the
+// writer, a source's documents checked against the expected ones, loader
+// and plan options of a given batch shape, a random corpus, and the
 // core's shared helpers (shardkit/base/testing.h) under their loader names.
 #ifndef SHARDKIT_LOADER_INTERNAL_TEST_CORPUS_H_
 #define SHARDKIT_LOADER_INTERNAL_TEST_CORPUS_H_
@@ -13,12 +14,14 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "shardkit/base/index.h"
 #include "shardkit/base/testing.h"
+#include "shardkit/loader/loader.h"
 #include "shardkit/loader/npy.h"
 #include "shardkit/loader/token_source.h"
 
@@ -48,6 +51,23 @@ struct TestCorpus {
   }
 };
 
+// A corpus of `docs` documents drawn by `rng`, each of `min_len` to `max_len`
+// tokens, and (when empty_one_in > 0) one in `empty_one_in` on average made
+// empty by a second draw; token k of document d is token(d, k).
+inline TestCorpus RandomCorpus(std::mt19937_64& rng, Index docs, Index min_len, Index max_len,
+                               const std::function<std::int32_t(Index, Index)>& token,
+                               int empty_one_in = 0) {
+  TestCorpus corpus;
+  for (Index d = 0; d < docs; ++d) {
+    Index len =
+        min_len + static_cast<Index>(rng() % static_cast<std::uint64_t>(max_len - min_len + 1));
+    if (empty_one_in > 0 && rng() % static_cast<std::uint64_t>(empty_one_in) == 0) len = 0;
+    corpus.Add(len, [&](Index k) { return token(d, k); });
+  }
+  corpus.Seal();
+  return corpus;
+}
+
 // Writes `values` as a one-dimensional .npy file of dtype `descr`, less its
 // last `cut` bytes (a truncated file when cut > 0).
 template <typename T>
@@ -71,6 +91,28 @@ inline void ExpectDocuments(const TokenSource& s,
     s.Copy(d, 0, static_cast<Index>(got.size()), got.data());
     EXPECT_EQ(got, want) << "document " << d;
   }
+}
+
+// Loader options of `batch_size` rows of `seq_len` tokens for rank `rank` of
+// `world_size`; every other option at its default.
+inline LoaderOptions RowOptions(Index seq_len, Index batch_size, Index world_size = 1,
+                                Index rank = 0) {
+  LoaderOptions o;
+  o.seq_len = seq_len;
+  o.batch_size = batch_size;
+  o.world_size = world_size;
+  o.rank = rank;
+  return o;
+}
+
+// Plan options of `batch_size` rows of `seq_len` tokens on `world_size`
+// ranks; every other option at its default.
+inline TrainOptions PlanOptions(Index seq_len, Index batch_size, Index world_size = 1) {
+  TrainOptions o;
+  o.seq_len = seq_len;
+  o.batch_size = batch_size;
+  o.world_size = world_size;
+  return o;
 }
 
 using base_testing::ErrorOf;
