@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -800,16 +801,43 @@ void ListWalk(Index n, std::uint64_t key, Index c, Index c_end, std::optional<Pe
 // The samples of one block's positions [first, first + count): position j
 // holds slot `slot` (the next is slot + step mod length), whose source is
 // table[slot]; that source's next item is *cursor[source]. No branch but the
-// wrap of the slot (a conditional move).
+// wrap of the slot (a conditional move); four slot sequences (positions j,
+// j + 1, j + 2, j + 3, each stepping 4 x step) so that the add-compare-move
+// of the wrap is not one chain through every sample.
 void FillBlock(const std::int32_t* __restrict table, const Index** __restrict cursor,
                std::uint64_t slot, std::uint64_t step, std::uint64_t length, Index count,
                Index* __restrict sources, Index* __restrict items) {
-  for (Index j = 0; j < count; ++j) {
-    const std::int32_t source = table[slot];
+  auto advance = [length](std::uint64_t s, std::uint64_t by) {
+    s += by;
+    return s >= length ? s - length : s;
+  };
+  auto emit = [&](Index j, std::uint64_t s) {
+    const std::int32_t source = table[s];
     sources[j] = source;
     items[j] = *cursor[source]++;
-    slot += step;
-    slot = slot >= length ? slot - length : slot;
+  };
+  Index j = 0;
+  if (count >= 8) {
+    const std::uint64_t step4 = (4 * step) % length;
+    std::uint64_t s0 = slot;
+    std::uint64_t s1 = advance(s0, step);
+    std::uint64_t s2 = advance(s1, step);
+    std::uint64_t s3 = advance(s2, step);
+    for (; j + 4 <= count; j += 4) {
+      emit(j, s0);
+      emit(j + 1, s1);
+      emit(j + 2, s2);
+      emit(j + 3, s3);
+      s0 = advance(s0, step4);
+      s1 = advance(s1, step4);
+      s2 = advance(s2, step4);
+      s3 = advance(s3, step4);
+    }
+    slot = s0;
+  }
+  for (; j < count; ++j) {
+    emit(j, slot);
+    slot = advance(slot, step);
   }
 }
 
