@@ -804,9 +804,9 @@ void ListWalk(Index n, std::uint64_t key, Index c, Index c_end, std::optional<Pe
 // wrap of the slot (a conditional move); four slot sequences (positions j,
 // j + 1, j + 2, j + 3, each stepping 4 x step) so that the add-compare-move
 // of the wrap is not one chain through every sample.
-void FillBlock(const std::int32_t* __restrict table, const Index** __restrict cursor,
-               std::uint64_t slot, std::uint64_t step, std::uint64_t length, Index count,
-               Index* __restrict sources, Index* __restrict items) {
+void FillBlock(const std::int32_t* __restrict table, const Index** cursor, std::uint64_t slot,
+               std::uint64_t step, std::uint64_t length, Index count, Index* __restrict sources,
+               Index* __restrict items) {
   auto advance = [length](std::uint64_t s, std::uint64_t by) {
     s += by;
     return s >= length ? s - length : s;
@@ -839,6 +839,30 @@ void FillBlock(const std::int32_t* __restrict table, const Index** __restrict cu
     emit(j, slot);
     slot = advance(slot, step);
   }
+}
+
+// FillBlock for kK <= 4 sources: the cursors stay in registers (every
+// source's next item is loaded and the sample's own selected), so no sample
+// waits on the previous one's cursor store: with two sources, that chain ran
+// through nearly every sample. Reads one entry past a source's items, which
+// the caller pads.
+template <int kK>
+void FillBlockFew(const std::int32_t* __restrict table, const Index** cursor_array,
+                  std::uint64_t slot, std::uint64_t step, std::uint64_t length, Index count,
+                  Index* __restrict sources, Index* __restrict items) {
+  const Index* cursor[kK];
+  for (int i = 0; i < kK; ++i) cursor[i] = cursor_array[i];
+  for (Index j = 0; j < count; ++j) {
+    const std::int32_t source = table[slot];
+    sources[j] = source;
+    Index item = *cursor[0];
+    for (int i = 1; i < kK; ++i) item = source == i ? *cursor[i] : item;
+    items[j] = item;
+    for (int i = 0; i < kK; ++i) cursor[i] += source == i ? 1 : 0;
+    slot += step;
+    slot = slot >= length ? slot - length : slot;
+  }
+  for (int i = 0; i < kK; ++i) cursor_array[i] = cursor[i];
 }
 
 }  // namespace
@@ -920,7 +944,7 @@ void Mixture::Fill(Index begin, Index end, Index* sources, Index* items) const {
     const std::vector<Index>& run_end = run[g - 1].next;
     Index listed = 0;
     for (Index i = 0; i < k; ++i) listed += run_end[i] - run[0].cum[i] - head[i];
-    walk_items.resize(static_cast<std::size_t>(listed));
+    walk_items.resize(static_cast<std::size_t>(listed) + 1);  // FillBlockFew reads one past
     Index offset = 0;
     for (Index i = 0; i < k; ++i) {
       const Index c = run[0].cum[i] + head[i];
@@ -941,9 +965,14 @@ void Mixture::Fill(Index begin, Index end, Index* sources, Index* items) const {
         }
         table_prefix = info.prefix;
       }
-      FillBlock(table.data(), cursor.data(), static_cast<std::uint64_t>(info.rotation.Slot(at)),
-                info.rotation.ginv, static_cast<std::uint64_t>(info.length), count, sources + out,
-                items + out);
+      const auto fill = k == 1   ? FillBlockFew<1>
+                        : k == 2 ? FillBlockFew<2>
+                        : k == 3 ? FillBlockFew<3>
+                        : k == 4 ? FillBlockFew<4>
+                                 : FillBlock;
+      fill(table.data(), cursor.data(), static_cast<std::uint64_t>(info.rotation.Slot(at)),
+           info.rotation.ginv, static_cast<std::uint64_t>(info.length), count, sources + out,
+           items + out);
       out += count;
       p += count;
     }
