@@ -1,6 +1,6 @@
 """Mixing K sources, side by side: shardkit.Mixture vs Megatron-Core's blend index builder
 (megatron.core.datasets.helpers_cpp.build_blending_indices, the compiled helper shipped in
-the megatron-core wheel), for N samples over K = 10 and 100 sources, in one run.
+the megatron-core wheel), for N samples over K = 2, 10 and 100 sources, in one run.
 
 Megatron builds two arrays over every sample (int16 source + int64 index: 10 bytes per
 sample) before the first one can be read, and caches them: BlendedDataset saves them as .npy
@@ -9,19 +9,25 @@ Megatron starts are measured: cold (the build) and cached (the two files mapped,
 sample read; the files are written once before the rounds, outside the timing). shardkit
 computes any sample from its position.
 Reported per side: time to the first sample, peak RSS above the process's RSS after
-imports when the first sample is available (each side in its own subprocess), and samples per second for the full pass (for
-Megatron, the build; for shardkit, Mixture.numpy over all N in 1Mi chunks, one thread,
-without the count check, which runs in a second pass outside the timing), plus
+imports when the first sample is available (each side in its own subprocess), and samples
+per second for the full pass. Megatron: the build, called as BlendedDataset calls it
+(normalised float64 weights, np.zeros int16 + int64 arrays of N allocated inside the
+timing); its index is the sample's rank within its dataset, before GPTDataset's own shuffle.
+shardkit: Mixture.numpy over all N in 1Mi chunks, one thread, writing int64 source + int64
+item (the item already permuted within its source, 16 bytes per sample), either into two
+reused chunk buffers (`shardkit`, a streaming consumer: numpy(out=...)) or into two arrays
+of all N allocated inside the timing as Megatron's are (`shardkit whole`); the count check
+runs in a second pass outside the timing. Plus
 each side's |count - target| at the end of the run (shardkit: at the last block boundary,
 where its bound holds). Times are CPU seconds of the side's process (bench_util.cpu_seconds:
 the shared machines here run many builds at once, and both sides are single-threaded), wall
 seconds beside, with the load average. The sides run interleaved, round by round (one
 subprocess each), and the best of --repeats rounds is kept. The write limit of the full
 pass is numpy's streaming copy of the two int64 arrays shardkit writes (16 bytes per
-sample; bench_util) in the same chunks.
+sample; bench_util: 256 MB buffers, far above the caches), measured in the same run.
 
     PYTHONPATH=python build/bench-venv/bin/python bench/mixture_vs_megatron.py \
-        [--samples 100000000] [--sources 10,100] [--repeats 3]
+        [--samples 100000000] [--sources 2,10,100] [--repeats 3]
 
 (make bench installs megatron-core==0.16.1 into build/bench-venv.)
 """
@@ -144,7 +150,7 @@ def side_megatron_cached(n, k):
     )
 
 
-def side_shardkit(n, k):
+def _shardkit_pass(n, k, whole):
     import numpy as np
 
     import shardkit
@@ -155,11 +161,22 @@ def side_shardkit(n, k):
     mix = shardkit.Mixture([10**6] * k, w)
     first_sample = mix.source_of(0)
     first, first_wall = bench_util.cpu_seconds() - t0, time.perf_counter() - w0
-    extra_mb = rss_mb() - base  # the mixture itself; the pass below adds its chunk arrays
+    extra_mb = rss_mb() - base  # the mixture itself; the pass below adds its arrays
     chunk = 1 << 20
     t1, w1 = bench_util.cpu_seconds(), time.perf_counter()
-    for start in range(0, n, chunk):
-        sources, _ = mix.numpy(start, min(n, start + chunk))
+    if whole:
+        # Like Megatron's build: both arrays of all N samples in memory at the end
+        # (allocated inside the timing, as Megatron's np.zeros are), filled chunk by chunk.
+        sources, items = np.empty(n, np.int64), np.empty(n, np.int64)
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            mix.numpy(start, stop, out=(sources[start:stop], items[start:stop]))
+    else:
+        # A streaming consumer: the same two chunk buffers reused for the whole pass.
+        buffers = np.empty(chunk, np.int64), np.empty(chunk, np.int64)
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            mix.numpy(start, stop, out=(buffers[0][: stop - start], buffers[1][: stop - start]))
     seconds, wall = bench_util.cpu_seconds() - t1, time.perf_counter() - w1
     # The check, outside the timing (Megatron's build is timed without it too).
     counts = np.zeros(k, dtype=np.int64)
@@ -183,10 +200,19 @@ def side_shardkit(n, k):
     )
 
 
+def side_shardkit(n, k):
+    return _shardkit_pass(n, k, whole=False)
+
+
+def side_shardkit_whole(n, k):
+    return _shardkit_pass(n, k, whole=True)
+
+
 SIDES = {
     "megatron": side_megatron,
     "megatron cached": side_megatron_cached,
     "shardkit": side_shardkit,
+    "shardkit whole": side_shardkit_whole,
 }
 CHILDREN = dict(SIDES, **{"megatron save": side_megatron_save})
 
@@ -206,7 +232,7 @@ def run_side(side, n, k):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=100_000_000)
-    ap.add_argument("--sources", default="10,100")
+    ap.add_argument("--sources", default="2,10,100")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child")
     args = ap.parse_args()
@@ -240,7 +266,7 @@ def main():
                 f"({b['wall_s']:.2f} s wall"
                 + (
                     f", {n / b['seconds'] / limit:.0%} of the write limit)"
-                    if side == "shardkit"
+                    if side.startswith("shardkit")
                     else ")"
                 )
             )
@@ -250,10 +276,14 @@ def main():
                 f"{full}  max |count - target| {b['max_error']:.2f}"
             )
         m, c, s = best["megatron"], best["megatron cached"], best["shardkit"]
+        sw = best["shardkit whole"]
         print(
             f"K={k:4d} ratio     first sample {m['first_s'] / s['first_s']:,.0f}x Megatron cold, "
             f"{c['first_s'] / s['first_s']:,.1f}x Megatron cached (CPU); full pass "
-            f"{m['seconds'] / s['seconds']:.1f}x the cold build; memory {m['extra_mb']:.0f} MB "
+            f"{m['seconds'] / s['seconds']:.1f}x the cold build per CPU s "
+            f"({m['wall_s'] / s['wall_s']:.1f}x wall), into whole arrays "
+            f"{m['seconds'] / sw['seconds']:.1f}x ({m['wall_s'] / sw['wall_s']:.1f}x wall); "
+            f"memory {m['extra_mb']:.0f} MB "
             f"vs {s['extra_mb']:.1f} MB ({bench_util.load_average()})"
         )
         shutil.rmtree(cache_dir(n, k), ignore_errors=True)

@@ -169,18 +169,66 @@ void init_mixture(nb::module_& m) {
           "position"_a.none(), "(source, item) of sample ``position``.")
       .def(
           "numpy",
-          [](const Mixture& mix, Int start_arg, OptionalInt stop) {
+          [](const Mixture& mix, Int start_arg, OptionalInt stop, nb::object out) -> nb::object {
             const Index start = ToIndex(start_arg, "start");
             const Index end = ToOptionalIndex(stop, "stop").value_or(mix.size());
             CheckSlice(start, end, mix.size());
-            // stop (None: the end) sets the length.
-            return SampleArrays("stop", static_cast<std::size_t>(end - start),
-                                [&](std::int64_t* sources, std::int64_t* items) {
-                                  mix.Fill(start, end, sources, items);
-                                });
+            const auto n = static_cast<std::size_t>(end - start);
+            if (out.is_none()) {
+              // stop (None: the end) sets the length.
+              return nb::cast(
+                  SampleArrays("stop", n, [&](std::int64_t* sources, std::int64_t* items) {
+                    mix.Fill(start, end, sources, items);
+                  }));
+            }
+            // Caller's arrays (reused chunk buffers, a memory map): written in place.
+            using Out = nb::ndarray<std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+            const std::string want =
+                "expected (sources, items): two writable C-contiguous int64 arrays of " +
+                std::to_string(n) + " elements";
+            // What was given, in one line: "tuple of length 1", "int32 array of shape (8,)".
+            auto what = [](nb::handle h) -> std::string {
+              if (!nb::hasattr(h, "dtype") || !nb::hasattr(h, "flags")) {
+                std::string name = nb::str(nb::object(h.type().attr("__name__"))).c_str();
+                if (nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) {
+                  name += " of length " + std::to_string(nb::len(h));
+                }
+                return name;
+              }
+              const nb::object flags = h.attr("flags");
+              auto text = [](const nb::object& o) { return std::string(nb::str(o).c_str()); };
+              auto set = [&](const char* flag) {
+                return PyObject_IsTrue(nb::object(flags.attr(flag)).ptr()) == 1;
+              };
+              return text(h.attr("dtype")) + " array of shape " + text(h.attr("shape")) +
+                     (set("c_contiguous") ? "" : ", not C-contiguous") +
+                     (set("writeable") ? "" : ", read-only");
+            };
+            if (!nb::isinstance<nb::tuple>(out) || nb::len(out) != 2) {
+              ThrowInvalid("out", want + ", got " + what(out));
+            }
+            Out arrays[2];
+            for (int i = 0; i < 2; ++i) {
+              nb::object entry = out[nb::int_(i)];
+              if (!nb::try_cast(entry, arrays[i], false) || arrays[i].shape(0) != n) {
+                ThrowInvalid("out",
+                             want + ", got " + (i == 0 ? "sources: " : "items: ") + what(entry));
+              }
+            }
+            std::int64_t* sources = arrays[0].data();
+            std::int64_t* items = arrays[1].data();
+            if (n > 0 && sources < items + n && items < sources + n) {
+              ThrowInvalid("out", "sources and items overlap; give two separate arrays");
+            }
+            {
+              ReleaseGil release;
+              mix.Fill(start, end, sources, items);
+            }
+            return out;
           },
-          "start"_a.none() = 0, "stop"_a.none() = nb::none(),
-          "(sources, items): int64 arrays for samples [start, stop).")
+          "start"_a.none() = 0, "stop"_a.none() = nb::none(), "out"_a = nb::none(),
+          "(sources, items): int64 arrays for samples [start, stop): new arrays, or ``out``\n"
+          "(two writable C-contiguous int64 arrays of stop - start elements) filled in place.")
       .def(
           "take",
           [](const Mixture& mix, IntArray positions_arg) {

@@ -76,6 +76,46 @@ def test_numpy_equals_source_of_and_each_source_walks_each_epoch_once():
         assert mix.consumed(n) == counts
 
 
+def test_numpy_into_out_arrays_equals_source_of_chunk_by_chunk():
+    # Reused chunk buffers (and views of one big array) are filled in place:
+    # every sample against source_of (closed forms, not the fill).
+    rng = random.Random(9)
+    for trial in range(8):
+        sizes, weights = random_config(rng)
+        mix = shardkit.Mixture(sizes, weights, seed=trial)
+        n, chunk = 30 * mix.block + 17, 4 * mix.block - 5
+        whole_s, whole_i = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+        buf_s, buf_i = np.empty(chunk, np.int64), np.empty(chunk, np.int64)
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            out = (buf_s[: stop - start], buf_i[: stop - start])
+            assert mix.numpy(start, stop, out=out) is out
+            got = mix.numpy(start, stop, out=(whole_s[start:stop], whole_i[start:stop]))
+            assert got[0].base is whole_s
+            for j in range(0, stop - start, 13):
+                assert mix.source_of(start + j) == (out[0][j], out[1][j]), (trial, start + j)
+            assert (whole_s[start:stop] == out[0]).all() and (whole_i[start:stop] == out[1]).all()
+        assert np.bincount(whole_s, minlength=len(sizes)).tolist() == mix.consumed(n)
+    mix = shardkit.Mixture([5, 7], [1, 2])
+    a, b = np.zeros(8, np.int64), np.zeros(8, np.int64)
+    ro = np.zeros(8, np.int64)
+    ro.flags.writeable = False
+    want = "out: expected .sources, items.: two writable C-contiguous int64 arrays of 8 elements"
+    for bad, got in [
+        ((a,), "tuple of length 1"),
+        ([a, b], "list of length 2"),
+        ((a, b.astype(np.int32)), "items: int32 array of shape .8,."),
+        ((np.zeros(16, np.int64)[::2], b), "sources: int64 array of shape .8,., not C-contiguous"),
+        ((ro, b), "sources: int64 array of shape .8,., read-only"),
+        ((a, np.zeros(9, np.int64)), "items: int64 array of shape .9,.$"),
+    ]:
+        with pytest.raises(ValueError, match=f"^{want}, got {got}"):
+            mix.numpy(0, 8, out=bad)
+    with pytest.raises(ValueError, match="^out: sources and items overlap"):
+        mix.numpy(0, 8, out=(a, a))
+    assert (a == 0).all() and (b == 0).all()  # nothing written on refusal
+
+
 def test_take_equals_numpy_at_scattered_positions():
     rng = random.Random(5)
     for trial in range(20):

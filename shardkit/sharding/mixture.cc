@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -776,17 +778,113 @@ void Mixture::Take(std::span<const Index> positions, Index* sources, Index* item
   }
 }
 
+namespace {
+
+// Lists source `source`'s walk positions [c, c_end) (its items over all its
+// epochs) into dst, vectorised, through a cache of the permutation of its
+// current epoch (constructing one costs more than listing a few items).
+void ListWalk(Index n, std::uint64_t key, Index c, Index c_end, std::optional<Permutation>* walk,
+              Index* walk_epoch, Index* dst) {
+  while (c < c_end) {
+    const Index epoch = c / n;
+    const Index in_epoch = std::min(c_end - c, (epoch + 1) * n - c);
+    if (*walk_epoch != epoch) {
+      walk->emplace(n, key, static_cast<std::uint64_t>(epoch));
+      *walk_epoch = epoch;
+    }
+    (*walk)->Fill(c - epoch * n, 1, in_epoch, dst);
+    dst += in_epoch;
+    c += in_epoch;
+  }
+}
+
+// The samples of one block's positions [first, first + count): position j
+// holds slot `slot` (the next is slot + step mod length), whose source is
+// table[slot]; that source's next item is *cursor[source]. No branch but the
+// wrap of the slot (a conditional move); four slot sequences (positions j,
+// j + 1, j + 2, j + 3, each stepping 4 x step) so that the add-compare-move
+// of the wrap is not one chain through every sample.
+void FillBlock(const std::int32_t* __restrict table, const Index** cursor, std::uint64_t slot,
+               std::uint64_t step, std::uint64_t length, Index count, Index* __restrict sources,
+               Index* __restrict items) {
+  auto advance = [length](std::uint64_t s, std::uint64_t by) {
+    s += by;
+    return s >= length ? s - length : s;
+  };
+  auto emit = [&](Index j, std::uint64_t s) {
+    const std::int32_t source = table[s];
+    sources[j] = source;
+    items[j] = *cursor[source]++;
+  };
+  Index j = 0;
+  if (count >= 8) {
+    const std::uint64_t step4 = (4 * step) % length;
+    std::uint64_t s0 = slot;
+    std::uint64_t s1 = advance(s0, step);
+    std::uint64_t s2 = advance(s1, step);
+    std::uint64_t s3 = advance(s2, step);
+    for (; j + 4 <= count; j += 4) {
+      emit(j, s0);
+      emit(j + 1, s1);
+      emit(j + 2, s2);
+      emit(j + 3, s3);
+      s0 = advance(s0, step4);
+      s1 = advance(s1, step4);
+      s2 = advance(s2, step4);
+      s3 = advance(s3, step4);
+    }
+    slot = s0;
+  }
+  for (; j < count; ++j) {
+    emit(j, slot);
+    slot = advance(slot, step);
+  }
+}
+
+// FillBlock for kK <= 4 sources: the cursors stay in registers (every
+// source's next item is loaded and the sample's own selected), so no sample
+// waits on the previous one's cursor store: with two sources, that chain ran
+// through nearly every sample. Reads one entry past a source's items, which
+// the caller pads.
+template <int kK>
+void FillBlockFew(const std::int32_t* __restrict table, const Index** cursor_array,
+                  std::uint64_t slot, std::uint64_t step, std::uint64_t length, Index count,
+                  Index* __restrict sources, Index* __restrict items) {
+  const Index* cursor[kK];
+  for (int i = 0; i < kK; ++i) cursor[i] = cursor_array[i];
+  for (Index j = 0; j < count; ++j) {
+    const std::int32_t source = table[slot];
+    sources[j] = source;
+    Index item = *cursor[0];
+    for (int i = 1; i < kK; ++i) item = source == i ? *cursor[i] : item;
+    items[j] = item;
+    for (int i = 0; i < kK; ++i) cursor[i] += source == i ? 1 : 0;
+    slot += step;
+    slot = slot >= length ? slot - length : slot;
+  }
+  for (int i = 0; i < kK; ++i) cursor_array[i] = cursor[i];
+}
+
+}  // namespace
+
 void Mixture::Fill(Index begin, Index end, Index* sources, Index* items) const {
   CheckSlice(begin, end, size_);
   const Index k = num_sources();
-  BlockInfo info;
-  std::vector<Index> next(k);  // each source's samples of the block before the next position
-  std::vector<Index> known;    // counts before the next block, when known
-  // Blocks up to kTableBlock: a slot -> source table and each source's items
-  // of the block, both filled vectorised; larger blocks go sample by sample.
+  // Blocks up to kTableBlock: a slot -> source table per block; larger blocks
+  // go sample by sample (a binary search for the source of each slot).
   constexpr Index kTableBlock = Index{1} << 20;
+  // A run of consecutive blocks (up to about kRunSamples samples) lists each
+  // source's items once: a source's samples in the run take consecutive walk
+  // positions, so its items are one vectorised Permutation::Fill per run
+  // (not one short one per block), laid out source after source.
+  constexpr Index kRunSamples = Index{1} << 15;
+  std::vector<BlockInfo> run(1);
+  std::vector<Index> known;  // counts before the next block, when known
+  std::vector<Index> head(k);
   std::vector<std::int32_t> table;
+  std::vector<Index> table_prefix;  // the slot prefixes `table` was built for
   std::vector<Index> walk_items;
+  std::vector<const Index*> cursor(k);
   std::vector<std::optional<Permutation>> walks(k);
   std::vector<Index> walk_epoch(k, -1);
   Index out = 0;
@@ -794,47 +892,20 @@ void Mixture::Fill(Index begin, Index end, Index* sources, Index* items) const {
   const Index stop = end + options_.skip;
   while (p < stop) {
     const Index b = p / block_;
-    ComputeBlock(b, &info, known.empty() ? nullptr : &known);
+    ComputeBlock(b, &run[0], known.empty() ? nullptr : &known);
     const Index first = p - b * block_;
-    const Index count = std::min(stop - p, info.length - first);
     if (first > 0) {
-      HeadCounts(info, first, next.data());
+      HeadCounts(run[0], first, head.data());
     } else {
-      std::fill(next.begin(), next.end(), 0);
+      std::fill(head.begin(), head.end(), 0);
     }
-    const auto length = static_cast<std::uint64_t>(info.length);
-    const std::uint64_t step = info.rotation.ginv;
-    auto slot = static_cast<std::uint64_t>(info.rotation.Slot(first));
-    if (info.length <= kTableBlock) {
-      table.resize(info.length);
-      walk_items.resize(info.length);
-      for (Index i = 0; i < k; ++i) {
-        std::fill(table.begin() + info.prefix[i], table.begin() + info.prefix[i + 1],
-                  static_cast<std::int32_t>(i));
-        // Items of source i this block still gives: walk positions
-        // cum + next .. cum + counts, at slot offsets prefix + next ...
-        const Index n = sizes_[i];
-        Index c = info.cum[i] + next[i];
-        const Index c_end = info.cum[i] + info.counts[i];
-        Index* dst = walk_items.data() + info.prefix[i] + next[i];
-        while (c < c_end) {
-          const Index epoch = c / n;
-          const Index in_epoch = std::min(c_end - c, (epoch + 1) * n - c);
-          Permutation(n, source_keys_[i], static_cast<std::uint64_t>(epoch))
-              .Fill(c - epoch * n, 1, in_epoch, dst);
-          dst += in_epoch;
-          c += in_epoch;
-        }
-        next[i] += info.prefix[i];  // now the offset of its next item in walk_items
-      }
-      for (Index j = 0; j < count; ++j) {
-        const std::int32_t source = table[slot];
-        sources[out + j] = source;
-        items[out + j] = walk_items[next[source]++];
-        slot += step;
-        if (slot >= length) slot -= length;
-      }
-    } else {
+    if (run[0].length > kTableBlock) {
+      const BlockInfo& info = run[0];
+      const Index count = std::min(stop - p, info.length - first);
+      const auto length = static_cast<std::uint64_t>(info.length);
+      const std::uint64_t step = info.rotation.ginv;
+      auto slot = static_cast<std::uint64_t>(info.rotation.Slot(first));
+      std::vector<Index>& next = head;
       for (Index i = 0; i < k; ++i) next[i] += info.cum[i];
       for (Index j = 0; j < count; ++j) {
         const Index source =
@@ -852,10 +923,60 @@ void Mixture::Fill(Index begin, Index end, Index* sources, Index* items) const {
         slot += step;
         if (slot >= length) slot -= length;
       }
+      known = info.next;
+      out += count;
+      p += count;
+      continue;
     }
-    known = info.next;
-    out += count;
-    p += count;
+    // The run: blocks b .. b + g - 1, while samples remain before `stop`.
+    // Full blocks all have block_ <= kTableBlock slots; a cut block is shorter.
+    Index g = 1;
+    Index span = run[0].length - first;
+    while (p + span < stop && span < kRunSamples) {
+      if (static_cast<Index>(run.size()) <= g) run.emplace_back();
+      ComputeBlock(b + g, &run[g], &run[g - 1].next);
+      span += run[g].length;
+      ++g;
+    }
+    // Each source's items of the run, from its walk position after the
+    // head of block b to its count after block b + g - 1 (the last block's
+    // tail past `stop` included: at most one block listed in vain).
+    const std::vector<Index>& run_end = run[g - 1].next;
+    Index listed = 0;
+    for (Index i = 0; i < k; ++i) listed += run_end[i] - run[0].cum[i] - head[i];
+    walk_items.resize(static_cast<std::size_t>(listed) + 1);  // FillBlockFew reads one past
+    Index offset = 0;
+    for (Index i = 0; i < k; ++i) {
+      const Index c = run[0].cum[i] + head[i];
+      Index* dst = walk_items.data() + offset;
+      ListWalk(sizes_[i], source_keys_[i], c, run_end[i], &walks[i], &walk_epoch[i], dst);
+      cursor[i] = dst;
+      offset += run_end[i] - c;
+    }
+    for (Index t = 0; t < g && p < stop; ++t) {
+      const BlockInfo& info = run[t];
+      const Index at = t == 0 ? first : 0;
+      const Index count = std::min(stop - p, info.length - at);
+      if (info.prefix != table_prefix) {
+        table.resize(static_cast<std::size_t>(info.length));
+        for (Index i = 0; i < k; ++i) {
+          std::fill(table.begin() + info.prefix[i], table.begin() + info.prefix[i + 1],
+                    static_cast<std::int32_t>(i));
+        }
+        table_prefix = info.prefix;
+      }
+      const auto fill = k == 1   ? FillBlockFew<1>
+                        : k == 2 ? FillBlockFew<2>
+                        : k == 3 ? FillBlockFew<3>
+                        : k == 4 ? FillBlockFew<4>
+                                 : FillBlock;
+      fill(table.data(), cursor.data(), static_cast<std::uint64_t>(info.rotation.Slot(at)),
+           info.rotation.ginv, static_cast<std::uint64_t>(info.length), count, sources + out,
+           items + out);
+      out += count;
+      p += count;
+    }
+    known = run_end;
   }
 }
 

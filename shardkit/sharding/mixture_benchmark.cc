@@ -41,6 +41,27 @@ void BM_MixtureFill(benchmark::State& state) {
 }
 BENCHMARK(BM_MixtureFill)->Arg(10)->Arg(100)->Arg(1000);
 
+// The full pass of bench/mixture_vs_megatron.py: weights 1..K normalised
+// (shares rounded to 2^-40, so block counts vary from block to block),
+// consecutive chunks of 1Mi samples into the same two buffers.
+void BM_MixtureFillPass(benchmark::State& state) {
+  const Index k = state.range(0);
+  std::vector<double> weights(k);
+  for (Index i = 0; i < k; ++i) weights[i] = static_cast<double>(i + 1) / (k * (k + 1) / 2.0);
+  const Mixture m(std::vector<Index>(k, 1000000), weights);
+  constexpr Index kChunk = Index{1} << 20;
+  std::vector<Index> sources(kChunk), items(kChunk);
+  Index first = 0;
+  for (auto _ : state) {
+    m.Fill(first, first + kChunk, sources.data(), items.data());
+    benchmark::DoNotOptimize(items.data());
+    first += kChunk;
+    if (first > Index{1} << 40) first = 0;
+  }
+  state.SetItemsProcessed(state.iterations() * kChunk);
+}
+BENCHMARK(BM_MixtureFillPass)->Arg(2)->Arg(10)->Arg(100);
+
 // One sample at a time at scattered positions (each computes its block).
 void BM_MixtureAt(benchmark::State& state) {
   const Mixture m = Make(state.range(0));

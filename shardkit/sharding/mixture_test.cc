@@ -488,6 +488,64 @@ TEST(MixtureTest, FillAgreesWithAtAcrossChunksAndBlockSizes) {
   }
 }
 
+// Fill lists each source's items once per run of consecutive blocks (up to
+// 2^15 samples) and carries every source's cursor from block to block: long
+// fills, cut into chunks that start and end anywhere, equal At (closed forms
+// and Permutation::Forward, no Fill) at every position, across runs, epochs
+// of small sources (several per run), schedule segments, the cut last block
+// of a bounded mixture and resumed plans.
+TEST(MixtureTest, LongFillsEqualLookupsAcrossRunsOfBlocks) {
+  std::mt19937_64 rng(77);
+  int checked = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const Index k = 1 + static_cast<Index>(rng() % (trial % 3 == 0 ? 120 : 9));
+    std::vector<Index> sizes(k);
+    for (auto& n : sizes) {
+      n = trial % 4 == 0 ? 1 + static_cast<Index>(rng() % 40)
+                         : 1 + static_cast<Index>(rng() % 30000);
+    }
+    MixtureOptions o;
+    o.seed = rng();
+    auto w = RandomWeights(rng, k);
+    if (trial % 3 == 1) {
+      o.schedule.push_back({static_cast<Index>(rng() % 50000), RandomWeights(rng, k)});
+      o.interpolation = trial % 6 == 1 ? Interpolation::kLinear : Interpolation::kStep;
+      o.schedule.push_back(
+          {o.schedule[0].position + 1 + static_cast<Index>(rng() % 50000), RandomWeights(rng, k)});
+    }
+    if (trial % 4 == 2) {
+      o.repeat.assign(k, true);
+      o.repeat[rng() % k] = false;
+    }
+    if (trial % 5 == 3) o.block = 1024 * (1 + static_cast<Index>(rng() % 8));
+    Mixture m = [&] {
+      try {
+        return Mixture(sizes, w, o);
+      } catch (const std::invalid_argument&) {  // a fixed block too small for the shares
+        o.block.reset();
+        return Mixture(sizes, w, o);
+      }
+    }();
+    if (m.block() > (Index{1} << 15)) continue;
+    if (trial % 7 == 5 && m.size() > 1000) m = Mixture::FromState(m.State(m.size() / 3 + 17));
+    const Index window = std::min<Index>(m.size(), 60000 + static_cast<Index>(rng() % 60000));
+    const Index begin =
+        trial % 4 == 2 ? m.size() - window : static_cast<Index>(rng() % (Index{1} << 20));
+    std::vector<Index> s(window), it(window);
+    for (Index at = 0; at < window;) {
+      const Index chunk = std::min<Index>(window - at, 1 + static_cast<Index>(rng() % 50000));
+      m.Fill(begin + at, begin + at + chunk, s.data() + at, it.data() + at);
+      at += chunk;
+    }
+    for (Index j = 0; j < window; j += 1 + static_cast<Index>(trial % 3)) {
+      ASSERT_EQ(m.At(begin + j), (MixSample{s[j], it[j]}))
+          << "trial " << trial << " position " << begin + j << " block " << m.block();
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 16);
+}
+
 // At and Take (one lookup: the block's counts, the slot's source, the rank
 // among the source's samples of the block by the cheapest count) against
 // Fill of a window around random positions, over random configurations:
