@@ -175,7 +175,7 @@ PySource SourceOf(nb::handle tokens, nb::handle offsets, const std::string& toke
   nb::object dtype = t.attr("dtype");
   const std::string name = nb::cast<std::string>(dtype.attr("name"));
   if (name != "uint16" && name != "int32" && name != "uint32") {
-    const std::string kind = nb::cast<std::string>(dtype.attr("kind"));
+    const std::string kind = nb::cast<std::string>(nb::str(dtype.attr("kind")));
     const std::string str = nb::cast<std::string>(nb::str(dtype));
     if (kind != "i" && kind != "u")
       ThrowInvalid("tokens", "dtype " + str + " is not an integer type");
@@ -187,10 +187,11 @@ PySource SourceOf(nb::handle tokens, nb::handle offsets, const std::string& toke
     t = t.attr("astype")(np.attr("int32"));
   }
   nb::object o = np.attr("asarray")(offsets);
-  const std::string okind = nb::cast<std::string>(o.attr("dtype").attr("kind"));
+  nb::object odtype = o.attr("dtype");
+  const std::string okind = nb::cast<std::string>(nb::str(odtype.attr("kind")));
   if (nb::cast<int>(o.attr("ndim")) != 1 || (okind != "i" && okind != "u")) {
     ThrowInvalid("offsets", "expected a 1-D integer array, got " +
-                                nb::cast<std::string>(nb::str(o.attr("dtype"))) + " of shape " +
+                                nb::cast<std::string>(nb::str(odtype)) + " of shape " +
                                 Repr(o.attr("shape")));
   }
   return FromArrays(np.attr("ascontiguousarray")(t),
@@ -313,7 +314,7 @@ void init_loader(nb::module_& m) {
       .def_static("from_arrays", &FromArrays, "tokens"_a, "offsets"_a,
                   "C-contiguous 1-D token (uint16, int32, uint32) and int64 offset arrays, "
                   "viewed in place.")
-      .def_static("of", &SourceOf, "tokens"_a, "offsets"_a, "token_dtype"_a = "int32",
+      .def_static("of", &SourceOf, "tokens"_a.none(), "offsets"_a.none(), "token_dtype"_a = "int32",
                   "TokenLoader's tokens / offsets: two paths, or two arrays (any integer "
                   "tokens within int32, converted; any integer offsets).")
       .def_static(
