@@ -502,13 +502,15 @@ inline Index CheckedIndex(Index k, Index size, const char* what) {
 // and granularity are cp_size, cp_strategy, cp_granularity), converted by
 // the rules above (ToIndex, ToUint64, ToBool, ToStr and the core's enum
 // parser; None for an unset optional). A LoaderOptions reads the
-// TrainOptions table, then its own fields. Reading refuses a name that is no
-// field ("<name>: not an option of <what>"); a Whale switch given as None
-// follows Whale's environment variables (WhalePolicyFromEnvironment).
+// TrainOptions table, then the PaddingOptions one, then its own fields; a
+// CollateOptions seq_len, then its PaddingOptions. Reading refuses a name
+// that is no field ("<name>: not an option of <what>"); a Whale switch given
+// as None follows Whale's environment variables (WhalePolicyFromEnvironment).
 void ReadOptions(nb::handle kwargs, TrainOptions* options, const char* what = "TrainPlan");
 void ReadOptions(nb::handle kwargs, LoaderOptions* options, const char* what = "TokenLoader");
 void ReadOptions(nb::handle kwargs, MultimodalOptions* options,
                  const char* what = "MultimodalPlan");
+void ReadOptions(nb::handle kwargs, CollateOptions* options, const char* what);
 [[nodiscard]] nb::dict WriteOptions(const LoaderOptions& options);
 
 // ---- one init function per core area; module.cc calls them in order ----------
