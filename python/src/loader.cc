@@ -14,6 +14,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "python/src/bindings.h"
 #include "shardkit/base/atomic_file.h"
@@ -96,11 +97,12 @@ nb::dict BatchToDict(const std::shared_ptr<const Batch>& b) {
 }
 
 // A vector as a numpy array that owns it (no copy).
-nb::object VectorToArray(std::vector<Index> values) {
-  auto* keep = new std::vector<Index>(std::move(values));
-  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::vector<Index>*>(p); });
+template <typename T>
+nb::ndarray<nb::numpy, T> VectorToArray(std::vector<T> values) {
+  auto* keep = new std::vector<T>(std::move(values));
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
   std::size_t shape[1] = {keep->size()};
-  return nb::cast(nb::ndarray<nb::numpy, Index>(keep->data(), 1, shape, owner));
+  return nb::ndarray<nb::numpy, T>(keep->data(), 1, shape, owner);
 }
 
 // What a core loader reads each epoch: one source (a mixture's epochs are the
@@ -210,6 +212,17 @@ void DefineLoaderMembers(nb::class_<C>& cls, LoaderOf loader_of) {
       ThrowInvalid("equal_steps", "this loader packs per rank; it has no global plan");
     return *l.train_plan();
   };
+  // f(plan) of an equal-steps loader (without the GIL: the plan may plan the
+  // epoch first), None for a loader packing per rank.
+  auto plan_value = [loader_of](auto f) {
+    using T = decltype(f(std::declval<const TrainPlan&>()));
+    return [loader_of, f](const C& self) -> std::optional<T> {
+      const auto l = loader_of(self);
+      if (!l->train_plan()) return std::nullopt;
+      ReleaseGil release;
+      return f(*l->train_plan());
+    };
+  };
   cls.def("begin_pass", &C::BeginPass, "Starts a pass: its id for next(pass).")
       .def(
           "set_epoch",
@@ -219,32 +232,14 @@ void DefineLoaderMembers(nb::class_<C>& cls, LoaderOf loader_of) {
             l.SetEpoch(e);
           },
           "epoch"_a)
-      .def_prop_ro(
-          "num_steps",
-          [loader_of](const C& self) -> std::optional<Index> {
-            const auto l = loader_of(self);
-            if (!l->train_plan()) return std::nullopt;
-            ReleaseGil release;
-            return l->train_plan()->epoch_steps();
-          },
-          "Equal steps: the steps of the whole epoch (TrainPlan::epoch_steps); None per rank.")
-      .def_prop_ro(
-          "first_step",
-          [loader_of](const C& self) -> std::optional<Index> {
-            const auto l = loader_of(self);
-            if (!l->train_plan()) return std::nullopt;
-            return l->train_plan()->first_step();
-          },
-          "Equal steps: the step of the epoch this pass starts at (TrainPlan::first_step).")
-      .def_prop_ro(
-          "plan_summary",
-          [loader_of](const C& self) -> std::optional<TrainSummary> {
-            const auto l = loader_of(self);
-            if (!l->train_plan()) return std::nullopt;
-            ReleaseGil release;
-            return l->train_plan()->summary();
-          },
-          "Equal steps: the plan's TrainSummary; None for a loader packing per rank.")
+      .def_prop_ro("num_steps", plan_value([](const TrainPlan& p) { return p.epoch_steps(); }),
+                   "Equal steps: the steps of the whole epoch (TrainPlan::epoch_steps); None "
+                   "per rank.")
+      .def_prop_ro("first_step", plan_value([](const TrainPlan& p) { return p.first_step(); }),
+                   "Equal steps: the step of the epoch this pass starts at "
+                   "(TrainPlan::first_step); None per rank.")
+      .def_prop_ro("plan_summary", plan_value([](const TrainPlan& p) { return p.summary(); }),
+                   "Equal steps: the plan's TrainSummary; None for a loader packing per rank.")
       .def_prop_ro(
           "fingerprint",
           [loader_of, plan_of](const C& self) { return plan_of(*loader_of(self)).Fingerprint(); },
@@ -345,20 +340,16 @@ void init_loader(nb::module_& m) {
           "lengths",
           [](const PySource& s) {
             const Index n = s.source->num_documents();
-            auto* values = new std::vector<std::int64_t>(static_cast<std::size_t>(n));
+            std::vector<std::int64_t> values(static_cast<std::size_t>(n));
             {
               ReleaseGil release;
               if (const std::int64_t* offsets = s.source->ContiguousOffsets()) {
-                for (Index d = 0; d < n; ++d) (*values)[d] = offsets[d + 1] - offsets[d];
+                for (Index d = 0; d < n; ++d) values[d] = offsets[d + 1] - offsets[d];
               } else {
-                for (Index d = 0; d < n; ++d) (*values)[d] = s.source->DocumentLength(d);
+                for (Index d = 0; d < n; ++d) values[d] = s.source->DocumentLength(d);
               }
             }
-            nb::capsule owner(values, [](void* p) noexcept {
-              delete static_cast<std::vector<std::int64_t>*>(p);
-            });
-            std::size_t shape[1] = {values->size()};
-            return nb::ndarray<nb::numpy, std::int64_t>(values->data(), 1, shape, owner);
+            return VectorToArray(std::move(values));
           },
           "Every document's length in tokens (int64), from the index alone.")
       .def(
@@ -366,13 +357,9 @@ void init_loader(nb::module_& m) {
           [](const PySource& s, Index d) {
             CheckIndex("document", d, 0, s.source->num_documents());
             const Index n = s.source->DocumentLength(d);
-            auto* values = new std::vector<std::int32_t>(static_cast<std::size_t>(n));
-            s.source->Copy(d, 0, n, values->data());
-            nb::capsule owner(values, [](void* p) noexcept {
-              delete static_cast<std::vector<std::int32_t>*>(p);
-            });
-            std::size_t shape[1] = {values->size()};
-            return nb::ndarray<nb::numpy, std::int32_t>(values->data(), 1, shape, owner);
+            std::vector<std::int32_t> values(static_cast<std::size_t>(n));
+            s.source->Copy(d, 0, n, values.data());
+            return VectorToArray(std::move(values));
           },
           "document"_a, "The tokens of document `document` (int32, a copy).")
       .def(
