@@ -531,6 +531,12 @@ void init_image(nb::module_& m);
 // (one bool, or one per source of `k`); errors name `schedule` / `repeat`.
 std::vector<SchedulePoint> ToScheduleList(nb::handle schedule);
 std::vector<bool> ToRepeat(nb::handle repeat, Index k);
+// The order options a Mixture and a mixture loader share, each converted as
+// above (by, block, schedule, interpolation, schedule_unit, repeat over `k`
+// sources); seed and tokens are the caller's.
+MixtureOptions ToMixtureOptions(nb::handle by, nb::handle block, nb::handle schedule,
+                                nb::handle interpolation, nb::handle schedule_unit,
+                                nb::handle repeat, Index k);
 
 }  // namespace shardkit::python
 

@@ -563,14 +563,9 @@ void init_loader(nb::module_& m) {
             for (nb::handle h : sources) views.push_back(nb::cast<const PySource&>(h).source);
             LoaderOptions o;
             ReadOptions(options, &o, "TokenLoader.mixture");
-            MixtureOptions mo;
-            mo.by = ParseMixBy(ToStr(by, "by"));
-            mo.block = ToOptionalIndex(block, "block");
+            MixtureOptions mo = ToMixtureOptions(by, block, schedule, interpolation, schedule_unit,
+                                                 repeat, static_cast<Index>(views.size()));
             mo.seed = o.seed;
-            mo.schedule = ToScheduleList(schedule);
-            mo.interpolation = ParseInterpolation(ToStr(interpolation, "interpolation"));
-            mo.schedule_unit = ParseMixBy(ToStr(schedule_unit, "schedule_unit"), "schedule_unit");
-            mo.repeat = ToRepeat(repeat, static_cast<Index>(views.size()));
             std::vector<double> w = ToDoubles(weights, "weights");
             ReleaseGil release;
             new (self) MixtureLoader(std::move(views), std::move(w), std::move(mo), o, samples);
