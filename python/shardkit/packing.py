@@ -382,14 +382,18 @@ class PackedCollator:
         block_mask: bool = False,
         causal: bool = True,
     ):
-        self.seq_len = _core._index(seq_len, "seq_len")
-        self.padding_side = _core._str(padding_side, "padding_side")
-        self.pad_token_id = _core._index(pad_token_id, "pad_token_id")
-        self.ignore_index = _core._index(ignore_index, "ignore_index")
+        # The collation options by the core's names (CollateOptions, read by its
+        # one table) and block_mask (which arrays to build); the core converts
+        # and checks them at construction, not at the first batch: collating
+        # no rows validates them and builds nothing.
+        self.options = dict(
+            seq_len=seq_len,
+            padding_side=padding_side,
+            pad_token_id=pad_token_id,
+            ignore_index=ignore_index,
+            causal=causal,
+        )
         self.block_mask = _core._bool(block_mask, "block_mask")
-        self.causal = _core._bool(causal, "causal")
-        # The core checks the options (at construction, not at the first
-        # batch): collating no rows validates them and builds nothing.
         empty, zero = np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
         self.rows(zero, empty, empty, empty, empty, empty, zero)
 
@@ -440,12 +444,8 @@ class PackedCollator:
             images,
             tokens,
             offsets,
-            seq_len=self.seq_len,
-            padding_side=self.padding_side,
-            pad_token_id=self.pad_token_id,
-            ignore_index=self.ignore_index,
             block_mask=self.block_mask,
-            causal=self.causal,
+            **self.options,
         )
 
 
