@@ -40,6 +40,7 @@
 #include "shardkit/loader/multimodal_plan.h"
 #include "shardkit/loader/train_plan.h"
 #include "shardkit/sharding/mixture.h"
+#include "shardkit/sharding/shard_plan.h"
 
 namespace shardkit::python {
 
@@ -512,6 +513,20 @@ void ReadOptions(nb::handle kwargs, MultimodalOptions* options,
                  const char* what = "MultimodalPlan");
 void ReadOptions(nb::handle kwargs, CollateOptions* options, const char* what);
 [[nodiscard]] nb::dict WriteOptions(const LoaderOptions& options);
+
+// The window and order arguments ShardPlan and EvalPlan share (ShardOptions,
+// EvalOptions: split, offset, limit, shuffle, seed, epoch), converted by the
+// rules above; each error names its parameter.
+template <typename Options>
+void ReadWindowAndOrder(nb::handle split, nb::handle offset, nb::handle limit, nb::handle shuffle,
+                        nb::handle seed, nb::handle epoch, Options* o) {
+  o->split = ParseSplit(ToStr(split, "split"));
+  o->offset = ToIndex(offset, "offset");
+  o->limit = ToOptionalIndex(limit, "limit");
+  o->shuffle = ToBool(shuffle, "shuffle");
+  o->seed = ToUint64(seed, "seed");
+  o->epoch = ToUint64(epoch, "epoch");
+}
 
 // ---- one init function per core area; module.cc calls them in order ----------
 
