@@ -7,6 +7,7 @@ Re-exported from ``shardkit.torch``.
 from __future__ import annotations
 
 import atexit
+import functools
 import queue as queue_module
 import threading
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -284,21 +285,16 @@ class ConstantLengthDataset(tud.IterableDataset):
             buffer=buffer,
             max_images=max_images_per_pack,
         )
-        self.collator = packing.PackedCollator(
+        collator = functools.partial(
+            packing.PackedCollator,
             self.seq_len,
             padding_side=padding_side,
-            pad_token_id=pad_token_id,
             ignore_index=ignore_index,
-            block_mask=block_mask,
         )
+        self.collator = collator(pad_token_id=pad_token_id, block_mask=block_mask)
         # Samples with their own labels: those tokens collated alone, padded
         # with ignore_index, give the labels row.
-        self.label_collator = packing.PackedCollator(
-            self.seq_len,
-            padding_side=padding_side,
-            pad_token_id=ignore_index,
-            ignore_index=ignore_index,
-        )
+        self.label_collator = collator(pad_token_id=ignore_index)
         n = len(dataset)
         self._lengths = None if lengths is None else np.asarray(lengths, dtype=np.int64)
         self._images = None if image_counts is None else np.asarray(image_counts, dtype=np.int64)

@@ -305,12 +305,12 @@ def collate_rows(
         _int64(images, "images"),
         _int64(tokens, "tokens"),
         _int64(offsets, "offsets"),
-        _core._index(seq_len, "seq_len"),
-        _core._str(padding_side, "padding_side"),
-        _core._index(pad_token_id, "pad_token_id"),
-        _core._index(ignore_index, "ignore_index"),
-        _core._bool(block_mask, "block_mask"),
-        _core._bool(causal, "causal"),
+        block_mask,
+        seq_len=seq_len,
+        padding_side=padding_side,
+        pad_token_id=pad_token_id,
+        ignore_index=ignore_index,
+        causal=causal,
     )
 
 
@@ -382,14 +382,18 @@ class PackedCollator:
         block_mask: bool = False,
         causal: bool = True,
     ):
-        self.seq_len = _core._index(seq_len, "seq_len")
-        self.padding_side = _core._str(padding_side, "padding_side")
-        self.pad_token_id = _core._index(pad_token_id, "pad_token_id")
-        self.ignore_index = _core._index(ignore_index, "ignore_index")
+        # The collation options by the core's names (CollateOptions, read by its
+        # one table) and block_mask (which arrays to build); the core converts
+        # and checks them at construction, not at the first batch: collating
+        # no rows validates them and builds nothing.
+        self.options = dict(
+            seq_len=seq_len,
+            padding_side=padding_side,
+            pad_token_id=pad_token_id,
+            ignore_index=ignore_index,
+            causal=causal,
+        )
         self.block_mask = _core._bool(block_mask, "block_mask")
-        self.causal = _core._bool(causal, "causal")
-        # The core checks the options (at construction, not at the first
-        # batch): collating no rows validates them and builds nothing.
         empty, zero = np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
         self.rows(zero, empty, empty, empty, empty, empty, zero)
 
@@ -440,13 +444,19 @@ class PackedCollator:
             images,
             tokens,
             offsets,
-            seq_len=self.seq_len,
-            padding_side=self.padding_side,
-            pad_token_id=self.pad_token_id,
-            ignore_index=self.ignore_index,
             block_mask=self.block_mask,
-            causal=self.causal,
+            **self.options,
         )
+
+
+def _cp_row(lengths: Any, seq_len: int, cp_size: int, cp_granularity: Optional[int]) -> dict:
+    """One CP row's arguments as the CP bindings take them (by keyword)."""
+    return dict(
+        lengths=_int64(lengths, "lengths").tolist(),
+        seq_len=_core._index(seq_len, "seq_len"),
+        cp_size=_core._index(cp_size, "cp_size"),
+        cp_granularity=_core._optional_index(cp_granularity, "cp_granularity"),
+    )
 
 
 def cp_rank_work(
@@ -474,13 +484,8 @@ def cp_rank_work(
     >>> shardkit.cp_rank_work([5, 5, 2], 20, 2, "balanced")  # 5 + 2 | 5, whole
     [18.0, 15.0]
     """
-    return _core._cp_rank_work(
-        _int64(lengths, "lengths").tolist(),
-        _core._index(seq_len, "seq_len"),
-        _core._index(cp_size, "cp_size"),
-        _core._str(split, "split"),
-        _core._optional_index(cp_granularity, "cp_granularity"),
-    )
+    row = _cp_row(lengths, seq_len, cp_size, cp_granularity)
+    return _core._cp_rank_work(**row, split=_core._str(split, "split"))
 
 
 def cp_restore_index(
@@ -500,13 +505,8 @@ def cp_restore_index(
     >>> shardkit.cp_restore_index([5, 2], 12, 2).tolist()   # padded to 8 and 4
     [0, 1, 6, 7, 8, 4, 10, -1, -1, -1, -1, -1]
     """
-    return _core._cp_restore_index(
-        _int64(lengths, "lengths").tolist(),
-        _core._index(seq_len, "seq_len"),
-        _core._index(cp_size, "cp_size"),
-        _core._optional_index(cp_granularity, "cp_granularity"),
-        _core._str(cp_strategy, "cp_strategy"),
-    )
+    row = _cp_row(lengths, seq_len, cp_size, cp_granularity)
+    return _core._cp_restore_index(**row, cp_strategy=_core._str(cp_strategy, "cp_strategy"))
 
 
 def cp_document_padding(
@@ -528,10 +528,5 @@ def cp_document_padding(
     >>> shardkit.cp_document_padding([5, 5, 2], 20, 2, cp_strategy="balanced")
     0
     """
-    return _core._cp_document_padding(
-        _int64(lengths, "lengths").tolist(),
-        _core._index(seq_len, "seq_len"),
-        _core._index(cp_size, "cp_size"),
-        _core._optional_index(cp_granularity, "cp_granularity"),
-        _core._str(cp_strategy, "cp_strategy"),
-    )
+    row = _cp_row(lengths, seq_len, cp_size, cp_granularity)
+    return _core._cp_document_padding(**row, cp_strategy=_core._str(cp_strategy, "cp_strategy"))

@@ -80,6 +80,10 @@ void ReadOptions(nb::handle kwargs, MultimodalOptions* options, const char* what
   Read(kwargs, options, what);
 }
 
+void ReadOptions(nb::handle kwargs, CollateOptions* options, const char* what) {
+  Read(kwargs, options, what);
+}
+
 void ReadOptions(nb::handle kwargs, LoaderOptions* options, const char* what) {
   nb::dict given = ToOptionsDict(kwargs);
   nb::dict rest;

@@ -40,6 +40,7 @@
 #include "shardkit/loader/multimodal_plan.h"
 #include "shardkit/loader/train_plan.h"
 #include "shardkit/sharding/mixture.h"
+#include "shardkit/sharding/shard_plan.h"
 
 namespace shardkit::python {
 
@@ -502,14 +503,30 @@ inline Index CheckedIndex(Index k, Index size, const char* what) {
 // and granularity are cp_size, cp_strategy, cp_granularity), converted by
 // the rules above (ToIndex, ToUint64, ToBool, ToStr and the core's enum
 // parser; None for an unset optional). A LoaderOptions reads the
-// TrainOptions table, then its own fields. Reading refuses a name that is no
-// field ("<name>: not an option of <what>"); a Whale switch given as None
-// follows Whale's environment variables (WhalePolicyFromEnvironment).
+// TrainOptions table, then the PaddingOptions one, then its own fields; a
+// CollateOptions seq_len, then its PaddingOptions. Reading refuses a name
+// that is no field ("<name>: not an option of <what>"); a Whale switch given
+// as None follows Whale's environment variables (WhalePolicyFromEnvironment).
 void ReadOptions(nb::handle kwargs, TrainOptions* options, const char* what = "TrainPlan");
 void ReadOptions(nb::handle kwargs, LoaderOptions* options, const char* what = "TokenLoader");
 void ReadOptions(nb::handle kwargs, MultimodalOptions* options,
                  const char* what = "MultimodalPlan");
+void ReadOptions(nb::handle kwargs, CollateOptions* options, const char* what);
 [[nodiscard]] nb::dict WriteOptions(const LoaderOptions& options);
+
+// The window and order arguments ShardPlan and EvalPlan share (ShardOptions,
+// EvalOptions: split, offset, limit, shuffle, seed, epoch), converted by the
+// rules above; each error names its parameter.
+template <typename Options>
+void ReadWindowAndOrder(nb::handle split, nb::handle offset, nb::handle limit, nb::handle shuffle,
+                        nb::handle seed, nb::handle epoch, Options* o) {
+  o->split = ParseSplit(ToStr(split, "split"));
+  o->offset = ToIndex(offset, "offset");
+  o->limit = ToOptionalIndex(limit, "limit");
+  o->shuffle = ToBool(shuffle, "shuffle");
+  o->seed = ToUint64(seed, "seed");
+  o->epoch = ToUint64(epoch, "epoch");
+}
 
 // ---- one init function per core area; module.cc calls them in order ----------
 
@@ -529,6 +546,12 @@ void init_image(nb::module_& m);
 // (one bool, or one per source of `k`); errors name `schedule` / `repeat`.
 std::vector<SchedulePoint> ToScheduleList(nb::handle schedule);
 std::vector<bool> ToRepeat(nb::handle repeat, Index k);
+// The order options a Mixture and a mixture loader share, each converted as
+// above (by, block, schedule, interpolation, schedule_unit, repeat over `k`
+// sources); seed and tokens are the caller's.
+MixtureOptions ToMixtureOptions(nb::handle by, nb::handle block, nb::handle schedule,
+                                nb::handle interpolation, nb::handle schedule_unit,
+                                nb::handle repeat, Index k);
 
 }  // namespace shardkit::python
 

@@ -169,12 +169,7 @@ void init_eval_plan(nb::module_& m) {
             const Index b = ToIndex(batch_size, "batch_size");
             o.devices = ToIndex(devices, "devices");
             o.min_device_batch = ToOptionalIndex(min_device_batch, "min_device_batch").value_or(0);
-            o.split = ParseSplit(ToStr(split, "split"));
-            o.shuffle = ToBool(shuffle, "shuffle");
-            o.seed = ToUint64(seed, "seed");
-            o.epoch = ToUint64(epoch, "epoch");
-            o.offset = ToIndex(offset, "offset");
-            o.limit = ToOptionalIndex(limit, "limit");
+            ReadWindowAndOrder(split, offset, limit, shuffle, seed, epoch, &o);
             o.window = ParseWindowRule(ToStr(window, "window"));
             const std::optional<DataRoles> r = RolesArgument(roles, mesh, data_axes);
             if (!r) {

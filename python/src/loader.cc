@@ -10,9 +10,11 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "python/src/bindings.h"
 #include "shardkit/base/atomic_file.h"
@@ -95,11 +97,12 @@ nb::dict BatchToDict(const std::shared_ptr<const Batch>& b) {
 }
 
 // A vector as a numpy array that owns it (no copy).
-nb::object VectorToArray(std::vector<Index> values) {
-  auto* keep = new std::vector<Index>(std::move(values));
-  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::vector<Index>*>(p); });
+template <typename T>
+nb::ndarray<nb::numpy, T> VectorToArray(std::vector<T> values) {
+  auto* keep = new std::vector<T>(std::move(values));
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
   std::size_t shape[1] = {keep->size()};
-  return nb::cast(nb::ndarray<nb::numpy, Index>(keep->data(), 1, shape, owner));
+  return nb::ndarray<nb::numpy, T>(keep->data(), 1, shape, owner);
 }
 
 // What a core loader reads each epoch: one source (a mixture's epochs are the
@@ -123,6 +126,138 @@ TokenDType DTypeOf(nb::handle array) {
   if (name == "int32") return TokenDType::kInt32;
   if (name == "uint32") return TokenDType::kUint32;
   ThrowInvalid("tokens", "dtype " + name + " is not a token type (uint16, int32, uint32)");
+}
+
+// Arrays the caller made C-contiguous and 1-D: the source views them (read-only
+// arrays, np.load(mmap_mode="r"), are the normal way to pass tokens) and keeps
+// them alive.
+PySource FromArrays(nb::object tokens, nb::object offsets) {
+  const TokenDType type = DTypeOf(tokens);
+  auto t = nb::cast<nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(tokens);
+  auto o = nb::cast<nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig>>(offsets);
+  PySource s;
+  {
+    ReleaseGil release;
+    s.source = TokenSource::FromMemory(t.data(), type, static_cast<Index>(t.shape(0)), o.data(),
+                                       static_cast<Index>(o.shape(0)));
+  }
+  s.keep_tokens = tokens;
+  s.keep_offsets = offsets;
+  return s;
+}
+
+std::string Repr(nb::handle h) { return nb::cast<std::string>(nb::repr(h)); }
+
+// TokenLoader's tokens / offsets as a source: two paths (not a directory), or
+// a token array (any integer type whose values fit int32; the token types are
+// viewed in place) and integer offsets.
+PySource SourceOf(nb::handle tokens, nb::handle offsets, const std::string& token_dtype) {
+  nb::module_ os = nb::module_::import_("os");
+  auto is_path = [&](nb::handle h) {
+    return nb::isinstance<nb::str>(h) || nb::isinstance(h, os.attr("PathLike"));
+  };
+  if (is_path(tokens)) {
+    nb::object path = os.attr("fspath")(tokens);
+    if (nb::cast<bool>(os.attr("path").attr("isdir")(path))) {
+      ThrowInvalid("offsets", "must be None when tokens is a directory (" + Repr(path) + ")");
+    }
+    if (!is_path(offsets)) ThrowInvalid("offsets", "must be a path when tokens is a path");
+    SourceOptions o{ParseTokenDType(token_dtype)};
+    const std::string t = nb::cast<std::string>(path);
+    const std::string f = nb::cast<std::string>(os.attr("fspath")(offsets));
+    ReleaseGil release;
+    return PySource{TokenSource::Open(t, f, o), {}, {}};
+  }
+  if (offsets.is_none()) ThrowInvalid("offsets", "required with a token array");
+  nb::module_ np = nb::module_::import_("numpy");
+  nb::object t = np.attr("asarray")(tokens);
+  if (nb::cast<int>(t.attr("ndim")) != 1) {
+    ThrowInvalid("tokens", "expected a 1-D array, got shape " + Repr(t.attr("shape")));
+  }
+  nb::object dtype = t.attr("dtype");
+  const std::string name = nb::cast<std::string>(dtype.attr("name"));
+  if (name != "uint16" && name != "int32" && name != "uint32") {
+    const std::string kind = nb::cast<std::string>(nb::str(dtype.attr("kind")));
+    const std::string str = nb::cast<std::string>(nb::str(dtype));
+    if (kind != "i" && kind != "u")
+      ThrowInvalid("tokens", "dtype " + str + " is not an integer type");
+    if (nb::cast<Index>(t.attr("size")) > 0 &&
+        (t.attr("min")() < nb::int_(0) ||
+         t.attr("max")() > nb::int_(std::numeric_limits<std::int32_t>::max()))) {
+      ThrowInvalid("tokens", str + " values outside int32 range");
+    }
+    t = t.attr("astype")(np.attr("int32"));
+  }
+  nb::object o = np.attr("asarray")(offsets);
+  nb::object odtype = o.attr("dtype");
+  const std::string okind = nb::cast<std::string>(nb::str(odtype.attr("kind")));
+  if (nb::cast<int>(o.attr("ndim")) != 1 || (okind != "i" && okind != "u")) {
+    ThrowInvalid("offsets", "expected a 1-D integer array, got " +
+                                nb::cast<std::string>(nb::str(odtype)) + " of shape " +
+                                Repr(o.attr("shape")));
+  }
+  return FromArrays(np.attr("ascontiguousarray")(t),
+                    np.attr("ascontiguousarray")(o, "dtype"_a = np.attr("int64")));
+}
+
+// The members the two loader bindings share, each under the one name the
+// Python TokenLoader forwards (its public name): passes, epochs and the
+// equal-steps plan's figures. `loader_of(self)` is the TokenLoader that
+// carries the plan (the current epoch's one for a MixtureLoader), kept alive
+// while it is read.
+template <typename C, typename LoaderOf>
+void DefineLoaderMembers(nb::class_<C>& cls, LoaderOf loader_of) {
+  auto plan_of = [](const TokenLoader& l) -> const TrainPlan& {
+    if (!l.train_plan())
+      ThrowInvalid("equal_steps", "this loader packs per rank; it has no global plan");
+    return *l.train_plan();
+  };
+  // f(plan) of an equal-steps loader (without the GIL: the plan may plan the
+  // epoch first), None for a loader packing per rank.
+  auto plan_value = [loader_of](auto f) {
+    using T = decltype(f(std::declval<const TrainPlan&>()));
+    return [loader_of, f](const C& self) -> std::optional<T> {
+      const auto l = loader_of(self);
+      if (!l->train_plan()) return std::nullopt;
+      ReleaseGil release;
+      return f(*l->train_plan());
+    };
+  };
+  cls.def("begin_pass", &C::BeginPass, "Starts a pass: its id for next(pass).")
+      .def(
+          "set_epoch",
+          [](C& l, nb::handle epoch) {
+            const std::uint64_t e = ToUint64(epoch, "epoch");
+            ReleaseGil release;
+            l.SetEpoch(e);
+          },
+          "epoch"_a)
+      .def_prop_ro("num_steps", plan_value([](const TrainPlan& p) { return p.epoch_steps(); }),
+                   "Equal steps: the steps of the whole epoch (TrainPlan::epoch_steps); None "
+                   "per rank.")
+      .def_prop_ro("first_step", plan_value([](const TrainPlan& p) { return p.first_step(); }),
+                   "Equal steps: the step of the epoch this pass starts at "
+                   "(TrainPlan::first_step); None per rank.")
+      .def_prop_ro("plan_summary", plan_value([](const TrainPlan& p) { return p.summary(); }),
+                   "Equal steps: the plan's TrainSummary; None for a loader packing per rank.")
+      .def_prop_ro(
+          "fingerprint",
+          [loader_of, plan_of](const C& self) { return plan_of(*loader_of(self)).Fingerprint(); },
+          "Equal steps: the plan's fingerprint (ValueError naming equal_steps per rank).")
+      .def(
+          "describe",
+          [loader_of, plan_of](const C& self) { return plan_of(*loader_of(self)).Describe(); },
+          "Equal steps: the plan's parameters in words (ValueError naming equal_steps per rank).")
+      .def_prop_ro(
+          "dropped", [loader_of](const C& self) { return loader_of(self)->dropped(); },
+          "Documents dropped so far this epoch (oversize=\"drop\").")
+      .def_prop_ro(
+          "num_documents",
+          [loader_of](const C& self) { return loader_of(self)->source().num_documents(); },
+          "Documents of the source the current epoch reads (a mixture: its window).")
+      .def_prop_ro(
+          "file_policy", [loader_of](const C& self) { return loader_of(self)->file_policy(); },
+          "With shard_files: the WhaleChoice applied to the files; None otherwise.");
 }
 
 }  // namespace
@@ -171,28 +306,12 @@ void init_loader(nb::module_& m) {
           "column"_a = "input_ids",
           "The paths as one source, each in `format` or the format detected from its files "
           "(shardkit/loader/source_formats.h).")
-      .def_static(
-          "from_arrays",
-          [](nb::object tokens, nb::object offsets) {
-            // The caller passes C-contiguous 1-D arrays (the Python wrapper
-            // converts); the source views them and keeps them alive.
-            const TokenDType type = DTypeOf(tokens);
-            // Read-only arrays (np.load(mmap_mode="r"), np.frombuffer) are
-            // the normal way to pass tokens: the source only reads them.
-            auto t =
-                nb::cast<nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(tokens);
-            auto o = nb::cast<nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig>>(offsets);
-            PySource s;
-            {
-              ReleaseGil release;
-              s.source = TokenSource::FromMemory(t.data(), type, static_cast<Index>(t.shape(0)),
-                                                 o.data(), static_cast<Index>(o.shape(0)));
-            }
-            s.keep_tokens = tokens;
-            s.keep_offsets = offsets;
-            return s;
-          },
-          "tokens"_a, "offsets"_a)
+      .def_static("from_arrays", &FromArrays, "tokens"_a, "offsets"_a,
+                  "C-contiguous 1-D token (uint16, int32, uint32) and int64 offset arrays, "
+                  "viewed in place.")
+      .def_static("of", &SourceOf, "tokens"_a.none(), "offsets"_a.none(), "token_dtype"_a = "int32",
+                  "TokenLoader's tokens / offsets: two paths, or two arrays (any integer "
+                  "tokens within int32, converted; any integer offsets).")
       .def_static(
           "concat",
           [](nb::list sources) {
@@ -221,20 +340,16 @@ void init_loader(nb::module_& m) {
           "lengths",
           [](const PySource& s) {
             const Index n = s.source->num_documents();
-            auto* values = new std::vector<std::int64_t>(static_cast<std::size_t>(n));
+            std::vector<std::int64_t> values(static_cast<std::size_t>(n));
             {
               ReleaseGil release;
               if (const std::int64_t* offsets = s.source->ContiguousOffsets()) {
-                for (Index d = 0; d < n; ++d) (*values)[d] = offsets[d + 1] - offsets[d];
+                for (Index d = 0; d < n; ++d) values[d] = offsets[d + 1] - offsets[d];
               } else {
-                for (Index d = 0; d < n; ++d) (*values)[d] = s.source->DocumentLength(d);
+                for (Index d = 0; d < n; ++d) values[d] = s.source->DocumentLength(d);
               }
             }
-            nb::capsule owner(values, [](void* p) noexcept {
-              delete static_cast<std::vector<std::int64_t>*>(p);
-            });
-            std::size_t shape[1] = {values->size()};
-            return nb::ndarray<nb::numpy, std::int64_t>(values->data(), 1, shape, owner);
+            return VectorToArray(std::move(values));
           },
           "Every document's length in tokens (int64), from the index alone.")
       .def(
@@ -242,13 +357,9 @@ void init_loader(nb::module_& m) {
           [](const PySource& s, Index d) {
             CheckIndex("document", d, 0, s.source->num_documents());
             const Index n = s.source->DocumentLength(d);
-            auto* values = new std::vector<std::int32_t>(static_cast<std::size_t>(n));
-            s.source->Copy(d, 0, n, values->data());
-            nb::capsule owner(values, [](void* p) noexcept {
-              delete static_cast<std::vector<std::int32_t>*>(p);
-            });
-            std::size_t shape[1] = {values->size()};
-            return nb::ndarray<nb::numpy, std::int32_t>(values->data(), 1, shape, owner);
+            std::vector<std::int32_t> values(static_cast<std::size_t>(n));
+            s.source->Copy(d, 0, n, values.data());
+            return VectorToArray(std::move(values));
           },
           "document"_a, "The tokens of document `document` (int32, a copy).")
       .def(
@@ -295,7 +406,9 @@ void init_loader(nb::module_& m) {
         return d;
       });
 
-  nb::class_<TokenLoader>(m, "_TokenLoader", "The C++ loader behind shardkit.TokenLoader.")
+  auto token_loader =
+      nb::class_<TokenLoader>(m, "_TokenLoader", "The C++ loader behind shardkit.TokenLoader.");
+  token_loader
       .def(
           "__init__",
           [](TokenLoader* self, nb::handle source, nb::object state, nb::kwargs options) {
@@ -315,18 +428,8 @@ void init_loader(nb::module_& m) {
       .def_prop_ro(
           "options", [](const TokenLoader& l) { return WriteOptions(l.options()); },
           "The loader's options as a dict (the epoch: the one it stands in).")
-      .def("begin_pass", &TokenLoader::BeginPass,
-           "Starts a pass (TokenLoader::BeginPass): its id for next(pass).")
       .def(
-          "set_epoch",
-          [](TokenLoader& l, nb::handle epoch) {
-            const std::uint64_t e = ToUint64(epoch, "epoch");
-            ReleaseGil release;
-            l.SetEpoch(e);
-          },
-          "epoch"_a)
-      .def(
-          "restore",
+          "load_state_dict",
           [](TokenLoader& l, nb::handle state) {
             // One state (this consumer's own or a merged one), or a list
             // (TokenLoader::Restore: ResumeStateFor's choice).
@@ -358,38 +461,12 @@ void init_loader(nb::module_& m) {
           "pass"_a = nb::none(),
           "The next batch as a dict of numpy arrays (views of the batch's buffers), or None "
           "at the end of the pass (of the epoch without one; see TokenLoader::Next).")
-      .def("state", [](const TokenLoader& l) { return StateToDict(l.State()); })
+      .def("state_dict", [](const TokenLoader& l) { return StateToDict(l.State()); })
       .def(
           "state_json", [](const TokenLoader& l) { return LoaderStateToJson(l.State()); },
           "The state as the core's JSON text (state() is json.loads of it).")
-      // The plan learns num_steps and its summary at the end of the pass;
-      // asked before, it plans the epoch then (without the GIL).
-      .def_prop_ro("num_steps",
-                   [](const TokenLoader& l) -> std::optional<Index> {
-                     const TrainPlan* plan = l.train_plan();
-                     if (!plan) return std::nullopt;
-                     ReleaseGil release;
-                     return plan->num_steps();
-                   })
-      .def_prop_ro(
-          "first_step",
-          [](const TokenLoader& l) -> std::optional<Index> {
-            const TrainPlan* plan = l.train_plan();
-            if (!plan) return std::nullopt;
-            return plan->first_step();
-          },
-          "Equal steps: the step of the epoch this pass starts at (TrainPlan::first_step).")
-      .def_prop_ro(
-          "epoch_steps",
-          [](const TokenLoader& l) -> std::optional<Index> {
-            const TrainPlan* plan = l.train_plan();
-            if (!plan) return std::nullopt;
-            ReleaseGil release;
-            return plan->epoch_steps();
-          },
-          "Equal steps: the steps of the whole epoch (TrainPlan::epoch_steps).")
       .def(
-          "train_state_at",
+          "state_at",
           [](const TokenLoader& l, Index n) {
             const TrainPlan* plan = l.train_plan();
             if (!plan) ThrowInvalid("equal_steps", "the loader packs per rank");
@@ -401,36 +478,12 @@ void init_loader(nb::module_& m) {
             return StateToDict(s);
           },
           "steps"_a)
-      .def(
-          "train_summary",
-          [](const TokenLoader& l) -> std::optional<TrainSummary> {
-            const TrainPlan* plan = l.train_plan();
-            if (!plan) return std::nullopt;
-            ReleaseGil release;
-            return plan->summary();
-          },
-          "Equal steps: the plan's TrainSummary; None for a loader packing per rank.")
-      .def_prop_ro(
-          "train_fingerprint",
-          [](const TokenLoader& l) -> std::optional<std::uint64_t> {
-            if (!l.train_plan()) return std::nullopt;
-            return l.train_plan()->Fingerprint();
-          },
-          "Equal steps: the plan's fingerprint; None for a loader packing per rank.")
-      .def_prop_ro(
-          "train_describe",
-          [](const TokenLoader& l) -> std::optional<std::string> {
-            if (!l.train_plan()) return std::nullopt;
-            return l.train_plan()->Describe();
-          },
-          "Equal steps: the plan's parameters in words; None for a loader packing per rank.")
       .def_prop_ro("list_size", &TokenLoader::ListSize)
-      .def_prop_ro("dropped", &TokenLoader::dropped)
-      .def_prop_ro(
-          "file_policy", [](const TokenLoader& l) { return l.file_policy(); },
-          "With shard_files: the WhaleChoice applied to the files; None otherwise.")
       .def_prop_ro("consumers", &TokenLoader::consumers)
       .def_prop_ro("consumer", &TokenLoader::consumer);
+  DefineLoaderMembers(token_loader, [](const TokenLoader& l) {
+    return std::shared_ptr<const TokenLoader>(std::shared_ptr<void>(), &l);  // not owning
+  });
 
   nb::class_<MixtureOrder>(m, "_MixtureOrder",
                            "The order of a mixture loader: its mixture and each change of "
@@ -496,9 +549,11 @@ void init_loader(nb::module_& m) {
   // the arguments and the batches; the rules, the epochs and the state are the
   // core's. The loader's options come as the keywords of _TokenLoader (the
   // Python TokenLoader's options dict), read by the one table (ReadOptions).
-  nb::class_<MixtureLoader>(m, "_MixtureLoader",
-                            "The C++ mixture loader behind shardkit.TokenLoader.mixture "
-                            "(shardkit/loader/mixture_loader.h).")
+  auto mixture_loader = nb::class_<MixtureLoader>(
+      m, "_MixtureLoader",
+      "The C++ mixture loader behind shardkit.TokenLoader.mixture "
+      "(shardkit/loader/mixture_loader.h); its members are _TokenLoader's, plus the order's.");
+  mixture_loader
       .def(
           "__init__",
           [](MixtureLoader* self, nb::list sources, FloatArray weights, Str by, OptionalInt block,
@@ -508,14 +563,9 @@ void init_loader(nb::module_& m) {
             for (nb::handle h : sources) views.push_back(nb::cast<const PySource&>(h).source);
             LoaderOptions o;
             ReadOptions(options, &o, "TokenLoader.mixture");
-            MixtureOptions mo;
-            mo.by = ParseMixBy(ToStr(by, "by"));
-            mo.block = ToOptionalIndex(block, "block");
+            MixtureOptions mo = ToMixtureOptions(by, block, schedule, interpolation, schedule_unit,
+                                                 repeat, static_cast<Index>(views.size()));
             mo.seed = o.seed;
-            mo.schedule = ToScheduleList(schedule);
-            mo.interpolation = ParseInterpolation(ToStr(interpolation, "interpolation"));
-            mo.schedule_unit = ParseMixBy(ToStr(schedule_unit, "schedule_unit"), "schedule_unit");
-            mo.repeat = ToRepeat(repeat, static_cast<Index>(views.size()));
             std::vector<double> w = ToDoubles(weights, "weights");
             ReleaseGil release;
             new (self) MixtureLoader(std::move(views), std::move(w), std::move(mo), o, samples);
@@ -526,11 +576,11 @@ void init_loader(nb::module_& m) {
           "repeat"_a.none() = true, "samples"_a.none() = nb::none(), "options"_a)
       .def(
           "next",
-          [](MixtureLoader& loader, std::optional<std::uint64_t> generation) -> nb::object {
+          [](MixtureLoader& loader, std::optional<std::uint64_t> pass) -> nb::object {
             std::optional<MixtureBatch> batch;
             {
               ReleaseGil release;
-              batch = loader.Next(generation);
+              batch = loader.Next(pass);
             }
             if (!batch) return nb::none();
             nb::dict d = BatchToDict(batch->batch);
@@ -538,20 +588,12 @@ void init_loader(nb::module_& m) {
             d["items"] = VectorToArray(std::move(batch->items));
             return d;
           },
-          "generation"_a = nb::none(),
+          "pass"_a = nb::none(),
           "The next batch (TokenLoader's dict plus `sources` and `items` per piece), or None "
           "at the end of the epoch, after which the loader stands at the next epoch (with "
-          "`generation`: None also once the loader has moved on from that generation).")
+          "`pass`: None also once the loader has moved on from that pass).")
       .def(
-          "set_epoch",
-          [](MixtureLoader& l, nb::handle epoch) {
-            const std::uint64_t e = ToUint64(epoch, "epoch");
-            ReleaseGil release;
-            l.SetEpoch(e);
-          },
-          "epoch"_a)
-      .def(
-          "load",
+          "load_state_dict",
           [](MixtureLoader& l, nb::handle state) {
             if (nb::isinstance<nb::list>(state) || nb::isinstance<nb::tuple>(state)) {
               std::vector<std::string> texts;
@@ -565,7 +607,7 @@ void init_loader(nb::module_& m) {
             }
           },
           "state"_a)
-      .def("state",
+      .def("state_dict",
            [](const MixtureLoader& l) {
              std::string text;
              {
@@ -585,7 +627,6 @@ void init_loader(nb::module_& m) {
             return JsonToPython(text);
           },
           "steps"_a)
-      .def("begin_pass", &MixtureLoader::BeginPass, "Starts a pass: the generation to give next().")
       .def_prop_ro("epoch", &MixtureLoader::pass_epoch)
       .def_prop_ro("standing_epoch", &MixtureLoader::epoch)
       .def_prop_ro(
@@ -595,50 +636,12 @@ void init_loader(nb::module_& m) {
       .def_prop_ro("samples", &MixtureLoader::samples)
       .def_prop_ro("order", [](const MixtureLoader& l) { return l.order(); })
       .def_prop_ro("mixture", [](const MixtureLoader& l) { return l.mixture(); })
-      .def_prop_ro("num_documents",
-                   [](const MixtureLoader& l) { return l.view()->num_documents(); })
       .def_prop_ro("last_resume",
                    [](const MixtureLoader& l) -> nb::object {
                      if (!l.last_resume()) return nb::none();
                      const auto& r = *l.last_resume();
                      return nb::make_tuple(r.changed, r.read, r.at);
                    })
-      .def_prop_ro("num_steps",
-                   [](const MixtureLoader& l) -> std::optional<Index> {
-                     const auto loader = l.loader();
-                     const TrainPlan* plan = loader->train_plan();
-                     if (!plan) return std::nullopt;
-                     ReleaseGil release;
-                     return plan->epoch_steps();
-                   })
-      .def_prop_ro("first_step",
-                   [](const MixtureLoader& l) -> std::optional<Index> {
-                     const auto loader = l.loader();
-                     const TrainPlan* plan = loader->train_plan();
-                     if (!plan) return std::nullopt;
-                     return plan->first_step();
-                   })
-      .def("train_summary",
-           [](const MixtureLoader& l) -> std::optional<TrainSummary> {
-             const auto loader = l.loader();
-             const TrainPlan* plan = loader->train_plan();
-             if (!plan) return std::nullopt;
-             ReleaseGil release;
-             return plan->summary();
-           })
-      .def_prop_ro("train_fingerprint",
-                   [](const MixtureLoader& l) -> std::optional<std::uint64_t> {
-                     const auto loader = l.loader();
-                     if (!loader->train_plan()) return std::nullopt;
-                     return loader->train_plan()->Fingerprint();
-                   })
-      .def_prop_ro("train_describe",
-                   [](const MixtureLoader& l) -> std::optional<std::string> {
-                     const auto loader = l.loader();
-                     if (!loader->train_plan()) return std::nullopt;
-                     return loader->train_plan()->Describe();
-                   })
-      .def_prop_ro("dropped", [](const MixtureLoader& l) { return l.loader()->dropped(); })
       .def(
           "locate",
           [](const MixtureLoader& l, std::uint64_t epoch, Index start, Index stop) {
@@ -658,6 +661,7 @@ void init_loader(nb::module_& m) {
           },
           "epoch"_a, "start"_a, "stop"_a,
           "(sources, items) of window documents [start, stop) of epoch `epoch`.");
+  DefineLoaderMembers(mixture_loader, [](const MixtureLoader& l) { return l.loader(); });
   // shardkit.save_state's writer: the core's one atomic file write
   // (shardkit/base/atomic_file.h), so a kill or a full disk leaves the previous
   // file whole. Errors are a ValueError naming `param`, the path and errno's text.

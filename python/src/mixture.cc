@@ -61,6 +61,19 @@ std::vector<bool> ToRepeat(nb::handle repeat, Index k) {
   return out;
 }
 
+MixtureOptions ToMixtureOptions(nb::handle by, nb::handle block, nb::handle schedule,
+                                nb::handle interpolation, nb::handle schedule_unit,
+                                nb::handle repeat, Index k) {
+  MixtureOptions o;
+  o.by = ParseMixBy(ToStr(by, "by"));
+  o.block = ToOptionalIndex(block, "block");
+  o.schedule = ToScheduleList(schedule);
+  o.interpolation = ParseInterpolation(ToStr(interpolation, "interpolation"));
+  o.schedule_unit = ParseMixBy(ToStr(schedule_unit, "schedule_unit"), "schedule_unit");
+  o.repeat = ToRepeat(repeat, k);
+  return o;
+}
+
 namespace {
 
 // Each source's total tokens from its document lengths (1-D integer arrays:
@@ -123,15 +136,10 @@ void init_mixture(nb::module_& m) {
             // Integers checked as everywhere (bindings.h): one line naming the
             // parameter and the value, not nanobind's signature dump.
             std::vector<Index> sizes = ToIndices(sizes_arg, "sizes");
-            MixtureOptions o;
-            o.by = ParseMixBy(ToStr(by, "by"));
+            MixtureOptions o = ToMixtureOptions(by, block, schedule, interpolation, schedule_unit,
+                                                repeat, static_cast<Index>(sizes.size()));
             if (!lengths.is_none()) o.tokens = ToTokens(lengths);
-            o.block = ToOptionalIndex(block, "block");
             o.seed = ToUint64(seed, "seed");
-            o.schedule = ToScheduleList(schedule);
-            o.interpolation = ParseInterpolation(ToStr(interpolation, "interpolation"));
-            o.schedule_unit = ParseMixBy(ToStr(schedule_unit, "schedule_unit"), "schedule_unit");
-            o.repeat = ToRepeat(repeat, static_cast<Index>(sizes.size()));
             std::vector<double> w = ToDoubles(weights, "weights");
             new (self) Mixture(std::move(sizes), std::move(w), std::move(o));
           },

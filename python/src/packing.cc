@@ -287,16 +287,14 @@ void init_packing(nb::module_& m) {
   m.def(
       "_collate",
       [](const I64In& row_offsets, const I64In& items, const I64In& starts, const I64In& lengths,
-         const I64In& images, const I64In& tokens, const I64In& offsets, Index seq_len,
-         const std::string& padding_side, std::int64_t pad_token_id, std::int64_t ignore_index,
-         bool block_mask, bool causal) {
+         const I64In& images, const I64In& tokens, const I64In& offsets, Bool block_mask_arg,
+         nb::kwargs options) {
+        // The collation options by the one table (option_fields.h), as a whole.
         CollateOptions o;
-        o.seq_len = seq_len;
-        o.padding_side = ParsePaddingSide(padding_side);
-        o.pad_token_id = pad_token_id;
-        o.ignore_index = ignore_index;
-        o.causal = causal;
+        ReadOptions(options, &o, "collate_rows");
         ValidateCollateOptions(o);
+        const Index seq_len = o.seq_len;
+        const bool block_mask = ToBool(block_mask_arg, "block_mask");
         // The arrays are [rows, seq_len] (and [rows, seq_len, seq_len] with
         // block_mask): a row of more than 2^28 tokens (the loader's bound on a
         // whole batch, kMaxBatchTokens) is refused naming seq_len instead of
@@ -369,8 +367,9 @@ void init_packing(nb::module_& m) {
         return d;
       },
       "row_offsets"_a, "items"_a, "starts"_a, "lengths"_a, "images"_a, "tokens"_a, "offsets"_a,
-      "seq_len"_a, "padding_side"_a, "pad_token_id"_a, "ignore_index"_a, "block_mask"_a,
-      "causal"_a);
+      "block_mask"_a.none(), "options"_a,
+      "Rows from pieces (shardkit.packing.collate_rows); options: CollateOptions' fields "
+      "by name (seq_len, padding_side, pad_token_id, ignore_index, causal).");
 
   m.def(
       "_cp_rank_work",

@@ -211,13 +211,8 @@ void init_shard_plan(nb::module_& m) {
             ShardOptions o;
             const Index n = ToIndex(num_items, "num_items");
             const Index w = ToIndex(world_size, "world_size");
-            o.split = ParseSplit(ToStr(split, "split"));
+            ReadWindowAndOrder(split, offset, limit, shuffle, seed, epoch, &o);
             o.remainder = ParseRemainder(ToStr(remainder, "remainder"));
-            o.offset = ToIndex(offset, "offset");
-            o.limit = ToOptionalIndex(limit, "limit");
-            o.shuffle = ToBool(shuffle, "shuffle");
-            o.seed = ToUint64(seed, "seed");
-            o.epoch = ToUint64(epoch, "epoch");
             o.equal_counts = ToBool(equal_counts, "equal_counts");
             if (!weights.is_none()) o.weights = ToDoubles(weights, "weights");
             ReleaseGil release;

@@ -372,11 +372,7 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
   }
   consumers_ = CheckedMul("num_workers", o.world_size, o.num_workers);
   consumer_ = o.rank + o.worker * o.world_size;
-  collate_.seq_len = o.seq_len;
-  collate_.padding_side = o.padding_side;
-  collate_.pad_token_id = o.pad_token_id;
-  collate_.ignore_index = o.ignore_index;
-  collate_.causal = o.causal;
+  collate_ = MakeCollateOptions(o.seq_len, o);
   if (o.equal_steps && o.shard_files) {
     ThrowInvalid("shard_files",
                  "file sharding gives ranks different amounts of data; it cannot be combined "

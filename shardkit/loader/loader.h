@@ -81,12 +81,11 @@ inline constexpr Index kMaxBatchTokens = Index{1} << 28;
 // position 0, no max_images: the loader's steps are micro-batches, its
 // position is its state, and token sources carry no images); max_sequences
 // caps the pieces of a row on both paths.
-struct LoaderOptions : TrainOptions {
+// The row filling (pad_token_id, ignore_index, padding_side, causal) is the
+// collation's own PaddingOptions (packing_metadata.h), contained, not copied.
+struct LoaderOptions : TrainOptions, PaddingOptions {
   Index rank = 0;
   Index worker = 0, num_workers = 1;  // dataloader workers of the rank
-  std::int64_t pad_token_id = 0;
-  std::int64_t ignore_index = -100;
-  PaddingSide padding_side = PaddingSide::kRight;
   Index num_threads = 1;  // collating threads (+1 planning); 0: all in the caller's thread
   Index prefetch = 2;     // batches produced ahead (queue depth); REQUIRES >= 1
   // File-level sharding with Whale's policies over the source's parts. The
@@ -110,7 +109,6 @@ struct LoaderOptions : TrainOptions {
   // Also fill Batch::block_mask (packing_metadata.h's dense block-diagonal
   // mask, [batch_size, seq_len, seq_len] bytes), causal within each piece.
   bool block_mask = false;
-  bool causal = true;
   // Context parallelism (TrainOptions::cp, shardkit/packing/context_parallel.h):
   // with cp.size C > 1 the loader delivers CP rank cp_rank's slice of every
   // row (the CP ranks of a group are replicas for the plan: same rank, same

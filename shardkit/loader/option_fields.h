@@ -7,8 +7,12 @@
 // VisitOptions(options, visit) calls visit(name, field) for every field, in
 // declaration order, with the field's core name; the one rename is
 // TrainOptions::cp (size, strategy, granularity), visited as cp_size,
-// cp_strategy and cp_granularity. A LoaderOptions (a TrainOptions plus the
-// loader's own fields, loader.h) visits the TrainOptions fields first.
+// cp_strategy and cp_granularity. Options that contain others visit their
+// parts' tables: a LoaderOptions (a TrainOptions and a PaddingOptions plus the
+// loader's own fields, loader.h) visits the TrainOptions fields, then the
+// PaddingOptions ones; a CollateOptions (packing_metadata.h) seq_len, then
+// its PaddingOptions. option_fields_test.cc counts each struct's fields
+// against its table, so a field added without its line here fails there.
 //
 // Field types a visitor meets: Index (std::int64_t), std::uint64_t, bool,
 // std::optional<Index> and the enums PackAlgorithm, Oversize, TrainMode,
@@ -53,16 +57,35 @@ void VisitOptions(Options& o, Visit&& v) {
 }
 
 template <typename Options, typename Visit>
+requires std::is_same_v<std::remove_const_t<Options>, PaddingOptions>
+void VisitOptions(Options& o, Visit&& v) {
+  v("padding_side", o.padding_side);
+  v("pad_token_id", o.pad_token_id);
+  v("ignore_index", o.ignore_index);
+  v("causal", o.causal);
+}
+
+// Options contained by inheritance: `o` seen as its part `Part` (const kept).
+template <typename Part, typename Options>
+auto& OptionsPart(Options& o) {
+  return static_cast<std::conditional_t<std::is_const_v<Options>, const Part, Part>&>(o);
+}
+
+template <typename Options, typename Visit>
+requires std::is_same_v<std::remove_const_t<Options>, CollateOptions>
+void VisitOptions(Options& o, Visit&& v) {
+  v("seq_len", o.seq_len);
+  VisitOptions(OptionsPart<PaddingOptions>(o), v);
+}
+
+template <typename Options, typename Visit>
 requires std::is_same_v<std::remove_const_t<Options>, LoaderOptions>
 void VisitOptions(Options& o, Visit&& v) {
-  using Train = std::conditional_t<std::is_const_v<Options>, const TrainOptions, TrainOptions>;
-  VisitOptions(static_cast<Train&>(o), v);
+  VisitOptions(OptionsPart<TrainOptions>(o), v);
+  VisitOptions(OptionsPart<PaddingOptions>(o), v);
   v("rank", o.rank);
   v("worker", o.worker);
   v("num_workers", o.num_workers);
-  v("pad_token_id", o.pad_token_id);
-  v("ignore_index", o.ignore_index);
-  v("padding_side", o.padding_side);
   v("num_threads", o.num_threads);
   v("prefetch", o.prefetch);
   v("shard_files", o.shard_files);
@@ -70,7 +93,6 @@ void VisitOptions(Options& o, Visit&& v) {
   v("whale_drop_last_files", o.whale_drop_last_files);
   v("equal_steps", o.equal_steps);
   v("block_mask", o.block_mask);
-  v("causal", o.causal);
   v("cp_rank", o.cp_rank);
 }
 

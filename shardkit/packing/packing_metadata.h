@@ -45,13 +45,28 @@ enum class PaddingSide { kRight, kLeft };
 [[nodiscard]] PaddingSide ParsePaddingSide(std::string_view name);  // "right", "left"
 [[nodiscard]] std::string_view PaddingSideName(PaddingSide side);
 
-struct CollateOptions {
-  Index seq_len = 0;  // row length; REQUIRES >= 1
+// What fills a row around its tokens, each default written once here: a
+// loader's options contain these (LoaderOptions derives from PaddingOptions,
+// loader.h), so its collation reads them with no field copied.
+struct PaddingOptions {
   PaddingSide padding_side = PaddingSide::kRight;
   std::int64_t pad_token_id = 0;
   std::int64_t ignore_index = -100;
   bool causal = true;  // block_mask: lower-triangular within each piece
 };
+
+struct CollateOptions : PaddingOptions {
+  Index seq_len = 0;  // row length; REQUIRES >= 1
+};
+
+// The collation options of rows of `seq_len` tokens filled as `padding` says.
+[[nodiscard]] inline CollateOptions MakeCollateOptions(Index seq_len,
+                                                       const PaddingOptions& padding) {
+  CollateOptions o;
+  static_cast<PaddingOptions&>(o) = padding;
+  o.seq_len = seq_len;
+  return o;
+}
 
 // Throws invalid_argument naming seq_len when it is < 1.
 void ValidateCollateOptions(const CollateOptions& options);
