@@ -202,7 +202,13 @@ class TokenLoader:
         cp_rank: Optional[int] = None,
         cp_granularity: Optional[int] = None,
         cp_strategy: str = "head_tail",
+        share_plan: bool = False,
+        local_rank: Optional[int] = None,
     ) -> None:
+        # share_plan: one planner per host (local rank 0); local_rank None: the
+        # core reads LOCAL_RANK (shardkit/loader/host_plan.h).
+        if local_rank is None:
+            local_rank = -1
         # roles (a shardkit.DataRoles) or mesh= and data_axes=: shard by the data-parallel
         # rank and size, so tensor/pipeline replicas read identical batches.
         self.roles = resolve_roles(roles, mesh, data_axes)  # None, or the DataRoles

@@ -72,6 +72,8 @@ void VisitOptions(Options& o, Visit&& v) {
   v("block_mask", o.block_mask);
   v("causal", o.causal);
   v("cp_rank", o.cp_rank);
+  v("share_plan", o.share_plan);
+  v("local_rank", o.local_rank);
 }
 
 template <typename Options, typename Visit>
