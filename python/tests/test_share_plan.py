@@ -129,3 +129,27 @@ def test_torchrun_ranks_share_one_plan_per_host(tmp_path, torch):
     # file of the epoch after the last (built when the last epoch ended, for a run
     # that resumes there).
     assert len(list(shm.iterdir())) <= 1
+
+
+def test_a_mixture_loader_through_the_shared_plan_delivers_what_it_delivers_without(share_dir):
+    sources = [make_data(random.Random(30 + i), 200, 150) for i in range(3)]
+
+    def loader(rank, **share):
+        return TokenLoader.mixture(
+            sources,
+            [0.5, 0.3, 0.2],
+            seq_len=64,
+            batch_size=2,
+            world_size=2,
+            rank=rank,
+            num_threads=0,
+            samples=300,
+            **share,
+        )
+
+    builder = loader(0, share_plan=True, local_rank=0)
+    reader = loader(1, share_plan=True, local_rank=1)
+    assert len(list(share_dir.iterdir())) == 1
+    for rank, shared in ((0, builder), (1, reader)):
+        got = pieces_of(shared)
+        assert got == pieces_of(loader(rank)) and len(got) > 0, rank
