@@ -154,7 +154,13 @@ class TokenLoader(_LoaderSurface):
         cp_rank: Optional[int] = None,
         cp_granularity: Optional[int] = None,
         cp_strategy: str = "head_tail",
+        share_plan: bool = False,
+        local_rank: Optional[int] = None,
     ) -> None:
+        # share_plan: one planner per host (local rank 0); local_rank None: the
+        # core reads LOCAL_RANK (shardkit/loader/host_plan.h).
+        if local_rank is None:
+            local_rank = -1
         # The arguments named as the core's LoaderOptions fields go to the core as
         # they are: its one table checks and reads them (python/src/arguments.cc).
         given = locals()

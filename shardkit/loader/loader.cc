@@ -11,6 +11,7 @@
 
 #include "shardkit/base/hash.h"
 #include "shardkit/base/piece.h"
+#include "shardkit/loader/host_plan.h"
 #include "shardkit/loader/internal/loader_impl.h"
 #include "shardkit/sharding/permutation.h"
 #include "shardkit/sharding/shard_plan.h"
@@ -210,7 +211,14 @@ class Planner {
     train_ = TrainPlan::Deferred(std::move(docs), t, base_.train);
     base_.epoch = train_->options().epoch;
     stride_ = o.num_workers;
-    reader_ = train_->ReadOnce(o.rank, o.worker);
+    if (o.share_plan) {
+      // One planner per host: local rank 0's worker 0 (host_plan.h).
+      HostPlanOptions host = HostPlanOptionsFromEnvironment();
+      host.local_rank = o.local_rank * o.num_workers + o.worker;
+      reader_ = train_->ReadShared(o.rank, o.worker, host);
+    } else {
+      reader_ = train_->ReadOnce(o.rank, o.worker);
+    }
     ReadAhead();
   }
 
@@ -370,6 +378,16 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
                                      Str(o.cp.size) + "); use cp_index and cu_seqlens_padded");
     }
   }
+  if (o.share_plan && !o.equal_steps) {
+    ThrowInvalid("share_plan",
+                 "needs equal_steps (the host shares the global plan; a per-rank "
+                 "loader plans only its own documents)");
+  }
+  if (o.local_rank < -1) {
+    ThrowInvalid("local_rank", "must be >= 0 (or -1: LOCAL_RANK), got " + Str(o.local_rank));
+  }
+  if (o.share_plan && o.local_rank == -1)
+    options_.local_rank = HostPlanOptionsFromEnvironment().local_rank;
   consumers_ = CheckedMul("num_workers", o.world_size, o.num_workers);
   consumer_ = o.rank + o.worker * o.world_size;
   collate_ = MakeCollateOptions(o.seq_len, o);

@@ -116,6 +116,16 @@ struct LoaderOptions : TrainOptions, PaddingOptions {
   // packs every document padded to the granularity, so a padded row fits
   // seq_len), padding_side right, no block_mask; 0 <= cp_rank < C.
   Index cp_rank = 0;
+  // The shared host plan (host_plan.h; REQUIRES equal_steps): the host's
+  // process with local_rank 0 and worker 0 plans the epoch once and writes
+  // every rank's steps to a sealed file in /dev/shm; the host's other ranks
+  // and workers map it instead of planning. The batches are the same as
+  // without it. local_rank: this process's rank on its host; -1 reads
+  // LOCAL_RANK (torchrun; 0 when unset). SHARDKIT_SHARE_PLAN_DIR and
+  // SHARDKIT_SHARE_PLAN_TIMEOUT (seconds, default 600) set the directory and
+  // how long the others wait for the file.
+  bool share_plan = false;
+  Index local_rank = -1;
 };
 
 // The loader's options as its plan reads them: the TrainOptions part of

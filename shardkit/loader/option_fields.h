@@ -94,6 +94,8 @@ void VisitOptions(Options& o, Visit&& v) {
   v("equal_steps", o.equal_steps);
   v("block_mask", o.block_mask);
   v("cp_rank", o.cp_rank);
+  v("share_plan", o.share_plan);
+  v("local_rank", o.local_rank);
 }
 
 template <typename Options, typename Visit>

@@ -297,18 +297,43 @@ TrainPlan::Reader::~Reader() = default;
 Index TrainPlan::Reader::step() const { return impl_->step; }
 
 bool TrainPlan::Reader::Next(TrainStep* out) {
+  if (impl_->host) {
+    if (!internal::ReadHostStep(*impl_->host, impl_->rank, impl_->step, out)) return false;
+    ++impl_->step;
+    return true;
+  }
   if (!impl_->Advance()) return false;
   FillStep(impl_->deal, impl_->rank, impl_->plan->rows_per_rank_, impl_->step++, out);
   return true;
 }
 
 bool TrainPlan::Reader::Skip() {
+  if (impl_->host) {
+    if (impl_->step >= impl_->plan->num_steps()) {
+      TrainStep none;
+      return internal::ReadHostStep(*impl_->host, impl_->rank, impl_->step, &none);
+    }
+    ++impl_->step;
+    return true;
+  }
   if (!impl_->Advance()) return false;
   ++impl_->step;
   return true;
 }
 
 bool TrainPlan::Reader::NextAll(std::vector<TrainStep>* all) {
+  if (impl_->host) {
+    const Index W = impl_->plan->options_.world_size;
+    all->resize(static_cast<std::size_t>(W));
+    for (Index r = 0; r < W; ++r) {
+      if (!internal::ReadHostStep(*impl_->host, r, impl_->step,
+                                  &(*all)[static_cast<std::size_t>(r)])) {
+        return false;
+      }
+    }
+    ++impl_->step;
+    return true;
+  }
   if (!impl_->Advance()) return false;
   const Index W = impl_->plan->options_.world_size;
   all->resize(static_cast<std::size_t>(W));

@@ -82,6 +82,9 @@
 
 namespace shardkit {
 
+struct HostPlanOptions;  // host_plan.h
+struct HostPlanInfo;
+
 enum class TrainMode { kPad, kContinuous, kDrop };
 // "pad", "continuous", "drop"; Parse throws invalid_argument naming `mode`.
 [[nodiscard]] TrainMode ParseTrainMode(std::string_view name);
@@ -359,6 +362,17 @@ class TrainPlan {
   // a Deferred plan learns its totals from it. One such reader per plan.
   // Throws out_of_range naming `rank`, or `step` for a negative `first`.
   [[nodiscard]] std::unique_ptr<Reader> ReadOnce(Index rank, Index first) const;
+  // ReadOnce through the host's shared plan (host_plan.h): local rank 0
+  // runs the one pass and writes every rank's steps to a sealed shared-memory
+  // file; the other local ranks map it (no planning). Delivers exactly what
+  // ReadOnce delivers, and the plan learns its totals (num_steps, summary)
+  // from the file. `info` (optional) says how the steps were obtained. Throws
+  // as ReadOnce, invalid_argument naming local_rank (negative) or naming the
+  // file when local rank 0's file does not appear within the timeout, or
+  // when it cannot be written.
+  [[nodiscard]] std::unique_ptr<Reader> ReadShared(Index rank, Index first,
+                                                   const HostPlanOptions& host,
+                                                   HostPlanInfo* info = nullptr) const;
 
   // A hash of the whole plan (stream, world size, batch shape, mode, cost,
   // epoch, position, library version): ranks compare it once at start.

@@ -19,6 +19,13 @@
 
 namespace shardkit {
 
+namespace internal {
+// A mapped, checked shared host plan file (host_plan.cc).
+class HostPlanFile;
+// Rank's step `step` from the file into *out; false past its last step.
+bool ReadHostStep(const HostPlanFile& file, Index rank, Index step, TrainStep* out);
+}  // namespace internal
+
 struct TrainPlan::Lazy {
   std::once_flag once;
   std::atomic<bool> built{false};
@@ -31,7 +38,8 @@ struct TrainPlan::Reader::Impl {
   internal::PackStream stream;
   Index step = 0;
   internal::Deal deal;
-  std::unique_ptr<internal::Tally> tally;  // ReadOnce: the construction pass's totals
+  std::unique_ptr<internal::Tally> tally;              // ReadOnce: the construction pass's totals
+  std::shared_ptr<const internal::HostPlanFile> host;  // ReadShared: the host's file
 
   Impl(const TrainPlan* p, Index r)
       : plan(p),

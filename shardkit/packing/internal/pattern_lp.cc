@@ -214,19 +214,54 @@ class Simplex {
     for (Index i = 0; i < d_; ++i) x_[i] = std::max(0.0, x_[i] - theta * dir_[i]);
     x_[r] = theta;
     const double dr = dir_[r];
+    // The columns with a nonzero entry in row r change. Each column's update
+    // and sum run in the same order as one column at a time (the same bits,
+    // so the same pivots and packs); four columns are interleaved so that
+    // their serial sums (the dual values) overlap.
+    cols_.clear();
     for (Index c = 0; c < d_; ++c) {
-      double* col = &binv_[At(0, c)];
+      if (binv_[At(r, c)] / dr != 0) cols_.push_back(c);
+    }
+    auto finish = [&](Index c, double* col, double t, double sum) {
+      sum += t - col[r];
+      col[r] = t;
+      y_[c] = sum;
+      *work += 2 * d_;
+    };
+    const size_t n = cols_.size();
+    size_t g = 0;
+    for (; g + 4 <= n; g += 4) {
+      double* c0 = &binv_[At(0, cols_[g])];
+      double* c1 = &binv_[At(0, cols_[g + 1])];
+      double* c2 = &binv_[At(0, cols_[g + 2])];
+      double* c3 = &binv_[At(0, cols_[g + 3])];
+      const double t0 = c0[r] / dr, t1 = c1[r] / dr, t2 = c2[r] / dr, t3 = c3[r] / dr;
+      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (Index i = 0; i < d_; ++i) {
+        const double di = dir_[i];
+        c0[i] -= di * t0;
+        s0 += c0[i];
+        c1[i] -= di * t1;
+        s1 += c1[i];
+        c2[i] -= di * t2;
+        s2 += c2[i];
+        c3[i] -= di * t3;
+        s3 += c3[i];
+      }
+      finish(cols_[g], c0, t0, s0);
+      finish(cols_[g + 1], c1, t1, s1);
+      finish(cols_[g + 2], c2, t2, s2);
+      finish(cols_[g + 3], c3, t3, s3);
+    }
+    for (; g < n; ++g) {
+      double* col = &binv_[At(0, cols_[g])];
       const double t = col[r] / dr;
-      if (t == 0) continue;
       double sum = 0;
       for (Index i = 0; i < d_; ++i) {
         col[i] -= dir_[i] * t;
         sum += col[i];
       }
-      sum += t - col[r];
-      col[r] = t;
-      y_[c] = sum;
-      *work += 2 * d_;
+      finish(cols_[g], col, t, sum);
     }
     basis_[r] = q;
     return true;
@@ -300,6 +335,7 @@ class Simplex {
   std::span<const Index> counts_;
   std::vector<Column> basis_;
   std::vector<double> binv_;  // column-major: binv_[At(i, c)]
+  std::vector<Index> cols_;   // Pivot: the columns it changes
   std::vector<double> x_, y_, dir_;
 };
 
