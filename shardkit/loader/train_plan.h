@@ -230,7 +230,7 @@ struct TrainStep {
   Index step = 0;
   // rows_per_rank rows; a row's pieces: item = document, start, length,
   // images. A filler row is empty (pad mode, last step only).
-  std::vector<std::vector<PackItem>> rows;
+  std::vector<std::vector<Piece>> rows;
   std::vector<std::uint64_t> row_epochs;  // epoch of each row's pack
   std::vector<Index> row_packs;           // stream index of each row's pack; -1 filler
   Index tokens = 0;                       // real tokens of this rank in this step

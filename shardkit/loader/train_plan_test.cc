@@ -22,11 +22,6 @@
 
 namespace shardkit {
 
-// Test-only equality of pieces (gtest compares rows with ==).
-bool operator==(const PackItem& x, const PackItem& y) {
-  return x.item == y.item && x.length == y.length && x.images == y.images && x.start == y.start;
-}
-
 namespace {
 
 // The oracle of the pack stream: the documents in the global order through a
