@@ -779,6 +779,11 @@ class TokenLoader::Epochs {
     return pass_;
   }
 
+  Index pass() {
+    std::lock_guard lock(mu_);
+    return pass_;
+  }
+
   // The next batch of pass `pass`; at its end, the first caller to see it
   // moves the loader to the start of the next epoch.
   std::shared_ptr<const Batch> Next(Index pass) {
@@ -890,6 +895,7 @@ TokenLoader::~TokenLoader() = default;
 std::shared_ptr<const Batch> TokenLoader::Next() { return epochs_->Current()->Next(); }
 Index TokenLoader::BeginPass() { return epochs_->BeginPass(); }
 std::shared_ptr<const Batch> TokenLoader::Next(Index pass) { return epochs_->Next(pass); }
+Index TokenLoader::pass() const { return epochs_->pass(); }
 void TokenLoader::SetEpoch(std::uint64_t epoch) { epochs_->SetEpoch(epoch); }
 void TokenLoader::Restore(LoaderState state) { epochs_->Start(0, std::move(state)); }
 void TokenLoader::Restore(std::span<const LoaderState> states) {
@@ -903,6 +909,9 @@ const LoaderOptions& TokenLoader::options() const { return epochs_->Current()->o
 Index TokenLoader::consumers() const { return epochs_->Current()->consumers(); }
 Index TokenLoader::consumer() const { return epochs_->Current()->consumer(); }
 const TokenSource& TokenLoader::source() const { return *epochs_->Current()->source(); }
+std::shared_ptr<const TokenSource> TokenLoader::shared_source() const {
+  return epochs_->Current()->source();
+}
 const TrainPlan* TokenLoader::train_plan() const { return epochs_->Current()->train_plan(); }
 Index TokenLoader::dropped() const { return epochs_->Current()->dropped(); }
 const std::optional<WhaleChoice>& TokenLoader::file_policy() const {
