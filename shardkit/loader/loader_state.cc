@@ -115,13 +115,18 @@ Piece ReadPiece(const Json& v, const std::string& path) {
   return p;
 }
 
+// A head piece: [document, start, length].
+Piece ReadHeadPiece(const Json& v, const std::string& path) {
+  const Json::Array& a = AsArray(v, path);
+  if (a.size() != 3) ThrowAtPath(path, "a head piece is 3 integers [document, start, length]");
+  const Index document = AsInt64(a[0], path + ".document");
+  const Index start = AsInt64(a[1], path + ".start");
+  return Piece{.item = document, .length = AsInt64(a[2], path + ".length"), .start = start};
+}
+
 PackerState ReadPacker(const Json& obj, const std::string& path) {
   PackerState s;
-  const std::string buffered_path = Dot(path, "buffered");
-  const Json::Array& buffered = AsArray(Field(obj, path, "buffered"), buffered_path);
-  for (std::size_t i = 0; i < buffered.size(); ++i) {
-    s.buffered.push_back(ReadPiece(buffered[i], At(buffered_path, i)));
-  }
+  s.buffered = ReadList(Field(obj, path, "buffered"), Dot(path, "buffered"), ReadPiece);
   const std::string pending_path = Dot(path, "pending");
   const Json::Array& pending = AsArray(Field(obj, path, "pending"), pending_path);
   for (std::size_t i = 0; i < pending.size(); ++i) {
@@ -505,20 +510,10 @@ LoaderState LoaderStateFromJson(std::string_view text) {
                   "shuffle", "seed", "shard_files", "fingerprint", "checksum"});
   LoaderState s;
   s.epoch = AsUint64(Field(d, "state", "epoch"), "state.epoch");
-  const Json::Array& head = AsArray(Field(d, "state", "head"), "state.head");
-  for (std::size_t i = 0; i < head.size(); ++i) {
-    const std::string path = At("state.head", i);
-    const Json::Array& a = AsArray(head[i], path);
-    if (a.size() != 3) ThrowAtPath(path, "a head piece is 3 integers [document, start, length]");
-    const Index document = AsInt64(a[0], path + ".document");
-    const Index start = AsInt64(a[1], path + ".start");
-    s.head.push_back(
-        Piece{.item = document, .length = AsInt64(a[2], path + ".length"), .start = start});
-  }
+  s.head = ReadList(Field(d, "state", "head"), "state.head", ReadHeadPiece);
   s.position = ReadIndex(d, "state", "position");
-  const Json::Array& done = AsArray(Field(d, "state", "done"), "state.done");
-  for (std::size_t i = 0; i < done.size(); ++i)
-    s.done.push_back(AsInt64(done[i], At("state.done", i)));
+  s.done = ReadList(Field(d, "state", "done"), "state.done",
+                    [](const Json& e, const std::string& at) { return AsInt64(e, at); });
   s.consumers = ReadIndex(d, "state", "consumers");
   s.consumer = ReadIndex(d, "state", "consumer");
   s.read = ReadIndex(d, "state", "read");
