@@ -56,7 +56,7 @@ void DemoContextParallel(const DemoContext& c, HtmlReport& report) {
 
   // The row whose per-document head-tail split is least balanced: the one the
   // balanced strategy is for.
-  std::vector<PackItem> shown;
+  std::vector<Piece> shown;
   double shown_ratio = 0;
   const auto reader = plan.Read(-1, 0);
   std::vector<TrainStep> all;

@@ -481,7 +481,7 @@ void FuzzPackerState(std::uint8_t flags, std::string_view text) {
   while (packer->Pop(&pack)) {
     if (++popped > (Index{1} << 20)) __builtin_trap();
     Index tokens = 0, images = 0;
-    for (const shardkit::PackItem& p : pack.pieces) {
+    for (const shardkit::Piece& p : pack.pieces) {
       if (p.length < 0 || p.start < 0 || p.images < 0) __builtin_trap();
       tokens += p.length;
       images += p.images;

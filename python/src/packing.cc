@@ -39,9 +39,7 @@ PackOptions MakeOptions(Index capacity, const std::string& algorithm,
   return o;
 }
 
-nb::tuple PieceTuple(const PackItem& p) {
-  return nb::make_tuple(p.item, p.start, p.length, p.images);
-}
+nb::tuple PieceTuple(const Piece& p) { return nb::make_tuple(p.item, p.start, p.length, p.images); }
 
 // The context-parallel options of the _cp_* helpers.
 ContextParallelOptions CpOptions(Index cp_size, std::optional<Index> cp_granularity,
@@ -55,11 +53,11 @@ ContextParallelOptions CpOptions(Index cp_size, std::optional<Index> cp_granular
 
 // One row of the documents `lengths` (items 0, 1, ... in order), checked by
 // the core (ValidateCpRow) for `cp` and `how`.
-std::vector<PackItem> CheckedCpRow(const std::vector<Index>& lengths, Index seq_len,
-                                   const ContextParallelOptions& cp, CpSplit how) {
-  std::vector<PackItem> pieces;
+std::vector<Piece> CheckedCpRow(const std::vector<Index>& lengths, Index seq_len,
+                                const ContextParallelOptions& cp, CpSplit how) {
+  std::vector<Piece> pieces;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
-    pieces.push_back(PackItem{static_cast<Index>(i), lengths[i], 0, 0});
+    pieces.push_back(Piece{static_cast<Index>(i), lengths[i], 0, 0});
   }
   ValidateCpRow(pieces, seq_len, cp, how);
   return pieces;
@@ -123,7 +121,7 @@ void init_packing(nb::module_& m) {
           "pieces",
           [](const Packing& p, Index b) {
             std::vector<std::tuple<Index, Index, Index, Index>> out;
-            for (const PackItem& e : p.Entries(CheckedIndex(b, p.num_packs(), "pack"))) {
+            for (const Piece& e : p.Entries(CheckedIndex(b, p.num_packs(), "pack"))) {
               out.emplace_back(e.item, e.start, e.length, e.images);
             }
             return out;
@@ -198,7 +196,7 @@ void init_packing(nb::module_& m) {
             Pack p;
             if (!s.Pop(&p)) return nb::none();
             nb::list out;
-            for (const PackItem& e : p.pieces) out.append(PieceTuple(e));
+            for (const Piece& e : p.pieces) out.append(PieceTuple(e));
             return out;
           },
           "The oldest closed pack as a list of (item, start, length, images), or None.")
@@ -312,7 +310,7 @@ void init_packing(nb::module_& m) {
             (images.shape(0) != 0 && images.shape(0) != items.shape(0))) {
           throw std::invalid_argument("packs: items, starts, lengths and images differ in size");
         }
-        std::vector<std::vector<PackItem>> pieces(rows);
+        std::vector<std::vector<Piece>> pieces(rows);
         for (Index r = 0; r < rows; ++r) {
           const Index b = row_offsets.data()[r], e = row_offsets.data()[r + 1];
           if (b < 0 || e < b || e > entries) {
@@ -340,11 +338,11 @@ void init_packing(nb::module_& m) {
         Index max_seqlen;
         {
           ReleaseGil release;
-          std::vector<std::span<const PackItem>> spans(pieces.begin(), pieces.end());
+          std::vector<std::span<const Piece>> spans(pieces.begin(), pieces.end());
           for (size_t r = 0; r < R; ++r) {
             RowOutput row{ids + r * L, labels + r * L, pos + r * L,
                           doc + r * L, mask + r * L,   block ? block + r * L * L : nullptr};
-            CollateRow(pieces[r], o, row, [&](const PackItem& p, std::int64_t* dst) {
+            CollateRow(pieces[r], o, row, [&](const Piece& p, std::int64_t* dst) {
               const std::int64_t* src = tokens.data() + offsets.data()[p.item] + p.start;
               std::copy(src, src + p.length, dst);
             });
@@ -355,7 +353,7 @@ void init_packing(nb::module_& m) {
         d["cu_seqlens"] = NewNd<std::int32_t>({cu.size()}, &cu_data);
         std::copy(cu.begin(), cu.end(), cu_data);
         d["max_seqlen"] = max_seqlen;
-        std::vector<std::span<const PackItem>> spans(pieces.begin(), pieces.end());
+        std::vector<std::span<const Piece>> spans(pieces.begin(), pieces.end());
         auto map = ImageMap(spans);
         std::int64_t* im;
         d["image_sample"] = NewNd<std::int64_t>({map.size(), size_t{3}}, &im);
@@ -377,7 +375,7 @@ void init_packing(nb::module_& m) {
          std::optional<Index> cp_granularity) {
         const ContextParallelOptions cp = CpOptions(cp_size, cp_granularity);
         const CpSplit how = ParseCpSplit(split);
-        const std::vector<PackItem> pieces = CheckedCpRow(lengths, seq_len, cp, how);
+        const std::vector<Piece> pieces = CheckedCpRow(lengths, seq_len, cp, how);
         return CpRankWork(pieces, seq_len, cp, how);
       },
       "lengths"_a, "seq_len"_a, "cp_size"_a, "split"_a = "document_head_tail",
@@ -388,7 +386,7 @@ void init_packing(nb::module_& m) {
       [](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
          std::optional<Index> cp_granularity, const std::string& cp_strategy) {
         const ContextParallelOptions cp = CpOptions(cp_size, cp_granularity, cp_strategy);
-        const std::vector<PackItem> pieces =
+        const std::vector<Piece> pieces =
             CheckedCpRow(lengths, seq_len, cp, CpSplit::kDocumentHeadTail);
         return CpDocumentPadding(pieces, seq_len, cp);
       },
@@ -400,7 +398,7 @@ void init_packing(nb::module_& m) {
       [](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
          std::optional<Index> cp_granularity, const std::string& cp_strategy) {
         const ContextParallelOptions cp = CpOptions(cp_size, cp_granularity, cp_strategy);
-        const std::vector<PackItem> pieces =
+        const std::vector<Piece> pieces =
             CheckedCpRow(lengths, seq_len, cp, CpSplit::kDocumentHeadTail);
         std::int64_t* data;
         auto out = NewNd<std::int64_t>({static_cast<std::size_t>(seq_len)}, &data);

@@ -29,13 +29,13 @@ struct PyTrainPlan {
   std::unique_ptr<TrainPlan> plan;
 };
 
-using Piece = std::tuple<Index, Index, Index>;  // (document, start, length)
+using PieceTuple = std::tuple<Index, Index, Index>;  // (document, start, length)
 
-std::vector<std::vector<Piece>> Rows(const TrainStep& t) {
-  std::vector<std::vector<Piece>> rows(t.rows.size());
+std::vector<std::vector<PieceTuple>> Rows(const TrainStep& t) {
+  std::vector<std::vector<PieceTuple>> rows(t.rows.size());
   for (std::size_t r = 0; r < t.rows.size(); ++r) {
     rows[r].reserve(t.rows[r].size());
-    for (const PackItem& p : t.rows[r]) rows[r].emplace_back(p.item, p.start, p.length);
+    for (const shardkit::Piece& p : t.rows[r]) rows[r].emplace_back(p.item, p.start, p.length);
   }
   return rows;
 }

@@ -93,21 +93,23 @@ std::string QuoteForMessage(std::string_view text) {
   return out + "'";
 }
 
+namespace {
+// "<param>: a <op> b overflows a 64-bit count": the words of CheckedMul and
+// CheckedAdd.
+[[noreturn]] void ThrowOverflow(std::string_view param, Index a, const char* op, Index b) {
+  ThrowInvalid(param, std::to_string(a) + op + std::to_string(b) + " overflows a 64-bit count");
+}
+}  // namespace
+
 Index CheckedMul(std::string_view param, Index a, Index b) {
   Index out;
-  if (__builtin_mul_overflow(a, b, &out)) {
-    ThrowInvalid(param,
-                 std::to_string(a) + " * " + std::to_string(b) + " overflows a 64-bit count");
-  }
+  if (__builtin_mul_overflow(a, b, &out)) ThrowOverflow(param, a, " * ", b);
   return out;
 }
 
 Index CheckedAdd(std::string_view param, Index a, Index b) {
   Index out;
-  if (__builtin_add_overflow(a, b, &out)) {
-    ThrowInvalid(param,
-                 std::to_string(a) + " + " + std::to_string(b) + " overflows a 64-bit count");
-  }
+  if (__builtin_add_overflow(a, b, &out)) ThrowOverflow(param, a, " + ", b);
   return out;
 }
 

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -106,6 +107,20 @@ void ExpectType(const Json& value, std::string_view path, Json::Type type);
 [[nodiscard]] bool AsBool(const Json& value, std::string_view path);
 [[nodiscard]] const std::string& AsString(const Json& value, std::string_view path);
 [[nodiscard]] const Json::Array& AsArray(const Json& value, std::string_view path);
+// The list at `path`, read element by element: read(element, "<path>[i]")
+// for each, in order (AsArray's error when `value` is not a list; read's own
+// for a bad element).
+template <typename Read>
+[[nodiscard]] auto ReadList(const Json& value, std::string_view path, Read&& read) {
+  using T = std::decay_t<std::invoke_result_t<Read&, const Json&, const std::string&>>;
+  const Json::Array& a = AsArray(value, path);
+  std::vector<T> out;
+  out.reserve(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    out.push_back(read(a[i], std::string(path) + "[" + std::to_string(i) + "]"));
+  }
+  return out;
+}
 // Throws unless every key of `object` is in `allowed`.
 void ExpectOnlyKeys(const Json& object, std::string_view path,
                     std::initializer_list<std::string_view> allowed);

@@ -26,7 +26,7 @@ namespace {
 // non-decreasing j (the way a consumer reads), O(1) amortised.
 class RemainingOrder {
  public:
-  RemainingOrder(const std::vector<PieceRef>* head, Index position, const std::vector<Index>* done,
+  RemainingOrder(const std::vector<Piece>* head, Index position, const std::vector<Index>* done,
                  Index num_documents)
       : head_(head), position_(position), done_(done), num_documents_(num_documents) {}
 
@@ -47,7 +47,7 @@ class RemainingOrder {
   }
 
  private:
-  const std::vector<PieceRef>* head_;
+  const std::vector<Piece>* head_;
   Index position_;
   const std::vector<Index>* done_;
   Index num_documents_;
@@ -75,10 +75,12 @@ void CheckFingerprint(const LoaderState& a, const LoaderState& b, const char* wh
 
 namespace {
 
-PieceRef Resolve(const PackItem& item, const std::vector<PieceRef>& head) {
-  if (item.item >= 0) return {item.item, item.start, item.length};
-  const PieceRef& ref = head[static_cast<std::size_t>(-item.item - 1)];
-  return {ref.document, ref.start + item.start, item.length};
+// The document piece a packer piece stands for (images 0, as head pieces
+// carry none): itself, or its part of the head piece it refers to.
+Piece Resolve(const Piece& item, const std::vector<Piece>& head) {
+  if (item.item >= 0) return Piece{.item = item.item, .length = item.length, .start = item.start};
+  const Piece& ref = head[static_cast<std::size_t>(-item.item - 1)];
+  return Piece{.item = ref.item, .length = item.length, .start = ref.start + item.start};
 }
 
 // Points a row's outputs (RowOutput, CpRowOutput) at the batch's arrays from
@@ -94,8 +96,8 @@ Out RowAt(Batch* batch, Index offset) {
 }
 
 // Appends the pieces of row `row` to the batch's piece lists.
-void AddPieces(std::span<const PackItem> pieces, Index row, Batch* batch) {
-  for (const PackItem& p : pieces) {
+void AddPieces(std::span<const Piece> pieces, Index row, Batch* batch) {
+  for (const Piece& p : pieces) {
     batch->documents.push_back(p.item);
     batch->starts.push_back(p.start);
     batch->lengths.push_back(p.length);
@@ -261,10 +263,10 @@ class Planner {
     plan->rows.clear();
     Pack pack;
     while (static_cast<Index>(plan->rows.size()) < batch_size_ && packer_.Pop(&pack)) {
-      std::vector<PackItem> row = std::move(pack.pieces);
-      for (PackItem& piece : row) {
-        const PieceRef ref = Resolve(piece, base_.head);
-        piece.item = ref.document;
+      std::vector<Piece> row = std::move(pack.pieces);
+      for (Piece& piece : row) {
+        const Piece ref = Resolve(piece, base_.head);
+        piece.item = ref.item;
         piece.start = ref.start;
       }
       plan->rows.push_back(std::move(row));
@@ -434,21 +436,21 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
     // Every piece must lie inside its document: collation copies without
     // checks. (ValidateLoaderState has checked start + length for overflow.)
     for (std::size_t i = 0; i < s.head.size(); ++i) {
-      const PieceRef& p = s.head[i];
-      if (p.start + p.length > source_->DocumentLength(p.document)) {
-        ThrowInvalid("state", "head[" + std::to_string(i) + "]: piece (document " +
-                                  Str(p.document) + ", start " + Str(p.start) + ", length " +
-                                  Str(p.length) + ") lies outside its document of " +
-                                  Str(source_->DocumentLength(p.document)) + " tokens");
+      const Piece& p = s.head[i];
+      if (p.start + p.length > source_->DocumentLength(p.item)) {
+        ThrowInvalid("state", "head[" + std::to_string(i) + "]: piece (document " + Str(p.item) +
+                                  ", start " + Str(p.start) + ", length " + Str(p.length) +
+                                  ") lies outside its document of " +
+                                  Str(source_->DocumentLength(p.item)) + " tokens");
       }
     }
-    auto check_piece = [&](const PackItem& p, const char* where) {
-      const PieceRef ref = Resolve(p, s.head);
-      if (ref.start + ref.length > source_->DocumentLength(ref.document)) {
+    auto check_piece = [&](const Piece& p, const char* where) {
+      const Piece ref = Resolve(p, s.head);
+      if (ref.start + ref.length > source_->DocumentLength(ref.item)) {
         ThrowInvalid("state", std::string(where) + " item " + Str(p.item) + " (start " +
                                   Str(p.start) + ", length " + Str(p.length) +
                                   ") lies outside its document of " +
-                                  Str(source_->DocumentLength(ref.document)) + " tokens");
+                                  Str(source_->DocumentLength(ref.item)) + " tokens");
       }
     };
     if (s.consumers != 0) {
@@ -460,9 +462,9 @@ LoaderImpl::LoaderImpl(std::shared_ptr<const TokenSource> source, LoaderOptions 
                                   "size or worker count)");
       }
       for (const Pack& pack : s.packer.pending) {
-        for (const PackItem& p : pack.pieces) check_piece(p, "packed");
+        for (const Piece& p : pack.pieces) check_piece(p, "packed");
       }
-      for (const PackItem& p : s.packer.buffered) check_piece(p, "buffered");
+      for (const Piece& p : s.packer.buffered) check_piece(p, "buffered");
       read = s.read;
       batches = s.batches;
       packer = s.packer;
@@ -574,15 +576,15 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
   }
   const Index L = options_.seq_len;
   StartBatch(plan, batch);
-  std::vector<std::span<const PackItem>> rows(static_cast<std::size_t>(options_.batch_size));
+  std::vector<std::span<const Piece>> rows(static_cast<std::size_t>(options_.batch_size));
   for (Index b = 0; b < options_.batch_size; ++b) {
-    std::span<const PackItem> pieces;
+    std::span<const Piece> pieces;
     if (b < static_cast<Index>(plan.rows.size())) pieces = plan.rows[static_cast<std::size_t>(b)];
     rows[static_cast<std::size_t>(b)] = pieces;
     const Index offset = b * L;
     RowOutput out = RowAt<RowOutput>(batch, offset);
     if (options_.block_mask) out.block_mask = batch->block_mask.data() + offset * L;
-    CollateRow(pieces, collate_, out, [this](const PackItem& p, std::int64_t* dst) {
+    CollateRow(pieces, collate_, out, [this](const Piece& p, std::int64_t* dst) {
       source_->Copy(p.item, p.start, p.length, dst);
     });
     AddPieces(pieces, b, batch);
@@ -601,13 +603,13 @@ void LoaderImpl::CollateContextParallel(const Plan& plan, Batch* batch) const {
   batch->cu_seqlens.assign(1, 0);
   batch->max_seqlen = 0;
   for (Index b = 0; b < options_.batch_size; ++b) {
-    std::span<const PackItem> pieces;
+    std::span<const Piece> pieces;
     if (b < static_cast<Index>(plan.rows.size())) pieces = plan.rows[static_cast<std::size_t>(b)];
     const Index offset = b * width;
     CpRowOutput out = RowAt<CpRowOutput>(batch, offset);
     out.cp_index = batch->cp_index.data() + offset;
     CollateCpRow(pieces, collate_, cp, options_.cp_rank, out,
-                 [this](const PackItem& p, std::int64_t* dst) {
+                 [this](const Piece& p, std::int64_t* dst) {
                    source_->Copy(p.item, p.start, p.length, dst);
                  });
     AddPieces(pieces, b, batch);
@@ -791,6 +793,11 @@ class TokenLoader::Epochs {
     return pass_;
   }
 
+  Index pass() {
+    std::lock_guard lock(mu_);
+    return pass_;
+  }
+
   // The next batch of pass `pass`; at its end, the first caller to see it
   // moves the loader to the start of the next epoch.
   std::shared_ptr<const Batch> Next(Index pass) {
@@ -902,6 +909,7 @@ TokenLoader::~TokenLoader() = default;
 std::shared_ptr<const Batch> TokenLoader::Next() { return epochs_->Current()->Next(); }
 Index TokenLoader::BeginPass() { return epochs_->BeginPass(); }
 std::shared_ptr<const Batch> TokenLoader::Next(Index pass) { return epochs_->Next(pass); }
+Index TokenLoader::pass() const { return epochs_->pass(); }
 void TokenLoader::SetEpoch(std::uint64_t epoch) { epochs_->SetEpoch(epoch); }
 void TokenLoader::Restore(LoaderState state) { epochs_->Start(0, std::move(state)); }
 void TokenLoader::Restore(std::span<const LoaderState> states) {
@@ -915,6 +923,9 @@ const LoaderOptions& TokenLoader::options() const { return epochs_->Current()->o
 Index TokenLoader::consumers() const { return epochs_->Current()->consumers(); }
 Index TokenLoader::consumer() const { return epochs_->Current()->consumer(); }
 const TokenSource& TokenLoader::source() const { return *epochs_->Current()->source(); }
+std::shared_ptr<const TokenSource> TokenLoader::shared_source() const {
+  return epochs_->Current()->source();
+}
 const TrainPlan* TokenLoader::train_plan() const { return epochs_->Current()->train_plan(); }
 Index TokenLoader::dropped() const { return epochs_->Current()->dropped(); }
 const std::optional<WhaleChoice>& TokenLoader::file_policy() const {
@@ -980,10 +991,10 @@ LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
     by[static_cast<std::size_t>(s.consumer)] = &s;
   }
   const Index D = first.num_documents;
-  for (const PieceRef& p : first.head) {
-    if (p.document < 0 || p.document >= D ||
+  for (const Piece& p : first.head) {
+    if (p.item < 0 || p.item >= D ||
         !PieceWithin(p.start, p.length, std::numeric_limits<Index>::max())) {
-      ThrowInvalid("state", "head piece (document " + Str(p.document) + ", start " + Str(p.start) +
+      ThrowInvalid("state", "head piece (document " + Str(p.item) + ", start " + Str(p.start) +
                                 ", length " + Str(p.length) + ") is not a piece of a document");
     }
   }
@@ -1023,7 +1034,7 @@ LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
   merged.seed = first.seed;
   merged.shard_files = false;
   // Pieces read but not delivered: the packers' closed packs, then buffers.
-  auto check = [&](const PackItem& p) {
+  auto check = [&](const Piece& p) {
     if (p.item < -H || p.item >= D) {
       ThrowInvalid("state", "consumer item " + Str(p.item) + " is not a document or head piece");
     }
@@ -1038,22 +1049,23 @@ LoaderState MergeLoaderStates(std::span<const LoaderState> states) {
   for (Index c = 0; c < C; ++c) {
     const LoaderState& s = *by[static_cast<std::size_t>(c)];
     for (const Pack& pack : s.packer.pending) {
-      for (const PackItem& p : pack.pieces) check(p);
+      for (const Piece& p : pack.pieces) check(p);
     }
-    for (const PackItem& p : s.packer.buffered) check(p);
+    for (const Piece& p : s.packer.buffered) check(p);
     for (const Pack& pack : s.packer.pending) {
-      for (const PackItem& p : pack.pieces) {
+      for (const Piece& p : pack.pieces) {
         // A run of full rows becomes one head piece per row (head pieces
         // are at most seq_len tokens).
-        const PieceRef whole = Resolve(p, first.head);
+        const Piece whole = Resolve(p, first.head);
         const Index row = std::max<Index>(first.seq_len, 1);
         for (Index at = 0; at < whole.length || at == 0; at += row) {
-          merged.head.push_back(
-              {whole.document, whole.start + at, std::min(row, whole.length - at)});
+          merged.head.push_back(Piece{.item = whole.item,
+                                      .length = std::min(row, whole.length - at),
+                                      .start = whole.start + at});
         }
       }
     }
-    for (const PackItem& p : s.packer.buffered) merged.head.push_back(Resolve(p, first.head));
+    for (const Piece& p : s.packer.buffered) merged.head.push_back(Resolve(p, first.head));
   }
   // Head entries nobody read.
   for (Index i = q; i < H; ++i) {

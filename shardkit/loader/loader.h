@@ -244,6 +244,9 @@ class TokenLoader {
   // see it moves the loader to the next epoch.
   [[nodiscard]] Index BeginPass();
   [[nodiscard]] std::shared_ptr<const Batch> Next(Index pass);
+  // The current pass, as BeginPass would name it, without beginning one (it
+  // changes each time the loader moves: a pass runs out, SetEpoch, Restore).
+  [[nodiscard]] Index pass() const;
 
   // Moves to the start of `epoch` (see above). Throws invalid_argument
   // naming `epoch` above kMaxEpoch. REQUIRES no Next() running.
@@ -273,8 +276,10 @@ class TokenLoader {
   [[nodiscard]] const LoaderOptions& options() const;
   [[nodiscard]] Index consumers() const;
   [[nodiscard]] Index consumer() const;
-  // The source of the epoch the loader stands in.
+  // The source of the epoch the loader stands in; shared_source() is the same
+  // source, kept alive by the pointer (a mixture's window view).
   [[nodiscard]] const TokenSource& source() const;
+  [[nodiscard]] std::shared_ptr<const TokenSource> shared_source() const;
   // Documents dropped so far (oversize drop), in this consumer's stream
   // (equal steps: in the epoch's stream).
   [[nodiscard]] Index dropped() const;

@@ -26,7 +26,7 @@ std::string Dot(std::string_view path, std::string_view key) {
 
 // ---- writing ---------------------------------------------------------------
 
-Json PieceJson(const PackItem& p) {
+Json PieceJson(const Piece& p) {
   return Json::MakeArray(
       {Json::Int(p.item), Json::Int(p.start), Json::Int(p.length), Json::Int(p.images)});
 }
@@ -35,10 +35,10 @@ Json PackerJson(const PackerState& s, bool with_version) {
   Json out = Json::MakeObject();
   if (with_version) out.Set("version", Json::Int(kPackerStateVersion));
   Json buffered = Json::MakeArray(), pending = Json::MakeArray();
-  for (const PackItem& p : s.buffered) buffered.Push(PieceJson(p));
+  for (const Piece& p : s.buffered) buffered.Push(PieceJson(p));
   for (const Pack& pack : s.pending) {
     Json l = Json::MakeArray();
-    for (const PackItem& p : pack.pieces) l.Push(PieceJson(p));
+    for (const Piece& p : pack.pieces) l.Push(PieceJson(p));
     pending.Push(std::move(l));
   }
   out.Set("buffered", std::move(buffered));
@@ -57,8 +57,8 @@ Json LoaderBody(const LoaderState& s) {
   d.Set("version", Json::Int(kLoaderStateVersion));
   d.Set("epoch", Json::Uint(s.epoch));
   Json head = Json::MakeArray();
-  for (const PieceRef& p : s.head) {
-    head.Push(Json::MakeArray({Json::Int(p.document), Json::Int(p.start), Json::Int(p.length)}));
+  for (const Piece& p : s.head) {
+    head.Push(Json::MakeArray({Json::Int(p.item), Json::Int(p.start), Json::Int(p.length)}));
   }
   d.Set("head", std::move(head));
   d.Set("position", Json::Int(s.position));
@@ -93,13 +93,13 @@ Index ReadCount(const Json& obj, std::string_view path, std::string_view key) {
   return v;
 }
 
-PackItem ReadPiece(const Json& v, const std::string& path) {
+Piece ReadPiece(const Json& v, const std::string& path) {
   const Json::Array& a = AsArray(v, path);
   if (a.size() != 4) {
     ThrowAtPath(path, "a piece is 4 integers [item, start, length, images], got " +
                           Str(static_cast<Index>(a.size())));
   }
-  PackItem p;
+  Piece p;
   p.item = AsInt64(a[0], path + ".item");
   p.start = AsInt64(a[1], path + ".start");
   p.length = AsInt64(a[2], path + ".length");
@@ -115,13 +115,18 @@ PackItem ReadPiece(const Json& v, const std::string& path) {
   return p;
 }
 
+// A head piece: [document, start, length].
+Piece ReadHeadPiece(const Json& v, const std::string& path) {
+  const Json::Array& a = AsArray(v, path);
+  if (a.size() != 3) ThrowAtPath(path, "a head piece is 3 integers [document, start, length]");
+  const Index document = AsInt64(a[0], path + ".document");
+  const Index start = AsInt64(a[1], path + ".start");
+  return Piece{.item = document, .length = AsInt64(a[2], path + ".length"), .start = start};
+}
+
 PackerState ReadPacker(const Json& obj, const std::string& path) {
   PackerState s;
-  const std::string buffered_path = Dot(path, "buffered");
-  const Json::Array& buffered = AsArray(Field(obj, path, "buffered"), buffered_path);
-  for (std::size_t i = 0; i < buffered.size(); ++i) {
-    s.buffered.push_back(ReadPiece(buffered[i], At(buffered_path, i)));
-  }
+  s.buffered = ReadList(Field(obj, path, "buffered"), Dot(path, "buffered"), ReadPiece);
   const std::string pending_path = Dot(path, "pending");
   const Json::Array& pending = AsArray(Field(obj, path, "pending"), pending_path);
   for (std::size_t i = 0; i < pending.size(); ++i) {
@@ -158,17 +163,17 @@ PackerState ReadPacker(const Json& obj, const std::string& path) {
 
 // Sorted pieces of one document must not overlap (and two pieces never start
 // at the same token).
-void CheckDisjoint(std::vector<PieceRef> pieces, std::string_view path) {
-  std::sort(pieces.begin(), pieces.end(), [](const PieceRef& a, const PieceRef& b) {
-    return a.document != b.document ? a.document < b.document : a.start < b.start;
+void CheckDisjoint(std::vector<Piece> pieces, std::string_view path) {
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
+    return a.item != b.item ? a.item < b.item : a.start < b.start;
   });
   for (std::size_t i = 1; i < pieces.size(); ++i) {
-    const PieceRef& a = pieces[i - 1];
-    const PieceRef& b = pieces[i];
-    if (a.document == b.document && (b.start == a.start || b.start < a.start + a.length)) {
-      ThrowAtPath(path, "document " + Str(a.document) + " is listed twice (pieces at " +
-                            Str(a.start) + "+" + Str(a.length) + " and " + Str(b.start) + "+" +
-                            Str(b.length) + "): a state holds every piece once");
+    const Piece& a = pieces[i - 1];
+    const Piece& b = pieces[i];
+    if (a.item == b.item && (b.start == a.start || b.start < a.start + a.length)) {
+      ThrowAtPath(path, "document " + Str(a.item) + " is listed twice (pieces at " + Str(a.start) +
+                            "+" + Str(a.length) + " and " + Str(b.start) + "+" + Str(b.length) +
+                            "): a state holds every piece once");
     }
   }
 }
@@ -355,11 +360,11 @@ void ValidateLoaderState(const LoaderState& s) {
   }
   const Index H = static_cast<Index>(s.head.size());
   for (std::size_t i = 0; i < s.head.size(); ++i) {
-    const PieceRef& p = s.head[i];
+    const Piece& p = s.head[i];
     Index end;
-    if (p.document < 0 || p.document >= D || p.start < 0 || p.length < 0 || p.length > s.seq_len ||
+    if (p.item < 0 || p.item >= D || p.start < 0 || p.length < 0 || p.length > s.seq_len ||
         __builtin_add_overflow(p.start, p.length, &end)) {
-      ThrowAtPath(At("state.head", i), "piece (document " + Str(p.document) + ", start " +
+      ThrowAtPath(At("state.head", i), "piece (document " + Str(p.item) + ", start " +
                                            Str(p.start) + ", length " + Str(p.length) +
                                            ") is not a piece of at most seq_len " + Str(s.seq_len) +
                                            " tokens of one of " + Str(D) + " documents");
@@ -370,7 +375,7 @@ void ValidateLoaderState(const LoaderState& s) {
   // document is not at a remaining position too (it would come twice).
   Permutation order(s.shard_files ? 0 : D, s.seed, s.epoch);
   for (std::size_t i = 0; i < s.head.size(); ++i) {
-    const Index doc = s.head[i].document;
+    const Index doc = s.head[i].item;
     const Index pos = s.shuffle ? order.Inverse(doc) : doc;
     if (pos >= s.position && !std::binary_search(s.done.begin(), s.done.end(), pos)) {
       ThrowAtPath(At("state.head", i), "document " + Str(doc) +
@@ -428,9 +433,8 @@ void ValidateLoaderState(const LoaderState& s) {
   // Every packer piece: a piece of a document of this consumer's reading, at
   // most seq_len tokens, each pending pack at most seq_len tokens, and no
   // token twice.
-  std::vector<PieceRef> resolved;
-  auto check = [&](const PackItem& p, const char* where, const std::string& field,
-                   bool run = false) {
+  std::vector<Piece> resolved;
+  auto check = [&](const Piece& p, const char* where, const std::string& field, bool run = false) {
     auto fail = [&](const std::string& why) {
       ThrowInvalid("state", std::string(where) + " item " + Str(p.item) + " (start " +
                                 Str(p.start) + ", length " + Str(p.length) + ") at " + field +
@@ -444,7 +448,7 @@ void ValidateLoaderState(const LoaderState& s) {
     }
     if (p.item < 0) {
       const Index h = -p.item - 1;
-      const PieceRef& ref = s.head[static_cast<std::size_t>(h)];
+      const Piece& ref = s.head[static_cast<std::size_t>(h)];
       if (h % C != c || h / C >= s.read) {
         fail("head piece " + Str(h) + " was not read by consumer " + Str(c) + " of " + Str(C) +
              " (read " + Str(s.read) + ")");
@@ -452,7 +456,7 @@ void ValidateLoaderState(const LoaderState& s) {
       if (end > ref.length) {
         fail("lies outside head piece " + Str(h) + " of " + Str(ref.length) + " tokens");
       }
-      resolved.push_back({ref.document, ref.start + p.start, p.length});
+      resolved.push_back(Piece{.item = ref.item, .length = p.length, .start = ref.start + p.start});
       return;
     }
     if (!s.shard_files) {
@@ -467,7 +471,7 @@ void ValidateLoaderState(const LoaderState& s) {
              " (a state of another plan or epoch?)");
       }
     }
-    resolved.push_back({p.item, p.start, p.length});
+    resolved.push_back(Piece{.item = p.item, .length = p.length, .start = p.start});
   };
   for (std::size_t i = 0; i < k.buffered.size(); ++i) {
     check(k.buffered[i], "buffered", At("packer.buffered", i));
@@ -506,18 +510,10 @@ LoaderState LoaderStateFromJson(std::string_view text) {
                   "shuffle", "seed", "shard_files", "fingerprint", "checksum"});
   LoaderState s;
   s.epoch = AsUint64(Field(d, "state", "epoch"), "state.epoch");
-  const Json::Array& head = AsArray(Field(d, "state", "head"), "state.head");
-  for (std::size_t i = 0; i < head.size(); ++i) {
-    const std::string path = At("state.head", i);
-    const Json::Array& a = AsArray(head[i], path);
-    if (a.size() != 3) ThrowAtPath(path, "a head piece is 3 integers [document, start, length]");
-    s.head.push_back({AsInt64(a[0], path + ".document"), AsInt64(a[1], path + ".start"),
-                      AsInt64(a[2], path + ".length")});
-  }
+  s.head = ReadList(Field(d, "state", "head"), "state.head", ReadHeadPiece);
   s.position = ReadIndex(d, "state", "position");
-  const Json::Array& done = AsArray(Field(d, "state", "done"), "state.done");
-  for (std::size_t i = 0; i < done.size(); ++i)
-    s.done.push_back(AsInt64(done[i], At("state.done", i)));
+  s.done = ReadList(Field(d, "state", "done"), "state.done",
+                    [](const Json& e, const std::string& at) { return AsInt64(e, at); });
   s.consumers = ReadIndex(d, "state", "consumers");
   s.consumer = ReadIndex(d, "state", "consumer");
   s.read = ReadIndex(d, "state", "read");

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "shardkit/base/index.h"
+#include "shardkit/base/piece.h"
 #include "shardkit/loader/train_plan.h"
 #include "shardkit/packing/packing.h"
 
@@ -62,22 +63,20 @@ class TokenSource;
 inline constexpr int kLoaderStateVersion = 4;
 inline constexpr int kPackerStateVersion = 2;
 
-// A piece of a document: tokens [start, start + length) of it.
-struct PieceRef {
-  Index document = 0;
-  Index start = 0;
-  Index length = 0;
-  friend bool operator==(const PieceRef&, const PieceRef&) = default;
-};
+// A piece of a document (shardkit/base/piece.h): tokens [start, start +
+// length) of document `item`, images 0. PieceRef is the name it had before the
+// loader's pieces and the packer's were one type; kept so callers keep
+// compiling.
+using PieceRef = Piece;
 
 // Everything needed to continue an epoch. Small: O(buffer + C) numbers.
 struct LoaderState {
   std::uint64_t epoch = 0;
   // The remaining order of the epoch, shared by all consumers of a run:
-  // first the pieces of `head` in order, then the documents at global order
-  // positions [position, num_documents) except those listed in `done`
-  // (sorted, all >= position; already delivered).
-  std::vector<PieceRef> head;
+  // first the pieces of `head` in order (item = the document), then the
+  // documents at global order positions [position, num_documents) except
+  // those listed in `done` (sorted, all >= position; already delivered).
+  std::vector<Piece> head;
   Index position = 0;
   std::vector<Index> done;
   // This consumer (consumers == 0: a merged state of no consumer; then

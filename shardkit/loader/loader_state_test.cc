@@ -303,10 +303,11 @@ TEST_F(StateRefusals, RegressionAStateOfAnotherDataSetWithTheSameLengthsIsRefuse
 
 TEST_F(StateRefusals, InconsistentFieldsAreRefusedNamingTheField) {
   LoaderState s = state_;
-  s.head.push_back({4, std::numeric_limits<Index>::max() - 1, 1 << 20});  // overflows
+  s.head.push_back(Piece{
+      .item = 4, .length = 1 << 20, .start = std::numeric_limits<Index>::max() - 1});  // overflows
   EXPECT_NE(Load(s).find("state: head[0]"), std::string::npos) << Load(s);
   s = state_;
-  s.head = std::vector<PieceRef>(5, PieceRef{0, 0, 5});
+  s.head = std::vector<Piece>(5, Piece{.item = 0, .length = 5});
   EXPECT_NE(Load(s).find("state: head: document 0 is listed twice"), std::string::npos) << Load(s);
   s = state_;
   s.consumers = 0;

@@ -549,7 +549,7 @@ TEST(LoaderTest, RegressionStartPlusLengthOverflowInAStateIsRefused) {
   TokenLoader loader(data.source, o);
   LoaderState merged = MergeLoaderStates(std::vector<LoaderState>{loader.State()});
   ASSERT_EQ(error(merged), "no error");
-  merged.head = {PieceRef{4, huge, Index{1} << 20}};
+  merged.head = {Piece{.item = 4, .length = Index{1} << 20, .start = huge}};
   EXPECT_NE(error(merged).find("head[0]"), std::string::npos) << error(merged);
   EXPECT_THROW((void)MergeLoaderStates(std::vector<LoaderState>{[&] {
                  LoaderState s = loader.State();
@@ -559,7 +559,7 @@ TEST(LoaderTest, RegressionStartPlusLengthOverflowInAStateIsRefused) {
                std::invalid_argument);
   // The packer's pieces: a document item and an item inside a head piece.
   LoaderState own = loader.State();
-  own.head = {PieceRef{4, 0, data.length(4)}};
+  own.head = {Piece{.item = 4, .length = data.length(4)}};
   own.position = own.num_documents;  // document 4 is no longer in the order: only in head
   own.packer.buffered = {PackItem{3, 8, 0, huge}};
   EXPECT_NE(error(own).find("state: buffered item 3"), std::string::npos);

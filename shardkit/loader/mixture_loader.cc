@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -653,17 +652,6 @@ MixtureResume ResumeMixtureLoader(const std::vector<std::shared_ptr<const TokenS
 // ---------------------------------------------------------------------------
 // MixtureLoader
 
-struct MixtureLoader::Current {
-  mutable std::mutex mu;
-  std::mutex advance;       // one caller moves past an ended epoch
-  std::uint64_t epoch = 0;  // the window's epoch
-  std::uint64_t generation = 0;
-  // The epoch the last pass ran out of and the generation it moved to.
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> ran_out;
-  std::shared_ptr<const TokenSource> view;
-  std::shared_ptr<TokenLoader> loader;
-};
-
 namespace {
 
 LoaderOptions CheckedMixtureOptions(LoaderOptions o) {
@@ -694,54 +682,22 @@ MixtureLoader::MixtureLoader(std::vector<std::shared_ptr<const TokenSource>> sou
       samples_given_(samples),
       options_(CheckedMixtureOptions(std::move(options))),
       order_(requested_, samples.value_or(DefaultMixtureSamples(requested_))),
-      current_(std::make_unique<Current>()) {
-  Open(options_.epoch, std::nullopt);
-}
+      loader_(std::make_shared<TokenLoader>(
+          [this](std::uint64_t epoch) {
+            return MixtureSource(sources_, order_, order_.Window(epoch));
+          },
+          options_)) {}
 
 MixtureLoader::~MixtureLoader() = default;
 
-void MixtureLoader::Open(std::uint64_t epoch, std::optional<LoaderState> resume) {
-  auto view = MixtureSource(sources_, order_, order_.Window(epoch));
-  LoaderOptions o = options_;
-  o.epoch = epoch;
-  auto loader = std::make_shared<TokenLoader>(view, std::move(o), std::move(resume));
-  const std::uint64_t standing = StateEpoch(loader->State());
-  std::lock_guard<std::mutex> lock(current_->mu);
-  current_->epoch = standing;
-  current_->view = std::move(view);
-  current_->loader = std::move(loader);
-  ++current_->generation;
-}
-
 std::optional<MixtureBatch> MixtureLoader::Next(std::optional<std::uint64_t> generation) {
-  std::shared_ptr<TokenLoader> loader;
-  std::uint64_t epoch = 0;
-  {
-    std::lock_guard<std::mutex> lock(current_->mu);
-    if (generation && *generation != current_->generation) return std::nullopt;
-    loader = current_->loader;
-    epoch = current_->epoch;
-  }
-  std::shared_ptr<const Batch> batch = loader->Next();
-  if (!batch) {
-    std::lock_guard<std::mutex> advancing(current_->advance);
-    if (this->loader() != loader) return std::nullopt;  // another caller moved on
-    const TrainPlan* plan = loader->train_plan();
-    if (plan != nullptr) {
-      // The epoch of the plan's end state (epoch + 1 for pad / drop), from
-      // its start: its window is another data set, with its own stream.
-      Open(plan->StateAt(plan->num_steps()).epoch, std::nullopt);
-    } else {
-      Open(epoch + 1, std::nullopt);
-    }
-    std::lock_guard<std::mutex> lock(current_->mu);
-    current_->ran_out.emplace(epoch, current_->generation);
-    return std::nullopt;
-  }
+  const Index pass = generation ? static_cast<Index>(*generation) : loader_->pass();
+  std::shared_ptr<const Batch> batch = loader_->Next(pass);
+  if (!batch) return std::nullopt;
   MixtureBatch out;
   out.sources.resize(batch->documents.size());
   out.items.resize(batch->documents.size());
-  const MixtureWindow w = order_.Window(epoch);
+  const MixtureWindow w = order_.Window(batch->epoch);
   std::vector<Index> positions(batch->documents.begin(), batch->documents.end());
   for (Index& p : positions) p += w.first;
   order_.Take(positions, out.sources.data(), out.items.data());
@@ -749,19 +705,18 @@ std::optional<MixtureBatch> MixtureLoader::Next(std::optional<std::uint64_t> gen
   return out;
 }
 
-void MixtureLoader::SetEpoch(std::uint64_t epoch) {
-  if (epoch == this->epoch()) return;
-  Open(epoch, std::nullopt);
-}
+void MixtureLoader::SetEpoch(std::uint64_t epoch) { loader_->SetEpoch(epoch); }
 
 void MixtureLoader::Load(std::string_view text) {
   MixtureResume r = ResumeMixtureLoader(sources_, requested_, samples_given_, options_, text);
-  const MixtureOrder previous = order_;
+  // The loader reads its windows from order_ (its EpochSource): the new order
+  // first, the old one back if the loader refuses the state.
+  MixtureOrder previous = std::move(order_);
   order_ = std::move(r.order);
   try {
-    Open(StateEpoch(r.loader), std::move(r.loader));
+    loader_->Restore(std::move(r.loader));
   } catch (...) {
-    order_ = previous;
+    order_ = std::move(previous);
     throw;
   }
   last_resume_ = LastResume{r.changed, r.read, r.at};
@@ -773,49 +728,27 @@ void MixtureLoader::Load(std::span<const std::string> texts) {
 }
 
 std::string MixtureLoader::State() const {
-  return MixtureLoaderStateToJson(order_, loader()->State());
+  return MixtureLoaderStateToJson(order_, loader_->State());
 }
 
 std::string MixtureLoader::StateAt(Index steps) const {
-  const auto l = loader();
-  const TrainPlan* plan = l->train_plan();
+  const TrainPlan* plan = loader_->train_plan();
   if (plan == nullptr) ThrowInvalid("equal_steps", "the loader packs per rank; it has no plan");
   LoaderState s;
   s.train = plan->StateAt(steps);
   return MixtureLoaderStateToJson(order_, s);
 }
 
-std::uint64_t MixtureLoader::epoch() const {
-  std::lock_guard<std::mutex> lock(current_->mu);
-  return current_->epoch;
-}
-
+std::uint64_t MixtureLoader::epoch() const { return loader_->options().epoch; }
 std::uint64_t MixtureLoader::BeginPass() {
-  std::lock_guard<std::mutex> lock(current_->mu);
-  current_->ran_out.reset();
-  return current_->generation;
+  return static_cast<std::uint64_t>(loader_->BeginPass());
 }
-
-std::uint64_t MixtureLoader::pass_epoch() const {
-  std::lock_guard<std::mutex> lock(current_->mu);
-  const auto& r = current_->ran_out;
-  return r && r->second == current_->generation ? r->first : current_->epoch;
-}
-
+std::uint64_t MixtureLoader::pass_epoch() const { return loader_->epoch(); }
 std::uint64_t MixtureLoader::generation() const {
-  std::lock_guard<std::mutex> lock(current_->mu);
-  return current_->generation;
+  return static_cast<std::uint64_t>(loader_->pass());
 }
-
-std::shared_ptr<const TokenLoader> MixtureLoader::loader() const {
-  std::lock_guard<std::mutex> lock(current_->mu);
-  return current_->loader;
-}
-
-std::shared_ptr<const TokenSource> MixtureLoader::view() const {
-  std::lock_guard<std::mutex> lock(current_->mu);
-  return current_->view;
-}
+std::shared_ptr<const TokenLoader> MixtureLoader::loader() const { return loader_; }
+std::shared_ptr<const TokenSource> MixtureLoader::view() const { return loader_->shared_source(); }
 
 void MixtureLoader::Locate(std::uint64_t epoch, std::span<const Index> documents, Index* sources,
                            Index* items) const {

@@ -257,10 +257,11 @@ struct MixtureBatch {
 // epoch after epoch. It owns the assembly that the Python package and the CLI
 // call: the order (the mixture and each change of weights), the epoch's
 // window as a selected view (MixtureSource: O(K) to make, documents read
-// when the plan reaches them), the epoch advance, the sealed state
-// (MixtureLoaderStateToJson) and resume with changed weights
-// (ResumeMixtureLoader). Opening it and the first batch cost O(K + the
-// packer's buffer) in time and memory, whatever the samples per epoch.
+// when the plan reaches them), the sealed state (MixtureLoaderStateToJson)
+// and resume with changed weights (ResumeMixtureLoader). The passes and the
+// epoch advance are the TokenLoader's own (one TokenLoader whose
+// EpochSource gives each epoch its window): one mechanism for both loaders. Opening it and the
+// first batch cost O(K + the packer's buffer) in time and memory, whatever the samples per epoch.
 //
 // Rules: the mixture is the order (options.shuffle must be false), no file
 // sharding, no continuous mode (each epoch is its own window); by tokens the
@@ -346,16 +347,15 @@ class MixtureLoader {
   [[nodiscard]] const std::optional<LastResume>& last_resume() const { return last_resume_; }
 
  private:
-  void Open(std::uint64_t epoch, std::optional<LoaderState> resume);
-
   std::vector<std::shared_ptr<const TokenSource>> sources_;
   Mixture requested_;                   // the weights asked for
   std::optional<Index> samples_given_;  // else a state's samples win on resume
   LoaderOptions options_;
   MixtureOrder order_;
   std::optional<LastResume> last_resume_;
-  struct Current;  // the epoch's view and loader, swapped under a mutex
-  std::unique_ptr<Current> current_;
+  // One TokenLoader whose EpochSource is the order's window of each epoch:
+  // its passes, epoch advance, SetEpoch and Restore are this loader's.
+  std::shared_ptr<TokenLoader> loader_;
 };
 
 }  // namespace shardkit

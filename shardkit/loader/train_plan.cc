@@ -15,13 +15,17 @@
 #include "shardkit/loader/internal/train_deal.h"
 #include "shardkit/loader/internal/train_reader.h"
 #include "shardkit/loader/internal/train_tally.h"
-#include "shardkit/sharding/permutation.h"
 
 namespace shardkit {
 
 namespace {
 
 constexpr char kTrainPlanVersion[] = "shardkit-train-1";
+// Hasher domains of the stream fingerprint and the plan fingerprint, and the
+// tag of a context-parallel size or granule in them.
+constexpr std::uint64_t kStreamDomain = 0x5452414953544d32ULL;  // "TRAISTM2"
+constexpr std::uint64_t kPlanDomain = 0x5452414950314e32ULL;    // "TRAIP1N2"
+constexpr std::uint64_t kCpTag = 0x4350000000000000ULL;         // "CP"
 
 std::string Str(std::uint64_t v) { return std::to_string(v); }
 
@@ -190,44 +194,51 @@ void TrainPlan::Prepare() {
   (void)CheckedMul("batch_size", R, o.seq_len);
 
   // The stream fingerprint and the validation of every length: one
-  // sequential pass, order-independent.
-  std::uint64_t h = 0x5452414953544d31ULL;
-  auto add = [&h](std::uint64_t v) { h = Mix64(h ^ Mix64(v + 0x9e3779b97f4a7c15ULL)); };
-  for (const char* c = kTrainPlanVersion; *c; ++c) add(static_cast<unsigned char>(*c));
-  add(static_cast<std::uint64_t>(documents_.count));
-  add(static_cast<std::uint64_t>(o.seq_len));
-  add(o.shuffle ? 1 : 0);
-  add(o.seed);
-  add(static_cast<std::uint64_t>(o.algorithm));
-  add(static_cast<std::uint64_t>(o.buffer.value_or(-1)));
-  add(static_cast<std::uint64_t>(o.max_images.value_or(-1)));
-  add(static_cast<std::uint64_t>(o.max_sequences.value_or(-1)));
-  add(static_cast<std::uint64_t>(o.oversize));
+  // sequential pass, the lengths (and image counts) hashed a block at a time
+  // through Hasher::AddArray.
+  Hasher h(kStreamDomain);
+  h.AddBytes(kTrainPlanVersion);
+  h.Add(static_cast<std::uint64_t>(documents_.count));
+  h.Add(static_cast<std::uint64_t>(o.seq_len));
+  h.Add(o.shuffle ? 1 : 0);
+  h.Add(o.seed);
+  h.Add(static_cast<std::uint64_t>(o.algorithm));
+  h.Add(static_cast<std::uint64_t>(o.buffer.value_or(-1)));
+  h.Add(static_cast<std::uint64_t>(o.max_images.value_or(-1)));
+  h.Add(static_cast<std::uint64_t>(o.max_sequences.value_or(-1)));
+  h.Add(static_cast<std::uint64_t>(o.oversize));
   const Index granule = CpGranule(o.cp);
-  if (granule > 1) add(0x4350000000000000ULL ^ static_cast<std::uint64_t>(granule));
-  std::uint64_t content = 0;
+  // Only when g > 1, so plans without context parallelism keep one stream.
+  if (granule > 1) h.Add(kCpTag ^ static_cast<std::uint64_t>(granule));
   Index total = 0, total_images = 0;
-  for (Index d = 0; d < documents_.count; ++d) {
-    const Index len = documents_.Length(d);
-    if (len < 0) ThrowInvalid("lengths", "document " + Str(d) + " has negative length " + Str(len));
-    total = CheckedAdd("lengths", total, len);
-    if (granule > 1) (void)CheckedAdd("lengths", len, granule - 1);  // its padded length
-    Index img = 0;
-    if (documents_.images) {
-      img = documents_.Images(d);
-      if (img < 0) {
-        ThrowInvalid("images", "document " + Str(d) + " has a negative image count " + Str(img));
+  std::uint64_t lengths[Hasher::kArrayBlock], images[Hasher::kArrayBlock];
+  constexpr Index kBlock = static_cast<Index>(Hasher::kArrayBlock);
+  for (Index begin = 0; begin < documents_.count; begin += kBlock) {
+    const Index n = std::min(kBlock, documents_.count - begin);
+    for (Index i = 0; i < n; ++i) {
+      const Index d = begin + i;
+      const Index len = documents_.Length(d);
+      if (len < 0) {
+        ThrowInvalid("lengths", "document " + Str(d) + " has negative length " + Str(len));
       }
-      total_images = CheckedAdd("images", total_images, img);
+      total = CheckedAdd("lengths", total, len);
+      if (granule > 1) (void)CheckedAdd("lengths", len, granule - 1);  // its padded length
+      lengths[i] = static_cast<std::uint64_t>(len);
+      if (documents_.images) {
+        const Index img = documents_.Images(d);
+        if (img < 0) {
+          ThrowInvalid("images", "document " + Str(d) + " has a negative image count " + Str(img));
+        }
+        total_images = CheckedAdd("images", total_images, img);
+        images[i] = static_cast<std::uint64_t>(img);
+      }
     }
-    content +=
-        Mix64(static_cast<std::uint64_t>(d) * 0x9e3779b97f4a7c15ULL ^
-              Mix64(static_cast<std::uint64_t>(len) ^ (static_cast<std::uint64_t>(img) << 40)));
+    h.AddArray(lengths, static_cast<std::size_t>(n));
+    if (documents_.images) h.AddArray(images, static_cast<std::size_t>(n));
   }
-  add(content);
   // The data's identity beyond its lengths (a token source's content hash).
-  if (documents_.identity != 0) add(documents_.identity);
-  stream_ = h;
+  if (documents_.identity != 0) h.Add(documents_.identity);
+  stream_ = h.Finish();
   // Every pack holds at least one piece, and a document gives at most
   // 1 + length / seq_len pieces: the epoch's stream has at most this many.
   max_packs_ = documents_.count;
@@ -406,19 +417,17 @@ TrainStep TrainPlan::Step(Index rank, Index step) const {
 }
 
 std::uint64_t TrainPlan::Fingerprint() const {
-  std::uint64_t h = 0x5452414950314e31ULL;
-  auto add = [&h](std::uint64_t v) { h = Mix64(h ^ Mix64(v + 0x9e3779b97f4a7c15ULL)); };
-  add(stream_);
-  add(static_cast<std::uint64_t>(options_.world_size));
-  add(static_cast<std::uint64_t>(options_.batch_size));
-  add(static_cast<std::uint64_t>(options_.micro_batches));
-  add(static_cast<std::uint64_t>(options_.mode));
-  add(static_cast<std::uint64_t>(options_.cost));
-  add(options_.epoch);
-  add(static_cast<std::uint64_t>(options_.position));
-  if (options_.cp.size > 1)
-    add(0x4350000000000000ULL ^ static_cast<std::uint64_t>(options_.cp.size));
-  return h;
+  Hasher h(kPlanDomain);
+  h.Add(stream_);
+  h.Add(static_cast<std::uint64_t>(options_.world_size));
+  h.Add(static_cast<std::uint64_t>(options_.batch_size));
+  h.Add(static_cast<std::uint64_t>(options_.micro_batches));
+  h.Add(static_cast<std::uint64_t>(options_.mode));
+  h.Add(static_cast<std::uint64_t>(options_.cost));
+  h.Add(options_.epoch);
+  h.Add(static_cast<std::uint64_t>(options_.position));
+  if (options_.cp.size > 1) h.Add(kCpTag ^ static_cast<std::uint64_t>(options_.cp.size));
+  return h.Finish();
 }
 
 std::string TrainPlan::Describe() const {

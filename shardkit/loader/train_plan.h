@@ -214,17 +214,18 @@ struct TrainState {
 };
 
 // The state as one small sealed JSON object, the same on every rank:
-//   {"version": 2, "kind": "train_plan", "epoch": E, "position": P,
+//   {"version": 3, "kind": "train_plan", "epoch": E, "position": P,
 //    "stream": "<16 hex digits>", "checksum": "<16 hex digits>"}
 // "checksum" seals the other fields (shardkit/base/json.h: StateChecksum), so
 // an edited epoch, position or stream is refused before use. FromJson reads
 // with the strict reader of base/json.h (keys in any order, any whitespace; a
 // duplicate key, an unknown or missing one, another kind, a version other
-// than 2, a negative position, an epoch above kMaxEpoch or a checksum that
-// does not match are refused with invalid_argument naming `state`). Version
-// 1 (no checksum; its stream hashed the lengths only) is refused naming the
-// version.
-inline constexpr int kTrainStateVersion = 2;
+// than 3, a negative position, an epoch above kMaxEpoch or a checksum that
+// does not match are refused with invalid_argument naming `state`). Older
+// versions are refused naming the version: 1 (no checksum; its stream hashed
+// the lengths only), 2 (its stream was another hash of the same fields, so
+// its value would not match this shardkit's plan of the same data).
+inline constexpr int kTrainStateVersion = 3;
 [[nodiscard]] std::string TrainStateToJson(const TrainState& state);
 [[nodiscard]] TrainState TrainStateFromJson(std::string_view json);
 
@@ -233,7 +234,7 @@ struct TrainStep {
   Index step = 0;
   // rows_per_rank rows; a row's pieces: item = document, start, length,
   // images. A filler row is empty (pad mode, last step only).
-  std::vector<std::vector<PackItem>> rows;
+  std::vector<std::vector<Piece>> rows;
   std::vector<std::uint64_t> row_epochs;  // epoch of each row's pack
   std::vector<Index> row_packs;           // stream index of each row's pack; -1 filler
   Index tokens = 0;                       // real tokens of this rank in this step

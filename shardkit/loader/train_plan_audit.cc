@@ -14,12 +14,10 @@ namespace shardkit {
 
 namespace {
 
-bool SamePieces(const std::vector<PackItem>& a, const std::vector<PackItem>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
-                    [](const PackItem& x, const PackItem& y) {
-                      return x.item == y.item && x.length == y.length && x.images == y.images &&
-                             x.start == y.start;
-                    });
+bool SamePieces(const std::vector<Piece>& a, const std::vector<Piece>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const Piece& x, const Piece& y) {
+    return x.item == y.item && x.length == y.length && x.images == y.images && x.start == y.start;
+  });
 }
 
 }  // namespace
@@ -37,7 +35,7 @@ TrainAudit TrainPlan::Audit() const {
     if (a.error.empty()) a.error = what;
   };
   // The whole stream of the epoch, on its own.
-  std::vector<std::vector<PackItem>> packs;
+  std::vector<std::vector<Piece>> packs;
   std::vector<Index> dropped_docs;
   {
     internal::PackStream whole(&documents_, o, false);
@@ -60,7 +58,7 @@ TrainAudit TrainPlan::Audit() const {
       if (CpPaddedTokens(pack, granule) > o.seq_len) {
         fail("a pack of " + Str(CpPaddedTokens(pack, granule)) + " padded tokens exceeds seq_len");
       }
-      for (const PackItem& p : pack) {
+      for (const Piece& p : pack) {
         if (p.item < 0 || p.item >= documents_.count) {
           fail("a piece names document " + Str(p.item));
           continue;
@@ -122,7 +120,7 @@ TrainAudit TrainPlan::Audit() const {
         if (!SamePieces(deal.packs[uk].pieces, packs[static_cast<std::size_t>(g)])) {
           fail("pack " + Str(g) + " changed");
         }
-        for (const PackItem& p : deal.packs[uk].pieces) a.tokens += p.length;
+        for (const Piece& p : deal.packs[uk].pieces) a.tokens += p.length;
       }
     }
     if (listed != static_cast<Index>(deal.packs.size()))
@@ -142,7 +140,7 @@ TrainAudit TrainPlan::Audit() const {
   if (o.mode == TrainMode::kDrop) {
     a.dropped_packs = tail;
     for (Index g = P - tail; g < P; ++g) {
-      for (const PackItem& p : packs[static_cast<std::size_t>(g)]) a.dropped_tokens += p.length;
+      for (const Piece& p : packs[static_cast<std::size_t>(g)]) a.dropped_tokens += p.length;
     }
     if (tail >= o.world_size * rows_per_rank_) fail("drop mode dropped a whole step");
   } else if (tail != 0) {

@@ -5,8 +5,10 @@
 // documents: many blocks of the pack stream's gather, bucketed or not). The
 // file was written by the planner before its gather was reordered (commit
 // 6b5275f's pack_stream.h), so a change of the planner's speed must leave it
-// unchanged. To rewrite it (only when the plan is meant to change, with a
-// new version name):
+// unchanged. Its stream= and fingerprint= columns were rewritten once, when
+// the fingerprints moved to base/hash.h's Hasher (train state version 3),
+// every other column unchanged. To rewrite it (only when the plan is meant
+// to change, with a new version name):
 //   SHARDKIT_WRITE_TRAIN_PLAN_GOLDEN=path build/dev/shardkit/train_plan_golden_test
 #include <gtest/gtest.h>
 

@@ -32,7 +32,8 @@ TrainState TrainStateFromJson(std::string_view json) {
   if (kind != "train_plan") ThrowAtPath("state.kind", "'" + kind + "' is not a train_plan state");
   ExpectStateVersion(d, "state", kTrainStateVersion, "train_plan",
                      "version 1 had no checksum, and its stream fingerprint covered the "
-                     "document lengths only, not the data");
+                     "document lengths only, not the data; version 2's stream fingerprint "
+                     "was another hash of the same fields");
   TrainState s;
   s.epoch = AsUint64(Field(d, "state", "epoch"), "state.epoch");
   s.position = AsInt64(Field(d, "state", "position"), "state.position");

@@ -43,7 +43,7 @@ double CausalWork(Index a, Index b) {
 
 }  // namespace
 
-void PlanCpRow(std::span<const PackItem> pieces, Index seq_len, const ContextParallelOptions& cp,
+void PlanCpRow(std::span<const Piece> pieces, Index seq_len, const ContextParallelOptions& cp,
                CpRowPlan* plan) {
   const Index C = cp.size, g = CpGranule(cp), L = seq_len / C;
   const std::size_t n = pieces.size(), ranks = static_cast<std::size_t>(C);
@@ -188,13 +188,13 @@ Index CpGranule(const ContextParallelOptions& cp) {
   return cp.size > 1 ? 2 * cp.size : 1;
 }
 
-Index CpPaddedTokens(std::span<const PackItem> pieces, Index granule) {
+Index CpPaddedTokens(std::span<const Piece> pieces, Index granule) {
   Index sum = 0;
-  for (const PackItem& p : pieces) sum += CpPaddedLength(p.length, granule);
+  for (const Piece& p : pieces) sum += CpPaddedLength(p.length, granule);
   return sum;
 }
 
-void FillCpRestoreIndex(std::span<const PackItem> pieces, Index seq_len,
+void FillCpRestoreIndex(std::span<const Piece> pieces, Index seq_len,
                         const ContextParallelOptions& cp, std::int64_t* restore) {
   const Index C = cp.size, L = seq_len / C, g = CpGranule(cp);
   if (IsPtrr(cp)) {
@@ -208,7 +208,7 @@ void FillCpRestoreIndex(std::span<const PackItem> pieces, Index seq_len,
   Index slot = 0;      // the current split piece's first local slot (the same on every rank)
   Index unpadded = 0;  // the current piece's first position in the unpadded row
   for (std::size_t i = 0; i < pieces.size(); ++i) {
-    const PackItem& p = pieces[i];
+    const Piece& p = pieces[i];
     if (p.length == 0 || plan.owner[i] >= 0) {
       unpadded += p.length;
       continue;
@@ -229,7 +229,7 @@ void FillCpRestoreIndex(std::span<const PackItem> pieces, Index seq_len,
   std::vector<Index> at(static_cast<std::size_t>(C), slot);  // each rank's next tail slot
   unpadded = 0;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
-    const PackItem& p = pieces[i];
+    const Piece& p = pieces[i];
     if (plan.owner[i] >= 0) {
       const Index r = plan.owner[i];
       Index& to = at[static_cast<std::size_t>(r)];
@@ -240,7 +240,7 @@ void FillCpRestoreIndex(std::span<const PackItem> pieces, Index seq_len,
   }
 }
 
-Index AppendCpCuSeqlensPadded(std::span<const PackItem> pieces, Index seq_len,
+Index AppendCpCuSeqlensPadded(std::span<const Piece> pieces, Index seq_len,
                               const ContextParallelOptions& cp, std::int32_t base,
                               std::vector<std::int32_t>* out) {
   const Index C = cp.size, g = CpGranule(cp);
@@ -251,7 +251,7 @@ Index AppendCpCuSeqlensPadded(std::span<const PackItem> pieces, Index seq_len,
     out->push_back(base + static_cast<std::int32_t>(at));
   };
   if (IsPtrr(cp)) {  // the unpadded row: pieces, then the padding run
-    for (const PackItem& p : pieces) {
+    for (const Piece& p : pieces) {
       if (p.length > 0) close(at + p.length);
     }
     if (at < seq_len) close(seq_len);
@@ -276,7 +276,7 @@ Index AppendCpCuSeqlensPadded(std::span<const PackItem> pieces, Index seq_len,
   return longest;
 }
 
-void AppendCpCuSeqlensLocal(std::span<const PackItem> pieces, Index seq_len,
+void AppendCpCuSeqlensLocal(std::span<const Piece> pieces, Index seq_len,
                             const ContextParallelOptions& cp, Index cp_rank, std::int32_t base,
                             std::vector<std::int32_t>* out) {
   const Index C = cp.size, g = CpGranule(cp), L = seq_len / C;
@@ -288,7 +288,7 @@ void AppendCpCuSeqlensLocal(std::span<const PackItem> pieces, Index seq_len,
   if (IsPtrr(cp)) {  // the rank's slots of each piece, then of the padding
     const Index B = PtrrBlock(cp);
     Index end = 0;
-    for (const PackItem& p : pieces) {
+    for (const Piece& p : pieces) {
       if (p.length == 0) continue;
       end += p.length;
       const Index slots = CpPtrrCount(end, cp_rank, C, B);
@@ -310,7 +310,7 @@ void AppendCpCuSeqlensLocal(std::span<const PackItem> pieces, Index seq_len,
   if (at < L) close(L);
 }
 
-std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
+std::vector<double> CpRankWork(std::span<const Piece> pieces, Index seq_len,
                                const ContextParallelOptions& cp, CpSplit split) {
   const Index C = cp.size;
   std::vector<double> work(static_cast<std::size_t>(C), 0.0);
@@ -320,7 +320,7 @@ std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
     if (C == 1) return {CpRowCost(pieces, seq_len, cp)};
     const Index B = PtrrBlock(ptrr);
     Index begin = 0;
-    for (const PackItem& p : pieces) {
+    for (const Piece& p : pieces) {
       // The piece's row positions [begin, begin + l), block by block.
       for (Index t = begin; t < begin + p.length;) {
         const Index block_end = std::min(begin + p.length, (t / B + 1) * B);
@@ -342,7 +342,7 @@ std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
   }
   if (split == CpSplit::kDocumentHeadTail) {
     const Index g = CpGranule(cp);
-    for (const PackItem& p : pieces) {
+    for (const Piece& p : pieces) {
       const Index P = CpPaddedLength(p.length, g);
       for (Index r = 0; r < C; ++r) {
         for (const CpChunk& chunk : CpChunks(P, C, r)) {
@@ -361,7 +361,7 @@ std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
     return part < C ? part : 2 * C - 1 - part;
   };
   Index row_at = 0;
-  for (const PackItem& p : pieces) {
+  for (const Piece& p : pieces) {
     // The piece covers row positions [row_at, row_at + length): walk the parts it meets.
     Index q = 0;
     while (q < p.length) {
@@ -375,7 +375,7 @@ std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
   return work;
 }
 
-Index CpDocumentPadding(std::span<const PackItem> pieces, Index seq_len,
+Index CpDocumentPadding(std::span<const Piece> pieces, Index seq_len,
                         const ContextParallelOptions& cp) {
   if (IsPtrr(cp)) return 0;
   thread_local CpRowPlan plan;
@@ -388,13 +388,13 @@ Index CpDocumentPadding(std::span<const PackItem> pieces, Index seq_len,
   return padding;
 }
 
-void ValidateCpRow(std::span<const PackItem> pieces, Index seq_len,
-                   const ContextParallelOptions& cp, CpSplit split) {
+void ValidateCpRow(std::span<const Piece> pieces, Index seq_len, const ContextParallelOptions& cp,
+                   CpSplit split) {
   if (seq_len < 1 || seq_len > kMaxCpRowTokens) {
     ThrowInvalid("seq_len", Str(seq_len) + " is outside [1, 2^28]");
   }
   ValidateContextParallel(cp, seq_len);
-  for (const PackItem& p : pieces) {
+  for (const Piece& p : pieces) {
     if (p.length < 0 || p.length > seq_len) {
       ThrowInvalid("lengths", Str(p.length) + " is outside [0, seq_len = " + Str(seq_len) + "]");
     }
@@ -419,8 +419,7 @@ void ValidateCpRow(std::span<const PackItem> pieces, Index seq_len,
   }
 }
 
-double CpRowCost(std::span<const PackItem> pieces, Index seq_len,
-                 const ContextParallelOptions& cp) {
+double CpRowCost(std::span<const Piece> pieces, Index seq_len, const ContextParallelOptions& cp) {
   if (IsPtrr(cp)) {
     const std::vector<double> work = CpRankWork(pieces, seq_len, cp, CpSplit::kPtrr);
     return *std::max_element(work.begin(), work.end());
@@ -442,11 +441,11 @@ double CpRowCost(std::span<const PackItem> pieces, Index seq_len,
   deficit.assign(static_cast<std::size_t>(C), 0.0);
   double even = 0;
   if (C == 1) {
-    for (const PackItem& p : pieces) even += CausalWork(0, p.length);
+    for (const Piece& p : pieces) even += CausalWork(0, p.length);
     return even;
   }
   const Index chunks_per_granule = g / (2 * C);
-  for (const PackItem& p : pieces) {
+  for (const Piece& p : pieces) {
     const Index l = p.length;
     const Index granules = (l + g - 1) / g;
     const Index P = granules * g;

@@ -90,7 +90,7 @@ void ValidateContextParallel(const ContextParallelOptions& cp, Index seq_len);
 }
 
 // Sum of the pieces' padded lengths: the row fits iff it is <= seq_len.
-[[nodiscard]] Index CpPaddedTokens(std::span<const PackItem> pieces, Index granule);
+[[nodiscard]] Index CpPaddedTokens(std::span<const Piece> pieces, Index granule);
 
 // The two chunks CP rank r holds of a sequence of padded length P, as
 // (first position, length) pairs: chunks r and 2C - 1 - r of P / 2C tokens;
@@ -134,7 +134,7 @@ struct CpRowPlan {
   std::vector<double> work;         // balanced only: C entries, causal work per rank
 };
 // REQUIRES as CollateCpRow (seq_len the row's).
-void PlanCpRow(std::span<const PackItem> pieces, Index seq_len, const ContextParallelOptions& cp,
+void PlanCpRow(std::span<const Piece> pieces, Index seq_len, const ContextParallelOptions& cp,
                CpRowPlan* plan);
 
 // PTRR (per-token round-robin, cp_strategy "ptrr"): the unpadded row (pieces
@@ -186,7 +186,7 @@ struct CpRowOutput {
 // REQUIRES options and cp validated (seq_len = options.seq_len), padding side
 // right, 0 <= cp_rank < C, CpPaddedTokens(pieces, CpGranule(cp)) <= seq_len.
 template <typename CopyTokens>
-void CollateCpRow(std::span<const PackItem> pieces, const CollateOptions& options,
+void CollateCpRow(std::span<const Piece> pieces, const CollateOptions& options,
                   const ContextParallelOptions& cp, Index cp_rank, const CpRowOutput& out,
                   CopyTokens&& copy);
 
@@ -196,14 +196,14 @@ void CollateCpRow(std::span<const PackItem> pieces, const CollateOptions& option
 // concatenated, gathered at restore, give the row back), -1 for t at or
 // past RowTokens(pieces) (the row's padding). Writes seq_len entries.
 // REQUIRES as CollateCpRow.
-void FillCpRestoreIndex(std::span<const PackItem> pieces, Index seq_len,
+void FillCpRestoreIndex(std::span<const Piece> pieces, Index seq_len,
                         const ContextParallelOptions& cp, std::int64_t* restore);
 
 // The row's cu_seqlens_padded (see above) appended to *out with every entry
 // shifted by `base` (for a batch flattened row-major: base = row * seq_len;
 // the caller writes the leading 0 once); returns max_seqlen of the row.
 // REQUIRES as CollateCpRow.
-Index AppendCpCuSeqlensPadded(std::span<const PackItem> pieces, Index seq_len,
+Index AppendCpCuSeqlensPadded(std::span<const Piece> pieces, Index seq_len,
                               const ContextParallelOptions& cp, std::int32_t base,
                               std::vector<std::int32_t>* out);
 
@@ -211,7 +211,7 @@ Index AppendCpCuSeqlensPadded(std::span<const PackItem> pieces, Index seq_len,
 // cu_seqlens_padded / C for head_tail, PlanCpRow above for balanced), shifted
 // by `base` (row * seq_len / C), appended to *out (the leading 0 the
 // caller's). REQUIRES as CollateCpRow.
-void AppendCpCuSeqlensLocal(std::span<const PackItem> pieces, Index seq_len,
+void AppendCpCuSeqlensLocal(std::span<const Piece> pieces, Index seq_len,
                             const ContextParallelOptions& cp, Index cp_rank, std::int32_t base,
                             std::vector<std::int32_t>* out);
 
@@ -237,13 +237,13 @@ inline constexpr std::size_t kNumCpSplits = 5;
 // attends within its document. C entries. REQUIRES as CollateCpRow (for
 // contiguous and head_tail: RowTokens(pieces) <= seq_len and seq_len a
 // multiple of 2C).
-[[nodiscard]] std::vector<double> CpRankWork(std::span<const PackItem> pieces, Index seq_len,
+[[nodiscard]] std::vector<double> CpRankWork(std::span<const Piece> pieces, Index seq_len,
                                              const ContextParallelOptions& cp, CpSplit split);
 
 // The padding inside the row's documents under cp.strategy: sum of
 // RoundUp(l, g) - l over the split pieces (whole pieces are not padded); the
 // rest of the row's padding is its padding run(s). REQUIRES as CollateCpRow.
-[[nodiscard]] Index CpDocumentPadding(std::span<const PackItem> pieces, Index seq_len,
+[[nodiscard]] Index CpDocumentPadding(std::span<const Piece> pieces, Index seq_len,
                                       const ContextParallelOptions& cp);
 
 // The checks behind CpRankWork's REQUIRES, for rows from a user: seq_len in
@@ -251,20 +251,20 @@ inline constexpr std::size_t kNumCpSplits = 5;
 // (padded for document_head_tail; seq_len a multiple of 2C for the others).
 // Throws invalid_argument naming cp_size, cp_granularity, seq_len or lengths.
 inline constexpr Index kMaxCpRowTokens = Index{1} << 28;
-void ValidateCpRow(std::span<const PackItem> pieces, Index seq_len,
-                   const ContextParallelOptions& cp, CpSplit split);
+void ValidateCpRow(std::span<const Piece> pieces, Index seq_len, const ContextParallelOptions& cp,
+                   CpSplit split);
 
 // The per-CP-rank work the plan balances rows by: the largest entry of
 // CpRankWork(..., kDocumentHeadTail) (head_tail, computed in O(pieces * C))
 // or of kBalanced (balanced: PlanCpRow's work).
-[[nodiscard]] double CpRowCost(std::span<const PackItem> pieces, Index seq_len,
+[[nodiscard]] double CpRowCost(std::span<const Piece> pieces, Index seq_len,
                                const ContextParallelOptions& cp);
 
 // ---------------------------------------------------------------------------
 // Implementation.
 
 template <typename CopyTokens>
-void CollateCpRow(std::span<const PackItem> pieces, const CollateOptions& options,
+void CollateCpRow(std::span<const Piece> pieces, const CollateOptions& options,
                   const ContextParallelOptions& cp, Index cp_rank, const CpRowOutput& out,
                   CopyTokens&& copy) {
   const Index C = cp.size;
@@ -286,16 +286,16 @@ void CollateCpRow(std::span<const PackItem> pieces, const CollateOptions& option
   // Writes the real tokens [lo, lo + n) of piece p (unpadded-row start
   // `unpadded`, index `doc`) at slots [at, at + n), padded-row positions from
   // `padded_at`.
-  auto real = [&](const PackItem& p, Index lo, Index n, Index at, Index unpadded, std::int32_t doc,
+  auto real = [&](const Piece& p, Index lo, Index n, Index at, Index unpadded, std::int32_t doc,
                   Index padded_at) {
     if (n <= 0) return;
     if (out.input_ids) {
-      copy(PackItem{p.item, n, 0, p.start + lo}, out.input_ids + at);
+      copy(Piece{p.item, n, 0, p.start + lo}, out.input_ids + at);
       if (out.labels) {
         std::memcpy(out.labels + at, out.input_ids + at, static_cast<std::size_t>(n) * 8);
       }
     } else if (out.labels) {
-      copy(PackItem{p.item, n, 0, p.start + lo}, out.labels + at);
+      copy(Piece{p.item, n, 0, p.start + lo}, out.labels + at);
     }
     if (out.labels && lo == 0) out.labels[at] = options.ignore_index;
     for (Index q = 0; q < n; ++q) {
@@ -339,7 +339,7 @@ void CollateCpRow(std::span<const PackItem> pieces, const CollateOptions& option
   Index unpadded = 0;  // unpadded-row start of the current piece
   std::int32_t doc = 0;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
-    const PackItem& p = pieces[i];
+    const Piece& p = pieces[i];
     if (p.length == 0) continue;
     const Index l = p.length;
     if (plan.owner[i] < 0) {
@@ -371,7 +371,7 @@ void CollateCpRow(std::span<const PackItem> pieces, const CollateOptions& option
   unpadded = 0;
   doc = 0;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
-    const PackItem& p = pieces[i];
+    const Piece& p = pieces[i];
     if (p.length == 0) continue;
     if (plan.owner[i] == cp_rank) {
       real(p, 0, p.length, slot, unpadded, doc, tail + slot - head);

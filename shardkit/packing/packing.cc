@@ -78,8 +78,8 @@ Index Packing::PackTokens(Index p) const {
   return sum;
 }
 
-std::vector<PackItem> Packing::Entries(Index p) const {
-  std::vector<PackItem> out;
+std::vector<Piece> Packing::Entries(Index p) const {
+  std::vector<Piece> out;
   for (Index e = offsets[p]; e < offsets[p + 1]; ++e) {
     out.push_back({items[e], lengths[e], images.empty() ? 0 : images[e], starts[e]});
   }
@@ -182,7 +182,7 @@ Packing PackBuffered(std::span<const Index> lengths, std::span<const Index> imag
   Pack pack;
   Index pieces = 0;
   while (packer.Pop(&pack)) {
-    for (const PackItem& p : pack.pieces) {
+    for (const Piece& p : pack.pieces) {
       out.items.push_back(p.item);
       out.lengths.push_back(p.length);
       out.starts.push_back(p.start);

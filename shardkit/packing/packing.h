@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "shardkit/base/errors.h"
+#include "shardkit/base/piece.h"
 
 namespace shardkit {
 
@@ -119,13 +120,11 @@ struct PackOptions {
 // max_sequences, buffer) when it is out of its domain.
 void ValidatePackOptions(const PackOptions& options);
 
-// One item, or one piece of a split item, as placed in a pack.
-struct PackItem {
-  Index item = 0;    // the caller's id (position in the input for PackItems)
-  Index length = 0;  // tokens
-  Index images = 0;
-  Index start = 0;  // first token of this piece within the item (0 unless split)
-};
+// One item, or one piece of a split item, as placed in a pack: a Piece
+// (shardkit/base/piece.h) whose `item` is the caller's id (the position in the
+// input for PackItems). PackItem is the name it had before the loader's
+// pieces and the packer's were one type; kept so callers keep compiling.
+using PackItem = Piece;
 
 // The packs of a whole data set, as flat arrays (CSR): the entries of pack p
 // are [offsets[p], offsets[p + 1]). Within a pack, entries are in placement
@@ -153,8 +152,8 @@ struct Packing {
   [[nodiscard]] double efficiency() const;
   // Tokens of pack p. REQUIRES 0 <= p < num_packs().
   [[nodiscard]] Index PackTokens(Index p) const;
-  // The entries of pack p as PackItems. REQUIRES 0 <= p < num_packs().
-  [[nodiscard]] std::vector<PackItem> Entries(Index p) const;
+  // The entries of pack p as pieces. REQUIRES 0 <= p < num_packs().
+  [[nodiscard]] std::vector<Piece> Entries(Index p) const;
 };
 
 // The most entries (items and pieces of split items) a Packing lists: 2^28,
@@ -176,7 +175,7 @@ inline constexpr Index kMaxPackEntries = Index{1} << 28;
 
 // A closed pack of the streaming packer.
 struct Pack {
-  std::vector<PackItem> pieces;  // placement order
+  std::vector<Piece> pieces;  // placement order
   Index tokens = 0;
   Index images = 0;
 };
@@ -189,7 +188,7 @@ struct Pack {
 // packs of capacity tokens, so a state stays O(buffer) however long the
 // documents are (a flat stream of 1e9 tokens is one entry, not 1e9 / capacity).
 struct PackerState {
-  std::vector<PackItem> buffered;
+  std::vector<Piece> buffered;
   std::vector<Pack> pending;
   Index items_seen = 0;  // Push calls
   Index dropped = 0;
@@ -250,7 +249,7 @@ class StreamingPacker {
   [[nodiscard]] const PackOptions& options() const { return options_; }
 
  private:
-  void Place(const PackItem& piece);
+  void Place(const Piece& piece);
   void Repack(bool finish);
   bool RepackBestFit(bool finish);
   void Close(Pack pack);

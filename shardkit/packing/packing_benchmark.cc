@@ -217,7 +217,7 @@ void BM_CollateBatch(benchmark::State& state) {
   std::vector<std::int32_t> tokens(1 << 20, 7);
   std::vector<Index> offsets;
   for (Index d = 0; d <= (1 << 20) / 512; ++d) offsets.push_back(d * 512);
-  std::vector<PackItem> row;
+  std::vector<Piece> row;
   for (Index d = 0; d < 8; ++d) row.push_back({d, 500, 0, 0});
   CollateOptions o;
   o.seq_len = 4096;
@@ -226,7 +226,7 @@ void BM_CollateBatch(benchmark::State& state) {
   for (auto _ : state) {
     for (int r = 0; r < 8; ++r) {
       FillRowMetadata(row, o, {pos.data() + r * 4096, doc.data() + r * 4096, nullptr, nullptr});
-      FillRowTokens(std::span<const PackItem>(row), tokens.data(), offsets.data(), o,
+      FillRowTokens(std::span<const Piece>(row), tokens.data(), offsets.data(), o,
                     ids.data() + r * 4096, labels.data() + r * 4096);
     }
     benchmark::DoNotOptimize(ids.data());

@@ -19,27 +19,27 @@ void ValidateCollateOptions(const CollateOptions& options) {
   CheckAtLeast("seq_len", options.seq_len, 1);
 }
 
-Index RowTokens(std::span<const PackItem> pieces) {
+Index RowTokens(std::span<const Piece> pieces) {
   Index sum = 0;
-  for (const PackItem& p : pieces) sum += p.length;
+  for (const Piece& p : pieces) sum += p.length;
   return sum;
 }
 
-Index RowStart(std::span<const PackItem> pieces, const CollateOptions& options) {
+Index RowStart(std::span<const Piece> pieces, const CollateOptions& options) {
   return options.padding_side == PaddingSide::kRight ? 0 : options.seq_len - RowTokens(pieces);
 }
 
-void FillRowMetadata(std::span<const PackItem> pieces, const CollateOptions& options,
+void FillRowMetadata(std::span<const Piece> pieces, const CollateOptions& options,
                      const RowBuffers& out) {
   RowOutput row;
   row.position_ids = out.position_ids;
   row.document_ids = out.document_ids;
   row.attention_mask = out.attention_mask;
   row.block_mask = out.block_mask;
-  CollateRow(pieces, options, row, [](const PackItem&, std::int64_t*) {});
+  CollateRow(pieces, options, row, [](const Piece&, std::int64_t*) {});
 }
 
-void ValidateCollation(std::span<const std::vector<PackItem>> rows,
+void ValidateCollation(std::span<const std::vector<Piece>> rows,
                        std::span<const std::int64_t> offsets, Index num_tokens,
                        const CollateOptions& options) {
   ValidateCollateOptions(options);
@@ -60,7 +60,7 @@ void ValidateCollation(std::span<const std::vector<PackItem>> rows,
   Index entry = 0;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     Index used = 0;
-    for (const PackItem& p : rows[r]) {
+    for (const Piece& p : rows[r]) {
       Index end = 0;
       if (p.item < 0 || p.item >= items || p.start < 0 || p.length < 0 ||
           __builtin_add_overflow(p.start, p.length, &end) ||
@@ -78,7 +78,7 @@ void ValidateCollation(std::span<const std::vector<PackItem>> rows,
   }
 }
 
-Index BatchCuSeqlens(std::span<const std::span<const PackItem>> rows, const CollateOptions& options,
+Index BatchCuSeqlens(std::span<const std::span<const Piece>> rows, const CollateOptions& options,
                      std::vector<std::int32_t>* out) {
   out->clear();
   out->push_back(0);
@@ -91,7 +91,7 @@ Index BatchCuSeqlens(std::span<const std::span<const PackItem>> rows, const Coll
   for (const auto& row : rows) {
     const Index padding = options.seq_len - RowTokens(row);
     if (padding > 0 && options.padding_side == PaddingSide::kLeft) add(padding);
-    for (const PackItem& p : row) {
+    for (const Piece& p : row) {
       if (p.length > 0) add(p.length);
     }
     if (padding > 0 && options.padding_side == PaddingSide::kRight) add(padding);
@@ -99,11 +99,11 @@ Index BatchCuSeqlens(std::span<const std::span<const PackItem>> rows, const Coll
   return max_len;
 }
 
-std::vector<ImageSlot> ImageMap(std::span<const std::span<const PackItem>> rows) {
+std::vector<ImageSlot> ImageMap(std::span<const std::span<const Piece>> rows) {
   std::vector<ImageSlot> out;
   for (size_t r = 0; r < rows.size(); ++r) {
     Index sequence = 0;
-    for (const PackItem& p : rows[r]) {
+    for (const Piece& p : rows[r]) {
       for (Index k = 0; k < p.images; ++k) {
         out.push_back({static_cast<Index>(r), p.length > 0 ? sequence : -1, p.item});
       }

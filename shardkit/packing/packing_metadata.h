@@ -72,7 +72,7 @@ struct CollateOptions : PaddingOptions {
 void ValidateCollateOptions(const CollateOptions& options);
 
 // Sum of the pieces' lengths; the row overflows when it exceeds seq_len.
-[[nodiscard]] Index RowTokens(std::span<const PackItem> pieces);
+[[nodiscard]] Index RowTokens(std::span<const Piece> pieces);
 
 // Output of one row, each of seq_len elements (block_mask: seq_len^2); a null
 // pointer is not filled.
@@ -85,7 +85,7 @@ struct RowBuffers {
 
 // First real token of the row: 0 for right padding, seq_len - RowTokens for
 // left padding. REQUIRES RowTokens(pieces) <= options.seq_len.
-[[nodiscard]] Index RowStart(std::span<const PackItem> pieces, const CollateOptions& options);
+[[nodiscard]] Index RowStart(std::span<const Piece> pieces, const CollateOptions& options);
 
 // Every output of one row, each seq_len elements (block_mask seq_len^2); a
 // null pointer is not written.
@@ -105,8 +105,8 @@ struct RowOutput {
 // every piece with one pass, so the cost is the token copy.
 // REQUIRES RowTokens(pieces) <= options.seq_len; options validated.
 template <typename CopyTokens>
-void CollateRow(std::span<const PackItem> pieces, const CollateOptions& options,
-                const RowOutput& out, CopyTokens&& copy) {
+void CollateRow(std::span<const Piece> pieces, const CollateOptions& options, const RowOutput& out,
+                CopyTokens&& copy) {
   const Index n = options.seq_len;
   const Index begin = RowStart(pieces, options);
   const Index end = begin + RowTokens(pieces);
@@ -120,7 +120,7 @@ void CollateRow(std::span<const PackItem> pieces, const CollateOptions& options,
   if (out.block_mask) std::fill(out.block_mask, out.block_mask + n * n, std::uint8_t{0});
   Index t = begin;
   std::int32_t doc = 0;
-  for (const PackItem& p : pieces) {
+  for (const Piece& p : pieces) {
     if (p.length == 0) continue;
     const Index len = p.length;
     if (out.input_ids) {
@@ -152,7 +152,7 @@ void CollateRow(std::span<const PackItem> pieces, const CollateOptions& options,
 
 // Fills the token-independent metadata of one row (CollateRow without tokens).
 // REQUIRES RowTokens(pieces) <= options.seq_len; options validated.
-void FillRowMetadata(std::span<const PackItem> pieces, const CollateOptions& options,
+void FillRowMetadata(std::span<const Piece> pieces, const CollateOptions& options,
                      const RowBuffers& out);
 
 // Fills input_ids and labels of one row from a flat token array: the tokens
@@ -161,12 +161,12 @@ void FillRowMetadata(std::span<const PackItem> pieces, const CollateOptions& opt
 // REQUIRES RowTokens(pieces) <= options.seq_len and every piece inside its
 // item's tokens (ValidateCollation).
 template <typename Token, typename Offset>
-void FillRowTokens(std::span<const PackItem> pieces, const Token* tokens, const Offset* offsets,
+void FillRowTokens(std::span<const Piece> pieces, const Token* tokens, const Offset* offsets,
                    const CollateOptions& options, std::int64_t* input_ids, std::int64_t* labels) {
   RowOutput out;
   out.input_ids = input_ids;
   out.labels = labels;
-  CollateRow(pieces, options, out, [&](const PackItem& p, std::int64_t* dst) {
+  CollateRow(pieces, options, out, [&](const Piece& p, std::int64_t* dst) {
     const Token* src = tokens + static_cast<Index>(offsets[p.item]) + p.start;
     for (Index k = 0; k < p.length; ++k) dst[k] = static_cast<std::int64_t>(src[k]);
   });
@@ -178,14 +178,14 @@ void FillRowTokens(std::span<const PackItem> pieces, const Token* tokens, const 
 // start + length checked for overflow (naming packs), every row at most
 // seq_len tokens and rows * seq_len below 2^31 for the int32 cu_seqlens
 // (naming seq_len).
-void ValidateCollation(std::span<const std::vector<PackItem>> rows,
+void ValidateCollation(std::span<const std::vector<Piece>> rows,
                        std::span<const std::int64_t> offsets, Index num_tokens,
                        const CollateOptions& options);
 
 // The batch-level cu_seqlens (see above) for rows of pieces, written to *out
 // (cleared first); returns max_seqlen. REQUIRES each row fits and
 // rows * seq_len < 2^31.
-Index BatchCuSeqlens(std::span<const std::span<const PackItem>> rows, const CollateOptions& options,
+Index BatchCuSeqlens(std::span<const std::span<const Piece>> rows, const CollateOptions& options,
                      std::vector<std::int32_t>* out);
 
 // Where each image of a batch goes: images are numbered in row order, then
@@ -197,7 +197,7 @@ struct ImageSlot {
                        // an item of zero tokens
   Index item = 0;      // the caller's item id (the sample)
 };
-[[nodiscard]] std::vector<ImageSlot> ImageMap(std::span<const std::span<const PackItem>> rows);
+[[nodiscard]] std::vector<ImageSlot> ImageMap(std::span<const std::span<const Piece>> rows);
 
 }  // namespace shardkit
 

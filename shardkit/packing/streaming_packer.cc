@@ -51,7 +51,7 @@ StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
   }
   // Every piece is a piece of an item: [start, start + length) without
   // overflow, at most a pack of tokens and images.
-  auto check_piece = [&](const PackItem& p, const char* where) {
+  auto check_piece = [&](const Piece& p, const char* where) {
     if (!PieceWithin(p.start, p.length, std::numeric_limits<Index>::max()) ||
         p.length > options_.capacity || p.images < 0 ||
         (options_.max_images && p.images > *options_.max_images)) {
@@ -62,7 +62,7 @@ StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
     }
   };
   Index tokens = 0, images = 0;
-  for (const PackItem& p : state.buffered) {
+  for (const Piece& p : state.buffered) {
     check_piece(p, "buffered");
     const auto t = AddWithoutOverflow(tokens, p.length);
     const auto i = AddWithoutOverflow(images, p.images);
@@ -88,7 +88,7 @@ StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
     Pack& pack = state.pending[k];
     if (IsPackRun(pack, options_.capacity)) {
       // A run of full pieces (oversize split): whole packs of one item.
-      const PackItem& p = pack.pieces[0];
+      const Piece& p = pack.pieces[0];
       if (options_.oversize != Oversize::kSplit || p.length % options_.capacity != 0 ||
           p.images != 0 || !PieceWithin(p.start, p.length, std::numeric_limits<Index>::max())) {
         over(k, p.length, "tokens",
@@ -104,7 +104,7 @@ StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
     }
     ++pending_packs_;
     Index pack_tokens = 0, pack_images = 0;
-    for (const PackItem& p : pack.pieces) {
+    for (const Piece& p : pack.pieces) {
       check_piece(p, "pending");
       // Each piece is at most a pack (checked above): the sums cannot wrap
       // before they pass the budget.
@@ -112,13 +112,13 @@ StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
       pack_images += p.images;
       if (pack_tokens > options_.capacity) {
         Index total = 0;
-        for (const PackItem& q : pack.pieces)
+        for (const Piece& q : pack.pieces)
           total = AddWithoutOverflow(total, q.length).value_or(total);
         over(k, total, "tokens", capacity_text);
       }
       if (options_.max_images && pack_images > *options_.max_images) {
         Index total = 0;
-        for (const PackItem& q : pack.pieces)
+        for (const Piece& q : pack.pieces)
           total = AddWithoutOverflow(total, q.images).value_or(total);
         over(k, total, "images", "max_images " + Str(*options_.max_images));
       }
@@ -133,17 +133,17 @@ StreamingPacker::StreamingPacker(const PackOptions& options, PackerState state)
   }
   // No token twice: the pieces of one item never overlap (a piece listed
   // twice, buffered and pending, would be delivered twice).
-  std::vector<const PackItem*> all;
-  for (const PackItem& p : state.buffered) all.push_back(&p);
+  std::vector<const Piece*> all;
+  for (const Piece& p : state.buffered) all.push_back(&p);
   for (const Pack& pack : state.pending) {
-    for (const PackItem& p : pack.pieces) all.push_back(&p);
+    for (const Piece& p : pack.pieces) all.push_back(&p);
   }
-  std::sort(all.begin(), all.end(), [](const PackItem* a, const PackItem* b) {
+  std::sort(all.begin(), all.end(), [](const Piece* a, const Piece* b) {
     return a->item != b->item ? a->item < b->item : a->start < b->start;
   });
   for (std::size_t i = 1; i < all.size(); ++i) {
-    const PackItem& a = *all[i - 1];
-    const PackItem& b = *all[i];
+    const Piece& a = *all[i - 1];
+    const Piece& b = *all[i];
     if (a.item == b.item && (a.start == b.start || a.start + a.length > b.start)) {
       ThrowInvalid("state", "item " + Str(a.item) + " is listed twice (pieces at start " +
                                 Str(a.start) + " and " + Str(b.start) + " overlap)");
@@ -184,16 +184,15 @@ void StreamingPacker::Push(Index item, Index length, Index images) {
       state_.packs_closed += pieces;
       state_.tokens_closed += pieces * capacity;
       pending_packs_ += pieces;
-      state_.pending.push_back(
-          Pack{{PackItem{item, pieces * capacity, 0, 0}}, pieces * capacity, 0});
+      state_.pending.push_back(Pack{{Piece{item, pieces * capacity, 0, 0}}, pieces * capacity, 0});
     }
-    if (length % capacity) Place(PackItem{item, length % capacity, 0, pieces * capacity});
+    if (length % capacity) Place(Piece{item, length % capacity, 0, pieces * capacity});
     return;
   }
-  Place(PackItem{item, length, images, 0});
+  Place(Piece{item, length, images, 0});
 }
 
-void StreamingPacker::Place(const PackItem& piece) {
+void StreamingPacker::Place(const Piece& piece) {
   if (options_.algorithm == PackAlgorithm::kNextFit) {
     const bool fits =
         open_.tokens + piece.length <= options_.capacity &&
@@ -242,7 +241,7 @@ void StreamingPacker::Repack(bool finish) {
     }
     if (2 * static_cast<Index>(members[keep].size()) > buffer_limit_) keep = -1;
   }
-  std::vector<PackItem> rest;
+  std::vector<Piece> rest;
   if (keep >= 0) {
     std::vector<Index> m = members[keep];
     std::sort(m.begin(), m.end());  // arrival order
@@ -275,9 +274,9 @@ bool StreamingPacker::RepackBestFit(bool finish) {
   // Units by decreasing length, ties by arrival: a stable counting sort over
   // the lengths present (first[max_len - l] = units longer than l).
   Index max_len = 0;
-  for (const PackItem& p : buffered) max_len = std::max(max_len, p.length);
+  for (const Piece& p : buffered) max_len = std::max(max_len, p.length);
   s.first.assign(static_cast<std::size_t>(max_len) + 2, 0);
-  for (const PackItem& p : buffered) ++s.first[static_cast<std::size_t>(max_len - p.length) + 1];
+  for (const Piece& p : buffered) ++s.first[static_cast<std::size_t>(max_len - p.length) + 1];
   for (std::size_t i = 1; i < s.first.size(); ++i) s.first[i] += s.first[i - 1];
   s.order.resize(static_cast<std::size_t>(n));
   for (Index u = 0; u < n; ++u) {
@@ -382,7 +381,7 @@ bool StreamingPacker::RepackBestFit(bool finish) {
     const std::int32_t u = s.order[static_cast<std::size_t>(j)];
     const Index b = s.bin[static_cast<std::size_t>(u)];
     if (b == keep) continue;
-    const PackItem& piece = buffered[static_cast<std::size_t>(u)];
+    const Piece& piece = buffered[static_cast<std::size_t>(u)];
     Pack& pack = pending[slot(b)];
     pack.pieces.push_back(piece);
     pack.tokens += piece.length;
@@ -425,9 +424,9 @@ bool StreamingPacker::Pop(Pack* pack) {
   Pack& front = pending[pending_head_];
   if (IsPackRun(front, options_.capacity)) {
     // The next full piece of a run; the rest stays pending.
-    PackItem& run = front.pieces[0];
+    Piece& run = front.pieces[0];
     const Index capacity = options_.capacity;
-    *pack = Pack{{PackItem{run.item, capacity, 0, run.start}}, capacity, 0};
+    *pack = Pack{{Piece{run.item, capacity, 0, run.start}}, capacity, 0};
     run.start += capacity;
     run.length -= capacity;
     front.tokens -= capacity;

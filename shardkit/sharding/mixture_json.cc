@@ -42,21 +42,11 @@ Json WeightList(const std::vector<double>& values) {
 }
 
 std::vector<Index> ReadIndexList(const Json& v, const std::string& path) {
-  std::vector<Index> out;
-  const Json::Array& a = AsArray(v, path);
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    out.push_back(AsInt64(a[i], path + "[" + std::to_string(i) + "]"));
-  }
-  return out;
+  return ReadList(v, path, [](const Json& e, const std::string& at) { return AsInt64(e, at); });
 }
 
 std::vector<double> ReadWeightList(const Json& v, const std::string& path) {
-  std::vector<double> out;
-  const Json::Array& a = AsArray(v, path);
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    out.push_back(ParseWeight(a[i], path + "[" + std::to_string(i) + "]"));
-  }
-  return out;
+  return ReadList(v, path, [](const Json& e, const std::string& at) { return ParseWeight(e, at); });
 }
 
 // What a mixture state belongs to: its sources and their walks.
@@ -136,10 +126,8 @@ void ReadMixturePlan(const Json& j, const std::string& path, std::vector<Index>*
       ParseInterpolation(AsString(Field(j, path, "interpolation"), path + ".interpolation"));
   o.schedule_unit =
       ParseMixBy(AsString(Field(j, path, "schedule_unit"), path + ".schedule_unit"), path);
-  const Json::Array& repeat = AsArray(Field(j, path, "repeat"), path + ".repeat");
-  for (std::size_t i = 0; i < repeat.size(); ++i) {
-    o.repeat.push_back(AsBool(repeat[i], path + ".repeat[" + std::to_string(i) + "]"));
-  }
+  o.repeat = ReadList(Field(j, path, "repeat"), path + ".repeat",
+                      [](const Json& e, const std::string& at) { return AsBool(e, at); });
   o.origin = AsInt64(Field(j, path, "origin"), path + ".origin");
   o.start = ReadIndexList(Field(j, path, "start"), path + ".start");
   o.skip = AsInt64(Field(j, path, "skip"), path + ".skip");

@@ -38,7 +38,7 @@ namespace shardkit::internal {
 
 // One planned batch: rows of resolved pieces (item = document).
 struct Plan {
-  std::vector<std::vector<PackItem>> rows;
+  std::vector<std::vector<Piece>> rows;
   std::uint64_t epoch = 0;
   Index index = 0;
   Index step = 0;  // Batch::step

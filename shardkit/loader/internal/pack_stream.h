@@ -91,7 +91,7 @@ class PackStream {
       // The packer saw padded lengths; the pieces get their real ones back
       // (only a document's last piece holds its padding).
       pack->tokens = 0;
-      for (PackItem& p : pack->pieces) {
+      for (Piece& p : pack->pieces) {
         p.length = std::min(p.length, docs_->Length(p.item) - p.start);
         pack->tokens += p.length;
       }

@@ -16,7 +16,7 @@ double PackCost(const Pack& pack, CostModel model, Index seq_len,
   if (model == CostModel::kTokens) return static_cast<double>(pack.tokens);
   if (cp.size > 1) return CpRowCost(pack.pieces, seq_len, cp);
   double c = 0;
-  for (const PackItem& p : pack.pieces) c += PieceCost(p.length, model);
+  for (const Piece& p : pack.pieces) c += PieceCost(p.length, model);
   return c;
 }
 
