@@ -19,46 +19,66 @@ that same process, on the same sharding:
                  call as JAX's addressable-map cache would do within one call.
                  shardkit: NamedSharding.local_to_global(local_shape, process).
 Both mappings are checked equal before timing. Prints one line per measurement
-with both times and the ratio; no speed is asserted anywhere.
+with both sides' CPU and wall times (the process's CPU: every thread) and the ratios,
+the sides interleaved round by round and the best call of each kept (bench/bench_util.py's
+rule); no speed is asserted anywhere.
 
-usage: python bench/layout_vs_jax.py [--devices 8192,16384] [--per-host 4] [--timeout S]
+usage: python bench/layout_vs_jax.py [--devices 8192,16384] [--drop-in 8,64,1024] [--per-host 4]
+                                    [--rounds 5] [--timeout S]
 """
 
 import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
 
-
-def timeit(fn, min_reps, min_seconds=0.5):
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_reps or time.perf_counter() - start < min_seconds:
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-        if len(times) >= 10000:
-            break
-    return statistics.median(times)
+from bench_util import load_average
 
 
-def best_of(fn, reps=30, min_seconds=0.3):
-    """Minimum over repeats of one call, blocked until its arrays are ready."""
-    import jax
+def _calls(fn, count, block):
+    """(CPU s, wall s) of each of `count` calls of fn; CPU is the process's (every thread:
+    JAX copies to devices on its own threads)."""
+    out = []
+    for _ in range(count):
+        c, w = time.process_time(), time.perf_counter()
+        r = fn()
+        if block:
+            import jax
 
-    best, start, count = float("inf"), time.perf_counter(), 0
-    while count < reps or time.perf_counter() - start < min_seconds:
-        t = time.perf_counter()
-        jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - t)
-        count += 1
-        if count >= 2000:
-            break
-    return best
+            jax.block_until_ready(r)
+        out.append((time.process_time() - c, time.perf_counter() - w))
+    return out
+
+
+ROUNDS = 5  # --rounds: interleaved rounds per measurement
+
+
+def side_by_side(jax_fn, sk_fn, jax_calls, sk_calls, block=False):
+    """The two sides interleaved round by round (bench_util's rule), `*_calls` calls of
+    each per round: the best (CPU s, wall s) of one call of each side."""
+    j, k = [], []
+    for _ in range(ROUNDS):
+        j += _calls(jax_fn, jax_calls, block)
+        k += _calls(sk_fn, sk_calls, block)
+    best = lambda xs: (min(c for c, _ in xs), min(w for _, w in xs))  # noqa: E731
+    return best(j), best(k)
+
+
+def row(what, jax_t, sk_t, **extra):
+    """One result row: both sides' CPU and wall ms, the ratio per CPU s and per wall s."""
+    return {
+        "what": what,
+        "jax_cpu_ms": jax_t[0] * 1e3,
+        "jax_wall_ms": jax_t[1] * 1e3,
+        "shardkit_cpu_ms": sk_t[0] * 1e3,
+        "shardkit_wall_ms": sk_t[1] * 1e3,
+        "ratio_cpu": jax_t[0] / max(sk_t[0], 1e-9),
+        "ratio_wall": jax_t[1] / sk_t[1],
+        **extra,
+    }
 
 
 def child_drop_in(num_devices):
@@ -95,17 +115,8 @@ def child_drop_in(num_devices):
 
     def report(what, theirs, ours, jax_fn, sk_fn):
         equal(jax_fn(), sk_fn())
-        j, k = best_of(jax_fn), best_of(sk_fn)
-        rows.append(
-            {
-                "devices": num_devices,
-                "what": what,
-                "jax_ms": j * 1e3,
-                "shardkit_ms": k * 1e3,
-                "ratio": j / k,
-                "note": f"{theirs} vs {ours}",
-            }
-        )
+        j, k = side_by_side(jax_fn, sk_fn, 20, 20, block=True)
+        rows.append(row(what, j, k, devices=num_devices, note=f"{theirs} vs {ours}"))
 
     report(
         "make_array_from_process_local_data, one array",
@@ -164,18 +175,9 @@ def child(num_devices, per_host):
     processes = num_devices // per_host
     rows = []
 
-    def report(what, jax_s, sk_s, note=""):
-        rows.append(
-            {
-                "devices": num_devices,
-                "processes": processes,
-                "what": what,
-                "jax_ms": jax_s * 1e3,
-                "shardkit_ms": sk_s * 1e3,
-                "ratio": jax_s / sk_s,
-                "note": note,
-            }
-        )
+    def report(what, jax_fn, sk_fn, jax_calls, sk_calls, note=""):
+        j, k = side_by_side(jax_fn, sk_fn, jax_calls, sk_calls)
+        rows.append(row(what, j, k, devices=num_devices, processes=processes, note=note))
 
     # ---- index map ---------------------------------------------------------------
     def jax_map():
@@ -194,12 +196,13 @@ def child(num_devices, per_host):
         ]
         assert [(s.start, s.stop) for s in smap[pos]] == want
         assert arr[pos].tolist() == [list(w) for w in want]
-    t_jax = timeit(jax_map, 5)
-    report("devices_indices_map -> numpy array", t_jax, timeit(lambda: sk.indices(shape), 50))
+    report("devices_indices_map -> numpy array", jax_map, lambda: sk.indices(shape), 1, 10)
     report(
         "devices_indices_map -> dict of slices",
-        t_jax,
-        timeit(lambda: sk.devices_indices_map(shape), 20),
+        jax_map,
+        lambda: sk.devices_indices_map(shape),
+        1,
+        4,
         "same output type as JAX",
     )
 
@@ -211,7 +214,7 @@ def child(num_devices, per_host):
     jrep = jax_replicas()
     srep = sk.replica_ids(shape)
     assert all(srep[pos] == jrep[d] for pos, d in enumerate(flat))
-    report("replica ids", timeit(jax_replicas, 5), timeit(lambda: sk.replica_ids(shape), 50))
+    report("replica ids", jax_replicas, lambda: sk.replica_ids(shape), 1, 10)
 
     # ---- per-process mapping of make_array_from_process_local_data ---------------
     class Host:
@@ -277,14 +280,18 @@ def child(num_devices, per_host):
     ]
     report(
         f"make_array_from_process_local_data mapping, 1 process of {per_host} devices",
-        timeit(lambda: jax_process(me, local_shape), 3),
-        timeit(lambda: sk.local_to_global(local_shape, me), 50),
+        lambda: jax_process(me, local_shape),
+        lambda: sk.local_to_global(local_shape, me),
+        1,
+        10,
         "global shape inferred",
     )
     report(
         "same, global_shape given (no inference)",
-        timeit(lambda: jax_process(me, local_shape, shape), 3),
-        timeit(lambda: sk.local_to_global(local_shape, me, shape), 200),
+        lambda: jax_process(me, local_shape, shape),
+        lambda: sk.local_to_global(local_shape, me, shape),
+        1,
+        40,
     )
     return {
         "machine": platform.processor() or platform.machine(),
@@ -324,6 +331,19 @@ def run_child(num_devices, child_args, timeout):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def print_rows(rows, width):
+    print(
+        f"{'measurement':<{width}} {'JAX CPU ms':>11} {'wall':>9} {'shardkit CPU ms':>16}"
+        f" {'wall':>9} {'ratio CPU':>10} {'wall':>8}"
+    )
+    for r in rows:
+        print(
+            f"{r['what']:<{width}} {r['jax_cpu_ms']:>11.3f} {r['jax_wall_ms']:>9.3f}"
+            f" {r['shardkit_cpu_ms']:>16.4f} {r['shardkit_wall_ms']:>9.4f}"
+            f" {r['ratio_cpu']:>9.1f}x {r['ratio_wall']:>7.1f}x"
+        )
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--devices", default="8192,16384")
@@ -332,7 +352,10 @@ def main():
     parser.add_argument("--child", type=int, default=0)
     parser.add_argument("--child-drop-in", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (best kept)")
     args = parser.parse_args()
+    global ROUNDS
+    ROUNDS = args.rounds
     if args.child_drop_in:
         print(json.dumps(child_drop_in(args.child_drop_in)), flush=True)
         os._exit(0)
@@ -341,23 +364,23 @@ def main():
         # Tearing down 16384 host devices takes minutes; the results are out.
         os._exit(0)
     for n in map(int, filter(None, args.drop_in.split(","))):
-        doc = run_child(n, ["--child-drop-in", str(n)], args.timeout)
+        doc = run_child(n, ["--child-drop-in", str(n), "--rounds", str(args.rounds)], args.timeout)
         if doc is None:
             print(f"\n{n} devices (drop-in): no result within {args.timeout} s")
             continue
         print(
             f"\ndrop-in, {n} devices in one process, mesh {doc['mesh']}, array"
             f" {tuple(doc['shape'])} float32; jax {doc['jax']}, {doc['cpus']} cpus;"
-            " minimum of repeats, blocked until ready"
+            f" best call of {args.rounds} interleaved rounds, blocked until ready;"
+            f" {load_average()}"
         )
-        print(f"{'measurement':<52} {'JAX ms':>10} {'shardkit ms':>12} {'JAX/shardkit':>13}")
-        for r in doc["rows"]:
-            print(
-                f"{r['what']:<52} {r['jax_ms']:>10.3f} {r['shardkit_ms']:>12.3f}"
-                f" {r['ratio']:>12.2f}x"
-            )
+        print_rows(doc["rows"], 52)
     for n in map(int, filter(None, args.devices.split(","))):
-        doc = run_child(n, ["--child", str(n), "--per-host", str(args.per_host)], args.timeout)
+        doc = run_child(
+            n,
+            ["--child", str(n), "--per-host", str(args.per_host), "--rounds", str(args.rounds)],
+            args.timeout,
+        )
         if doc is None:
             # XLA's CPU client sometimes stalls creating this many host devices on a
             # loaded machine; say so instead of hanging.
@@ -366,14 +389,10 @@ def main():
         print(
             f"\n{n} devices, mesh {doc['mesh']}, spec {doc['spec']}, shape {tuple(doc['shape'])},"
             f" {n // args.per_host} processes of {args.per_host} devices; jax {doc['jax']},"
-            f" {doc['cpus']} cpus ({doc['device_setup_s']:.1f} s to create the CPU devices)"
+            f" {doc['cpus']} cpus ({doc['device_setup_s']:.1f} s to create the CPU devices);"
+            f" best call of {args.rounds} interleaved rounds; {load_average()}"
         )
-        print(f"{'measurement':<64} {'JAX ms':>10} {'shardkit ms':>12} {'ratio':>9}")
-        for r in doc["rows"]:
-            print(
-                f"{r['what']:<64} {r['jax_ms']:>10.3f} {r['shardkit_ms']:>12.4f}"
-                f" {r['ratio']:>8.0f}x"
-            )
+        print_rows(doc["rows"], 64)
 
 
 if __name__ == "__main__":
