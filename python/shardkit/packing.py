@@ -397,6 +397,13 @@ class PackedCollator:
         empty, zero = np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
         self.rows(zero, empty, empty, empty, empty, empty, zero)
 
+    # The options read back by their names, as before they were one dict.
+    seq_len = property(lambda self: self.options["seq_len"])
+    padding_side = property(lambda self: self.options["padding_side"])
+    pad_token_id = property(lambda self: self.options["pad_token_id"])
+    ignore_index = property(lambda self: self.options["ignore_index"])
+    causal = property(lambda self: self.options["causal"])
+
     def __call__(self, packs: Sequence[Sequence[Any]]) -> dict:
         try:
             return self._collate(packs)

@@ -106,6 +106,8 @@ struct StateDictTag {};       // a state dict (state_dict()), checked where it i
 struct ScheduleTag {};        // (position, weights) pairs or None
 struct ArrayListTag {};       // one array-like per source, or None
 struct BoolsTag {};           // one bool, or one per source
+struct SamplePairTag {};      // (sources, items): two int64 numpy arrays
+struct OutPairTag {};         // (sources, items) to fill in place, or None
 
 using IntSequence = nb::typed<nb::handle, IntSequenceTag>;
 using Int = nb::typed<nb::handle, IntTag>;
@@ -145,6 +147,11 @@ SHARDKIT_STUB_NAME(ScheduleTag,
                    "collections.abc.Sequence[tuple[int, numpy.typing.ArrayLike]] | None");
 SHARDKIT_STUB_NAME(ArrayListTag, "collections.abc.Sequence[numpy.typing.ArrayLike] | None");
 SHARDKIT_STUB_NAME(BoolsTag, "bool | collections.abc.Sequence[bool]");
+SHARDKIT_STUB_NAME(SamplePairTag,
+                   "tuple[numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64]]");
+SHARDKIT_STUB_NAME(OutPairTag,
+                   "tuple[numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64]] | "
+                   "None");
 #undef SHARDKIT_STUB_NAME
 }  // namespace nanobind::detail
 

@@ -177,17 +177,18 @@ void init_mixture(nb::module_& m) {
           "position"_a.none(), "(source, item) of sample ``position``.")
       .def(
           "numpy",
-          [](const Mixture& mix, Int start_arg, OptionalInt stop, nb::object out) -> nb::object {
+          [](const Mixture& mix, Int start_arg, OptionalInt stop,
+             nb::typed<nb::handle, OutPairTag> out) -> nb::typed<nb::object, SamplePairTag> {
             const Index start = ToIndex(start_arg, "start");
             const Index end = ToOptionalIndex(stop, "stop").value_or(mix.size());
             CheckSlice(start, end, mix.size());
             const auto n = static_cast<std::size_t>(end - start);
             if (out.is_none()) {
               // stop (None: the end) sets the length.
-              return nb::cast(
-                  SampleArrays("stop", n, [&](std::int64_t* sources, std::int64_t* items) {
+              return nb::typed<nb::object, SamplePairTag>(
+                  nb::cast(SampleArrays("stop", n, [&](std::int64_t* sources, std::int64_t* items) {
                     mix.Fill(start, end, sources, items);
-                  }));
+                  })));
             }
             // Caller's arrays (reused chunk buffers, a memory map): written in place.
             using Out = nb::ndarray<std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
@@ -232,9 +233,9 @@ void init_mixture(nb::module_& m) {
               ReleaseGil release;
               mix.Fill(start, end, sources, items);
             }
-            return out;
+            return nb::typed<nb::object, SamplePairTag>(nb::borrow(out));
           },
-          "start"_a.none() = 0, "stop"_a.none() = nb::none(), "out"_a = nb::none(),
+          "start"_a.none() = 0, "stop"_a.none() = nb::none(), "out"_a.none() = nb::none(),
           "(sources, items): int64 arrays for samples [start, stop): new arrays, or ``out``\n"
           "(two writable C-contiguous int64 arrays of stop - start elements) filled in place.")
       .def(
