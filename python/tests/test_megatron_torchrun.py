@@ -5,7 +5,9 @@ rows of the TrainPlan built from the lengths Megatron reads, every document
 once, and every delivered token equal to what megatron-core's IndexedDataset
 reads; the same epoch through shardkit.grain (a Grain pipeline), then a Grain
 checkpoint (Grain's CheckpointHandler) mid-epoch, SIGKILL, and a restore that
-continues exactly as the uninterrupted run. The worker is
+continues exactly as the uninterrupted run. The uninterrupted epochs and the run
+that is killed are one launch (the worker's "whole,grain-first"): torch and gloo
+start on 4 processes twice, not three times. The worker is
 megatron_torchrun_worker.py."""
 
 import json
@@ -73,8 +75,12 @@ def check_tokens(docs, steps):
 
 @pytest.fixture(scope="module")
 def whole(corpus):
+    """One launch: the whole epoch (torch, then Grain; whole-<rank>.json),
+    then the Grain run that checkpoints after CHECKPOINT_STEP steps
+    (checkpoint.json) and is SIGKILLed while it trains on."""
     root, _ = corpus
-    finish(launch(root, "whole"), 600, lambda: launch(root, "whole"))
+    marker = root / "checkpoint.json"
+    kill_after_checkpoint(lambda: launch(root, "whole,grain-first"), marker, 600, retry=True)
     return [json.loads((root / f"whole-{r}.json").read_text()) for r in range(WORLD)]
 
 
@@ -94,9 +100,7 @@ def test_equal_steps_every_document_once_tokens_as_megatron_reads_them(corpus, w
 
 def test_grain_checkpoint_mid_epoch_sigkill_then_restore_continues_exactly(corpus, whole):
     root, docs = corpus
-    marker = root / "checkpoint.json"
-    kill_after_checkpoint(lambda: launch(root, "grain-first"), marker, retry=True)
-    before = json.loads(marker.read_text())["delivered"]
+    before = json.loads((root / "checkpoint.json").read_text())["delivered"]  # killed in `whole`
     finish(launch(root, "grain-resume"), 600, lambda: launch(root, "grain-resume"))
     after = []
     for r in range(WORLD):

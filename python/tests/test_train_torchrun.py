@@ -2,8 +2,9 @@
 all_reduce every step over two epochs of a lognormal corpus in pad,
 continuous and drop modes with 0 and 2 DataLoader workers; SIGKILL mid-epoch
 and resume on 3 processes and on 4 with another batch size; a rank with
-another seed fails on every rank within seconds. Every launch has a hard
-timeout. The worker is workers/train_torchrun_worker.py; each test takes the
+another seed fails on every rank within seconds. The two epochs and the run
+that is killed are one launch (the worker's "epochs,first"). Every launch has
+a hard timeout. The worker is workers/train_torchrun_worker.py; each test takes the
 `torch` fixture (conftest.py), which skips it where torch is not installed."""
 
 import json
@@ -35,9 +36,20 @@ def launch(root, nproc, *args):
     return torchrun_launch.launch("train_torchrun_worker.py", nproc, root, *args)
 
 
-def test_two_epochs_all_modes_and_worker_counts_equal_steps_exactly_once(corpus, torch):
+@pytest.fixture(scope="module")
+def first(corpus):
+    """One launch on 4 processes: the two epochs of every mode (epochs-<rank>.json),
+    then the pad run that checkpoints (checkpoint.json) and is SIGKILLed while
+    it trains on."""
+    pytest.importorskip("torch")
+    root, _ = corpus
+    marker = root / "checkpoint.json"
+    kill_after_checkpoint(lambda: launch(root, 4, "epochs,first"), marker, 600, retry=True)
+    return root
+
+
+def test_two_epochs_all_modes_and_worker_counts_equal_steps_exactly_once(corpus, first, torch):
     root, lengths = corpus
-    finish(launch(root, 4, "epochs"), 600, lambda: launch(root, 4, "epochs"))
     by_rank = [json.loads((root / f"epochs-{r}.json").read_text()) for r in range(4)]
     for key in by_rank[0]:
         mode = key.split("/")[0]
@@ -66,11 +78,11 @@ def test_two_epochs_all_modes_and_worker_counts_equal_steps_exactly_once(corpus,
     assert plan.audit().exactly_once
 
 
-def test_sigkill_mid_epoch_then_resume_on_3_processes_and_on_4_with_another_batch(corpus, torch):
+def test_sigkill_mid_epoch_then_resume_on_3_processes_and_on_4_with_another_batch(
+    corpus, first, torch
+):
     root, lengths = corpus
-    marker = root / "checkpoint.json"
-    kill_after_checkpoint(lambda: launch(root, 4, "first"), marker)
-    checkpoint = json.loads(marker.read_text())
+    checkpoint = json.loads((root / "checkpoint.json").read_text())  # killed in `first`
     assert checkpoint["state"]["kind"] == "train_plan"
     for nproc, batch in [(3, 2), (4, 3)]:
         for f in root.glob("resumed-*.json"):

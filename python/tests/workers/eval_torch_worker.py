@@ -4,7 +4,8 @@ Modes: ok (static, then dynamic), static (check the plan, a collective every ste
 tensors and strings), dynamic (a filter, then agree_steps), mismatch (rank 2
 builds a different plan), raise (rank 1 raises at step 2), kill (rank 1 is
 SIGKILLed at step 2), nocheck_900 / nocheck_1001 (rank 2 plans 900 / 1001
-items, the others 1000, and only gather_unshard communicates).
+items, the others 1000, and only gather_unshard communicates; nocheck_900,1001
+runs both cases one after the other in the same processes).
 """
 
 import argparse
@@ -35,28 +36,31 @@ def main() -> None:
     assert info.source == "torch.distributed", info
     assert info.local_rank == int(os.environ["LOCAL_RANK"]), info
 
-    if a.mode in ("nocheck_900", "nocheck_1001"):
+    if a.mode.startswith("nocheck_"):
         # No check_plan and no per-step collective: gather_unshard alone must
         # notice that rank 2 holds another plan (it used to hang on 900 vs
-        # 1000 and return different results on 1001 vs 1000).
-        items = {"nocheck_900": 900, "nocheck_1001": 1001}[a.mode] if rank == 2 else 1000
-        plan = shardkit.EvalPlan(items, world, a.batch)
-        preds = torch.cat([torch.from_numpy(idx) for _, idx, _ in plan.batches(rank)])
-        try:
-            gather_unshard(plan, preds)
-        except shardkit.PlanMismatchError as e:
-            print(f"rank {rank} PlanMismatchError: {e}", flush=True)
-            code = 3
-        else:
-            print(f"rank {rank} gathered without error", flush=True)
-            code = 0
+        # 1000 and return different results on 1001 vs 1000). Exit 3: every
+        # case raised.
+        raised = []
+        for case in a.mode[len("nocheck_") :].split(","):
+            items = int(case) if rank == 2 else 1000
+            plan = shardkit.EvalPlan(items, world, a.batch)
+            preds = torch.cat([torch.from_numpy(idx) for _, idx, _ in plan.batches(rank)])
+            try:
+                gather_unshard(plan, preds)
+            except shardkit.PlanMismatchError as e:
+                print(f"rank {rank} nocheck_{case} PlanMismatchError: {e}", flush=True)
+                raised.append(True)
+            else:
+                print(f"rank {rank} nocheck_{case} gathered without error", flush=True)
+                raised.append(False)
         # Every rank raised together; leave together, so that no rank's gloo
         # threads see rank 0 (which holds the store) go away mid-shutdown
         # (torch aborted one process with "terminate called without an active
         # exception" when rank 0 exited first).
         dist.barrier()
         dist.destroy_process_group()
-        sys.exit(code)
+        sys.exit(3 if all(raised) else 0)
     if a.mode == "kill":
         dist.barrier()
     try:

@@ -10,6 +10,8 @@ grain-first   the Grain pipeline; after CHECKPOINT_STEP steps every rank saves i
               until the test kills it (SIGKILL).
 grain-resume  a fresh Grain pipeline restored by the CheckpointHandler, to the end of
               the epoch; writes resumed-<rank>.json like whole.
+Modes joined by commas run one after the other in the same launch (the test runs
+"whole,grain-first": one start of torch and gloo for both).
 """
 
 import datetime
@@ -54,12 +56,7 @@ def run(batches):
     return steps
 
 
-def main():
-    root, mode = Path(sys.argv[1]), sys.argv[2]
-    prefix = str(root / "corpus")
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
-    rank = dist.get_rank()
-    ckpt = epath.Path(root / "grain-ckpt" / f"rank-{rank}")
+def run_mode(mode, root, prefix, rank, ckpt):
     if mode == "whole":
         loader = TokenDataLoader(TokenDataset(prefix, **OPTIONS), num_workers=2)
         out = {"torch": run(loader), "grain": run(iter(grain_pipeline(prefix)))}
@@ -81,6 +78,18 @@ def main():
     elif mode == "grain-resume":
         it = CheckpointHandler().restore(ckpt, iter(grain_pipeline(prefix)))
         (root / f"resumed-{rank}.json").write_text(json.dumps(run(it)))
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+
+
+def main():
+    root, mode = Path(sys.argv[1]), sys.argv[2]
+    prefix = str(root / "corpus")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+    rank = dist.get_rank()
+    ckpt = epath.Path(root / "grain-ckpt" / f"rank-{rank}")
+    for each in mode.split(","):
+        run_mode(each, root, prefix, rank, ckpt)
     leave_together()
 
 

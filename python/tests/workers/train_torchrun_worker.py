@@ -13,6 +13,8 @@ resume    loads checkpoint.json on this world size and batch size (argv[3]),
 mismatch  rank world-1 is built with another seed: the first iteration must
           raise PlanMismatchError on every rank; each rank writes
           mismatch-<rank>.txt with the message.
+Modes joined by commas run one after the other in the same launch (the test runs
+"epochs,first": one start of torch and gloo on 4 processes for both).
 """
 
 import datetime
@@ -56,6 +58,12 @@ def main():
     # starting, a batch planned): 60 s once timed out in a full `make test`
     # while other builds ran. A real hang still ends at the test's hard timeout.
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+    for each in mode.split(","):
+        run_mode(root, each)
+    leave_together()
+
+
+def run_mode(root, mode):
     rank, world = dist.get_rank(), dist.get_world_size()
     if mode == "epochs":
         out = {}
@@ -119,7 +127,8 @@ def main():
         except PlanMismatchError as e:
             message = "PlanMismatchError: " + str(e)
         (root / f"mismatch-{rank}.txt").write_text(f"{time.time() - start:.3f} {message}")
-    leave_together()
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
 
 
 if __name__ == "__main__":

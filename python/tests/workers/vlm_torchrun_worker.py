@@ -1,16 +1,19 @@
 """One rank of test_vlm_torchrun.py: a tiny vision-language model (a conv
 image encoder + a GRU decoder, CPU, DistributedDataParallel over gloo) trained
-on image-text samples from real encoded images, stored as tar shards
-(argv[2] == "tar") or as a datasets dataset ("hf"), through
-ConstantLengthDataset with the images decoded on C++ threads.
+on image-text samples from real encoded images, through ConstantLengthDataset
+with the images decoded on C++ threads. One launch runs both stores side by
+side, in lockstep (one model and one dataset each): the tar shards ("tar") and
+the datasets dataset ("hf"), so that the 4-rank kill and the 3-rank resume
+start torch, gloo and the workers once for both.
 
-first   after CHECKPOINT_STEP steps, every rank's loader state and delivered
-        samples are gathered and rank 0 writes the model (model.pt) and then
-        checkpoint.json (the states must be equal: one state for every rank);
-        the ranks then train on slowly until the test kills them.
-resume  on another world size: loads checkpoint.json and model.pt, trains to
-        the end of the epoch, writes resumed-<rank>.json (its samples, its
-        step count, the last loss)."""
+first   after CHECKPOINT_STEP steps of every store, every rank's loader states
+        and delivered samples are gathered and rank 0 writes the models
+        (model-<store>.pt) and then checkpoint.json ({store: {state, world,
+        delivered}}; the states of a store must be equal: one state for every
+        rank); the ranks then train on slowly until the test kills them.
+resume  on another world size: loads checkpoint.json and the models, trains
+        every store to the end of its epoch, writes resumed-<rank>.json
+        ({store: {documents, steps, loss}})."""
 
 import datetime
 import json
@@ -86,46 +89,72 @@ def step(model, opt, batch):
 
 
 def main():
-    root, kind, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    root, mode = Path(sys.argv[1]), sys.argv[2]
+    kinds = sys.argv[3].split(",")
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)
-    model = TinyVLM()
-    ds = dataset(root, kind, rank, world)
-    if mode == "resume":
-        checkpoint = json.loads((root / "checkpoint.json").read_text())
-        model.load_state_dict(torch.load(root / "model.pt"))
-        ds.load_state_dict(checkpoint["state"])
-    ddp = DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    delivered, steps, loss = [], 0, None
-    for batch in ds:
-        loss = step(ddp, opt, batch)
-        delivered += batch["documents"].tolist()
-        steps += 1
-        if mode == "first" and steps == CHECKPOINT_STEP:
+    checkpoint = json.loads((root / "checkpoint.json").read_text()) if mode == "resume" else None
+    runs = {}
+    for kind in kinds:
+        torch.manual_seed(0)
+        model = TinyVLM()
+        ds = dataset(root, kind, rank, world)
+        if mode == "resume":
+            model.load_state_dict(torch.load(root / f"model-{kind}.pt"))
+            ds.load_state_dict(checkpoint[kind]["state"])
+        ddp = DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+        runs[kind] = {"model": model, "ddp": ddp, "opt": opt, "ds": ds, "it": iter(ds)}
+        runs[kind].update(delivered=[], steps=0, loss=None, done=False)
+    # Lockstep: one step of every store that has not ended, in the same order
+    # on every rank (equal steps: a store ends on every rank at the same step).
+    while not all(r["done"] for r in runs.values()):
+        for r in runs.values():
+            if r["done"]:
+                continue
+            batch = next(r["it"], None)
+            if batch is None:
+                r["done"] = True
+                continue
+            r["loss"] = step(r["ddp"], r["opt"], batch)
+            r["delivered"] += batch["documents"].tolist()
+            r["steps"] += 1
+        steps = min(r["steps"] for r in runs.values())
+        if (
+            mode == "first"
+            and steps == CHECKPOINT_STEP
+            and not any(r["done"] for r in runs.values())
+        ):
             gathered = [None] * world
-            dist.all_gather_object(gathered, (ds.state_dict(), delivered))
+            mine = {k: (r["ds"].state_dict(), r["delivered"]) for k, r in runs.items()}
+            dist.all_gather_object(gathered, mine)
             if rank == 0:
-                states = [g[0] for g in gathered]
-                assert all(s == states[0] for s in states), "equal steps: one state"
-                tmp = root / "model.tmp"
-                torch.save(model.state_dict(), tmp)
-                os.replace(tmp, root / "model.pt")
-                write_checkpoint(
-                    root,
-                    {"state": states[0], "world": world, "delivered": [g[1] for g in gathered]},
-                )
+                written = {}
+                for kind, r in runs.items():
+                    states = [g[kind][0] for g in gathered]
+                    assert all(s == states[0] for s in states), "equal steps: one state"
+                    tmp = root / "model.tmp"
+                    torch.save(r["model"].state_dict(), tmp)
+                    os.replace(tmp, root / f"model-{kind}.pt")
+                    written[kind] = {
+                        "state": states[0],
+                        "world": world,
+                        "delivered": [g[kind][1] for g in gathered],
+                    }
+                write_checkpoint(root, written)
         if mode == "first" and steps >= CHECKPOINT_STEP:
             time.sleep(0.2)  # training on past the checkpoint until killed
             if os.getppid() != AGENT:
                 os._exit(1)
-    if mode == "first":  # the epoch ended before the kill: wait for it
+    if mode == "first":  # the epochs ended before the kill: wait for it
         for _ in range(300):
             if os.getppid() != AGENT:
                 os._exit(1)
             time.sleep(0.1)
-    out = {"documents": delivered, "steps": steps, "loss": loss}
+    out = {
+        k: {"documents": r["delivered"], "steps": r["steps"], "loss": r["loss"]}
+        for k, r in runs.items()
+    }
     (root / f"resumed-{rank}.json").write_text(json.dumps(out))
     leave_together()
 
