@@ -51,6 +51,13 @@ std::shared_ptr<const TokenSource> Source() {
   return source;
 }
 
+// `documents` per iteration as a rate counter.
+benchmark::Counter DocumentRate(const benchmark::State& state, Index documents) {
+  return benchmark::Counter(
+      static_cast<double>(documents) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+
 void BM_LoaderPackedBatches(benchmark::State& state) {
   auto source = Source();
   LoaderOptions o;
@@ -136,9 +143,7 @@ void BM_LoaderRankPlanOnly(benchmark::State& state) {
     while (reader->Next(&step)) n += step.tokens;
     benchmark::DoNotOptimize(n);
   }
-  state.counters["docs/s"] = benchmark::Counter(
-      static_cast<double>(source->num_documents()) * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  state.counters["docs/s"] = DocumentRate(state, source->num_documents());
 }
 BENCHMARK(BM_LoaderRankPlanOnly)->Unit(benchmark::kMillisecond);
 
@@ -148,8 +153,8 @@ BENCHMARK(BM_LoaderRankPlanOnly)->Unit(benchmark::kMillisecond);
 // again (in cache, as the loader's pooled batch buffers are). The earlier
 // baseline (917 KB pieces between 56 MiB buffers) measured 2.3-2.7x below
 // numpy's copy of the same bytes and made the loader look faster than memcpy.
-void BM_MemcpyStreaming(benchmark::State& state) {
-  const std::size_t bytes = std::size_t{256} << 20;
+// Copies one buffer of `bytes` into another at every iteration.
+void MemcpyLoop(benchmark::State& state, std::size_t bytes) {
   std::vector<char> src(bytes, 1), dst(bytes, 0);
   for (auto _ : state) {
     std::memcpy(dst.data(), src.data(), bytes);
@@ -158,17 +163,12 @@ void BM_MemcpyStreaming(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
 }
+
+void BM_MemcpyStreaming(benchmark::State& state) { MemcpyLoop(state, std::size_t{256} << 20); }
 BENCHMARK(BM_MemcpyStreaming)->Unit(benchmark::kMillisecond);
 
 void BM_MemcpyBatchBytesInCache(benchmark::State& state) {
-  const std::size_t bytes = static_cast<std::size_t>(kBatch * kSeqLen * kBytesPerSlot);
-  std::vector<char> src(bytes, 1), dst(bytes, 0);
-  for (auto _ : state) {
-    std::memcpy(dst.data(), src.data(), bytes);
-    benchmark::DoNotOptimize(dst.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+  MemcpyLoop(state, static_cast<std::size_t>(kBatch * kSeqLen * kBytesPerSlot));
 }
 BENCHMARK(BM_MemcpyBatchBytesInCache);
 
@@ -177,9 +177,7 @@ BENCHMARK(BM_MemcpyBatchBytesInCache);
 void BM_FingerprintData(benchmark::State& state) {
   auto source = Source();
   for (auto _ : state) benchmark::DoNotOptimize(FingerprintData(*source).hash);
-  state.counters["documents/s"] = benchmark::Counter(
-      static_cast<double>(source->num_documents()) * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  state.counters["documents/s"] = DocumentRate(state, source->num_documents());
 }
 BENCHMARK(BM_FingerprintData)->Unit(benchmark::kMillisecond);
 
