@@ -51,6 +51,15 @@ std::shared_ptr<const TokenSource> Source() {
   return source;
 }
 
+// Loader options of [kBatch, kSeqLen] batches on `world_size` ranks (rank 0).
+LoaderOptions BenchOptions(Index world_size = 1) {
+  LoaderOptions o;
+  o.seq_len = kSeqLen;
+  o.batch_size = kBatch;
+  o.world_size = world_size;
+  return o;
+}
+
 // `documents` per iteration as a rate counter.
 benchmark::Counter DocumentRate(const benchmark::State& state, Index documents) {
   return benchmark::Counter(
@@ -60,9 +69,7 @@ benchmark::Counter DocumentRate(const benchmark::State& state, Index documents) 
 
 void BM_LoaderPackedBatches(benchmark::State& state) {
   auto source = Source();
-  LoaderOptions o;
-  o.seq_len = kSeqLen;
-  o.batch_size = kBatch;
+  LoaderOptions o = BenchOptions();
   o.shuffle = state.range(0) != 0;
   o.num_threads = 0;
   auto loader = std::make_unique<TokenLoader>(source, o);
@@ -93,10 +100,7 @@ BENCHMARK(BM_LoaderPackedBatches)->Arg(0)->Arg(1)->ArgName("shuffle");
 // time; the process's CPU time is reported beside as cpu_tokens/s).
 void BM_LoaderRankEpoch(benchmark::State& state) {
   auto source = Source();
-  LoaderOptions o;
-  o.seq_len = kSeqLen;
-  o.batch_size = kBatch;
-  o.world_size = 8;
+  LoaderOptions o = BenchOptions(8);
   o.rank = 0;
   o.equal_steps = state.range(0) != 0;
   o.num_threads = state.range(1);
@@ -128,10 +132,7 @@ BENCHMARK(BM_LoaderRankEpoch)
 // max(this, collation / threads) of wall time when cores allow.
 void BM_LoaderRankPlanOnly(benchmark::State& state) {
   auto source = Source();
-  LoaderOptions o;
-  o.seq_len = kSeqLen;
-  o.batch_size = kBatch;
-  o.world_size = 8;
+  LoaderOptions o = BenchOptions(8);
   const std::int64_t* offsets = source->ContiguousOffsets();
   const auto docs =
       TrainDocuments::FromOffsets({offsets, static_cast<std::size_t>(source->num_documents()) + 1});
@@ -204,9 +205,7 @@ BENCHMARK(BM_FingerprintDataLarge)->Unit(benchmark::kMillisecond);
 // text, and reading it back with every check.
 void BM_LoaderStateJsonRoundTrip(benchmark::State& state) {
   auto source = Source();
-  LoaderOptions o;
-  o.seq_len = kSeqLen;
-  o.batch_size = kBatch;
+  LoaderOptions o = BenchOptions();
   o.num_threads = 0;
   TokenLoader loader(source, o);
   for (int i = 0; i < 10; ++i) (void)loader.Next();
