@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "shardkit/base/testing.h"
+#include "shardkit/loader/internal/test_corpus.h"
 #include "shardkit/loader/train_plan.h"
 
 namespace shardkit {
@@ -18,6 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 using base_testing::ErrorOf;
 using base_testing::TempDir;
+using loader_testing::ExpectSameSummary;
+using loader_testing::PlanOptions;
 
 std::vector<Index> Lengths(Index n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -47,6 +50,12 @@ void ExpectSameStep(const TrainStep& a, const TrainStep& b) {
   EXPECT_EQ(a.imbalance, b.imbalance);
 }
 
+// Expects `got` to be `want`, step by step.
+void ExpectSameSteps(const std::vector<TrainStep>& got, const std::vector<TrainStep>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t s = 0; s < want.size(); ++s) ExpectSameStep(got[s], want[s]);
+}
+
 // Reads every step of `reader`, with a Skip between the kept ones when
 // `stride` > 1 (a loader worker's pattern).
 std::vector<TrainStep> Drain(TrainPlan::Reader* reader, Index stride) {
@@ -60,25 +69,6 @@ std::vector<TrainStep> Drain(TrainPlan::Reader* reader, Index stride) {
     if (!more) break;
   }
   return out;
-}
-
-void ExpectSameSummary(const TrainSummary& a, const TrainSummary& b) {
-  EXPECT_EQ(a.num_steps, b.num_steps);
-  EXPECT_EQ(a.packs, b.packs);
-  EXPECT_EQ(a.stream_packs, b.stream_packs);
-  EXPECT_EQ(a.tokens, b.tokens);
-  EXPECT_EQ(a.pieces, b.pieces);
-  EXPECT_EQ(a.split_documents, b.split_documents);
-  EXPECT_EQ(a.dropped, b.dropped);
-  EXPECT_EQ(a.dropped_packs, b.dropped_packs);
-  EXPECT_EQ(a.dropped_tokens, b.dropped_tokens);
-  EXPECT_EQ(a.filler_rows, b.filler_rows);
-  EXPECT_EQ(a.next_epoch_rows, b.next_epoch_rows);
-  EXPECT_EQ(a.lower_bound, b.lower_bound);
-  EXPECT_EQ(a.max_step_imbalance, b.max_step_imbalance);
-  EXPECT_EQ(a.max_full_step_imbalance, b.max_full_step_imbalance);
-  EXPECT_EQ(a.mean_step_imbalance, b.mean_step_imbalance);
-  EXPECT_EQ(a.end, b.end);
 }
 
 class HostPlanTest : public ::testing::Test {
@@ -116,10 +106,7 @@ TEST_F(HostPlanTest, EveryRankDeliversWhatItDeliversWithoutTheSharedPlan) {
       {TrainMode::kPad, 2, 4, true, 37, 3, CostModel::kTokens},
   };
   for (const Case& c : cases) {
-    TrainOptions o;
-    o.seq_len = 2048;
-    o.batch_size = c.batch;
-    o.world_size = c.W;
+    TrainOptions o = PlanOptions(2048, c.batch, c.W);
     o.mode = c.mode;
     o.shuffle = c.shuffle;
     o.seed = 11;
@@ -178,10 +165,7 @@ TEST_F(HostPlanTest, EveryRankDeliversWhatItDeliversWithoutTheSharedPlan) {
 TEST_F(HostPlanTest, AnotherPlanHasAnotherFile) {
   const std::vector<Index> lengths = Lengths(500, 3);
   const TrainDocuments docs = TrainDocuments::FromSpans(lengths);
-  TrainOptions o;
-  o.seq_len = 1024;
-  o.batch_size = 2;
-  o.world_size = 2;
+  TrainOptions o = PlanOptions(1024, 2, 2);
   HostPlanInfo a, b, c;
   auto pa = TrainPlan::Deferred(docs, o, std::nullopt);
   auto ra = pa->ReadShared(0, 0, Host(0), &a);
@@ -203,10 +187,7 @@ TEST_F(HostPlanTest, AnotherPlanHasAnotherFile) {
 TEST_F(HostPlanTest, ACorruptTruncatedOrForeignFileIsRefused) {
   const std::vector<Index> lengths = Lengths(3000, 5);
   const TrainDocuments docs = TrainDocuments::FromSpans(lengths);
-  TrainOptions o;
-  o.seq_len = 2048;
-  o.batch_size = 2;
-  o.world_size = 3;
+  TrainOptions o = PlanOptions(2048, 2, 3);
   o.seed = 4;
   const auto oracle_plan = TrainPlan::Deferred(docs, o, std::nullopt);
   // Rank 2's section is the file's last one (edited below).
@@ -266,8 +247,7 @@ TEST_F(HostPlanTest, ACorruptTruncatedOrForeignFileIsRefused) {
     auto reader = plan->ReadShared(2, 0, Host(2), &info);
     EXPECT_EQ(info.role, "recomputed");
     const std::vector<TrainStep> got = Drain(reader.get(), 1);
-    ASSERT_EQ(got.size(), want.size());
-    for (std::size_t s = 0; s < want.size(); ++s) ExpectSameStep(got[s], want[s]);
+    ExpectSameSteps(got, want);
     ExpectSameSummary(plan->summary(), oracle_plan->summary());
     // Local rank 0 rebuilds it; then a reader maps it.
     HostPlanInfo rebuilt, mapped;
@@ -278,8 +258,7 @@ TEST_F(HostPlanTest, ACorruptTruncatedOrForeignFileIsRefused) {
     auto r1 = p1->ReadShared(2, 0, Host(1), &mapped);
     EXPECT_EQ(mapped.role, "mapped");
     const std::vector<TrainStep> again = Drain(r1.get(), 1);
-    ASSERT_EQ(again.size(), want.size());
-    for (std::size_t s = 0; s < want.size(); ++s) ExpectSameStep(again[s], want[s]);
+    ExpectSameSteps(again, want);
   }
   // A valid file left by an earlier run of the same plan is reused.
   fs::copy_file(good, built.path, fs::copy_options::overwrite_existing);
@@ -288,8 +267,7 @@ TEST_F(HostPlanTest, ACorruptTruncatedOrForeignFileIsRefused) {
   auto r0 = p0->ReadShared(2, 0, Host(0), &reused);
   EXPECT_EQ(reused.role, "reused");
   const std::vector<TrainStep> got = Drain(r0.get(), 1);
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t s = 0; s < want.size(); ++s) ExpectSameStep(got[s], want[s]);
+  ExpectSameSteps(got, want);
 }
 
 // Two loaders of one plan on a host (a finished run's loader not yet
@@ -298,10 +276,7 @@ TEST_F(HostPlanTest, ACorruptTruncatedOrForeignFileIsRefused) {
 TEST_F(HostPlanTest, AFinishedLoaderDoesNotRemoveTheFileOfTheNextOne) {
   const std::vector<Index> lengths = Lengths(800, 9);
   const TrainDocuments docs = TrainDocuments::FromSpans(lengths);
-  TrainOptions o;
-  o.seq_len = 1024;
-  o.batch_size = 2;
-  o.world_size = 2;
+  TrainOptions o = PlanOptions(1024, 2, 2);
   HostPlanInfo first, second, mapped;
   auto pa = TrainPlan::Deferred(docs, o, std::nullopt);
   auto ra = pa->ReadShared(0, 0, Host(0), &first);
@@ -317,16 +292,12 @@ TEST_F(HostPlanTest, AFinishedLoaderDoesNotRemoveTheFileOfTheNextOne) {
   const auto oracle_plan = TrainPlan::Deferred(docs, o, std::nullopt);
   const std::vector<TrainStep> want = Drain(oracle_plan->ReadOnce(1, 0).get(), 1);
   const std::vector<TrainStep> got = Drain(rc.get(), 1);
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t s = 0; s < want.size(); ++s) ExpectSameStep(got[s], want[s]);
+  ExpectSameSteps(got, want);
 }
 
 TEST_F(HostPlanTest, AReaderWithoutLocalRankZeroTimesOutNamingTheFile) {
   const std::vector<Index> lengths = Lengths(100, 1);
-  TrainOptions o;
-  o.seq_len = 1024;
-  o.batch_size = 1;
-  o.world_size = 2;
+  TrainOptions o = PlanOptions(1024, 1, 2);
   auto plan = TrainPlan::Deferred(TrainDocuments::FromSpans(lengths), o, std::nullopt);
   HostPlanOptions h = Host(1);
   h.timeout_seconds = 0.05;

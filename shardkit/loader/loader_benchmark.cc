@@ -51,11 +51,25 @@ std::shared_ptr<const TokenSource> Source() {
   return source;
 }
 
-void BM_LoaderPackedBatches(benchmark::State& state) {
-  auto source = Source();
+// Loader options of [kBatch, kSeqLen] batches on `world_size` ranks (rank 0).
+LoaderOptions BenchOptions(Index world_size = 1) {
   LoaderOptions o;
   o.seq_len = kSeqLen;
   o.batch_size = kBatch;
+  o.world_size = world_size;
+  return o;
+}
+
+// `documents` per iteration as a rate counter.
+benchmark::Counter DocumentRate(const benchmark::State& state, Index documents) {
+  return benchmark::Counter(
+      static_cast<double>(documents) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+
+void BM_LoaderPackedBatches(benchmark::State& state) {
+  auto source = Source();
+  LoaderOptions o = BenchOptions();
   o.shuffle = state.range(0) != 0;
   o.num_threads = 0;
   auto loader = std::make_unique<TokenLoader>(source, o);
@@ -86,10 +100,7 @@ BENCHMARK(BM_LoaderPackedBatches)->Arg(0)->Arg(1)->ArgName("shuffle");
 // time; the process's CPU time is reported beside as cpu_tokens/s).
 void BM_LoaderRankEpoch(benchmark::State& state) {
   auto source = Source();
-  LoaderOptions o;
-  o.seq_len = kSeqLen;
-  o.batch_size = kBatch;
-  o.world_size = 8;
+  LoaderOptions o = BenchOptions(8);
   o.rank = 0;
   o.equal_steps = state.range(0) != 0;
   o.num_threads = state.range(1);
@@ -121,10 +132,7 @@ BENCHMARK(BM_LoaderRankEpoch)
 // max(this, collation / threads) of wall time when cores allow.
 void BM_LoaderRankPlanOnly(benchmark::State& state) {
   auto source = Source();
-  LoaderOptions o;
-  o.seq_len = kSeqLen;
-  o.batch_size = kBatch;
-  o.world_size = 8;
+  LoaderOptions o = BenchOptions(8);
   const std::int64_t* offsets = source->ContiguousOffsets();
   const auto docs =
       TrainDocuments::FromOffsets({offsets, static_cast<std::size_t>(source->num_documents()) + 1});
@@ -136,9 +144,7 @@ void BM_LoaderRankPlanOnly(benchmark::State& state) {
     while (reader->Next(&step)) n += step.tokens;
     benchmark::DoNotOptimize(n);
   }
-  state.counters["docs/s"] = benchmark::Counter(
-      static_cast<double>(source->num_documents()) * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  state.counters["docs/s"] = DocumentRate(state, source->num_documents());
 }
 BENCHMARK(BM_LoaderRankPlanOnly)->Unit(benchmark::kMillisecond);
 
@@ -148,8 +154,8 @@ BENCHMARK(BM_LoaderRankPlanOnly)->Unit(benchmark::kMillisecond);
 // again (in cache, as the loader's pooled batch buffers are). The earlier
 // baseline (917 KB pieces between 56 MiB buffers) measured 2.3-2.7x below
 // numpy's copy of the same bytes and made the loader look faster than memcpy.
-void BM_MemcpyStreaming(benchmark::State& state) {
-  const std::size_t bytes = std::size_t{256} << 20;
+// Copies one buffer of `bytes` into another at every iteration.
+void MemcpyLoop(benchmark::State& state, std::size_t bytes) {
   std::vector<char> src(bytes, 1), dst(bytes, 0);
   for (auto _ : state) {
     std::memcpy(dst.data(), src.data(), bytes);
@@ -158,17 +164,12 @@ void BM_MemcpyStreaming(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
 }
+
+void BM_MemcpyStreaming(benchmark::State& state) { MemcpyLoop(state, std::size_t{256} << 20); }
 BENCHMARK(BM_MemcpyStreaming)->Unit(benchmark::kMillisecond);
 
 void BM_MemcpyBatchBytesInCache(benchmark::State& state) {
-  const std::size_t bytes = static_cast<std::size_t>(kBatch * kSeqLen * kBytesPerSlot);
-  std::vector<char> src(bytes, 1), dst(bytes, 0);
-  for (auto _ : state) {
-    std::memcpy(dst.data(), src.data(), bytes);
-    benchmark::DoNotOptimize(dst.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+  MemcpyLoop(state, static_cast<std::size_t>(kBatch * kSeqLen * kBytesPerSlot));
 }
 BENCHMARK(BM_MemcpyBatchBytesInCache);
 
@@ -177,9 +178,7 @@ BENCHMARK(BM_MemcpyBatchBytesInCache);
 void BM_FingerprintData(benchmark::State& state) {
   auto source = Source();
   for (auto _ : state) benchmark::DoNotOptimize(FingerprintData(*source).hash);
-  state.counters["documents/s"] = benchmark::Counter(
-      static_cast<double>(source->num_documents()) * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  state.counters["documents/s"] = DocumentRate(state, source->num_documents());
 }
 BENCHMARK(BM_FingerprintData)->Unit(benchmark::kMillisecond);
 
@@ -206,9 +205,7 @@ BENCHMARK(BM_FingerprintDataLarge)->Unit(benchmark::kMillisecond);
 // text, and reading it back with every check.
 void BM_LoaderStateJsonRoundTrip(benchmark::State& state) {
   auto source = Source();
-  LoaderOptions o;
-  o.seq_len = kSeqLen;
-  o.batch_size = kBatch;
+  LoaderOptions o = BenchOptions();
   o.num_threads = 0;
   TokenLoader loader(source, o);
   for (int i = 0; i < 10; ++i) (void)loader.Next();

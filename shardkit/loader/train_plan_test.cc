@@ -283,24 +283,7 @@ TEST(TrainPlanTest, DeferredPlanReadOnceMatchesTheConstructedPlan) {
     }
     EXPECT_GE(s, whole.num_steps());
     EXPECT_FALSE(reader->Next(&t));
-    const TrainSummary& a = deferred->summary();
-    const TrainSummary& b = whole.summary();
-    EXPECT_EQ(a.num_steps, b.num_steps);
-    EXPECT_EQ(a.packs, b.packs);
-    EXPECT_EQ(a.stream_packs, b.stream_packs);
-    EXPECT_EQ(a.tokens, b.tokens);
-    EXPECT_EQ(a.pieces, b.pieces);
-    EXPECT_EQ(a.split_documents, b.split_documents);
-    EXPECT_EQ(a.dropped, b.dropped);
-    EXPECT_EQ(a.dropped_packs, b.dropped_packs);
-    EXPECT_EQ(a.dropped_tokens, b.dropped_tokens);
-    EXPECT_EQ(a.filler_rows, b.filler_rows);
-    EXPECT_EQ(a.next_epoch_rows, b.next_epoch_rows);
-    EXPECT_EQ(a.lower_bound, b.lower_bound);
-    EXPECT_EQ(a.max_step_imbalance, b.max_step_imbalance);
-    EXPECT_EQ(a.max_full_step_imbalance, b.max_full_step_imbalance);
-    EXPECT_EQ(a.mean_step_imbalance, b.mean_step_imbalance);
-    EXPECT_EQ(a.end, b.end);
+    loader_testing::ExpectSameSummary(deferred->summary(), whole.summary());
     EXPECT_EQ(deferred->StateAt(deferred->num_steps()), whole.StateAt(whole.num_steps()));
     // Random access on a deferred plan (built, or completed by its reader).
     if (whole.num_steps() > 0) {

@@ -133,13 +133,25 @@ void ReadMixturePlan(const Json& j, const std::string& path, std::vector<Index>*
   o.skip = AsInt64(Field(j, path, "skip"), path + ".skip");
 }
 
+namespace {
+
+// The parts of a plan object: its sources' sizes and weights, and the options.
+struct PlanParts {
+  std::vector<Index> sizes;
+  std::vector<double> weights;
+  MixtureOptions options;
+};
+
+}  // namespace
+
 // A plan object on its own (no state fields around it): exactly its keys.
-static void ReadStandalonePlan(const Json& j, const std::string& path, std::vector<Index>* sizes,
-                               std::vector<double>* weights, MixtureOptions* options) {
+static PlanParts ReadStandalonePlan(const Json& j, const std::string& path) {
   ExpectOnlyKeys(j, path,
                  {"sizes", "weights", "by", "tokens", "block", "seed", "schedule", "interpolation",
                   "schedule_unit", "repeat", "origin", "start", "skip"});
-  ReadMixturePlan(j, path, sizes, weights, options);
+  PlanParts p;
+  ReadMixturePlan(j, path, &p.sizes, &p.weights, &p.options);
+  return p;
 }
 
 Json MixturePlanJson(const Mixture& m) {
@@ -149,22 +161,16 @@ Json MixturePlanJson(const Mixture& m) {
 }
 
 Json CanonicalMixturePlan(const Json& j, const std::string& path) {
-  std::vector<Index> sizes;
-  std::vector<double> weights;
-  MixtureOptions o;
-  ReadStandalonePlan(j, path, &sizes, &weights, &o);
+  const PlanParts p = ReadStandalonePlan(j, path);
   Json out = Json::MakeObject();
-  AppendMixturePlan(sizes, weights, o, &out);
+  AppendMixturePlan(p.sizes, p.weights, p.options, &out);
   return out;
 }
 
 Mixture MixtureFromPlanJson(const Json& j, const std::string& path) {
-  std::vector<Index> sizes;
-  std::vector<double> weights;
-  MixtureOptions o;
-  ReadStandalonePlan(j, path, &sizes, &weights, &o);
+  PlanParts p = ReadStandalonePlan(j, path);
   try {
-    return Mixture(std::move(sizes), std::move(weights), std::move(o));
+    return Mixture(std::move(p.sizes), std::move(p.weights), std::move(p.options));
   } catch (const std::invalid_argument& e) {
     ThrowAtPath(path, std::string("not a valid mixture (") + e.what() + ")");
   }

@@ -1,8 +1,9 @@
 // Test helpers shared by the loader tests (header-only, tests only): an
 // in-memory corpus whose own copy of every document is the oracle, a .npy
 // writer, a source's documents checked against the expected ones, loader
-// and plan options of a given batch shape, a random corpus, and the
-// core's shared helpers (shardkit/base/testing.h) under their loader names.
+// and plan options of a given batch shape, a random corpus, two plan
+// summaries compared field by field, and the core's shared helpers
+// (shardkit/base/testing.h) under their loader names.
 #ifndef SHARDKIT_LOADER_INTERNAL_TEST_CORPUS_H_
 #define SHARDKIT_LOADER_INTERNAL_TEST_CORPUS_H_
 
@@ -24,6 +25,7 @@
 #include "shardkit/loader/loader.h"
 #include "shardkit/loader/npy.h"
 #include "shardkit/loader/token_source.h"
+#include "shardkit/loader/train_plan.h"
 
 namespace shardkit::loader_testing {
 
@@ -118,6 +120,26 @@ inline TrainOptions PlanOptions(Index seq_len, Index batch_size, Index world_siz
 using base_testing::ErrorOf;
 using base_testing::Resealed;
 using base_testing::TempDir;
+
+// Expects every field of two plans' summaries to be equal.
+inline void ExpectSameSummary(const TrainSummary& a, const TrainSummary& b) {
+  EXPECT_EQ(a.num_steps, b.num_steps);
+  EXPECT_EQ(a.packs, b.packs);
+  EXPECT_EQ(a.stream_packs, b.stream_packs);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.pieces, b.pieces);
+  EXPECT_EQ(a.split_documents, b.split_documents);
+  EXPECT_EQ(a.dropped, b.dropped);
+  EXPECT_EQ(a.dropped_packs, b.dropped_packs);
+  EXPECT_EQ(a.dropped_tokens, b.dropped_tokens);
+  EXPECT_EQ(a.filler_rows, b.filler_rows);
+  EXPECT_EQ(a.next_epoch_rows, b.next_epoch_rows);
+  EXPECT_EQ(a.lower_bound, b.lower_bound);
+  EXPECT_EQ(a.max_step_imbalance, b.max_step_imbalance);
+  EXPECT_EQ(a.max_full_step_imbalance, b.max_full_step_imbalance);
+  EXPECT_EQ(a.mean_step_imbalance, b.mean_step_imbalance);
+  EXPECT_EQ(a.end, b.end);
+}
 
 }  // namespace shardkit::loader_testing
 
