@@ -1,12 +1,17 @@
-// Bindings of image decoding (shardkit/loader/image_decode.h, image_batch.h):
-// shardkit.multimodal.decode_image / image_info / ImageDecoder wrap these.
+// Bindings of image decoding (shardkit/loader/image_decode.h, image_batch.h),
+// tar shards (tar_shard.h) and the image-table cache (image_table_cache.h):
+// shardkit.multimodal.decode_image / image_info / ImageDecoder and
+// shardkit.image_sources wrap these.
 // Pixels reach Python without a copy (the core's buffer is the array's).
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -15,6 +20,7 @@
 #include "python/src/bindings.h"
 #include "shardkit/loader/image_batch.h"
 #include "shardkit/loader/image_decode.h"
+#include "shardkit/loader/image_table_cache.h"
 #include "shardkit/loader/tar_shard.h"
 
 namespace shardkit::python {
@@ -22,6 +28,10 @@ namespace shardkit::python {
 using namespace nb::literals;
 
 namespace {
+
+using IndexArray = nb::ndarray<const Index, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+std::vector<Index> VectorOf(const IndexArray& a) { return {a.data(), a.data() + a.size()}; }
 
 std::span<const std::uint8_t> BytesOf(const nb::bytes& b) {
   return {reinterpret_cast<const std::uint8_t*>(b.c_str()), b.size()};
@@ -105,6 +115,30 @@ void init_image(nb::module_& m) {
                                    ToArray<Index>(out.widths), ToArray<Index>(out.offsets), n);
           },
           "images"_a, "samples"_a);
+  m.def("_image_table_cache_name", &ImageTableCacheName, "key"_a);
+  m.def(
+      "_read_image_table_cache",
+      [](const std::string& path, const std::string& key, Index pixel_limit, Index num_samples)
+          -> std::optional<std::tuple<NumpyArray<Index>, NumpyArray<Index>, NumpyArray<Index>>> {
+        std::optional<ImageTable> table;
+        {
+          ReleaseGil unlocked;
+          table = ReadImageTableCache(path, key, pixel_limit, num_samples);
+        }
+        if (!table) return std::nullopt;
+        return std::make_tuple(ToArray<Index>(table->image_counts), ToArray<Index>(table->heights),
+                               ToArray<Index>(table->widths));
+      },
+      "path"_a, "key"_a, "pixel_limit"_a, "num_samples"_a);
+  m.def(
+      "_write_image_table_cache",
+      [](const std::string& path, const std::string& key, Index pixel_limit,
+         const IndexArray& image_counts, const IndexArray& heights, const IndexArray& widths) {
+        ImageTable table{VectorOf(image_counts), VectorOf(heights), VectorOf(widths)};
+        ReleaseGil unlocked;
+        return WriteImageTableCache(path, key, pixel_limit, table);
+      },
+      "path"_a, "key"_a, "pixel_limit"_a, "image_counts"_a, "heights"_a, "widths"_a);
   nb::class_<TarShard>(m, "_TarShard")
       .def(
           "__init__",
