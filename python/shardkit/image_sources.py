@@ -153,6 +153,25 @@ class TarImageText(_Table):
         }
 
 
+def _cache_key(dataset: Any, image_column: str) -> Optional[str]:
+    """What an HFImageText table is built from: datasets' own fingerprint of the
+    dataset, the image column and every Arrow file's path, size and mtime; None
+    for a dataset without Arrow files on disk (nothing to bind a cache to)."""
+    files = [f["filename"] for f in getattr(dataset, "cache_files", None) or []]
+    fingerprint = getattr(dataset, "_fingerprint", None)
+    if not files or not fingerprint:
+        return None
+    parts = [f"datasets:{fingerprint}", f"image_column:{image_column}"]
+    for name in files:
+        path = os.path.abspath(name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        parts.append(f"file:{path}:{st.st_size}:{st.st_mtime_ns}")
+    return "\n".join(parts)
+
+
 class HFImageText(_Table):
     """Samples of a Hugging Face ``datasets`` dataset (a ``datasets.Dataset``
     or a ``save_to_disk`` folder) with a token column (``text_column``, a list
@@ -160,6 +179,18 @@ class HFImageText(_Table):
     feature, or a list of them. The image bytes are read from the Arrow
     table with pyarrow (Python, no decode; an image stored by ``path`` only is
     read from that file), their sizes from their headers in the core.
+
+    The image sizes are read once per data set: when the dataset lives in Arrow
+    files on disk (``load_from_disk``, ``load_dataset``), the table is cached
+    beside the first of them (``shardkit-image-table-<hash>.json``, sealed,
+    written atomically: shardkit/loader/image_table_cache.h), bound to the
+    dataset's fingerprint, ``image_column`` and every Arrow file's path, size
+    and modification time, and later opens read it instead of every image's
+    header; ``cache=False`` skips it, an in-memory dataset always scans.
+    ``from_cache`` / ``cache_written`` say what happened (as for
+    ``TarImageText``, ``cache_written`` is True when the cache is on disk,
+    read or written; False for a read-only folder). ``vision_tokens`` is
+    applied after, so changing it needs no rebuild.
     """
 
     def __init__(
@@ -170,6 +201,7 @@ class HFImageText(_Table):
         image_column: str = "images",
         vision_tokens: Optional[Callable[[np.ndarray, np.ndarray], Any]] = None,
         pixel_limit: int = DEFAULT_PIXEL_LIMIT,
+        cache: bool = True,
     ) -> None:
         import datasets
 
@@ -198,16 +230,26 @@ class HFImageText(_Table):
         self._texts = table.column(text_column)
         self._images = table.column(image_column)
         lengths = self._texts.combine_chunks().value_lengths().to_numpy(zero_copy_only=False)
-        heights, widths, counts = [], [], []
-        for i in range(len(dataset)):
-            encoded = self._encoded(i)
-            counts.append(len(encoded))
-            for j, data in enumerate(encoded):
-                _, h, w = image_info(
-                    data, field=f"{image_column}: sample {i}, image {j}", pixel_limit=pixel_limit
+        self.from_cache = self.cache_written = False
+        self.cache_path = None
+        key = _cache_key(dataset, image_column) if cache else None
+        table = None
+        if key is not None:
+            self.cache_path = os.path.join(
+                os.path.dirname(os.path.abspath(dataset.cache_files[0]["filename"])),
+                _core._image_table_cache_name(key),
+            )
+            table = _core._read_image_table_cache(
+                self.cache_path, key, self.pixel_limit, len(dataset)
+            )
+            self.from_cache = self.cache_written = table is not None
+        if table is None:
+            table = self._scan(len(dataset))
+            if key is not None:
+                self.cache_written = _core._write_image_table_cache(
+                    self.cache_path, key, self.pixel_limit, *table
                 )
-                heights.append(h)
-                widths.append(w)
+        counts, heights, widths = table
         self._finish_table(
             lengths,
             np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]),
@@ -215,6 +257,22 @@ class HFImageText(_Table):
             widths,
             vision_tokens,
         )
+
+    def _scan(self, n: int) -> tuple:
+        """(image counts, heights, widths) read from every image's header."""
+        heights, widths, counts = [], [], []
+        for i in range(n):
+            encoded = self._encoded(i)
+            counts.append(len(encoded))
+            for j, data in enumerate(encoded):
+                _, h, w = image_info(
+                    data,
+                    field=f"{self.image_column}: sample {i}, image {j}",
+                    pixel_limit=self.pixel_limit,
+                )
+                heights.append(h)
+                widths.append(w)
+        return tuple(np.asarray(v, dtype=np.int64) for v in (counts, heights, widths))
 
     def _encoded(self, i: int) -> list:
         value = self._images[i].as_py()

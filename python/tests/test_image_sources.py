@@ -249,6 +249,124 @@ def test_hf_dataset_with_image_features_reads_what_datasets_reads(tmp_path):
         HFImageText(single, image_column="input_ids")
 
 
+def save_hf(folder, samples):
+    """samples (make_samples) as a save_to_disk folder; returns the rows."""
+    import datasets
+
+    rows = {
+        "input_ids": [ids.tolist() for _, ids in samples],
+        "images": [
+            [{"bytes": v, "path": None} for k, v in s.items() if k.split(".")[-1] in IMAGE_EXTS]
+            for s, _ in samples
+        ],
+    }
+    features = datasets.Features(
+        {
+            "input_ids": datasets.Sequence(datasets.Value("int32")),
+            "images": datasets.Sequence(datasets.Image()),
+        }
+    )
+    datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(folder))
+    return rows
+
+
+def pillow_table(rows):
+    """(image counts, heights, widths) as Pillow opens the images: the oracle."""
+    counts, heights, widths = [], [], []
+    for images in rows["images"]:
+        counts.append(len(images))
+        for im in images:
+            w, h = Image.open(io.BytesIO(im["bytes"])).size
+            heights.append(h)
+            widths.append(w)
+    return counts, heights, widths
+
+
+def table_of(src):
+    return np.diff(src.image_start).tolist(), src.image_heights.tolist(), src.image_widths.tolist()
+
+
+def test_hf_image_table_is_cached_beside_the_arrow_files_and_read_back(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = save_hf(tmp_path / "hf", make_samples(12, seed=3))
+    first = HFImageText(str(tmp_path / "hf"))
+    assert (first.from_cache, first.cache_written) == (False, True)
+    loaded = datasets.load_from_disk(str(tmp_path / "hf"))
+    arrow = os.path.abspath(loaded.cache_files[0]["filename"])
+    assert os.path.dirname(first.cache_path) == os.path.dirname(arrow)
+    assert os.path.basename(first.cache_path).startswith("shardkit-image-table-")
+    for source in (str(tmp_path / "hf"), loaded):
+        again = HFImageText(source, vision_tokens=qwen_vision_tokens)
+        assert (again.from_cache, again.cache_written) == (True, True)
+        assert table_of(again) == table_of(first) == pillow_table(rows)
+        # vision_tokens is applied after the cache: another rule, no rebuild.
+        np.testing.assert_array_equal(
+            again.vision, qwen_vision_tokens(first.image_heights, first.image_widths)
+        )
+        for i in range(len(first)):
+            assert again[i]["images"] == first[i]["images"]
+            np.testing.assert_array_equal(again[i]["input_ids"], first[i]["input_ids"])
+    # Another image column or pixel_limit is another table: scanned, not read.
+    assert not HFImageText(str(tmp_path / "hf"), pixel_limit=10**6).from_cache
+    assert not HFImageText(str(tmp_path / "hf"), cache=False).from_cache
+    # An in-memory dataset has no files to bind a cache to: it scans.
+    memory = datasets.Dataset.from_dict(rows, features=loaded.features)
+    src = HFImageText(memory)
+    assert (src.from_cache, src.cache_written, src.cache_path) == (False, False, None)
+    assert table_of(src) == pillow_table(rows)
+
+
+def test_hf_dataset_saved_again_is_rescanned(tmp_path):
+    pytest.importorskip("datasets")
+    save_hf(tmp_path / "hf", make_samples(8, seed=1))
+    assert HFImageText(str(tmp_path / "hf")).cache_written
+    rows = save_hf(tmp_path / "hf", make_samples(8, seed=2))  # same shape, other images
+    src = HFImageText(str(tmp_path / "hf"))
+    assert (src.from_cache, src.cache_written) == (False, True)
+    assert table_of(src) == pillow_table(rows)
+    assert HFImageText(str(tmp_path / "hf")).from_cache
+
+
+def test_a_tampered_hf_cache_is_not_used(tmp_path):
+    pytest.importorskip("datasets")
+    rows = save_hf(tmp_path / "hf", make_samples(10, seed=4))
+    path = HFImageText(str(tmp_path / "hf")).cache_path
+    with open(path) as f:
+        original = f.read()
+    state = json.loads(original)
+    assert state["heights"]
+    edited = dict(state, heights=[state["heights"][0] + 1] + state["heights"][1:])
+    broken = dict(state, checksum="0" * 16 if state["checksum"] != "0" * 16 else "1" * 16)
+    for tampered in (edited, broken, "garbage", original[: len(original) // 2]):
+        with open(path, "w") as f:
+            f.write(tampered if isinstance(tampered, str) else json.dumps(tampered))
+        src = HFImageText(str(tmp_path / "hf"))
+        assert (src.from_cache, src.cache_written) == (False, True)
+        assert table_of(src) == pillow_table(rows)
+        with open(path) as f:  # rewritten from the scan
+            assert f.read() == original
+
+
+def test_an_unwritable_hf_cache_is_left_out(tmp_path):
+    pytest.importorskip("datasets")
+    rows = save_hf(tmp_path / "hf", make_samples(6, seed=5))
+    path = HFImageText(str(tmp_path / "hf")).cache_path
+    os.remove(path)
+    os.mkdir(path)  # unwritable for root too: a folder where the file goes
+    src = HFImageText(str(tmp_path / "hf"))
+    assert (src.from_cache, src.cache_written) == (False, False)
+    assert table_of(src) == pillow_table(rows)
+    os.rmdir(path)
+    if os.geteuid() != 0:  # root writes into a read-only folder anyway
+        os.chmod(tmp_path / "hf", 0o555)
+        try:
+            src = HFImageText(str(tmp_path / "hf"))
+            assert (src.from_cache, src.cache_written) == (False, False)
+            assert table_of(src) == pillow_table(rows)
+        finally:
+            os.chmod(tmp_path / "hf", 0o755)
+
+
 def pillow_pixels(data, size):
     im = Image.open(io.BytesIO(data)).convert("RGB").resize((size[1], size[0]), Image.BILINEAR)
     return np.asarray(im)

@@ -326,6 +326,13 @@ def test_image_table_of_a_datasets_folder(tmp_path):
     lengths = [len(x) for x in rows["input_ids"]]
     assert json.loads(out.read_text()) == {"lengths": lengths, "vision_tokens": vision}
     assert r.stdout.startswith(f"{tmp_path / 'ds'}: 10 samples, {sum(map(len, sizes))} images")
+    # The image sizes were cached beside the Arrow files; a second run reads
+    # them and writes the same table.
+    assert len(list((tmp_path / "ds").glob("shardkit-image-table-*.json"))) == 1
+    first = out.read_text()
+    r = _image_table("--hf", tmp_path / "ds", "--vision-rule", "qwen", "--output", out)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == first
 
 
 @pytest.mark.parametrize(
