@@ -316,6 +316,24 @@ def test_hf_image_table_is_cached_beside_the_arrow_files_and_read_back(tmp_path)
     assert table_of(src) == pillow_table(rows)
 
 
+def test_hf_load_dataset_cache_files_carry_the_image_table(tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    rows = save_hf(tmp_path / "hf", make_samples(5, seed=6))
+    parquet = str(tmp_path / "x.parquet")
+    datasets.load_from_disk(str(tmp_path / "hf")).to_parquet(parquet)
+    seen = []
+    for _ in range(2):
+        ds = datasets.load_dataset(
+            "parquet", data_files=parquet, split="train", cache_dir=str(tmp_path / "c")
+        )
+        src = HFImageText(ds)
+        assert table_of(src) == pillow_table(rows)
+        assert os.path.dirname(src.cache_path) == os.path.dirname(ds.cache_files[0]["filename"])
+        seen.append(src.from_cache)
+    assert seen == [False, True]
+
+
 def test_hf_dataset_saved_again_is_rescanned(tmp_path):
     pytest.importorskip("datasets")
     save_hf(tmp_path / "hf", make_samples(8, seed=1))
