@@ -210,20 +210,7 @@ def test_vision_tokens_from_header_sizes(tmp_path):
 def test_hf_dataset_with_image_features_reads_what_datasets_reads(tmp_path):
     datasets = pytest.importorskip("datasets")
     samples = make_samples(15, seed=7)
-    rows = {
-        "input_ids": [ids.tolist() for _, ids in samples],
-        "images": [
-            [{"bytes": v, "path": None} for k, v in s.items() if k.split(".")[-1] in IMAGE_EXTS]
-            for s, _ in samples
-        ],
-    }
-    features = datasets.Features(
-        {
-            "input_ids": datasets.Sequence(datasets.Value("int32")),
-            "images": datasets.Sequence(datasets.Image()),
-        }
-    )
-    ds = datasets.Dataset.from_dict(rows, features=features)
+    ds, rows = hf_dataset(samples)
     ds.save_to_disk(str(tmp_path / "hf"))
     for source in (ds, str(tmp_path / "hf")):
         src = HFImageText(source, vision_tokens=qwen_vision_tokens)
@@ -249,8 +236,9 @@ def test_hf_dataset_with_image_features_reads_what_datasets_reads(tmp_path):
         HFImageText(single, image_column="input_ids")
 
 
-def save_hf(folder, samples):
-    """samples (make_samples) as a save_to_disk folder; returns the rows."""
+def hf_dataset(samples):
+    """samples (make_samples) as an in-memory datasets.Dataset with an Image
+    sequence column; returns (dataset, rows)."""
     import datasets
 
     rows = {
@@ -266,7 +254,13 @@ def save_hf(folder, samples):
             "images": datasets.Sequence(datasets.Image()),
         }
     )
-    datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(folder))
+    return datasets.Dataset.from_dict(rows, features=features), rows
+
+
+def save_hf(folder, samples):
+    """samples (make_samples) as a save_to_disk folder; returns the rows."""
+    ds, rows = hf_dataset(samples)
+    ds.save_to_disk(str(folder))
     return rows
 
 
