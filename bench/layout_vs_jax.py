@@ -20,8 +20,8 @@ that same process, on the same sharding:
                  shardkit: NamedSharding.local_to_global(local_shape, process).
 Both mappings are checked equal before timing. Prints one line per measurement
 with both sides' CPU and wall times (the process's CPU: every thread) and the ratios,
-the sides interleaved round by round and the best call of each kept (bench/bench_util.py's
-rule); no speed is asserted anywhere.
+the sides interleaved round by round and the best round of each kept, per call
+(bench/bench_util.py's rule); no speed is asserted anywhere.
 
 usage: python bench/layout_vs_jax.py [--devices 8192,16384] [--drop-in 8,64,1024] [--per-host 4]
                                     [--rounds 5] [--timeout S]
@@ -35,36 +35,30 @@ import subprocess
 import sys
 import time
 
-from bench_util import load_average
-
-
-def _calls(fn, count, block):
-    """(CPU s, wall s) of each of `count` calls of fn; CPU is the process's (every thread:
-    JAX copies to devices on its own threads)."""
-    out = []
-    for _ in range(count):
-        c, w = time.process_time(), time.perf_counter()
-        r = fn()
-        if block:
-            import jax
-
-            jax.block_until_ready(r)
-        out.append((time.process_time() - c, time.perf_counter() - w))
-    return out
-
+import bench_util
 
 ROUNDS = 5  # --rounds: interleaved rounds per measurement
 
 
 def side_by_side(jax_fn, sk_fn, jax_calls, sk_calls, block=False):
-    """The two sides interleaved round by round (bench_util's rule), `*_calls` calls of
-    each per round: the best (CPU s, wall s) of one call of each side."""
-    j, k = [], []
-    for _ in range(ROUNDS):
-        j += _calls(jax_fn, jax_calls, block)
-        k += _calls(sk_fn, sk_calls, block)
-    best = lambda xs: (min(c for c, _ in xs), min(w for _, w in xs))  # noqa: E731
-    return best(j), best(k)
+    """bench_util's rule: the two sides interleaved round by round, a round being
+    `*_calls` calls of the side (blocked until JAX's arrays are ready when `block`),
+    the best round of each kept; returns each side's (CPU s, wall s) per call. CPU is
+    the process's (every thread: JAX copies to devices on its own threads)."""
+    wait = __import__("jax").block_until_ready if block else (lambda r: r)
+
+    def calls(fn, count):
+        def run():
+            for _ in range(count):
+                wait(fn())
+
+        return run
+
+    best = bench_util.interleaved(
+        {"jax": calls(jax_fn, jax_calls), "shardkit": calls(sk_fn, sk_calls)}, ROUNDS
+    )
+    j, k = best["jax"], best["shardkit"]
+    return (j.cpu / jax_calls, j.wall / jax_calls), (k.cpu / sk_calls, k.wall / sk_calls)
 
 
 def row(what, jax_t, sk_t, **extra):
@@ -371,8 +365,8 @@ def main():
         print(
             f"\ndrop-in, {n} devices in one process, mesh {doc['mesh']}, array"
             f" {tuple(doc['shape'])} float32; jax {doc['jax']}, {doc['cpus']} cpus;"
-            f" best call of {args.rounds} interleaved rounds, blocked until ready;"
-            f" {load_average()}"
+            f" best of {args.rounds} interleaved rounds, per call, blocked until ready;"
+            f" {bench_util.load_average()}"
         )
         print_rows(doc["rows"], 52)
     for n in map(int, filter(None, args.devices.split(","))):
@@ -390,7 +384,7 @@ def main():
             f"\n{n} devices, mesh {doc['mesh']}, spec {doc['spec']}, shape {tuple(doc['shape'])},"
             f" {n // args.per_host} processes of {args.per_host} devices; jax {doc['jax']},"
             f" {doc['cpus']} cpus ({doc['device_setup_s']:.1f} s to create the CPU devices);"
-            f" best call of {args.rounds} interleaved rounds; {load_average()}"
+            f" best of {args.rounds} interleaved rounds, per call; {bench_util.load_average()}"
         )
         print_rows(doc["rows"], 64)
 
