@@ -41,7 +41,6 @@ import resource
 import shutil
 import subprocess
 import sys
-import time
 
 import bench_util
 
@@ -80,12 +79,15 @@ def side_megatron(n, k):
 
     w = weights_for(k)
     base = rss_mb()
-    t0, w0 = bench_util.cpu_seconds(), time.perf_counter()
-    source = np.zeros(n, dtype=np.int16)
-    index = np.zeros(n, dtype=np.int64)
-    helpers_cpp.build_blending_indices(source, index, w, k, n, False)
-    first_sample = (int(source[0]), int(index[0]))
-    seconds, wall = bench_util.cpu_seconds() - t0, time.perf_counter() - w0
+
+    def build():
+        source = np.zeros(n, dtype=np.int16)
+        index = np.zeros(n, dtype=np.int64)
+        helpers_cpp.build_blending_indices(source, index, w, k, n, False)
+        return source, index, (int(source[0]), int(index[0]))
+
+    # Both arrays returned: freed after the timing and the memory count, as before.
+    (source, index, first_sample), seconds, wall = bench_util.timed(build)
     extra_mb = rss_mb() - base  # the two index arrays; before counting below
     counts = np.bincount(source, minlength=k)
     error = float(np.max(np.abs(counts - w * n)))
@@ -131,11 +133,15 @@ def side_megatron_cached(n, k):
 
     d = cache_dir(n, k)
     base = rss_mb()
-    t0, w0 = bench_util.cpu_seconds(), time.perf_counter()
-    source = np.load(os.path.join(d, "dataset_index.npy"), allow_pickle=True, mmap_mode="r")
-    index = np.load(os.path.join(d, "dataset_sample_index.npy"), allow_pickle=True, mmap_mode="r")
-    first_sample = (int(source[0]), int(index[0]))
-    seconds, wall = bench_util.cpu_seconds() - t0, time.perf_counter() - w0
+
+    def start():
+        source = np.load(os.path.join(d, "dataset_index.npy"), allow_pickle=True, mmap_mode="r")
+        index = np.load(
+            os.path.join(d, "dataset_sample_index.npy"), allow_pickle=True, mmap_mode="r"
+        )
+        return source, index, (int(source[0]), int(index[0]))
+
+    (source, index, first_sample), seconds, wall = bench_util.timed(start)
     extra_mb = rss_mb() - base  # before the check below reads the whole map
     counts = np.bincount(source, minlength=k)
     error = float(np.max(np.abs(counts - weights_for(k) * n)))
@@ -157,27 +163,34 @@ def _shardkit_pass(n, k, whole):
 
     w = weights_for(k)
     base = rss_mb()
-    t0, w0 = bench_util.cpu_seconds(), time.perf_counter()
-    mix = shardkit.Mixture([10**6] * k, w)
-    first_sample = mix.source_of(0)
-    first, first_wall = bench_util.cpu_seconds() - t0, time.perf_counter() - w0
+
+    def open_mixture():
+        mix = shardkit.Mixture([10**6] * k, w)
+        return mix, mix.source_of(0)
+
+    (mix, first_sample), first, first_wall = bench_util.timed(open_mixture)
     extra_mb = rss_mb() - base  # the mixture itself; the pass below adds its arrays
     chunk = 1 << 20
-    t1, w1 = bench_util.cpu_seconds(), time.perf_counter()
-    if whole:
-        # Like Megatron's build: both arrays of all N samples in memory at the end
-        # (allocated inside the timing, as Megatron's np.zeros are), filled chunk by chunk.
-        sources, items = np.empty(n, np.int64), np.empty(n, np.int64)
-        for start in range(0, n, chunk):
-            stop = min(n, start + chunk)
-            mix.numpy(start, stop, out=(sources[start:stop], items[start:stop]))
-    else:
-        # A streaming consumer: the same two chunk buffers reused for the whole pass.
-        buffers = np.empty(chunk, np.int64), np.empty(chunk, np.int64)
-        for start in range(0, n, chunk):
-            stop = min(n, start + chunk)
-            mix.numpy(start, stop, out=(buffers[0][: stop - start], buffers[1][: stop - start]))
-    seconds, wall = bench_util.cpu_seconds() - t1, time.perf_counter() - w1
+
+    def full_pass():
+        if whole:
+            # Like Megatron's build: both arrays of all N samples in memory at the end
+            # (allocated inside the timing, as Megatron's np.zeros are), filled chunk by chunk.
+            sources, items = np.empty(n, np.int64), np.empty(n, np.int64)
+            for start in range(0, n, chunk):
+                stop = min(n, start + chunk)
+                mix.numpy(start, stop, out=(sources[start:stop], items[start:stop]))
+            return sources, items  # freed after the timing
+        else:
+            # A streaming consumer: the same two chunk buffers reused for the whole pass.
+            buffers = np.empty(chunk, np.int64), np.empty(chunk, np.int64)
+            for start in range(0, n, chunk):
+                stop = min(n, start + chunk)
+                mix.numpy(start, stop, out=(buffers[0][: stop - start], buffers[1][: stop - start]))
+            return buffers
+
+    kept, seconds, wall = bench_util.timed(full_pass)
+    del kept
     # The check, outside the timing (Megatron's build is timed without it too).
     counts = np.zeros(k, dtype=np.int64)
     for start in range(0, n, chunk):
