@@ -103,6 +103,14 @@ def test_a_rank_without_local_rank_zero_times_out_naming_the_file(share_dir, mon
         )
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "inf", "1e999"])
+def test_a_bad_wait_in_the_environment_is_refused_naming_it(share_dir, monkeypatch, value):
+    monkeypatch.setenv("SHARDKIT_SHARE_PLAN_TIMEOUT", value)
+    tokens, offsets = make_data(random.Random(24), 50, 100)
+    with pytest.raises(ValueError, match=f"^SHARDKIT_SHARE_PLAN_TIMEOUT: .*'{value}'"):
+        TokenLoader(tokens, offsets, seq_len=64, batch_size=2, share_plan=True, local_rank=1)
+
+
 @pytest.mark.timeout(420)
 def test_torchrun_ranks_share_one_plan_per_host(tmp_path, torch):
     tokens, offsets = make_data(random.Random(25), 500, 200)

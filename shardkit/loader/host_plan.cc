@@ -9,6 +9,7 @@
 #include <bit>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -322,9 +323,10 @@ HostPlanOptions HostPlanOptionsFromEnvironment() {
   if (const char* t = std::getenv("SHARDKIT_SHARE_PLAN_TIMEOUT"); t != nullptr && *t != '\0') {
     char* end = nullptr;
     const double x = std::strtod(t, &end);
-    if (*end != '\0' || !(x > 0)) {
+    // "inf" parses too: a wait without end is refused like any other bad value.
+    if (*end != '\0' || !(x > 0) || !std::isfinite(x)) {
       ThrowInvalid("SHARDKIT_SHARE_PLAN_TIMEOUT",
-                   std::string("must be a positive number of seconds, got '") + t + "'");
+                   std::string("must be a positive, finite number of seconds, got '") + t + "'");
     }
     o.timeout_seconds = x;
   }
