@@ -111,6 +111,14 @@ def test_a_bad_wait_in_the_environment_is_refused_naming_it(share_dir, monkeypat
         TokenLoader(tokens, offsets, seq_len=64, batch_size=2, share_plan=True, local_rank=1)
 
 
+@pytest.mark.parametrize("value", ["x", "-1", "1.5"])
+def test_a_bad_local_rank_in_the_environment_is_refused_naming_it(share_dir, monkeypatch, value):
+    monkeypatch.setenv("LOCAL_RANK", value)
+    tokens, offsets = make_data(random.Random(24), 50, 100)
+    with pytest.raises(ValueError, match=f"^LOCAL_RANK: .*'{value}'"):
+        TokenLoader(tokens, offsets, seq_len=64, batch_size=2, share_plan=True)
+
+
 @pytest.mark.timeout(420)
 def test_torchrun_ranks_share_one_plan_per_host(tmp_path, torch):
     tokens, offsets = make_data(random.Random(25), 500, 200)
