@@ -10,6 +10,7 @@ import random
 import sys
 
 import jax
+import jax_worker
 import numpy as np
 from jax._src.sharding_impls import device_replica_id_map
 from jax.sharding import Mesh, NamedSharding
@@ -29,23 +30,8 @@ def random_case(rng, devices):
     chosen = rng.sample(devices, int(np.prod(sizes)))  # a subset, permuted
     mesh = Mesh(np.array(chosen, dtype=object).reshape(sizes), tuple(names))
     ndim = rng.randint(1, 3)
-    free = names[:]
-    rng.shuffle(free)
-    spec = []
-    for _ in range(rng.randint(0, ndim)):
-        kind = rng.random()
-        if kind < 0.3 or not free:
-            spec.append(None)
-        elif kind < 0.55:
-            spec.append(free.pop())
-        else:
-            take = rng.randint(1, min(2, len(free)))
-            spec.append(tuple(free.pop() for _ in range(take)))
-    parts = []
-    for i in range(ndim):
-        entry = spec[i] if i < len(spec) else None
-        axes = () if entry is None else (entry,) if isinstance(entry, str) else entry
-        parts.append(int(np.prod([mesh.shape[a] for a in axes])) if axes else 1)
+    spec = jax_worker.random_spec(rng, names, rng.randint(0, ndim), 0.3, 0.55)
+    parts = jax_worker.partition_counts(mesh.shape, spec, ndim)
     shape = tuple(p * rng.choice([0, 1, 1, 2, 3]) for p in parts)
     return mesh, P(*spec), shape, parts
 

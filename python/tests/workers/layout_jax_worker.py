@@ -200,22 +200,9 @@ def main(process_id, num_processes, port):
         shape = rng.choice([(n,), (2, n // 2), (n // 2, 2), (2, 2, n // 4)])
         names = ("a", "b", "c")[: len(shape)]
         m = mesh_from_owners(shape, names, owners)
-        free = list(names)
-        rng.shuffle(free)
-        spec = []
-        for _ in range(2):
-            r = rng.random()
-            if r < 0.25 or not free:
-                spec.append(None)
-            elif r < 0.6:
-                spec.append(free.pop())
-            else:
-                spec.append(tuple(free.pop() for _ in range(min(len(free), rng.randint(1, 2)))))
+        spec = jax_worker.random_spec(rng, names, 2, 0.25, 0.6)
         s = NamedSharding(m, P(*spec))
-        parts = [
-            int(np.prod([m.shape[a] for a in ((e,) if isinstance(e, str) else e or ())]))
-            for e in spec
-        ]
+        parts = jax_worker.partition_counts(m.shape, spec, 2)
         global_shape = (parts[0] * 2, parts[1] * 3)
         full = tuple(rng.sample([0, 1], rng.randint(0, 1))) if trial % 2 else ()
         check(
