@@ -79,44 +79,37 @@ def test_a_corrupt_plan_file_is_refused_and_the_rank_plans_itself(share_dir):
     assert pieces_of(reader) == pieces_of(plain)
 
 
+def small_shared_loader(seed, **options):
+    """A loader with share_plan=True over a small corpus (the refusal tests')."""
+    tokens, offsets = make_data(random.Random(seed), 50, 100)
+    return TokenLoader(tokens, offsets, seq_len=64, batch_size=2, share_plan=True, **options)
+
+
 def test_share_plan_needs_equal_steps_and_a_valid_local_rank(share_dir):
-    tokens, offsets = make_data(random.Random(23), 50, 100)
     with pytest.raises(ValueError, match="share_plan: needs equal_steps"):
-        TokenLoader(tokens, offsets, seq_len=64, batch_size=2, equal_steps=False, share_plan=True)
+        small_shared_loader(23, equal_steps=False)
     with pytest.raises(ValueError, match="local_rank"):
-        TokenLoader(tokens, offsets, seq_len=64, batch_size=2, share_plan=True, local_rank=-3)
+        small_shared_loader(23, local_rank=-3)
 
 
 def test_a_rank_without_local_rank_zero_times_out_naming_the_file(share_dir, monkeypatch):
     monkeypatch.setenv("SHARDKIT_SHARE_PLAN_TIMEOUT", "0.2")
-    tokens, offsets = make_data(random.Random(24), 50, 100)
     with pytest.raises(ValueError, match=r"share_plan: local rank 1 waited .*shardkit-plan-"):
-        TokenLoader(
-            tokens,
-            offsets,
-            seq_len=64,
-            batch_size=2,
-            rank=1,
-            world_size=2,
-            share_plan=True,
-            local_rank=1,
-        )
+        small_shared_loader(24, rank=1, world_size=2, local_rank=1)
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "inf", "1e999"])
 def test_a_bad_wait_in_the_environment_is_refused_naming_it(share_dir, monkeypatch, value):
     monkeypatch.setenv("SHARDKIT_SHARE_PLAN_TIMEOUT", value)
-    tokens, offsets = make_data(random.Random(24), 50, 100)
     with pytest.raises(ValueError, match=f"^SHARDKIT_SHARE_PLAN_TIMEOUT: .*'{value}'"):
-        TokenLoader(tokens, offsets, seq_len=64, batch_size=2, share_plan=True, local_rank=1)
+        small_shared_loader(24, local_rank=1)
 
 
 @pytest.mark.parametrize("value", ["x", "-1", "1.5"])
 def test_a_bad_local_rank_in_the_environment_is_refused_naming_it(share_dir, monkeypatch, value):
     monkeypatch.setenv("LOCAL_RANK", value)
-    tokens, offsets = make_data(random.Random(24), 50, 100)
     with pytest.raises(ValueError, match=f"^LOCAL_RANK: .*'{value}'"):
-        TokenLoader(tokens, offsets, seq_len=64, batch_size=2, share_plan=True)
+        small_shared_loader(24)
 
 
 @pytest.mark.timeout(420)
