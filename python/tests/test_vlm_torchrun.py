@@ -17,6 +17,7 @@ import pytest
 from shardkit.image_sources import TarImageText
 from shardkit.torch import ConstantLengthDataset
 from torchrun_launch import finish, kill_after_checkpoint, launch
+from vlm_common import PACKING, tar_shards
 
 wds = pytest.importorskip("webdataset")
 datasets = pytest.importorskip("datasets")
@@ -80,14 +81,7 @@ def test_torchrun_vlm_killed_on_four_ranks_resumes_on_three_exactly_once(tmp_pat
     finish(second(), 600, second)
     resumed = [json.loads((tmp_path / f"resumed-{r}.json").read_text()) for r in range(3)]
     plan = ConstantLengthDataset(
-        TarImageText(sorted(str(p) for p in (tmp_path / "shards").glob("*.tar"))),
-        seq_len=64,
-        batch_size=2,
-        rank=0,
-        world_size=4,
-        max_images_per_pack=4,
-        seed=3,
-        check_plan=False,
+        TarImageText(tar_shards(tmp_path)), rank=0, world_size=4, check_plan=False, **PACKING
     ).train_plan()
     kept = sorted(set(range(N)) - set(int(s) for s in plan.dropped_samples))
     for kind in KINDS:

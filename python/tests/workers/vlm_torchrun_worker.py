@@ -30,6 +30,7 @@ from shardkit.images import ImageDecoder
 from shardkit.torch import ConstantLengthDataset
 from torch.nn.parallel import DistributedDataParallel
 from torchrun_common import AGENT, leave_together, write_checkpoint
+from vlm_common import PACKING, tar_shards
 
 CHECKPOINT_STEP = 3
 VOCAB = 256
@@ -59,20 +60,17 @@ class TinyVLM(nn.Module):
 
 def source(root, kind):
     if kind == "tar":
-        return TarImageText(sorted(str(p) for p in (root / "shards").glob("*.tar")))
+        return TarImageText(tar_shards(root))
     return HFImageText(str(root / "hf"))
 
 
 def dataset(root, kind, rank, world):
     return ConstantLengthDataset(
         source(root, kind),
-        seq_len=64,
-        batch_size=2,
         rank=rank,
         world_size=world,
-        max_images_per_pack=4,
-        seed=3,
         image_decoder=ImageDecoder(size=SIZE, threads=1),
+        **PACKING,
     )
 
 
