@@ -10,6 +10,7 @@ import time
 
 import jax
 import jax_worker
+from eval_common import check_static, dynamic_pass
 
 
 def main() -> None:
@@ -32,7 +33,8 @@ def main() -> None:
 
 def run(mode, rank, world) -> None:
     import numpy as np
-    from shardkit.jax import agree_steps, check_plan, fail_fast, gather_unshard, global_masked_sum
+    import shardkit.jax as engine
+    from shardkit.jax import check_plan, fail_fast, global_masked_sum
 
     import shardkit
 
@@ -41,19 +43,7 @@ def run(mode, rank, world) -> None:
         batch = BATCH + (1 if mode == "mismatch" and rank == 1 else 0)
         plan = shardkit.EvalPlan(ITEMS, world, batch)
         if mode in ("ok", "dynamic"):
-            mine = [int(i) for _, idx, m in plan.batches(rank) for i in idx[m]]
-            kept = [i for i in mine if i % 3 != 0]
-            steps = agree_steps(len(kept), BATCH, plan)
-            total = 0.0
-            for step in range(steps):
-                chunk = kept[step * BATCH : (step + 1) * BATCH]
-                values = np.zeros(BATCH)
-                values[: len(chunk)] = chunk
-                s, _ = global_masked_sum(values, np.arange(BATCH) < len(chunk))
-                total += float(s)
-            assert total == sum(i for i in range(ITEMS) if i % 3 != 0), total
-            if rank == 0:
-                print(f"OK jax dynamic world={world} steps={steps}", flush=True)
+            dynamic_pass(engine, "jax", plan, rank, ITEMS, BATCH, np.asarray)
         if mode != "dynamic":
             print(f"TEST-EVENT {time.time():.3f}", file=sys.stderr, flush=True)
             check_plan(plan)
@@ -67,14 +57,7 @@ def run(mode, rank, world) -> None:
                 _, n = global_masked_sum(pred.astype(np.float64), mask)  # a collective every step
                 seen += n
                 preds.append(pred)
-            assert seen == ITEMS, seen
-            ordered = gather_unshard(plan, np.concatenate(preds))
-            assert ordered.tolist() == [3 * i + 1 for i in range(ITEMS)]
-            if rank == 0:
-                print(
-                    f"OK jax static world={world} steps={plan.num_steps} padding={plan.total_padding}",
-                    flush=True,
-                )
+            check_static(engine, "jax", plan, rank, ITEMS, seen, np.concatenate(preds))
 
 
 if __name__ == "__main__":

@@ -15,10 +15,11 @@ import signal
 import sys
 import time
 
-import numpy as np
+import shardkit.torch as engine
 import torch
 import torch.distributed as dist
-from shardkit.torch import agree_steps, check_plan, fail_fast, gather_unshard, global_masked_sum
+from eval_common import check_static, dynamic_pass
+from shardkit.torch import check_plan, fail_fast, gather_unshard, global_masked_sum
 
 import shardkit
 
@@ -75,21 +76,7 @@ def run(a, rank, world) -> None:
         batch = a.batch + (1 if a.mode == "mismatch" and rank == 2 else 0)
         plan = shardkit.EvalPlan(a.items, world, batch)
         if a.mode in ("ok", "dynamic"):
-            mine = [int(i) for _, idx, m in plan.batches(rank) for i in idx[m]]
-            kept = [i for i in mine if i % 3 != 0]  # a filter decided at load time
-            steps = agree_steps(len(kept), a.batch, plan)
-            total = 0.0
-            for step in range(steps):
-                chunk = kept[step * a.batch : (step + 1) * a.batch]
-                values = torch.zeros(a.batch, dtype=torch.float64)
-                values[: len(chunk)] = torch.tensor(chunk, dtype=torch.float64)
-                mask = np.arange(a.batch) < len(chunk)
-                s, n = global_masked_sum(values, mask)
-                total += float(s)
-            want = sum(i for i in range(a.items) if i % 3 != 0)
-            assert total == want, (total, want)
-            if rank == 0:
-                print(f"OK torch dynamic world={world} steps={steps}", flush=True)
+            dynamic_pass(engine, "torch", plan, rank, a.items, a.batch, torch.from_numpy)
         if a.mode != "dynamic":
             print(f"TEST-EVENT {time.time():.3f}", file=sys.stderr, flush=True)
             check_plan(plan)
@@ -107,15 +94,8 @@ def run(a, rank, world) -> None:
                 seen += n
                 preds.append(pred)
                 names += [f"doc{i}" for i in idx.tolist()]
-            assert seen == a.items, seen
-            ordered = gather_unshard(plan, torch.cat(preds))
-            assert ordered.tolist() == [3 * i + 1 for i in range(a.items)]
             assert gather_unshard(plan, names) == [f"doc{i}" for i in range(a.items)]
-            if rank == 0:
-                print(
-                    f"OK torch static world={world} steps={plan.num_steps} padding={plan.total_padding}",
-                    flush=True,
-                )
+            check_static(engine, "torch", plan, rank, a.items, seen, torch.cat(preds))
 
 
 if __name__ == "__main__":
