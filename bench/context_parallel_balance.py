@@ -20,6 +20,7 @@ Then planning speed with and without CP (documents per CPU second).
 """
 
 import argparse
+import functools
 
 import bench_util
 import numpy as np
@@ -94,6 +95,19 @@ def dp_imbalance(plan, seq_len, cp, split="document_head_tail"):
     return float(np.mean(values)), float(np.max(values))
 
 
+def cp_plan(lengths, seq_len, cp, cost, strategy):
+    """The plan of the DP-balance and speed tables: 2 rows on each of 8 DP ranks."""
+    return shardkit.TrainPlan(
+        lengths,
+        seq_len=seq_len,
+        batch_size=2,
+        world_size=8,
+        cp_size=cp,
+        cost=cost,
+        cp_strategy=strategy,
+    )
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer rows and sizes")
@@ -139,15 +153,7 @@ def main():
                 ("squared", "head_tail"),
                 ("squared", "balanced"),
             ):
-                plan = shardkit.TrainPlan(
-                    lengths,
-                    seq_len=seq_len,
-                    batch_size=2,
-                    world_size=8,
-                    cp_size=cp,
-                    cost=cost,
-                    cp_strategy=strategy,
-                )
+                plan = cp_plan(lengths, seq_len, cp, cost, strategy)
                 split = "balanced" if strategy == "balanced" else "document_head_tail"
                 cells.append("%.3f / %.3f" % dp_imbalance(plan, seq_len, cp, split))
             print(f"| {kind} | {seq_len // 1024}k | {cp} | {' | '.join(cells)} |")
@@ -162,20 +168,10 @@ def main():
         (8, "squared", "head_tail"),
         (8, "squared", "balanced"),
     )
-
-    def plan(cp, cost, strategy):
-        return lambda: shardkit.TrainPlan(
-            lengths,
-            seq_len=32768,
-            batch_size=2,
-            world_size=8,
-            cp_size=cp,
-            cost=cost,
-            cp_strategy=strategy,
-        )
-
     # bench_util: rounds interleave the configurations (a shared machine drifts), best CPU s
-    sides = bench_util.interleaved({c: plan(*c) for c in configs}, 5)
+    sides = bench_util.interleaved(
+        {c: functools.partial(cp_plan, lengths, 32768, *c) for c in configs}, 5
+    )
     best = {c: sides[c].cpu for c in configs}
     print("| plan | cost | cp_strategy | documents per CPU second (best of 5) | vs cp_size=1 |")
     print("|---|---|---|---|---|")
