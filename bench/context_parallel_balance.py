@@ -98,13 +98,7 @@ def dp_imbalance(plan, seq_len, cp, split="document_head_tail"):
 def cp_plan(lengths, seq_len, cp, cost, strategy):
     """The plan of the DP-balance and speed tables: 2 rows on each of 8 DP ranks."""
     return shardkit.TrainPlan(
-        lengths,
-        seq_len=seq_len,
-        batch_size=2,
-        world_size=8,
-        cp_size=cp,
-        cost=cost,
-        cp_strategy=strategy,
+        lengths, seq_len, batch_size=2, world_size=8, cp_size=cp, cost=cost, cp_strategy=strategy
     )
 
 
