@@ -136,6 +136,19 @@ def trl_collate(rows, seq_len=4096, batch_size=8):
     )
 
 
+def count_pass(loader, real_tokens, max_seconds=None):
+    """(real tokens, batches, CPU s of this thread, wall s) of a pass over `loader`,
+    cut after `max_seconds` CPU s when given."""
+    start, cpu = time.perf_counter(), time.thread_time()
+    tokens = batches = 0
+    for batch in loader:
+        tokens += real_tokens(batch)
+        batches += 1
+        if max_seconds is not None and time.thread_time() - cpu > max_seconds:
+            break
+    return tokens, batches, time.thread_time() - cpu, time.perf_counter() - start
+
+
 def run_torch(directory, seq_len, batch_size, max_seconds):
     loader = tud.DataLoader(
         PackedRows(directory, seq_len),
@@ -143,14 +156,7 @@ def run_torch(directory, seq_len, batch_size, max_seconds):
         num_workers=0,
         collate_fn=lambda rows: trl_collate(rows, seq_len, batch_size),
     )
-    start, cpu = time.perf_counter(), time.thread_time()
-    tokens = batches = 0
-    for batch in loader:
-        tokens += int((batch["document_ids"] >= 0).sum())
-        batches += 1
-        if time.thread_time() - cpu > max_seconds:
-            break
-    return tokens, batches, time.thread_time() - cpu, time.perf_counter() - start
+    return count_pass(loader, lambda batch: int((batch["document_ids"] >= 0).sum()), max_seconds)
 
 
 def run_shardkit(directory, seq_len, batch_size, num_threads):
@@ -165,12 +171,8 @@ def run_shardkit(directory, seq_len, batch_size, num_threads):
         num_threads=num_threads,
         buffer=1024,
     )
-    start, cpu = time.perf_counter(), time.thread_time()
-    tokens = batches = 0
-    for batch in loader:
-        tokens += int(batch["lengths"].sum())  # real tokens, from the piece list
-        batches += 1
-    return tokens, batches, time.thread_time() - cpu, time.perf_counter() - start
+    # Real tokens, from the piece list.
+    return count_pass(loader, lambda batch: int(batch["lengths"].sum()))
 
 
 def main():
