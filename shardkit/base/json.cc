@@ -1,8 +1,10 @@
 #include "shardkit/base/json.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <unordered_set>
+#include <utility>
 
 #include "shardkit/base/errors.h"
 #include "shardkit/base/hash.h"
@@ -94,6 +96,19 @@ const Json* Json::Find(std::string_view key) const {
 // Reader
 
 namespace {
+
+// JSON's two-character escapes: the character and the letter after the
+// backslash. The reader also takes "\/" (as '/'); the writer, like
+// json.dumps, never writes it.
+constexpr std::array<std::pair<char, char>, 7> kShortEscapes{
+    {{'"', '"'}, {'\\', '\\'}, {'\b', 'b'}, {'\f', 'f'}, {'\n', 'n'}, {'\r', 'r'}, {'\t', 't'}}};
+
+// The escape letter of each ASCII character, 0 where it has none.
+constexpr std::array<char, 128> kEscapeLetter = [] {
+  std::array<char, 128> letters{};
+  for (const auto& [c, letter] : kShortEscapes) letters[static_cast<unsigned char>(c)] = letter;
+  return letters;
+}();
 
 class Parser {
  public:
@@ -304,43 +319,27 @@ class Parser {
       }
       if (pos_ >= text_.size()) Fail("unterminated string");
       const char e = text_[pos_++];
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out.push_back(e);
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case 't':
-          out.push_back('\t');
-          break;
-        case 'u': {
-          unsigned cp = Hex4();
-          if (cp >= 0xD800 && cp < 0xDC00) {
-            if (!Consume("\\u")) Fail("unpaired surrogate");
-            const unsigned lo = Hex4();
-            if (lo < 0xDC00 || lo >= 0xE000) Fail("unpaired surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp < 0xE000) {
-            Fail("unpaired surrogate");
-          }
-          AppendUtf8(cp, &out);
-          break;
+      if (e == 'u') {
+        unsigned cp = Hex4();
+        if (cp >= 0xD800 && cp < 0xDC00) {
+          if (!Consume("\\u")) Fail("unpaired surrogate");
+          const unsigned lo = Hex4();
+          if (lo < 0xDC00 || lo >= 0xE000) Fail("unpaired surrogate");
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        } else if (cp >= 0xDC00 && cp < 0xE000) {
+          Fail("unpaired surrogate");
         }
-        default:
-          Fail("bad escape");
+        AppendUtf8(cp, &out);
+        continue;
       }
+      if (e == '/') {
+        out.push_back(e);
+        continue;
+      }
+      const auto* escape = std::find_if(kShortEscapes.begin(), kShortEscapes.end(),
+                                        [e](const auto& pair) { return pair.second == e; });
+      if (escape == kShortEscapes.end()) Fail("bad escape");
+      out.push_back(escape->first);
     }
   }
 
@@ -368,34 +367,13 @@ void WriteString(const std::string& s, std::string* out) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
       ++i;
-      switch (c) {
-        case '"':
-          out->append("\\\"");
-          break;
-        case '\\':
-          out->append("\\\\");
-          break;
-        case '\n':
-          out->append("\\n");
-          break;
-        case '\r':
-          out->append("\\r");
-          break;
-        case '\t':
-          out->append("\\t");
-          break;
-        case '\b':
-          out->append("\\b");
-          break;
-        case '\f':
-          out->append("\\f");
-          break;
-        default:
-          if (c < 0x20 || c == 0x7F) {
-            WriteHex4(c, out);
-          } else {
-            out->push_back(static_cast<char>(c));
-          }
+      if (const char letter = kEscapeLetter[c]; letter != 0) {
+        out->push_back('\\');
+        out->push_back(letter);
+      } else if (c < 0x20 || c == 0x7F) {
+        WriteHex4(c, out);
+      } else {
+        out->push_back(static_cast<char>(c));
       }
       continue;
     }
