@@ -160,20 +160,31 @@ class Parser {
     Fail("expected a value");
   }
 
-  Json ParseObject(int depth) {
-    ++pos_;  // {
-    Json out = Json::MakeObject();
+  // The elements of the list that opens at pos_ ('{' or '['), to `close`:
+  // none, or element() repeated with ',' between (no trailing ',').
+  template <typename Element>
+  void ParseList(char close, Element element) {
+    const std::string_view end(&close, 1);
+    ++pos_;  // the opening bracket
     SkipSpace();
-    if (pos_ < text_.size() && text_[pos_] == '}') {
-      ++pos_;
-      return out;
+    if (Consume(end)) return;
+    while (true) {
+      SkipSpace();
+      element();
+      SkipSpace();
+      if (Consume(",")) continue;
+      if (Consume(end)) return;
+      Fail("expected ',' or '" + std::string(end) + "'");
     }
+  }
+
+  Json ParseObject(int depth) {
+    Json out = Json::MakeObject();
     // Keys seen so far, for objects past a few keys: a scan of the object per
     // key made a hostile state of 200,000 keys take two minutes to refuse.
     std::unordered_set<std::string> seen;
     constexpr std::size_t kScanKeys = 16;
-    while (true) {
-      SkipSpace();
+    ParseList('}', [&] {
       if (pos_ >= text_.size() || text_[pos_] != '"') Fail("expected a key in quotes");
       const std::size_t key_at = pos_;
       std::string key = ParseString();
@@ -199,41 +210,14 @@ class Parser {
       ++pos_;
       SkipSpace();
       out.Set(std::move(key), ParseValue(depth + 1));
-      SkipSpace();
-      if (pos_ < text_.size() && text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < text_.size() && text_[pos_] == '}') {
-        ++pos_;
-        return out;
-      }
-      Fail("expected ',' or '}'");
-    }
+    });
+    return out;
   }
 
   Json ParseArray(int depth) {
-    ++pos_;  // [
     Json out = Json::MakeArray();
-    SkipSpace();
-    if (pos_ < text_.size() && text_[pos_] == ']') {
-      ++pos_;
-      return out;
-    }
-    while (true) {
-      SkipSpace();
-      out.Push(ParseValue(depth + 1));
-      SkipSpace();
-      if (pos_ < text_.size() && text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < text_.size() && text_[pos_] == ']') {
-        ++pos_;
-        return out;
-      }
-      Fail("expected ',' or ']'");
-    }
+    ParseList(']', [&] { out.Push(ParseValue(depth + 1)); });
+    return out;
   }
 
   Json ParseNumber() {
