@@ -6,6 +6,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "shardkit/base/enum_names.h"
 #include "shardkit/base/errors.h"
 #include "shardkit/base/hash.h"
 
@@ -63,23 +64,19 @@ Json Json::MakeObject(Object v) {
   return j;
 }
 
-std::string_view Json::TypeName(Type type) {
-  switch (type) {
-    case Type::kNull:
-      return "null";
-    case Type::kBool:
-      return "a boolean";
-    case Type::kInt:
-      return "an integer";
-    case Type::kString:
-      return "a string";
-    case Type::kArray:
-      return "a list";
-    case Type::kObject:
-      return "an object";
-  }
-  return "?";
-}
+namespace {
+// A value's type as error messages say it ("expected an integer, got a list").
+constexpr EnumNames<Json::Type, 6> kTypeNames{"json",
+                                              "type",
+                                              {{{Json::Type::kNull, "null"},
+                                                {Json::Type::kBool, "a boolean"},
+                                                {Json::Type::kInt, "an integer"},
+                                                {Json::Type::kString, "a string"},
+                                                {Json::Type::kArray, "a list"},
+                                                {Json::Type::kObject, "an object"}}}};
+}  // namespace
+
+std::string_view Json::TypeName(Type type) { return kTypeNames.Name(type); }
 
 void Json::Push(Json v) { array_.push_back(std::move(v)); }
 
