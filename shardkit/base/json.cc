@@ -1,9 +1,12 @@
 #include "shardkit/base/json.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <unordered_set>
+#include <utility>
 
+#include "shardkit/base/enum_names.h"
 #include "shardkit/base/errors.h"
 #include "shardkit/base/hash.h"
 
@@ -61,23 +64,19 @@ Json Json::MakeObject(Object v) {
   return j;
 }
 
-std::string_view Json::TypeName(Type type) {
-  switch (type) {
-    case Type::kNull:
-      return "null";
-    case Type::kBool:
-      return "a boolean";
-    case Type::kInt:
-      return "an integer";
-    case Type::kString:
-      return "a string";
-    case Type::kArray:
-      return "a list";
-    case Type::kObject:
-      return "an object";
-  }
-  return "?";
-}
+namespace {
+// A value's type as error messages say it ("expected an integer, got a list").
+constexpr EnumNames<Json::Type, 6> kTypeNames{"json",
+                                              "type",
+                                              {{{Json::Type::kNull, "null"},
+                                                {Json::Type::kBool, "a boolean"},
+                                                {Json::Type::kInt, "an integer"},
+                                                {Json::Type::kString, "a string"},
+                                                {Json::Type::kArray, "a list"},
+                                                {Json::Type::kObject, "an object"}}}};
+}  // namespace
+
+std::string_view Json::TypeName(Type type) { return kTypeNames.Name(type); }
 
 void Json::Push(Json v) { array_.push_back(std::move(v)); }
 
@@ -94,6 +93,19 @@ const Json* Json::Find(std::string_view key) const {
 // Reader
 
 namespace {
+
+// JSON's two-character escapes: the character and the letter after the
+// backslash. The reader also takes "\/" (as '/'); the writer, like
+// json.dumps, never writes it.
+constexpr std::array<std::pair<char, char>, 7> kShortEscapes{
+    {{'"', '"'}, {'\\', '\\'}, {'\b', 'b'}, {'\f', 'f'}, {'\n', 'n'}, {'\r', 'r'}, {'\t', 't'}}};
+
+// The escape letter of each ASCII character, 0 where it has none.
+constexpr std::array<char, 128> kEscapeLetter = [] {
+  std::array<char, 128> letters{};
+  for (const auto& [c, letter] : kShortEscapes) letters[static_cast<unsigned char>(c)] = letter;
+  return letters;
+}();
 
 class Parser {
  public:
@@ -145,20 +157,31 @@ class Parser {
     Fail("expected a value");
   }
 
-  Json ParseObject(int depth) {
-    ++pos_;  // {
-    Json out = Json::MakeObject();
+  // The elements of the list that opens at pos_ ('{' or '['), to `close`:
+  // none, or element() repeated with ',' between (no trailing ',').
+  template <typename Element>
+  void ParseList(char close, Element element) {
+    const std::string_view end(&close, 1);
+    ++pos_;  // the opening bracket
     SkipSpace();
-    if (pos_ < text_.size() && text_[pos_] == '}') {
-      ++pos_;
-      return out;
+    if (Consume(end)) return;
+    while (true) {
+      SkipSpace();
+      element();
+      SkipSpace();
+      if (Consume(",")) continue;
+      if (Consume(end)) return;
+      Fail("expected ',' or '" + std::string(end) + "'");
     }
+  }
+
+  Json ParseObject(int depth) {
+    Json out = Json::MakeObject();
     // Keys seen so far, for objects past a few keys: a scan of the object per
     // key made a hostile state of 200,000 keys take two minutes to refuse.
     std::unordered_set<std::string> seen;
     constexpr std::size_t kScanKeys = 16;
-    while (true) {
-      SkipSpace();
+    ParseList('}', [&] {
       if (pos_ >= text_.size() || text_[pos_] != '"') Fail("expected a key in quotes");
       const std::size_t key_at = pos_;
       std::string key = ParseString();
@@ -184,41 +207,14 @@ class Parser {
       ++pos_;
       SkipSpace();
       out.Set(std::move(key), ParseValue(depth + 1));
-      SkipSpace();
-      if (pos_ < text_.size() && text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < text_.size() && text_[pos_] == '}') {
-        ++pos_;
-        return out;
-      }
-      Fail("expected ',' or '}'");
-    }
+    });
+    return out;
   }
 
   Json ParseArray(int depth) {
-    ++pos_;  // [
     Json out = Json::MakeArray();
-    SkipSpace();
-    if (pos_ < text_.size() && text_[pos_] == ']') {
-      ++pos_;
-      return out;
-    }
-    while (true) {
-      SkipSpace();
-      out.Push(ParseValue(depth + 1));
-      SkipSpace();
-      if (pos_ < text_.size() && text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < text_.size() && text_[pos_] == ']') {
-        ++pos_;
-        return out;
-      }
-      Fail("expected ',' or ']'");
-    }
+    ParseList(']', [&] { out.Push(ParseValue(depth + 1)); });
+    return out;
   }
 
   Json ParseNumber() {
@@ -304,43 +300,27 @@ class Parser {
       }
       if (pos_ >= text_.size()) Fail("unterminated string");
       const char e = text_[pos_++];
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out.push_back(e);
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case 't':
-          out.push_back('\t');
-          break;
-        case 'u': {
-          unsigned cp = Hex4();
-          if (cp >= 0xD800 && cp < 0xDC00) {
-            if (!Consume("\\u")) Fail("unpaired surrogate");
-            const unsigned lo = Hex4();
-            if (lo < 0xDC00 || lo >= 0xE000) Fail("unpaired surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp < 0xE000) {
-            Fail("unpaired surrogate");
-          }
-          AppendUtf8(cp, &out);
-          break;
+      if (e == 'u') {
+        unsigned cp = Hex4();
+        if (cp >= 0xD800 && cp < 0xDC00) {
+          if (!Consume("\\u")) Fail("unpaired surrogate");
+          const unsigned lo = Hex4();
+          if (lo < 0xDC00 || lo >= 0xE000) Fail("unpaired surrogate");
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        } else if (cp >= 0xDC00 && cp < 0xE000) {
+          Fail("unpaired surrogate");
         }
-        default:
-          Fail("bad escape");
+        AppendUtf8(cp, &out);
+        continue;
       }
+      if (e == '/') {
+        out.push_back(e);
+        continue;
+      }
+      const auto* escape = std::find_if(kShortEscapes.begin(), kShortEscapes.end(),
+                                        [e](const auto& pair) { return pair.second == e; });
+      if (escape == kShortEscapes.end()) Fail("bad escape");
+      out.push_back(escape->first);
     }
   }
 
@@ -368,34 +348,13 @@ void WriteString(const std::string& s, std::string* out) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
       ++i;
-      switch (c) {
-        case '"':
-          out->append("\\\"");
-          break;
-        case '\\':
-          out->append("\\\\");
-          break;
-        case '\n':
-          out->append("\\n");
-          break;
-        case '\r':
-          out->append("\\r");
-          break;
-        case '\t':
-          out->append("\\t");
-          break;
-        case '\b':
-          out->append("\\b");
-          break;
-        case '\f':
-          out->append("\\f");
-          break;
-        default:
-          if (c < 0x20 || c == 0x7F) {
-            WriteHex4(c, out);
-          } else {
-            out->push_back(static_cast<char>(c));
-          }
+      if (const char letter = kEscapeLetter[c]; letter != 0) {
+        out->push_back('\\');
+        out->push_back(letter);
+      } else if (c < 0x20 || c == 0x7F) {
+        WriteHex4(c, out);
+      } else {
+        out->push_back(static_cast<char>(c));
       }
       continue;
     }

@@ -33,6 +33,14 @@ TEST(JsonTest, WritesWhatPythonJsonDumpsWrites) {
             std::numeric_limits<std::uint64_t>::max());
 }
 
+TEST(JsonTest, EveryShortEscapeReadsAndWritesAsPythonJson) {
+  // json.dumps("\" \\ / \b \f \n \r \t \x01 \x7f")
+  EXPECT_EQ(WriteJson(Json::String("\" \\ / \b \f \n \r \t \x01 \x7f")),
+            R"("\" \\ / \b \f \n \r \t \u0001 \u007f")");
+  // json.loads(r'"\" \\ \/ \b \f \n \r \t"')
+  EXPECT_EQ(ParseJson(R"("\" \\ \/ \b \f \n \r \t")", "x"), Json::String("\" \\ / \b \f \n \r \t"));
+}
+
 TEST(JsonTest, RefusesWhatIsNotStrictJsonNamingTheParameter) {
   for (const char* text :
        {"",          " ",     "{",      "[1,]", "{\"a\" 1}", "{\"a\": 1,}", "01",

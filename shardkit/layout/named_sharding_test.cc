@@ -125,13 +125,25 @@ Config RandomConfig(std::mt19937_64& rng) {
   return c;
 }
 
+// A random configuration, its sharding, the sharding's layout of the
+// configuration's shape, and every device's reference indices.
+struct RandomCase {
+  explicit RandomCase(std::mt19937_64& rng)
+      : c(RandomConfig(rng)),
+        sharding(Mesh(c.axes, c.owners), c.spec),
+        layout(sharding.Layout(c.shape)),
+        indices(ReferenceIndices(c.axes, c.spec, c.shape)) {}
+  Config c;
+  NamedSharding sharding;
+  ArrayLayout layout;
+  std::vector<std::vector<Slice>> indices;
+};
+
 TEST(ShardingTest, DevicesIndicesMapMatchesTheTransposedTileAssignment) {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 2000; ++trial) {
-    Config c = RandomConfig(rng);
-    NamedSharding sharding(Mesh(c.axes, c.owners), c.spec);
-    ArrayLayout layout = sharding.Layout(c.shape);
-    auto expected = ReferenceIndices(c.axes, c.spec, c.shape);
+    RandomCase t(rng);
+    auto& [c, sharding, layout, expected] = t;
     const int n = layout.ndim();
     std::vector<Slice> bulk(expected.size() * n);
     layout.DevicesIndicesMap(bulk.data());
@@ -162,9 +174,8 @@ TEST(ShardingTest, DevicesIndicesMapMatchesTheTransposedTileAssignment) {
 TEST(ShardingTest, ReplicaIdCountsEarlierDevicesHoldingTheSameSlice) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 2000; ++trial) {
-    Config c = RandomConfig(rng);
-    ArrayLayout layout = NamedSharding(Mesh(c.axes, c.owners), c.spec).Layout(c.shape);
-    auto indices = ReferenceIndices(c.axes, c.spec, c.shape);
+    RandomCase t(rng);
+    auto& [c, sharding, layout, indices] = t;
     std::map<std::vector<std::pair<Index, Index>>, Index> seen;
     std::vector<Index> ids(indices.size());
     layout.ReplicaIds(ids.data());
@@ -348,10 +359,8 @@ TEST(ShardingTest, ProcessIndexAndCountFollowsJaxUniformityRuleWithDeterministic
 TEST(ShardingTest, ProcessLayoutMapsLocalBlocksByPositionAmongSortedDistinctStarts) {
   std::mt19937_64 rng(17);
   for (int trial = 0; trial < 1500; ++trial) {
-    Config c = RandomConfig(rng);
-    NamedSharding sharding(Mesh(c.axes, c.owners), c.spec);
-    ArrayLayout layout = sharding.Layout(c.shape);
-    auto indices = ReferenceIndices(c.axes, c.spec, c.shape);
+    RandomCase t(rng);
+    auto& [c, sharding, layout, indices] = t;
     const int n = layout.ndim();
     for (Index p : sharding.mesh().processes()) {
       ProcessLayout view = layout.Process(p);

@@ -84,6 +84,18 @@ class HostPlanTest : public ::testing::Test {
     h.timeout_seconds = 5;
     return h;
   }
+  // A deferred plan of `docs` and rank `rank`'s reader of it, shared through
+  // the host file of local rank `local_rank` (`info`: what the reader did).
+  struct Shared {
+    std::unique_ptr<TrainPlan> plan;
+    std::unique_ptr<TrainPlan::Reader> reader;
+  };
+  Shared ReadShared(const TrainDocuments& docs, const TrainOptions& o, Index rank, Index local_rank,
+                    HostPlanInfo* info) const {
+    Shared s{TrainPlan::Deferred(docs, o, std::nullopt), nullptr};
+    s.reader = s.plan->ReadShared(rank, 0, Host(local_rank), info);
+    return s;
+  }
   fs::path dir_;
 };
 
@@ -167,16 +179,13 @@ TEST_F(HostPlanTest, AnotherPlanHasAnotherFile) {
   const TrainDocuments docs = TrainDocuments::FromSpans(lengths);
   TrainOptions o = PlanOptions(1024, 2, 2);
   HostPlanInfo a, b, c;
-  auto pa = TrainPlan::Deferred(docs, o, std::nullopt);
-  auto ra = pa->ReadShared(0, 0, Host(0), &a);
+  auto ra = ReadShared(docs, o, 0, 0, &a);
   o.seed = 1;
-  auto pb = TrainPlan::Deferred(docs, o, std::nullopt);
-  auto rb = pb->ReadShared(0, 0, Host(0), &b);
+  auto rb = ReadShared(docs, o, 0, 0, &b);
   o.seed = 0;
   TrainDocuments other = docs;
   other.identity = 42;  // same lengths, another data set
-  auto pc = TrainPlan::Deferred(other, o, std::nullopt);
-  auto rc = pc->ReadShared(0, 0, Host(0), &c);
+  auto rc = ReadShared(other, o, 0, 0, &c);
   EXPECT_NE(a.path, b.path);
   EXPECT_NE(a.path, c.path);
   EXPECT_EQ(c.role, "built");
@@ -195,8 +204,7 @@ TEST_F(HostPlanTest, ACorruptTruncatedOrForeignFileIsRefused) {
 
   // A valid file, kept (its builder's reader stays alive while we copy it).
   HostPlanInfo built;
-  auto builder_plan = TrainPlan::Deferred(docs, o, std::nullopt);
-  auto builder = builder_plan->ReadShared(0, 0, Host(0), &built);
+  auto builder = ReadShared(docs, o, 0, 0, &built);
   ASSERT_EQ(built.role, "built");
   const fs::path good = dir_ / "good.bin";
   fs::copy_file(built.path, good);
@@ -205,16 +213,14 @@ TEST_F(HostPlanTest, ACorruptTruncatedOrForeignFileIsRefused) {
   TrainOptions o2 = o;
   o2.seed = 5;
   HostPlanInfo foreign_info;
-  auto foreign_plan = TrainPlan::Deferred(docs, o2, std::nullopt);
-  auto foreign_reader = foreign_plan->ReadShared(0, 0, Host(0), &foreign_info);
-  builder.reset();  // not read to its end: the file stays, for the next local rank 0
+  auto foreign_reader = ReadShared(docs, o2, 0, 0, &foreign_info);
+  builder.reader.reset();  // not read to its end: the file stays, for the next local rank 0
   ASSERT_TRUE(fs::exists(built.path));
   {
     HostPlanInfo again;
-    auto plan = TrainPlan::Deferred(docs, o, std::nullopt);
-    auto reader = plan->ReadShared(0, 0, Host(0), &again);
+    auto shared = ReadShared(docs, o, 0, 0, &again);
     EXPECT_EQ(again.role, "reused");
-    (void)Drain(reader.get(), 1);
+    (void)Drain(shared.reader.get(), 1);
   }  // read to its end: removed
   ASSERT_FALSE(fs::exists(built.path));
 
@@ -243,30 +249,26 @@ TEST_F(HostPlanTest, ACorruptTruncatedOrForeignFileIsRefused) {
     SCOPED_TRACE(what);
     edited(what);
     HostPlanInfo info;
-    auto plan = TrainPlan::Deferred(docs, o, std::nullopt);
-    auto reader = plan->ReadShared(2, 0, Host(2), &info);
+    auto shared = ReadShared(docs, o, 2, 2, &info);
     EXPECT_EQ(info.role, "recomputed");
-    const std::vector<TrainStep> got = Drain(reader.get(), 1);
+    const std::vector<TrainStep> got = Drain(shared.reader.get(), 1);
     ExpectSameSteps(got, want);
-    ExpectSameSummary(plan->summary(), oracle_plan->summary());
+    ExpectSameSummary(shared.plan->summary(), oracle_plan->summary());
     // Local rank 0 rebuilds it; then a reader maps it.
     HostPlanInfo rebuilt, mapped;
-    auto p0 = TrainPlan::Deferred(docs, o, std::nullopt);
-    auto r0 = p0->ReadShared(0, 0, Host(0), &rebuilt);
+    auto r0 = ReadShared(docs, o, 0, 0, &rebuilt);
     EXPECT_EQ(rebuilt.role, "built");
-    auto p1 = TrainPlan::Deferred(docs, o, std::nullopt);
-    auto r1 = p1->ReadShared(2, 0, Host(1), &mapped);
+    auto r1 = ReadShared(docs, o, 2, 1, &mapped);
     EXPECT_EQ(mapped.role, "mapped");
-    const std::vector<TrainStep> again = Drain(r1.get(), 1);
+    const std::vector<TrainStep> again = Drain(r1.reader.get(), 1);
     ExpectSameSteps(again, want);
   }
   // A valid file left by an earlier run of the same plan is reused.
   fs::copy_file(good, built.path, fs::copy_options::overwrite_existing);
   HostPlanInfo reused;
-  auto p0 = TrainPlan::Deferred(docs, o, std::nullopt);
-  auto r0 = p0->ReadShared(2, 0, Host(0), &reused);
+  auto r0 = ReadShared(docs, o, 2, 0, &reused);
   EXPECT_EQ(reused.role, "reused");
-  const std::vector<TrainStep> got = Drain(r0.get(), 1);
+  const std::vector<TrainStep> got = Drain(r0.reader.get(), 1);
   ExpectSameSteps(got, want);
 }
 
@@ -278,20 +280,17 @@ TEST_F(HostPlanTest, AFinishedLoaderDoesNotRemoveTheFileOfTheNextOne) {
   const TrainDocuments docs = TrainDocuments::FromSpans(lengths);
   TrainOptions o = PlanOptions(1024, 2, 2);
   HostPlanInfo first, second, mapped;
-  auto pa = TrainPlan::Deferred(docs, o, std::nullopt);
-  auto ra = pa->ReadShared(0, 0, Host(0), &first);
-  (void)Drain(ra.get(), 1);  // finished, not yet destroyed
-  auto pb = TrainPlan::Deferred(docs, o, std::nullopt);
-  auto rb = pb->ReadShared(0, 0, Host(0), &second);
+  auto ra = ReadShared(docs, o, 0, 0, &first);
+  (void)Drain(ra.reader.get(), 1);  // finished, not yet destroyed
+  auto rb = ReadShared(docs, o, 0, 0, &second);
   EXPECT_EQ(second.role, "reused");
-  ra.reset();  // removes only the file it mapped
+  ra.reader.reset();  // removes only the file it mapped
   ASSERT_TRUE(fs::exists(second.path));
-  auto pc = TrainPlan::Deferred(docs, o, std::nullopt);
-  auto rc = pc->ReadShared(1, 0, Host(1), &mapped);
+  auto rc = ReadShared(docs, o, 1, 1, &mapped);
   EXPECT_EQ(mapped.role, "mapped");
   const auto oracle_plan = TrainPlan::Deferred(docs, o, std::nullopt);
   const std::vector<TrainStep> want = Drain(oracle_plan->ReadOnce(1, 0).get(), 1);
-  const std::vector<TrainStep> got = Drain(rc.get(), 1);
+  const std::vector<TrainStep> got = Drain(rc.reader.get(), 1);
   ExpectSameSteps(got, want);
 }
 

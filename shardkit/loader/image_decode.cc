@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "shardkit/base/enum_names.h"
 #include "shardkit/base/errors.h"
 #include "shardkit/loader/internal/bilinear_resize.h"
 
@@ -28,6 +29,11 @@
 namespace shardkit {
 
 namespace {
+
+constexpr EnumNames<ImageFormat, 3> kImageFormats{
+    "format",
+    "image format",
+    {{{ImageFormat::kJpeg, "jpeg"}, {ImageFormat::kPng, "png"}, {ImageFormat::kWebp, "webp"}}}};
 
 [[noreturn]] void Fail(std::string_view field, std::string_view what) { ThrowInvalid(field, what); }
 
@@ -366,28 +372,18 @@ bool PngDecodeFast(std::span<const std::uint8_t> b, Index max_pixels, std::uint8
 
 }  // namespace
 
-std::string_view ImageFormatName(ImageFormat format) {
-  switch (format) {
-    case ImageFormat::kJpeg:
-      return "jpeg";
-    case ImageFormat::kPng:
-      return "png";
-    case ImageFormat::kWebp:
-      return "webp";
-  }
-  return "?";
-}
+std::string_view ImageFormatName(ImageFormat format) { return kImageFormats.Name(format); }
 
 std::vector<std::string> ImageFormatsBuilt() {
   std::vector<std::string> out;
 #if SHARDKIT_HAVE_TURBOJPEG
-  out.emplace_back("jpeg");
+  out.emplace_back(ImageFormatName(ImageFormat::kJpeg));
 #endif
 #if SHARDKIT_HAVE_PNG
-  out.emplace_back("png");
+  out.emplace_back(ImageFormatName(ImageFormat::kPng));
 #endif
 #if SHARDKIT_HAVE_WEBP
-  out.emplace_back("webp");
+  out.emplace_back(ImageFormatName(ImageFormat::kWebp));
 #endif
   return out;
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "shardkit/base/errors.h"
 
@@ -11,9 +12,20 @@ namespace shardkit {
 
 namespace {
 
-// Megatron's DType codes (indexed_dataset.py), by code - 1.
-constexpr std::array<std::string_view, 8> kCodeNames{"uint8", "int8",    "int16",   "int32",
-                                                     "int64", "float64", "float32", "uint16"};
+// Megatron's DType codes (indexed_dataset.py), by code - 1: the name, and
+// the token dtype the code stores (none for the floats).
+struct MegatronDType {
+  std::string_view name;
+  std::optional<TokenDType> token;
+};
+constexpr std::array<MegatronDType, 8> kCodes{{{"uint8", TokenDType::kUint8},
+                                               {"int8", TokenDType::kInt8},
+                                               {"int16", TokenDType::kInt16},
+                                               {"int32", TokenDType::kInt32},
+                                               {"int64", TokenDType::kInt64},
+                                               {"float64", std::nullopt},
+                                               {"float32", std::nullopt},
+                                               {"uint16", TokenDType::kUint16}}};
 
 template <typename T>
 T Load(const char* p) {
@@ -41,34 +53,34 @@ std::string Escaped(std::string_view bytes) {
 }
 
 TokenDType DTypeOfCode(int code, const std::string& file) {
-  switch (code) {
-    case 1:
-      return TokenDType::kUint8;
-    case 2:
-      return TokenDType::kInt8;
-    case 3:
-      return TokenDType::kInt16;
-    case 4:
-      return TokenDType::kInt32;
-    case 5:
-      return TokenDType::kInt64;
-    case 8:
-      return TokenDType::kUint16;
-    case 6:
-    case 7:
-      Fail(file, "dtype: code " + Str(code) + " (" + std::string(MegatronDTypeName(code)) +
-                     ") is not a token dtype; token ids are integers");
-    default:
-      Fail(file, "dtype: code " + Str(code) +
-                     " is not a Megatron dtype (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, "
-                     "6 float64, 7 float32, 8 uint16)");
+  if (code < 1 || code > static_cast<int>(kCodes.size())) {
+    std::string codes;
+    for (int c = 1; c <= static_cast<int>(kCodes.size()); ++c) {
+      codes += (c > 1 ? ", " : "") + Str(c) + " " + std::string(MegatronDTypeName(c));
+    }
+    Fail(file, "dtype: code " + Str(code) + " is not a Megatron dtype (" + codes + ")");
   }
+  const MegatronDType& m = kCodes[static_cast<std::size_t>(code - 1)];
+  if (!m.token) {
+    Fail(file, "dtype: code " + Str(code) + " (" + std::string(m.name) +
+                   ") is not a token dtype; token ids are integers");
+  }
+  return *m.token;
 }
 
 }  // namespace
 
 std::string_view MegatronDTypeName(int code) {
-  return code >= 1 && code <= 8 ? kCodeNames[static_cast<std::size_t>(code - 1)] : "";
+  return code >= 1 && code <= static_cast<int>(kCodes.size())
+             ? kCodes[static_cast<std::size_t>(code - 1)].name
+             : "";
+}
+
+int MegatronDTypeCode(TokenDType type) {
+  for (std::size_t i = 0; i < kCodes.size(); ++i) {
+    if (kCodes[i].token == type) return static_cast<int>(i) + 1;
+  }
+  return 0;
 }
 
 MegatronIndex ParseMegatronIndex(std::string_view idx, const std::string& idx_path,

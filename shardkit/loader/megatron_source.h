@@ -68,6 +68,11 @@ struct MegatronIndex {
 // outside 1..8.
 [[nodiscard]] std::string_view MegatronDTypeName(int code);
 
+// The Megatron dtype code that stores `type` (1 uint8 ... 8 uint16), or 0
+// where Megatron has none (uint32, uint64): the table ParseMegatronIndex
+// reads the code with.
+[[nodiscard]] int MegatronDTypeCode(TokenDType type);
+
 // Validates the index bytes `idx` (of the file `idx_path`) against the data
 // file `bin_path` of `bin_size` bytes, as the header comment says; returns
 // the layout. Throws invalid_argument "path: <file>: <field> ...".

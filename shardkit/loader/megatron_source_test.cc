@@ -142,6 +142,25 @@ TEST(MegatronSourceTest, ReadsEveryDocumentOfEveryIntegerDtype) {
   fs::remove_all(dir);
 }
 
+// indexed_dataset.py's DType codes, written out: the code a writer stores
+// for each token dtype is the one the reader maps back to it.
+TEST(MegatronSourceTest, DTypeCodesAreIndexedDatasetsTable) {
+  const std::vector<std::pair<TokenDType, int>> codes = {
+      {TokenDType::kUint8, 1},  {TokenDType::kInt8, 2},  {TokenDType::kInt16, 3},
+      {TokenDType::kInt32, 4},  {TokenDType::kInt64, 5}, {TokenDType::kUint16, 8},
+      {TokenDType::kUint32, 0}, {TokenDType::kUint64, 0}};
+  for (const auto& [type, code] : codes) {
+    EXPECT_EQ(MegatronDTypeCode(type), code) << TokenDTypeName(type);
+    if (code != 0) {
+      EXPECT_EQ(MegatronDTypeName(code), TokenDTypeName(type));
+    }
+  }
+  EXPECT_EQ(MegatronDTypeName(6), "float64");
+  EXPECT_EQ(MegatronDTypeName(7), "float32");
+  EXPECT_EQ(MegatronDTypeName(0), "");
+  EXPECT_EQ(MegatronDTypeName(9), "");
+}
+
 TEST(MegatronSourceTest, ListOfPrefixesIsOneSourceInTheOrderGiven) {
   const fs::path dir = loader_testing::TempDir("megatron", "list");
   std::mt19937_64 rng(11);

@@ -677,11 +677,19 @@ void CopyTokens(const char* tokens, TokenDType type, Index first, Index count, O
 
 }  // namespace
 
-// The tokens [first, first + count) of the part, the ones past its token
-// array (only after its offsets file changed under the mapping) as zeros: one
+// The tokens [begin, begin + count) of document d, from the source that
+// holds it in a gathered view; in its part the ones past the token array
+// (only after its offsets file changed under the mapping) as zeros: one
 // branch, and no read outside the mapping whatever the file's bytes became.
 template <typename Out>
-void TokenSource::CopyWithin(const Part& p, Index d, Index begin, Index count, Out* out) {
+void TokenSource::CopyInto(Index d, Index begin, Index count, Out* out) const {
+  if (count <= 0) return;
+  if (gathered_ != nullptr) {
+    const auto [source, local] = Locate(d);
+    source->Copy(local, begin, count, out);
+    return;
+  }
+  const Part& p = PartOf(d);
   const Index first = p.Offset(d - p.first_document) + begin;
   const Index n = std::clamp<Index>(p.num_tokens - first, 0, count);
   if (n > 0) CopyTokens(p.tokens, p.type, first, n, out);
@@ -689,23 +697,11 @@ void TokenSource::CopyWithin(const Part& p, Index d, Index begin, Index count, O
 }
 
 void TokenSource::Copy(Index d, Index begin, Index count, std::int32_t* out) const {
-  if (count <= 0) return;
-  if (gathered_ != nullptr) {
-    const auto [source, local] = Locate(d);
-    source->Copy(local, begin, count, out);
-    return;
-  }
-  CopyWithin(PartOf(d), d, begin, count, out);
+  CopyInto(d, begin, count, out);
 }
 
 void TokenSource::Copy(Index d, Index begin, Index count, std::int64_t* out) const {
-  if (count <= 0) return;
-  if (gathered_ != nullptr) {
-    const auto [source, local] = Locate(d);
-    source->Copy(local, begin, count, out);
-    return;
-  }
-  CopyWithin(PartOf(d), d, begin, count, out);
+  CopyInto(d, begin, count, out);
 }
 
 }  // namespace shardkit

@@ -253,7 +253,7 @@ class TokenSource {
     [[nodiscard]] Index Offset(Index i) const;
   };
   template <typename Out>
-  static void CopyWithin(const Part& p, Index d, Index begin, Index count, Out* out);
+  void CopyInto(Index d, Index begin, Index count, Out* out) const;
   TokenSource() = default;
   void AddPart(Part part);
   static Part OpenPart(const std::string& tokens_path, const std::string& offsets_path,

@@ -15,27 +15,6 @@ namespace shardkit {
 
 namespace {
 
-int MegatronCode(TokenDType type) {
-  switch (type) {
-    case TokenDType::kUint8:
-      return 1;
-    case TokenDType::kInt8:
-      return 2;
-    case TokenDType::kInt16:
-      return 3;
-    case TokenDType::kInt32:
-      return 4;
-    case TokenDType::kInt64:
-      return 5;
-    case TokenDType::kUint16:
-      return 8;
-    case TokenDType::kUint32:
-    case TokenDType::kUint64:
-      return 0;  // Megatron has no uint32 / uint64
-  }
-  return 0;
-}
-
 std::string_view NpyDescr(TokenDType type) {
   switch (type) {
     case TokenDType::kUint16:
@@ -94,7 +73,7 @@ TokenDType TokenWriter::DTypeForVocabulary(Index vocab_size) {
 TokenWriter::TokenWriter(std::string output, SourceFormat format, TokenDType dtype)
     : output_(std::move(output)), format_(format), dtype_(dtype) {
   if (format_ == SourceFormat::kMegatron) {
-    if (MegatronCode(dtype_) == 0) {
+    if (MegatronDTypeCode(dtype_) == 0) {
       ThrowInvalid("token_dtype", std::string(TokenDTypeName(dtype_)) +
                                       " has no Megatron dtype code; use uint16 or int32");
     }
@@ -165,7 +144,7 @@ TokenWriterResult TokenWriter::Finish() {
     const int size = TokenDTypeSize(dtype_);
     index.append(kMegatronMagic);
     Put<std::uint64_t>(index, 1);
-    Put<std::uint8_t>(index, static_cast<std::uint8_t>(MegatronCode(dtype_)));
+    Put<std::uint8_t>(index, static_cast<std::uint8_t>(MegatronDTypeCode(dtype_)));
     Put<std::uint64_t>(index, static_cast<std::uint64_t>(documents));      // sequences
     Put<std::uint64_t>(index, static_cast<std::uint64_t>(documents) + 1);  // document indices
     for (Index d = 0; d < documents; ++d) {

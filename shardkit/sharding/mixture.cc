@@ -18,6 +18,22 @@ namespace shardkit {
 
 namespace {
 
+// The first b in [lo, hi) with pred(b), or hi where there is none. REQUIRES:
+// pred is monotone over the range (false, then true); it is called
+// O(log(hi - lo)) times.
+template <typename Pred>
+Index FirstTrue(Index lo, Index hi, Pred pred) {
+  while (lo < hi) {
+    const Index mid = lo + (hi - lo) / 2;
+    if (pred(mid)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
 using u128 = unsigned __int128;
 
 constexpr std::uint64_t kQuantum = std::uint64_t{1} << 40;
@@ -513,16 +529,10 @@ Mixture::Mixture(std::vector<Index> sizes, std::vector<double> weights, MixtureO
       if (token_positions) {
         const MixSegment& before = segments_.back();
         const auto target = static_cast<long double>(c.position);
-        Index lo = before.begin / block_, hi = last_block;  // the first reaching it
-        while (lo < hi) {
-          const Index mid = lo + (hi - lo) / 2;
-          if (nominal(before, mid) >= target) {
-            hi = mid;
-          } else {
-            lo = mid + 1;
-          }
-        }
-        begin = lo * block_;
+        // The first block reaching it.
+        begin = FirstTrue(before.begin / block_, last_block,
+                          [&](Index b) { return nominal(before, b) >= target; }) *
+                block_;
       } else {
         const Index local = c.position - options_.origin;
         begin = local <= 0 ? 0 : std::min(CeilDiv(local, block_), last_block) * block_;
@@ -585,15 +595,7 @@ Index Mixture::FindStop() const {
     }
     return false;
   };
-  Index lo = 0, hi = blocks;  // the first overflowing block is in [lo, hi]
-  while (lo < hi) {
-    const Index mid = lo + (hi - lo) / 2;
-    if (overflows(mid)) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
+  const Index lo = FirstTrue(0, blocks, overflows);  // the first overflowing block
   if (lo == blocks) return blocks * block_;
   const_cast<Mixture*>(this)->bounded_ = true;  // construction only
   std::vector<Index> next(k);
@@ -1025,17 +1027,9 @@ Index Mixture::PositionOfTokens(double tokens) const {
     return Nominal(c.data()) >= static_cast<long double>(tokens);
   };
   const Index plan_end = size_ + options_.skip;
-  Index lo = CeilDiv(options_.skip, block_), hi = plan_end / block_;
+  const Index lo = CeilDiv(options_.skip, block_), hi = plan_end / block_;
   if (lo > hi || !reaches(hi)) return size_;  // not before the end
-  while (lo < hi) {
-    const Index mid = lo + (hi - lo) / 2;
-    if (reaches(mid)) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  return std::min(lo * block_ - options_.skip, size_);
+  return std::min(FirstTrue(lo, hi, reaches) * block_ - options_.skip, size_);
 }
 
 std::vector<double> Mixture::Target(Index position) const {
