@@ -8,6 +8,8 @@
 // (the tree before issue 25's balanced speed work), not by the code under
 // test: a change of any pack, of the order within a pack or of the pack order
 // fails here.
+#include "shardkit/packing/internal/place.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -133,6 +135,45 @@ TEST(PlaceTest, BalancedAndHistogramPacksMatchD9f28f5) {
   };
   for (const Case& c : cases) {
     EXPECT_EQ(PackHash(c), c.expected) << c.name;
+  }
+}
+
+// BestFitCount counts from the histogram what BestFitFast places unit by
+// unit: the same packs and the same sum of squared pack tokens (the oracle is
+// BestFitFast's own packing, itself checked against the textbook best fit in
+// packing_test.cc).
+TEST(PlaceTest, BestFitCountMatchesBestFitFast) {
+  struct Count {
+    std::vector<Index> lengths;
+    Index capacity, max_sequences;  // 0: none
+  };
+  std::vector<Index> with_zeros = Hashed(50000, 0, 300, 11, /*skew=*/true);
+  const std::vector<Count> inputs = {
+      {Hashed(100000, 1, 512, 8), 512, 0},
+      {Hashed(100000, 1, 512, 8), 512, 3},
+      {Hashed(100000, 1, 4096, 9, true), 4096, 0},
+      {Hashed(100000, 1, 4096, 9, true), 4096, 4},
+      {Hashed(30000, 1, 100, 10), 1000, 0},
+      {Hashed(30000, 1, 100, 10), 1000, 7},
+      {with_zeros, 300, 0},
+      {with_zeros, 300, 2},
+      {Hashed(20000, 0, 0, 12), 8, 5},
+      {std::vector<Index>(1000, 7), 7, 1},
+  };
+  for (const Count& c : inputs) {
+    PackOptions o;
+    o.capacity = c.capacity;
+    if (c.max_sequences > 0) o.max_sequences = c.max_sequences;
+    Packing fast;
+    ASSERT_TRUE(internal::BestFitFast(c.lengths, o, &fast));
+    Index squares = 0;
+    for (Index p = 0; p < fast.num_packs(); ++p) squares += fast.PackTokens(p) * fast.PackTokens(p);
+    std::vector<Index> count(static_cast<size_t>(c.capacity) + 1, 0);
+    for (Index l : c.lengths) ++count[static_cast<size_t>(l)];
+    Index packs = -1, counted_squares = -1;
+    internal::BestFitCount(count, o, &packs, &counted_squares);
+    EXPECT_EQ(packs, fast.num_packs()) << c.capacity << " " << c.max_sequences;
+    EXPECT_EQ(counted_squares, squares) << c.capacity << " " << c.max_sequences;
   }
 }
 
