@@ -364,7 +364,12 @@ Packing PackItems(std::span<const Index> lengths, const PackOptions& o,
     return out;
   }
   internal::Placement placed;
-  if (!any_oversize && !trl_units && !has_images && o.algorithm == PackAlgorithm::kBalanced) {
+  const bool text_items = !any_oversize && !trl_units && !has_images;
+  if (text_items && o.algorithm == PackAlgorithm::kHistogram &&
+      internal::HistogramDirect(unit_len, o, &out)) {
+    return out;
+  }
+  if (text_items && o.algorithm == PackAlgorithm::kBalanced) {
     if (internal::BalancedDirect(unit_len, o, &out, &placed)) return out;
   } else {
     placed = internal::Place(unit_len, unit_img, o);

@@ -289,6 +289,14 @@ Placement HistogramPlace(std::span<const Index> len, const PackOptions& o) {
   return PlaceStrategies(len, ChooseStrategies(count, o), o.capacity);
 }
 
+bool HistogramDirect(std::span<const Index> len, const PackOptions& o, Packing* out) {
+  if (static_cast<Index>(len.size()) >= (Index{1} << 31)) return false;
+  std::vector<Index> count(static_cast<size_t>(o.capacity) + 1, 0);
+  for (Index l : len) ++count[static_cast<size_t>(l)];
+  WriteStrategies(len, ChooseStrategies(count, o), o.capacity, out);
+  return true;
+}
+
 Placement PlaceStrategies(std::span<const Index> len, const HistogramStrategies& chosen,
                           Index capacity) {
   const Index n = static_cast<Index>(len.size());

@@ -84,6 +84,11 @@ struct HistogramStrategies {
 void WriteStrategies(std::span<const Index> len, const HistogramStrategies& strategies,
                      Index capacity, Packing* out);
 
+// HistogramPlace's packs for text units that are the items themselves,
+// straight into the CSR arrays of *out (no Placement): false (and *out left
+// alone) for 2^31 units or more. REQUIRES as HistogramPlace.
+bool HistogramDirect(std::span<const Index> len, const PackOptions& options, Packing* out);
+
 // The number of packs HistogramPlace makes for units whose histogram is
 // `count` (count[l] units of length l, l <= capacity), without the units
 // (benchmarks and tests on histograms too large to expand).
