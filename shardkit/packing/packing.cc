@@ -363,7 +363,17 @@ Packing PackItems(std::span<const Index> lengths, const PackOptions& o,
       internal::BestFitFast(unit_len, o, &out)) {
     return out;
   }
-  internal::Placement placed = internal::Place(unit_len, unit_img, o);
+  internal::Placement placed;
+  const bool text_items = !any_oversize && !trl_units && !has_images;
+  if (text_items && o.algorithm == PackAlgorithm::kHistogram &&
+      internal::HistogramDirect(unit_len, o, &out)) {
+    return out;
+  }
+  if (text_items && o.algorithm == PackAlgorithm::kBalanced) {
+    if (internal::BalancedDirect(unit_len, o, &out, &placed)) return out;
+  } else {
+    placed = internal::Place(unit_len, unit_img, o);
+  }
   Scatter(placed, unit_item, unit_len, unit_img, unit_start, &out);
   return out;
 }

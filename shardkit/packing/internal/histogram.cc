@@ -157,19 +157,7 @@ constexpr Index kLpWorkPerUnit = 256;
 constexpr Index kLpMinWork = Index{1} << 18;
 constexpr Index kLpWorkLimit = Index{1} << 32;
 
-// Packs chosen per strategy: the lengths of strategy s (decreasing) are
-// flat[begin[s], begin[s + 1]), applied to times[s] packs.
-struct Strategies {
-  std::vector<Index> flat, begin = {0}, times;
-  Index packs = 0;
-
-  void Add(std::span<const Index> lengths, Index m) {
-    flat.insert(flat.end(), lengths.begin(), lengths.end());
-    begin.push_back(static_cast<Index>(flat.size()));
-    times.push_back(m);
-    packs += m;
-  }
-};
+using Strategies = HistogramStrategies;
 
 // The greedy strategy choice (histogram.h) over `count` (consumed: all zero
 // on return), k < 0 without a count budget, n the number of units.
@@ -267,10 +255,17 @@ bool LpStrategies(const std::vector<Index>& count, Index capacity, Index k, Inde
   return true;
 }
 
-// The strategies for the histogram `count` (count[l]: units of length l,
-// l <= capacity): the greedy choice, and under a count budget the LP's
-// rounding when it needs fewer packs.
-Strategies Choose(const std::vector<Index>& count, const PackOptions& o) {
+}  // namespace
+
+void HistogramStrategies::Add(std::span<const Index> lengths, Index m) {
+  flat.insert(flat.end(), lengths.begin(), lengths.end());
+  begin.push_back(static_cast<Index>(flat.size()));
+  times.push_back(m);
+  packs += m;
+}
+
+HistogramStrategies ChooseStrategies(std::span<const Index> count_span, const PackOptions& o) {
+  const std::vector<Index> count(count_span.begin(), count_span.end());
   Index n = 0;
   for (Index c : count) n += c;
   const Index k = o.max_sequences.value_or(-1);  // -1: no count budget
@@ -284,18 +279,27 @@ Strategies Choose(const std::vector<Index>& count, const PackOptions& o) {
   return greedy;
 }
 
-}  // namespace
-
 Index HistogramPacks(std::span<const Index> count, const PackOptions& o) {
-  return Choose(std::vector<Index>(count.begin(), count.end()), o).packs;
+  return ChooseStrategies(count, o).packs;
 }
 
 Placement HistogramPlace(std::span<const Index> len, const PackOptions& o) {
-  const Index capacity = o.capacity;
-  const Index n = static_cast<Index>(len.size());
-  std::vector<Index> count(static_cast<size_t>(capacity) + 1, 0);
+  std::vector<Index> count(static_cast<size_t>(o.capacity) + 1, 0);
   for (Index l : len) ++count[static_cast<size_t>(l)];
-  const Strategies chosen = Choose(count, o);
+  return PlaceStrategies(len, ChooseStrategies(count, o), o.capacity);
+}
+
+bool HistogramDirect(std::span<const Index> len, const PackOptions& o, Packing* out) {
+  if (static_cast<Index>(len.size()) >= (Index{1} << 31)) return false;
+  std::vector<Index> count(static_cast<size_t>(o.capacity) + 1, 0);
+  for (Index l : len) ++count[static_cast<size_t>(l)];
+  WriteStrategies(len, ChooseStrategies(count, o), o.capacity, out);
+  return true;
+}
+
+Placement PlaceStrategies(std::span<const Index> len, const HistogramStrategies& chosen,
+                          Index capacity) {
+  const Index n = static_cast<Index>(len.size());
   const std::vector<Index>& flat = chosen.flat;
   const std::vector<Index>& begin = chosen.begin;
   const std::vector<Index>& times = chosen.times;
@@ -324,6 +328,45 @@ Placement HistogramPlace(std::span<const Index> len, const PackOptions& o) {
     }
   }
   return p;
+}
+
+void WriteStrategies(std::span<const Index> len, const HistogramStrategies& chosen, Index capacity,
+                     Packing* out) {
+  const size_t n = len.size();
+  // Units of each length in input order (32-bit ids: half the memory traffic).
+  std::vector<std::int32_t> next(static_cast<size_t>(capacity) + 2, 0);
+  for (Index l : len) ++next[static_cast<size_t>(l) + 1];
+  for (size_t i = 1; i < next.size(); ++i) next[i] += next[i - 1];
+  std::vector<std::int32_t> by_length(n);
+  {
+    std::vector<std::int32_t> at(next.begin(), next.end() - 1);
+    for (size_t u = 0; u < n; ++u) {
+      by_length[static_cast<size_t>(at[static_cast<size_t>(len[u])]++)] =
+          static_cast<std::int32_t>(u);
+    }
+  }
+  out->offsets.resize(static_cast<size_t>(chosen.packs) + 1);
+  out->offsets[0] = 0;
+  out->items.resize(n);
+  out->lengths.resize(n);
+  out->starts.assign(n, 0);
+  Index* offsets = out->offsets.data();
+  Index* items = out->items.data();
+  Index* lengths = out->lengths.data();
+  size_t e = 0, pack = 0;
+  for (size_t s = 0; s + 1 < chosen.begin.size(); ++s) {
+    const auto first = static_cast<size_t>(chosen.begin[s]);
+    const auto last = static_cast<size_t>(chosen.begin[s + 1]);
+    for (Index t = 0; t < chosen.times[s]; ++t) {
+      for (size_t j = first; j < last; ++j) {
+        const Index l = chosen.flat[j];
+        items[e] = by_length[static_cast<size_t>(next[static_cast<size_t>(l)]++)];
+        lengths[e] = l;
+        ++e;
+      }
+      offsets[++pack] = static_cast<Index>(e);
+    }
+  }
 }
 
 }  // namespace shardkit::internal

@@ -36,6 +36,7 @@
 #define SHARDKIT_PACKING_INTERNAL_HISTOGRAM_H_
 
 #include <span>
+#include <vector>
 
 #include "shardkit/base/errors.h"
 #include "shardkit/packing/internal/place.h"
@@ -55,6 +56,38 @@ inline constexpr Index kHistogramMaxCapacity = Index{1} << 16;
 // chosen; within a pack, units in decreasing length.
 // REQUIRES HistogramApplicable(options, false), 0 <= len[u] <= capacity.
 [[nodiscard]] Placement HistogramPlace(std::span<const Index> len, const PackOptions& options);
+
+// The packs histogram packing chose, one strategy per run of alike packs:
+// strategy s is the lengths flat[begin[s], begin[s + 1]) (decreasing),
+// applied to times[s] packs; packs = the sum of times.
+struct HistogramStrategies {
+  std::vector<Index> flat, begin = {0}, times;
+  Index packs = 0;
+
+  void Add(std::span<const Index> lengths, Index m);
+};
+
+// The strategies for units whose histogram is `count` (count[l] units of
+// length l, l <= capacity): the greedy choice, and under a count budget the
+// LP's rounding where it needs fewer packs. REQUIRES as HistogramPlace.
+[[nodiscard]] HistogramStrategies ChooseStrategies(std::span<const Index> count,
+                                                   const PackOptions& options);
+
+// HistogramPlace's placement of units `len` by `strategies` (chosen from
+// len's histogram): packs in strategy order, each length's units in input
+// order.
+[[nodiscard]] Placement PlaceStrategies(std::span<const Index> len,
+                                        const HistogramStrategies& strategies, Index capacity);
+
+// The same packs straight into the CSR arrays of *out (offsets, items,
+// lengths, starts; every unit is its own item). REQUIRES len.size() < 2^31.
+void WriteStrategies(std::span<const Index> len, const HistogramStrategies& strategies,
+                     Index capacity, Packing* out);
+
+// HistogramPlace's packs for text units that are the items themselves,
+// straight into the CSR arrays of *out (no Placement): false (and *out left
+// alone) for 2^31 units or more. REQUIRES as HistogramPlace.
+bool HistogramDirect(std::span<const Index> len, const PackOptions& options, Packing* out);
 
 // The number of packs HistogramPlace makes for units whose histogram is
 // `count` (count[l] units of length l, l <= capacity), without the units

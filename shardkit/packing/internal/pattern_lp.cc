@@ -95,23 +95,7 @@ class Pricer {
           }
         }
         *work += p;
-        if (k_ == 3) {
-          for (Index a = 0; a < p; ++a) {
-            const Index i = pos_[a];
-            for (Index b = a; b < p; ++b) {
-              const Index j = pos_[b];
-              const Index rest = capacity_ - len_[i] - len_[j];
-              if (rest < 0) break;  // lengths ascend
-              const double with = y[i] + y[j] + top_val_[rest];
-              if (with > value) {
-                value = with;
-                picks = {i, j};
-                if (top_idx_[rest] >= 0) picks.push_back(top_idx_[rest]);
-              }
-            }
-            *work += p - a;
-          }
-        }
+        if (k_ == 3) value = BestTriple(y, value, &picks, work);
       }
     } else {
       // f[j][r]: the largest dual sum of at most j items of total length
@@ -159,9 +143,69 @@ class Pricer {
   }
 
  private:
+  // The triples (i, j, the best third within the rest) of positive lengths,
+  // i <= j: the first in (i, j) order whose dual sum (y_i + y_j) + top is
+  // above `value` and the largest, as one scan with a strict > would find it
+  // (the same sums, bit for bit, so the same column enters). Each i's block
+  // of j is reduced to its largest sum with four independent maxima, then
+  // searched for its first position only when that beats `value`: the serial
+  // compare-and-branch per pair was most of the LP's time.
+  double BestTriple(const std::vector<double>& y, double value, std::vector<Index>* picks,
+                    Index* work) {
+    const Index p = static_cast<Index>(pos_.size());
+    py_.resize(static_cast<size_t>(p));
+    pl_.resize(static_cast<size_t>(p));
+    for (Index a = 0; a < p; ++a) {
+      py_[a] = y[pos_[a]];
+      pl_[a] = len_[pos_[a]];
+    }
+    const double* top = top_val_.data();
+    Index end = p;  // first b with pl_[a] + pl_[b] > capacity_ (falls as a grows)
+    for (Index a = 0; a < p; ++a) {
+      *work += p - a;
+      const Index room = capacity_ - pl_[a];
+      while (end > a && pl_[end - 1] > room) --end;
+      if (end <= a) {
+        // Lengths ascend: no later a has a pair either (their work counted
+        // as the pair loop it replaces counted it).
+        *work += (p - a - 1) * (p - a) / 2;
+        break;
+      }
+      const double yi = py_[a];
+      double m0 = -1, m1 = -1, m2 = -1, m3 = -1;  // sums are >= 0 (positive duals)
+      Index b = a;
+      for (; b + 4 <= end; b += 4) {
+        const double w0 = (yi + py_[b]) + top[room - pl_[b]];
+        const double w1 = (yi + py_[b + 1]) + top[room - pl_[b + 1]];
+        const double w2 = (yi + py_[b + 2]) + top[room - pl_[b + 2]];
+        const double w3 = (yi + py_[b + 3]) + top[room - pl_[b + 3]];
+        m0 = w0 > m0 ? w0 : m0;
+        m1 = w1 > m1 ? w1 : m1;
+        m2 = w2 > m2 ? w2 : m2;
+        m3 = w3 > m3 ? w3 : m3;
+      }
+      for (; b < end; ++b) {
+        const double w = (yi + py_[b]) + top[room - pl_[b]];
+        m0 = w > m0 ? w : m0;
+      }
+      const double m = std::max(std::max(m0, m1), std::max(m2, m3));
+      if (!(m > value)) continue;
+      for (b = a; b < end; ++b) {
+        if ((yi + py_[b]) + top[room - pl_[b]] == m) break;
+      }
+      value = m;
+      const Index rest = room - pl_[b];
+      *picks = {pos_[a], pos_[b]};
+      if (top_idx_[rest] >= 0) picks->push_back(top_idx_[rest]);
+    }
+    return value;
+  }
+
   std::span<const Index> len_;
   Index capacity_, k_;
   std::vector<Index> pos_;
+  std::vector<double> py_;  // BestTriple: duals and lengths of pos_, in order
+  std::vector<Index> pl_;
   std::vector<double> top_val_;
   std::vector<Index> top_idx_;
   std::vector<double> f_;

@@ -2,21 +2,20 @@
 #include "shardkit/packing/internal/place.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include "shardkit/packing/internal/histogram.h"
+#include "shardkit/packing/internal/room_bits.h"
 
 namespace shardkit::internal {
 
 namespace {
-
-using u64 = std::uint64_t;
 
 // Packs grouped by remaining room r in [0, capacity]: a list of packs per r
 // (taken from the most recently filled end, or with `oldest` from the end that
@@ -26,12 +25,10 @@ using u64 = std::uint64_t;
 class RoomIndex {
  public:
   RoomIndex(Index capacity, bool dense, bool oldest, std::vector<Index>* next)
-      : dense_(dense), oldest_(oldest), next_(next) {
+      : dense_(dense), oldest_(oldest), next_(next), bits_(dense ? capacity : 0) {
     if (dense_) {
       tail_.assign(static_cast<size_t>(capacity) + 1, -1);
       head_.assign(static_cast<size_t>(capacity) + 1, -1);
-      bits_.assign(head_.size() / 64 + 1, 0);
-      summary_.assign(bits_.size() / 64 + 1, 0);
     }
   }
 
@@ -53,9 +50,7 @@ class RoomIndex {
       (*next_)[bin] = head_[room];
       head_[room] = bin;
     }
-    const size_t w = static_cast<size_t>(room) / 64;
-    bits_[w] |= u64{1} << (room % 64);
-    summary_[w / 64] |= u64{1} << (w % 64);
+    bits_.Set(room);
   }
 
   // Smallest room >= need with a pack, or -1.
@@ -65,19 +60,7 @@ class RoomIndex {
       return it == sparse_.end() ? -1 : it->first;
     }
     if (need >= static_cast<Index>(head_.size())) return -1;
-    size_t w = static_cast<size_t>(need) / 64;
-    u64 word = bits_[w] & (~u64{0} << (need % 64));
-    if (word) return static_cast<Index>(w * 64 + std::countr_zero(word));
-    // Next non-empty word after w, through the summary.
-    size_t s = (w + 1) / 64;
-    if (s >= summary_.size()) return -1;
-    u64 sw = (w + 1) % 64 == 0 ? summary_[s] : summary_[s] & (~u64{0} << ((w + 1) % 64));
-    while (!sw) {
-      if (++s >= summary_.size()) return -1;
-      sw = summary_[s];
-    }
-    w = s * 64 + std::countr_zero(sw);
-    return static_cast<Index>(w * 64 + std::countr_zero(bits_[w]));
+    return bits_.FindAtLeast(need);
   }
 
   // Removes and returns the top pack of room `room`. REQUIRES one is there.
@@ -97,11 +80,7 @@ class RoomIndex {
     }
     const Index bin = head_[room];
     head_[room] = (*next_)[bin];
-    if (head_[room] < 0) {
-      const size_t w = static_cast<size_t>(room) / 64;
-      bits_[w] &= ~(u64{1} << (room % 64));
-      if (!bits_[w]) summary_[w / 64] &= ~(u64{1} << (w % 64));
-    }
+    if (head_[room] < 0) bits_.Clear(room);
     return bin;
   }
 
@@ -110,7 +89,7 @@ class RoomIndex {
   bool oldest_ = false;
   std::vector<Index>* next_;
   std::vector<Index> head_, tail_;
-  std::vector<u64> bits_, summary_;
+  RoomBits bits_;
   std::map<Index, std::deque<Index>> sparse_;
 };
 
@@ -391,6 +370,16 @@ Index DistinctLengths(std::span<const Index> len, Index capacity) {
   return distinct;
 }
 
+// Coefficient of variation of pack tokens from their sum and sum of squares
+// over `packs` packs (0 without packs).
+double Variation(double sum, double squares, Index packs) {
+  if (packs == 0) return 0;
+  const double mean = sum / static_cast<double>(packs);
+  if (mean <= 0) return 0;
+  const double variance = std::max(0.0, squares / static_cast<double>(packs) - mean * mean);
+  return std::sqrt(variance) / mean;
+}
+
 // Coefficient of variation of the packs' tokens (0 without packs).
 double LoadVariation(const Placement& p, std::span<const Index> len) {
   if (p.num_bins == 0) return 0;
@@ -402,10 +391,69 @@ double LoadVariation(const Placement& p, std::span<const Index> len) {
     sum += l;
     squares += l * l;
   }
-  const double mean = sum / static_cast<double>(p.num_bins);
-  if (mean <= 0) return 0;
-  const double variance = std::max(0.0, squares / static_cast<double>(p.num_bins) - mean * mean);
-  return std::sqrt(variance) / mean;
+  return Variation(sum, squares, p.num_bins);
+}
+
+// Balanced's step 2 for large text (below), counted before any unit is
+// placed: best fit's packs from the length histogram (BestFitCount) and
+// histogram packing's strategies, so that only the winner is placed (placing
+// both, and best fit's 16M-unit arrays, was most of balanced's time beside
+// the LP). When balanced returns the winner as it is (within 1% of the bound,
+// loads varying by at most 5%) and `direct` is given, its packs are written
+// into *direct (true). Otherwise *fit is the winner's placement, the one the
+// step makes from the units, and *cap its packs (false); *cap stays -1 where
+// this does not apply (a capacity over 2^22, 2^31 units or more, or loads
+// whose sums of squares a double does not hold exactly: the load variation
+// must be the same number as LoadVariation's).
+bool CountedCandidates(std::span<const Index> len, const Budgets& b, const PackOptions& o,
+                       Index lower, Packing* direct, Placement* fit, Index* cap) {
+  const Index capacity = o.capacity;
+  if (capacity > (Index{1} << 22) || static_cast<Index>(len.size()) >= (Index{1} << 31)) {
+    return false;
+  }
+  std::vector<Index> count(static_cast<size_t>(capacity) + 1, 0);
+  Index tokens = 0, distinct = 0;
+  for (Index l : len) ++count[static_cast<size_t>(l)];
+  for (Index l = 0; l <= capacity; ++l) {
+    tokens += l * count[static_cast<size_t>(l)];
+    distinct += count[static_cast<size_t>(l)] > 0;
+  }
+  // Every pack's tokens squared is at most capacity times its tokens.
+  if (tokens > (Index{1} << 53) / capacity) return false;
+  PackOptions text = o;
+  text.max_images.reset();
+  Index packs = 0, squares = 0;
+  BestFitCount(count, text, &packs, &squares);
+  HistogramStrategies strategies;
+  bool histogram = false;
+  if (HistogramApplicable(o, false) && (o.max_sequences || capacity <= 2048) &&
+      distinct <= kHistogramDistinct) {
+    strategies = ChooseStrategies(count, o);
+    histogram = strategies.packs < packs;
+  }
+  if (histogram) {
+    packs = strategies.packs;
+    squares = 0;
+    for (size_t s = 0; s < strategies.times.size(); ++s) {
+      Index load = 0;
+      for (Index j = strategies.begin[s]; j < strategies.begin[s + 1]; ++j) {
+        load += strategies.flat[static_cast<size_t>(j)];
+      }
+      squares += load * load * strategies.times[s];
+    }
+  }
+  if (direct != nullptr && packs - lower <= lower / 100 &&
+      Variation(static_cast<double>(tokens), static_cast<double>(squares), packs) <= 0.05) {
+    if (histogram) {
+      WriteStrategies(len, strategies, capacity, direct);
+    } else {
+      BestFitFast(len, text, direct);
+    }
+    return true;
+  }
+  *fit = histogram ? PlaceStrategies(len, strategies, capacity) : BestFitAny(len, {}, b, o);
+  *cap = fit->num_bins;
+  return false;
 }
 
 // Balanced: LPT from K packs (LeastLoaded) uses K packs when the loads fit,
@@ -425,16 +473,19 @@ double LoadVariation(const Placement& p, std::span<const Index> len) {
 // when its loads vary by more than 5% (coefficient of variation); farther
 // from the bound (count budgets on spread-out lengths), the search runs, with
 // the ladder where the count to beat is more than 1% above the bound.
-Placement Balanced(std::span<const Index> len, std::span<const Index> img, const Budgets& b,
-                   const PackOptions& o) {
-  std::vector<Index> order = DecreasingOrder(len);
-  // The units' lengths and images in placement order, gathered once before
-  // the first LPT pass: every pass then reads them in sequence (read through
-  // `order`, each pass missed the cache once per unit, most of its time on
-  // large inputs).
-  std::vector<Index> ordered_len, ordered_img;
+// With `direct` (text units that are the items themselves), step 2's
+// shortcut for large text writes its packs there and returns nullopt.
+std::optional<Placement> Balanced(std::span<const Index> len, std::span<const Index> img,
+                                  const Budgets& b, const PackOptions& o,
+                                  Packing* direct = nullptr) {
+  // Units by decreasing length, and their lengths and images in that order,
+  // made before the first LPT pass (large text often needs none): every pass
+  // then reads them in sequence (read through `order`, each pass missed the
+  // cache once per unit, most of its time on large inputs).
+  std::vector<Index> order, ordered_len, ordered_img;
   auto gather = [&] {
-    if (!ordered_len.empty() || order.empty()) return;
+    if (!ordered_len.empty() || len.empty()) return;
+    order = DecreasingOrder(len);
     ordered_len.resize(order.size());
     for (size_t j = 0; j < order.size(); ++j) ordered_len[j] = len[order[j]];
     if (!img.empty()) {
@@ -478,7 +529,8 @@ Placement Balanced(std::span<const Index> len, std::span<const Index> img, const
     // Within 1% of the bound, LPT has little to gain and costs more than
     // best fit and histogram packing together: even the loads only where
     // they vary by more than 5%.
-    candidates();
+    if (CountedCandidates(len, b, o, lower, direct, &fit, &cap)) return std::nullopt;
+    if (cap < 0) candidates();
     if (cap - lower <= lower / 100 && LoadVariation(fit, len) <= 0.05) return fit;
   }
   if (!large_text || cap - lower > lower / 100) {
@@ -540,32 +592,7 @@ bool BestFitFast(std::span<const Index> len, const PackOptions& o, Packing* out)
   // under compat trl the one that reached the room first (front[r] onwards).
   const bool oldest = o.compat == PackCompat::kTrl;
   std::vector<size_t> front(oldest ? static_cast<size_t>(capacity) + 1 : 0, 0);
-  const size_t words = static_cast<size_t>(capacity) / 64 + 1;
-  std::vector<u64> bits(words, 0), summary(words / 64 + 1, 0);
-  auto set = [&](Index r) {
-    const size_t w = static_cast<size_t>(r) / 64;
-    bits[w] |= u64{1} << (r % 64);
-    summary[w / 64] |= u64{1} << (w % 64);
-  };
-  auto clear = [&](Index r) {
-    const size_t w = static_cast<size_t>(r) / 64;
-    bits[w] &= ~(u64{1} << (r % 64));
-    if (!bits[w]) summary[w / 64] &= ~(u64{1} << (w % 64));
-  };
-  auto find = [&](Index need) -> Index {
-    size_t w = static_cast<size_t>(need) / 64;
-    u64 word = bits[w] & (~u64{0} << (need % 64));
-    if (word) return static_cast<Index>(w * 64 + std::countr_zero(word));
-    size_t s = (w + 1) / 64;
-    if (s >= summary.size()) return -1;
-    u64 sw = (w + 1) % 64 == 0 ? summary[s] : summary[s] & (~u64{0} << ((w + 1) % 64));
-    while (!sw) {
-      if (++s >= summary.size()) return -1;
-      sw = summary[s];
-    }
-    w = s * 64 + std::countr_zero(sw);
-    return static_cast<Index>(w * 64 + std::countr_zero(bits[w]));
-  };
+  RoomBits rooms(capacity);
   std::vector<std::int32_t> bin_of(static_cast<size_t>(n));
   std::vector<std::int32_t> count;  // entries per pack (< 2^31: n is)
   count.reserve(static_cast<size_t>(n / 4 + 16));
@@ -573,7 +600,7 @@ bool BestFitFast(std::span<const Index> len, const PackOptions& o, Packing* out)
     const std::int64_t begin = bounds[static_cast<size_t>(capacity - l)];
     const std::int64_t end = bounds[static_cast<size_t>(capacity - l) + 1];
     for (std::int64_t j = begin; j < end; ++j) {
-      const Index r = find(l);
+      const Index r = rooms.FindAtLeast(l);
       std::int32_t bin;
       Index room;
       if (r < 0) {
@@ -588,12 +615,12 @@ bool BestFitFast(std::span<const Index> len, const PackOptions& o, Packing* out)
           if (f == b.size()) {
             b.clear();
             f = 0;
-            clear(r);
+            rooms.Clear(r);
           }
         } else {
           bin = b.back();
           b.pop_back();
-          if (b.empty()) clear(r);
+          if (b.empty()) rooms.Clear(r);
         }
         room = r;
       }
@@ -602,7 +629,7 @@ bool BestFitFast(std::span<const Index> len, const PackOptions& o, Packing* out)
       if (max_sequences >= 0 && count[static_cast<size_t>(bin)] >= max_sequences) continue;
       const Index rest = room - l;
       auto& target = bucket[static_cast<size_t>(rest)];
-      if (target.empty()) set(rest);
+      if (target.empty()) rooms.Set(rest);
       target.push_back(bin);
     }
   }
@@ -629,6 +656,56 @@ bool BestFitFast(std::span<const Index> len, const PackOptions& o, Packing* out)
     }
   }
   return true;
+}
+
+bool BalancedDirect(std::span<const Index> len, const PackOptions& o, Packing* out,
+                    Placement* placed) {
+  std::optional<Placement> p = Balanced(len, {}, BudgetsOf(o, false), o, out);
+  if (!p) return true;
+  *placed = std::move(*p);
+  return false;
+}
+
+void BestFitCount(std::span<const Index> count, const PackOptions& o, Index* packs,
+                  Index* load_squares) {
+  const Index capacity = o.capacity;
+  const Index max_sequences = o.max_sequences.value_or(-1);
+  // BestFitFast's buckets, each pack standing for its entry count only: the
+  // packs of room r, most recently filled at the back.
+  std::vector<std::vector<std::int32_t>> bucket(static_cast<size_t>(capacity) + 1);
+  RoomBits rooms(capacity);
+  Index opened = 0, squares = 0;
+  for (Index l = capacity; l >= 0; --l) {
+    for (Index c = count[static_cast<size_t>(l)]; c > 0; --c) {
+      const Index r = rooms.FindAtLeast(l);
+      std::int32_t entries = 0;
+      Index room = capacity;
+      if (r < 0) {
+        ++opened;
+      } else {
+        auto& b = bucket[static_cast<size_t>(r)];
+        entries = b.back();
+        b.pop_back();
+        if (b.empty()) rooms.Clear(r);
+        room = r;
+      }
+      ++entries;
+      const Index rest = room - l;
+      if (max_sequences >= 0 && entries >= max_sequences) {
+        squares += (capacity - rest) * (capacity - rest);
+        continue;
+      }
+      auto& target = bucket[static_cast<size_t>(rest)];
+      if (target.empty()) rooms.Set(rest);
+      target.push_back(entries);
+    }
+  }
+  for (Index r = 0; r <= capacity; ++r) {
+    squares +=
+        static_cast<Index>(bucket[static_cast<size_t>(r)].size()) * (capacity - r) * (capacity - r);
+  }
+  *packs = opened;
+  *load_squares = squares;
 }
 
 std::vector<Index> DecreasingOrder(std::span<const Index> len) {
@@ -660,7 +737,7 @@ Placement Place(std::span<const Index> len, std::span<const Index> img,
     case PackAlgorithm::kBestFitDecreasing:
       return BestFit(len, img, b, DecreasingOrder(len));
     case PackAlgorithm::kBalanced:
-      return Balanced(len, img, b, options);
+      return *Balanced(len, img, b, options);
     case PackAlgorithm::kHistogram:
       return HistogramPlace(len, options);
   }

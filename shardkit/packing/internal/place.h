@@ -32,6 +32,25 @@ struct Placement {
 // outside that case.
 bool BestFitFast(std::span<const Index> len, const PackOptions& options, Packing* out);
 
+// Balanced for text units that are the items themselves (no images, none
+// split or dropped): true with the packs written straight into the CSR
+// arrays of *out (offsets, items, lengths, starts) where balanced returns
+// best fit's or histogram packing's packs as they are (large text near the
+// bound), else false with *placed = Place()'s placement. The same packs as
+// Place() either way.
+bool BalancedDirect(std::span<const Index> len, const PackOptions& options, Packing* out,
+                    Placement* placed);
+
+// Best fit decreasing's packs for units whose histogram is `count` (count[l]
+// units of length l, l <= capacity), counted without the units (BestFitFast's
+// packs: its placement depends on lengths only, items of one length are
+// alike), and the sum over packs of their tokens squared. O(units) time,
+// O(packs) memory, no per-unit array.
+// REQUIRES as BestFitFast (no max_images, capacity <= 2^22, compat none) and
+// capacity * total tokens < 2^63.
+void BestFitCount(std::span<const Index> count, const PackOptions& options, Index* packs,
+                  Index* load_squares);
+
 // Units sorted by decreasing length, ties by lower index (counting sort when
 // the lengths are small enough, else a stable comparison sort).
 [[nodiscard]] std::vector<Index> DecreasingOrder(std::span<const Index> len);
