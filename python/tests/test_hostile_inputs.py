@@ -9,9 +9,14 @@ tables, pixels), numpy slicing of the token file (OLMo), `source_of` one sample 
 time (Mixture.numpy), the full row put back from every CP rank's slice (cp_strategy).
 """
 
+import gzip
+import json
+import os
 import random
 
 import numpy as np
+import pytest
+from sealing import reseal
 from test_loader import make_data
 
 import shardkit
@@ -179,3 +184,195 @@ def test_share_plan_file_mutations_never_change_what_a_rank_delivers(tmp_path, m
             plain_cache[key] = pieces_of(plain)
         assert got == plain_cache[key] and got, label
         del builder, reader
+
+
+# ---- HFImageText(cache=True): the image-table cache edited, resealed, replayed ---
+
+
+def _valid_table(state: dict, samples: int, pixel_limit: int) -> bool:
+    try:
+        counts, hs, ws = state["image_counts"], state["heights"], state["widths"]
+        ints = all(type(v) is int for v in [*counts, *hs, *ws])
+        return (
+            ints
+            and len(counts) == samples
+            and all(c >= 0 for c in counts)
+            and sum(counts) == len(hs) == len(ws)
+            and all(h >= 1 and w >= 1 and h * w <= pixel_limit for h, w in zip(hs, ws))
+        )
+    except (KeyError, TypeError):
+        return False
+
+
+def test_hf_image_table_cache_mutations_deliver_pillows_table(tmp_path):
+    """The cache beside the Arrow files is bit-flipped, truncated, edited (with or
+    without a new seal: hostile values behind a valid seal), replaced by another
+    data set's cache or an older one; an open that reads the cache must deliver a
+    valid table (and for an unsealed edit, Pillow's); otherwise it scans (Pillow's
+    table, the file rewritten)."""
+    datasets = pytest.importorskip("datasets")
+    from shardkit.image_sources import HFImageText
+    from test_image_sources import make_samples, pillow_table, save_hf, table_of
+
+    rows = save_hf(tmp_path / "hf", make_samples(9, seed=41))
+    save_hf(tmp_path / "hf2", make_samples(9, seed=42))
+    ds = datasets.load_from_disk(str(tmp_path / "hf"))
+    oracle = pillow_table(rows)
+    path = HFImageText(ds).cache_path
+    original = open(path).read()
+    state = json.loads(original)
+    other = open(HFImageText(str(tmp_path / "hf2")).cache_path).read()
+    limit = state["pixel_limit"]
+    rng = random.Random(303)
+    fields = ["image_counts", "heights", "widths", "pixel_limit", "version", "key", "kind"]
+    seen = set()
+    for case in range(120):
+        op = rng.choice(["flip", "cut", "edit", "reseal", "reseal", "other", "none"])
+        sealed_ok = op in ("reseal", "none")
+        text = original
+        if op == "flip":
+            b = bytearray(original.encode())
+            b[rng.randrange(len(b))] ^= 1 << rng.randrange(7)
+            text = b.decode("latin-1")
+        elif op == "cut":
+            text = original[: rng.randrange(len(original))]
+        elif op == "other":
+            text = other
+        elif op in ("edit", "reseal"):
+            edited = json.loads(original)
+            field = rng.choice(fields)
+            value = edited[field]
+            new = rng.choice([*EDGES, None, "x", 1.5, float("nan"), [], [0]])
+            if isinstance(value, list) and value and rng.random() < 0.7:
+                value = list(value)
+                j = rng.randrange(len(value))
+                choice = rng.random()
+                if choice < 0.6:
+                    value[j] = new
+                elif choice < 0.8:
+                    del value[j]
+                else:
+                    value.append(value[j])
+                new = value
+            edited[field] = new
+            if op == "reseal":
+                edited = reseal(edited)
+            text = json.dumps(edited)
+        with open(path, "w", encoding="latin-1") as f:
+            f.write(text)
+        label = (case, op, text[:0] if op != "edit" and op != "reseal" else text[-300:])
+        try:
+            src = HFImageText(ds)
+        except ValueError as e:
+            one_line(e, "cache", "image", path)
+            continue
+        got = table_of(src)
+        seen.add((op, src.from_cache))
+        if src.from_cache:
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = None
+            assert parsed is not None and (sealed_ok or parsed == state), label
+            assert _valid_table(parsed, 9, limit), label
+            assert got == table_of_state(parsed), label
+        else:
+            assert got == oracle, label
+            assert src.cache_written and open(path).read() == original, label
+            assert [len(src[i]["images"]) for i in range(len(src))] == oracle[0], label
+    # Both outcomes were exercised: resealed edits read back, damaged files rescanned.
+    assert {("reseal", True), ("reseal", False), ("flip", False), ("none", True)} <= seen
+
+
+def table_of_state(state: dict):
+    return state["image_counts"], state["heights"], state["widths"]
+
+
+# ---- format="olmo": metadata rows and the EOS-scan cache, edited ----------------
+
+
+def test_olmo_metadata_and_cache_mutations_deliver_olmo_cores_documents(tmp_path):
+    """The .csv.gz rows are edited (edge values, swapped, dropped, repeated, extra
+    columns, blanks) and the EOS-scan cache is flipped, cut or replaced by another
+    file's; an accepted source delivers the documents of OLMo-core's rule (its
+    transcription in test_olmo_source.py) token for token; a source OLMo-core
+    refuses (rows not consecutive, out of bounds) is refused in one line."""
+    from test_olmo_source import olmo_documents, olmo_iter_document_indices, write_tokens
+
+    rng = random.Random(404)
+    nrng = np.random.default_rng(404)
+    for case in range(120):
+        folder = tmp_path / f"c{case}"
+        folder.mkdir()
+        dtype = rng.choice([np.uint8, np.uint16, np.uint32])
+        name = np.dtype(dtype).name
+        path = write_tokens(str(folder / "a.npy"), nrng, dtype, 3, docs=rng.randint(1, 8))
+        total = os.path.getsize(path) // np.dtype(dtype).itemsize
+        if rng.random() < 0.5:
+            ends = np.nonzero(np.fromfile(path, dtype=dtype) == 3)[0] + 1
+            rows = [[int(s), int(e)] for s, e in zip([0, *ends[:-1]], ends)]
+            op = rng.choice(["edit", "swap", "drop", "dup", "extra", "blank", "text", "none"])
+            if op == "edit":
+                row = rng.choice(rows)
+                row[rng.randrange(2)] = rng.choice([*EDGES, total, total + 1])
+            elif op == "swap" and len(rows) > 1:
+                i = rng.randrange(len(rows) - 1)
+                rows[i], rows[i + 1] = rows[i + 1], rows[i]
+            elif op == "drop":
+                rows.pop(rng.randrange(len(rows)))
+            elif op == "dup":
+                i = rng.randrange(len(rows))
+                rows.insert(i, list(rows[i]))
+            lines = [",".join(map(str, r)) for r in rows]
+            if op == "extra":
+                lines = [ln + ",7,x" for ln in lines]
+            elif op == "blank":
+                lines.insert(rng.randrange(len(lines) + 1), rng.choice(["", " ", "\t"]))
+            elif op == "text":
+                i = rng.randrange(len(lines))
+                lines[i] = lines[i].replace(",", rng.choice([";", ", ", ",+", ",0x", ",1e"]), 1)
+            with gzip.open(str(folder / "a.csv.gz"), "wt") as f:
+                f.write("\n".join(lines) + "\n")
+            kwargs = dict(token_dtype=name)
+            label = (case, op, lines)
+            try:
+                oracle = [
+                    np.fromfile(path, dtype=dtype)[s:e]
+                    for s, e in olmo_iter_document_indices(path, dtype=dtype)
+                ]
+                last = 0
+                for s, e in olmo_iter_document_indices(path, dtype=dtype):
+                    assert s == last and s <= e  # OLMo-core's consecutive-documents rule
+                    last = e
+                if last != total:
+                    oracle = None  # OLMo-core adds a tail document; shardkit refuses
+            except (AssertionError, RuntimeError, ValueError):
+                oracle = None
+        else:
+            kwargs = dict(token_dtype=name, eos_token_id=3)
+            shardkit.open_source(path, format="olmo", **kwargs)  # writes the cache
+            cache = path + ".shardkit-docs-eos3"
+            data = bytearray(open(cache, "rb").read())
+            op = rng.choice(["flip", "cut", "other", "none"])
+            if op == "flip":
+                data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+            elif op == "cut":
+                data = data[: rng.randrange(len(data))]
+            elif op == "other":
+                other = write_tokens(str(folder / "b.npy"), nrng, dtype, 3, docs=4)
+                shardkit.open_source(other, format="olmo", **kwargs)
+                data = bytearray(open(other + ".shardkit-docs-eos3", "rb").read())
+            with open(cache, "wb") as f:
+                f.write(bytes(data))
+            oracle = olmo_documents([path], dtype, 3)
+            label = (case, "cache", op)
+        try:
+            source = shardkit.open_source(path, format="olmo", **kwargs)
+            got = [source.document(d).tolist() for d in range(source.num_documents)]
+        except ValueError as e:
+            one_line(e, "metadata", "tokens", "eos_token_id", path)
+            assert oracle is None or label[1] in ("text", "extra", "blank"), (label, e)
+            continue
+        assert oracle is not None, label
+        assert got == [d.astype(np.int64).tolist() for d in oracle], label
+        assert source.lengths().tolist() == [len(d) for d in oracle], label
