@@ -11,6 +11,7 @@ time (Mixture.numpy), the full row put back from every CP rank's slice (cp_strat
 
 import gzip
 import json
+import math
 import os
 import random
 
@@ -376,3 +377,144 @@ def test_olmo_metadata_and_cache_mutations_deliver_olmo_cores_documents(tmp_path
         assert oracle is not None, label
         assert got == [d.astype(np.int64).tolist() for d in oracle], label
         assert source.lengths().tolist() == [len(d) for d in oracle], label
+
+
+# ---- shardkit multimodal-stats / image-table: hostile tables and flags ----------
+
+
+def _stats_oracle(table: dict, seq_len: int, max_images=None):
+    """(samples, tokens, images, vision) of the samples kept: those whose length
+    fits seq_len and whose images fit max_images (the plan drops the others as
+    oversize and lists them)."""
+    lengths = table["lengths"]
+    if "vision_tokens" in table:
+        vision = [list(v) for v in table["vision_tokens"]]
+    else:
+        vision = [[1] * c for c in table["image_counts"]]
+    keep = [
+        i
+        for i, n in enumerate(lengths)
+        if n <= seq_len and (max_images is None or len(vision[i]) <= max_images)
+    ]
+    dropped = [i for i in range(len(lengths)) if i not in keep]
+    return dict(
+        samples=len(lengths),
+        dropped_samples=dropped,
+        tokens=sum(lengths[i] for i in keep),
+        images=sum(len(vision[i]) for i in keep),
+        vision=sum(sum(vision[i]) for i in keep),
+    )
+
+
+def test_multimodal_stats_hostile_tables_and_flags(tmp_path, cli):
+    """Tables with edge values (0, negative, 2^63-1, 1.5, NaN, strings, nulls,
+    mismatched lists, duplicate keys) and edge flag values; a refusal is a non-zero
+    exit with one line naming the flag (no traceback); an accepted table's report
+    counts every kept sample's tokens, images and vision cost once, per step and in
+    total, and lists exactly the samples longer than seq_len as dropped."""
+    rng = random.Random(505)
+    hostile = [0, -1, 1, 2**31, 2**63 - 1, 2**63, -(2**63), 1.5, "NaN", "7", None, [], True]
+    accepted = refused = 0
+    for case in range(150):
+        n = rng.randint(1, 12)
+        lengths = [rng.randint(1, 90) for _ in range(n)]
+        vision = [[rng.randint(1, 40) for _ in range(rng.randint(0, 3))] for _ in range(n)]
+        table = {"lengths": lengths}
+        if rng.random() < 0.5:
+            table["vision_tokens"] = vision
+        else:
+            table["image_counts"] = [len(v) for v in vision]
+        flags = {"--seq-len": 64, "--world": rng.choice([1, 2, 3]), "--batch": 1}
+        op = rng.choice(["length", "vision", "count", "shape", "flag", "dupkey", "none"])
+        raw = None
+        if op == "length":
+            lengths[rng.randrange(n)] = rng.choice(hostile)
+        elif op == "vision" and "vision_tokens" in table and any(vision):
+            v = rng.choice([v for v in vision if v])
+            v[rng.randrange(len(v))] = rng.choice(hostile)
+        elif op == "count" and "image_counts" in table:
+            table["image_counts"][rng.randrange(n)] = rng.choice(hostile)
+        elif op == "shape":
+            key = rng.choice([k for k in table])
+            table[key] = table[key][:-1] if rng.random() < 0.5 else table[key] + table[key][:1]
+        elif op == "flag":
+            flag = rng.choice(["--seq-len", "--world", "--batch", "--max-images", "--seed"])
+            flags[flag] = rng.choice(["0", "-1", "1", "2", "9223372036854775807", "1e3", "nan", ""])
+        elif op == "dupkey":
+            text = json.dumps(table)
+            raw = text[:-1] + ', "lengths": ' + json.dumps([1] * n) + "}"
+        path = tmp_path / f"t{case}.json"
+        path.write_text(raw if raw is not None else json.dumps(table).replace('"NaN"', "NaN"))
+        args = ["multimodal-stats", "--table", path, "--json", "--steps"]
+        for k, v in flags.items():
+            args += [k, v]
+        r = cli(*args)
+        label = (case, op, path.read_text()[:400], flags)
+        if r.returncode != 0:
+            refused += 1
+            assert r.returncode == 2 and r.stdout == "", label
+            err = r.stderr.strip()
+            assert err and "\n" not in err and "Traceback" not in err, (label, err)
+            assert err.startswith("shardkit multimodal-stats: --"), (label, err)
+            continue
+        accepted += 1
+        assert raw is None, (label, "a duplicate key was accepted")
+        # Accepted: every value in the table was a valid count.
+        assert all(type(x) is int and x >= 0 for x in lengths), label
+        report = json.loads(r.stdout)
+        max_images = flags.get("--max-images")
+        want = _stats_oracle(
+            table, int(flags["--seq-len"]), None if max_images is None else int(max_images)
+        )
+        assert report["samples"] == want["samples"], label
+        assert sorted(report["dropped_samples"]) == want["dropped_samples"], label
+        assert report["tokens"] == want["tokens"] and report["images"] == want["images"], label
+        world, rows, seq_len = report["world"], report["rows_per_rank"], report["seq_len"]
+        assert (world, rows, seq_len) == (
+            int(flags["--world"]),
+            int(flags["--batch"]),
+            int(flags["--seq-len"]),
+        ), label
+        for deal in ("before", "after"):
+            steps = report[deal]["steps"]
+            assert len(steps) == report["num_steps"], label
+            assert sum(sum(s["tokens"]) for s in steps) == want["tokens"], (label, deal)
+            assert sum(sum(s["images"]) for s in steps) == want["images"], (label, deal)
+            assert sum(sum(s["vision"]) for s in steps) == want["vision"], (label, deal)
+            capacity = report["num_steps"] * world * rows * seq_len
+            padding = 1 - want["tokens"] / capacity if capacity else 0
+            assert math.isclose(report[deal]["padding"], padding), label
+    assert accepted > 30 and refused > 30, (accepted, refused)
+
+
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["--tar", "{d}/missing.tar"], "--tar"),
+        (["--tar", "{d}/cut.tar"], "--tar"),
+        (["--tar", "{d}/cut.tar", "--vision-rule", "squares"], "--vision-rule"),
+        (["--hf", "{d}/missing"], "--hf"),
+        (["--tar", "{d}/ok.tar", "--output", "{d}"], "--output"),
+    ],
+)
+def test_image_table_hostile_inputs_are_one_line(tmp_path, cli, monkeypatch, args, flag):
+    import io
+    import sys
+    import tarfile
+
+    monkeypatch.setenv("SHARDKIT_PYTHON", sys.executable)
+    with tarfile.open(tmp_path / "ok.tar", "w") as tar:
+        data = np.arange(5, dtype="<i4").tobytes()
+        info = tarfile.TarInfo("s0.ids")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    whole = (tmp_path / "ok.tar").read_bytes()
+    (tmp_path / "cut.tar").write_bytes(whole[:1024])  # the member, no end-of-archive blocks
+    if "--output" not in args:
+        args = [*args, "--output", "{d}/table.json"]
+    r = cli("image-table", *[a.format(d=tmp_path) for a in args], "--json")
+    err = r.stderr.strip()
+    assert r.returncode != 0 and r.stdout == "", (r.returncode, r.stdout, err)
+    assert err and "\n" not in err and "Traceback" not in err, err
+    assert flag in err, err
+    assert not os.path.exists(tmp_path / "table.json")
