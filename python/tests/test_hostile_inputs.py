@@ -518,3 +518,69 @@ def test_image_table_hostile_inputs_are_one_line(tmp_path, cli, monkeypatch, arg
     assert err and "\n" not in err and "Traceback" not in err, err
     assert flag in err, err
     assert not os.path.exists(tmp_path / "table.json")
+
+
+# ---- jpeg_draft: random JPEGs, targets at the edges, damaged bytes --------------
+
+
+def test_jpeg_draft_sweep_against_pillows_draft(tmp_path):
+    """Random JPEGs (sizes, subsampling, progressive, grey) at random targets, also
+    targets at the edges (0, 1, negative, huge), and the same bytes cut or flipped:
+    every accepted decode equals Pillow's im.draft + BILINEAR within the JPEG
+    tolerance (and Pillow must decode those bytes too); a refusal is one ValueError
+    naming the field or the target."""
+    from test_image_decode import JPEG_MAX_DIFF, JPEG_MEAN_DIFF, encode, photo, pillow_draft
+
+    from shardkit import images
+
+    rng = random.Random(606)
+    decoded = refused = 0
+    for case in range(150):
+        h, w = rng.randint(1, 300), rng.randint(1, 300)
+        kw = rng.choice([{}, {"subsampling": 0}, {"subsampling": 1}, {"progressive": True}])
+        data = encode(photo(h, w, seed=case), "JPEG", rng.choice(["RGB", "RGB", "L"]), **kw)
+        op = rng.choice(["size", "size", "max_pixels", "edge", "cut", "flip"])
+        size, max_pixels = (max(1, h // rng.randint(1, 9)), max(1, w // rng.randint(1, 9))), None
+        if op == "max_pixels":
+            size, max_pixels = None, rng.choice([1, 2, 50, h * w // 5 + 1, h * w, 2**62])
+        elif op == "edge":
+            size = rng.choice([(0, 5), (5, 0), (-1, 3), (1, 1), (2**31, 2), (2**63 - 1, 1)])
+        elif op == "cut":
+            data = data[: rng.randrange(len(data))]
+        elif op == "flip":
+            b = bytearray(data)
+            for _ in range(rng.randint(1, 3)):
+                b[rng.randrange(2, len(b))] ^= 1 << rng.randrange(8)
+            data = bytes(b)
+        label = (case, op, h, w, kw, size, max_pixels)
+        try:
+            ours = images.decode_image(data, size=size, max_pixels=max_pixels, jpeg_draft=True)
+        except (ValueError, OverflowError) as e:
+            refused += 1
+            one_line(e, "image", "size", "max_pixels")
+            continue
+        decoded += 1
+        target = ours.shape[:2]
+        assert ours.dtype == np.uint8 and ours.shape[2] == 3, label
+        if size is not None:
+            assert target == size, label
+        elif max_pixels is not None:
+            assert target[0] * target[1] <= max(max_pixels, 1) or target == (h, w), label
+        try:
+            theirs = pillow_draft(data, target)
+        except Exception as e:  # Pillow refused bytes shardkit decoded
+            raise AssertionError((label, "Pillow refuses these bytes", e)) from None
+        diff = np.abs(ours.astype(int) - theirs.astype(int))
+        if op == "flip":
+            # Damaged entropy data decodes differently across libjpeg-turbo builds
+            # only by its rounding; the shape and Pillow's acceptance are the rule.
+            continue
+        assert diff.max() <= JPEG_MAX_DIFF and diff.mean() <= JPEG_MEAN_DIFF, (
+            label,
+            diff.max(),
+            diff.mean(),
+        )
+    assert decoded > 50 and refused > 10, (decoded, refused)
+    for size in ((2**31, 2), (2**63 - 1, 1)):  # allocated (or overflowed) before
+        with pytest.raises(ValueError, match="^resize: the target .* is over the limit of"):
+            images.ImageDecoder(size=size)
