@@ -584,3 +584,98 @@ def test_jpeg_draft_sweep_against_pillows_draft(tmp_path):
     for size in ((2**31, 2), (2**63 - 1, 1)):  # allocated (or overflowed) before
         with pytest.raises(ValueError, match="^resize: the target .* is over the limit of"):
             images.ImageDecoder(size=size)
+
+
+# ---- cp_strategy="balanced" / "ptrr": edge options, every CP rank's slice -------
+
+
+def _cp_pass(tokens, offsets, **kw):
+    """Every batch of one loader: (pieces, per-slot rows)."""
+    out = []
+    for batch in shardkit.TokenLoader(tokens, offsets, **kw):
+        pieces = list(
+            zip(
+                batch["rows"].tolist(),
+                batch["documents"].tolist(),
+                batch["starts"].tolist(),
+                batch["lengths"].tolist(),
+            )
+        )
+        out.append((pieces, batch))
+    return out
+
+
+def test_cp_strategies_with_edge_options_deliver_every_token_once(tmp_path):
+    """cp_size 2 or 4 under head_tail / balanced / ptrr with edge granularities,
+    sequence lengths and CP ranks; accepted: every CP rank carries the same pieces,
+    the pieces are those of the plan without CP at the same granularity, and the CP
+    ranks' slots together hold every token of every piece exactly once (its token
+    read from the data at its document position, cp_index unique per row);
+    refused: one line naming the option."""
+    rng = random.Random(707)
+    tokens, offsets = make_data(random.Random(77), 60, 70)
+    checked = 0
+    for case in range(200):
+        c = rng.choice([2, 4])
+        strategy = rng.choice(["head_tail", "balanced", "balanced", "ptrr", "ptrr", "PTRR", ""])
+        edge = rng.random() < 0.3
+        g = rng.choice([0, 1, 3, -1, 2**63 - 1] if edge else [None, None, 2 * c, 4 * c])
+        seq_len = rng.choice([2 * c, 6 * c + 1, 0] if rng.random() < 0.2 else [16 * c, 32 * c])
+        mode = rng.choice(["pad", "continuous", "drop"])
+        kw = dict(seq_len=seq_len, batch_size=2, world_size=2, rank=case % 2, seed=case)
+        kw.update(mode=mode, num_threads=0, cp_size=c, cp_strategy=strategy)
+        if g is not None:
+            kw["cp_granularity"] = g
+        label = (case, c, strategy, g, seq_len, mode)
+        try:
+            runs = [_cp_pass(tokens, offsets, cp_rank=r, **kw) for r in range(c)]
+        except (ValueError, OverflowError) as e:
+            one_line(e, "cp_", "seq_len", "granularity", "strategy")
+            continue
+        try:
+            bad_rank = shardkit.TokenLoader(tokens, offsets, **dict(kw, cp_rank=c))
+        except (ValueError, IndexError) as e:
+            one_line(e, "cp_rank")
+        else:
+            raise AssertionError((label, "cp_rank = cp_size accepted", bad_rank))
+        plain_kw = {k: v for k, v in kw.items() if k not in ("cp_size", "cp_strategy")}
+        plain_kw["cp_granularity"] = g if g is not None else 2 * c
+        plain = [p for p, _ in _cp_pass(tokens, offsets, **plain_kw)]
+        assert [p for p, _ in runs[0]] == plain and plain, label
+        for step, (pieces, _) in enumerate(runs[0]):
+            seen = {}
+            for r in range(c):
+                p_r, batch = runs[r][step]
+                assert p_r == pieces, (label, step, r)
+                by_row = {}
+                for row, doc, start, length in pieces:
+                    if length:  # document_ids count the row's non-empty pieces
+                        by_row.setdefault(row, []).append((doc, start, length))
+                ids, pos = batch["input_ids"], batch["position_ids"]
+                dids, cpi = batch["document_ids"], batch["cp_index"]
+                assert ids.shape == (2, seq_len // c), label
+                for row in range(ids.shape[0]):
+                    for k in range(ids.shape[1]):
+                        if cpi[row, k] < 0:
+                            continue
+                        j = int(dids[row, k])
+                        if j < 0:
+                            continue  # the row's padding
+                        doc, start, length = by_row[row][j]
+                        p = int(pos[row, k])  # the position in its piece
+                        assert 0 <= p < length, (label, step, r, row, k)
+                        want = tokens[offsets[doc] + start + p]
+                        assert ids[row, k] == want, (label, step, r, row, k)
+                        key = (row, j, p)
+                        assert key not in seen, (label, step, "twice", key, seen[key], r)
+                        assert (row, int(cpi[row, k])) not in seen.values(), (label, "cp_index")
+                        seen[key] = (row, int(cpi[row, k]))
+            want = {
+                (row, j, p)
+                for row in {q[0] for q in pieces}
+                for j, (_, _, _, n) in enumerate([q for q in pieces if q[0] == row and q[3]])
+                for p in range(n)
+            }
+            assert set(seen) == want, (label, step, "lost", sorted(want - set(seen))[:5])
+        checked += 1
+    assert checked >= 60, checked
