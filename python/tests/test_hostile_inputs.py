@@ -679,3 +679,108 @@ def test_cp_strategies_with_edge_options_deliver_every_token_once(tmp_path):
             assert set(seen) == want, (label, step, "lost", sorted(want - set(seen))[:5])
         checked += 1
     assert checked >= 60, checked
+
+
+# ---- train state v3: resumed with changed world size / options / data set -------
+
+
+def test_train_state_resumed_with_changed_configuration(monkeypatch, tmp_path):
+    """An equal-steps loader's state after k steps is loaded into a loader with one
+    thing changed: world size, batch size, threads, share_plan (allowed: every
+    piece of the epoch not delivered before the state delivered exactly once,
+    token for token; with nothing changed: the uninterrupted run's batches), or
+    seq_len, seed, buffer, algorithm, shuffle, mode, cp_granularity, another data
+    set of the same lengths (refused in one line naming state or the option); a
+    loader built for another epoch (the state's epoch wins: the uninterrupted run's
+    batches, or a refusal). Tokens name their data set, document and position
+    (tools/sweep_delivery.py's data), so a wrong data set shows as foreign tokens."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import sweep_delivery as sd
+
+    monkeypatch.setenv("SHARDKIT_SHARE_PLAN_DIR", str(tmp_path))
+    monkeypatch.setenv("SHARDKIT_SHARE_PLAN_TIMEOUT", "5")
+    rng = random.Random(808)
+    allowed = ["same", "world_size", "batch_size", "num_threads", "share_plan"]
+    refused_changes = ["seq_len", "seed", "buffer", "algorithm", "shuffle", "mode"]
+    refused_changes += ["cp_granularity", "dataset", "epoch"]
+    counts = {"accepted": 0, "refused": 0}
+    for case in range(150):
+        n = rng.choice([20, 40])
+        world = rng.choice([1, 2, 3])
+        base = dict(seq_len=rng.choice([32, 64]), batch_size=rng.choice([1, 2]), seed=case % 4)
+        mode = rng.choice(["pad", "pad", "continuous"])
+        base.update(buffer=rng.choice([4, 8]), mode=mode, num_threads=0, shuffle=True)
+        tokens, offsets = sd.data(n)
+        refs = [
+            sd._run(sd._loader(shardkit, 0, n, world_size=world, rank=r, **base), tokens, offsets)
+            for r in range(world)
+        ]
+        steps = len(refs[0][0])
+        k = rng.randrange(steps)
+        state = refs[0][1][k]
+        change = rng.choice(allowed + refused_changes)
+        if mode == "continuous" and change in ("world_size", "batch_size"):
+            change = "same"  # elastic resume is the pad mode's rule (docs/loader.md)
+        new = dict(base)
+        new_world, tag = world, 0
+        if change == "world_size":
+            new_world = rng.choice([w for w in (1, 2, 3, 5) if w != world])
+        elif change == "batch_size":
+            new["batch_size"] = 3 - base["batch_size"]
+        elif change == "num_threads":
+            new["num_threads"] = 2
+        elif change == "share_plan":
+            new["share_plan"] = True
+        elif change == "seq_len":
+            new["seq_len"] = 96
+        elif change == "seed":
+            new["seed"] = base["seed"] + 1
+        elif change == "buffer":
+            new["buffer"] = 16
+        elif change == "algorithm":
+            new["algorithm"] = "next_fit"
+        elif change == "shuffle":
+            new["shuffle"] = False
+        elif change == "mode":
+            new["mode"] = "pad" if mode == "continuous" else "continuous"
+        elif change == "cp_granularity":
+            new["cp_granularity"] = 4
+        elif change == "dataset":
+            tag = 1
+        elif change == "epoch":
+            new["epoch"] = 1
+        label = (case, n, world, base, k, change)
+        got = []
+        try:
+            # Local rank 0 first: it writes the host's plan for the others.
+            for r in range(new_world):
+                extra = {"local_rank": r} if new.get("share_plan") else {}
+                loader = sd._loader(shardkit, tag, n, world_size=new_world, rank=r, **new, **extra)
+                loader.load_state_dict(state)
+                got.append(loader)
+            got = [sd._pass(loader, *sd.data(n, tag)) for loader in got]
+        except (ValueError, IndexError, TypeError, sd.Refused) as e:
+            e = getattr(e, "error", e)
+            counts["refused"] += 1
+            assert change in refused_changes, (label, "refused", e)
+            one_line(e, "state", change)
+            continue
+        counts["accepted"] += 1
+        # (mode: a pad state loaded into a continuous loader was accepted and
+        # delivered tokens twice; continuous mode is another stream now.)
+        assert change in allowed or change == "epoch", (label, "accepted")
+        assert len({len(g) for g in got}) == 1, (label, [len(g) for g in got])
+        # (epoch: the state says where the run stands, its epoch included.)
+        if change in ("same", "num_threads", "share_plan", "epoch"):
+            for r in range(world):
+                sd.same_batches(got[r], refs[r][0][k:], f"{label} rank {r}")
+            continue
+        before = [
+            t for ref in refs for _, ps in ref[0][:k] for t in sd.token_keys(ps, tokens, offsets)
+        ]
+        after = [t for g in got for _, ps in g for t in sd.token_keys(ps, tokens, offsets)]
+        sd.exactly_once(before + after, tokens.tolist(), str(label))
+    assert counts["accepted"] > 15 and counts["refused"] > 15, counts
