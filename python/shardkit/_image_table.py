@@ -93,7 +93,10 @@ def _run(args: argparse.Namespace) -> int:
     lengths = np.asarray(table["lengths"], dtype=np.int64)
     if args.inline_vision:
         lengths = lengths + np.array([sum(v) for v in vision], dtype=np.int64)
-    save_state(args.output, {"lengths": lengths.tolist(), "vision_tokens": vision})
+    try:
+        save_state(args.output, {"lengths": lengths.tolist(), "vision_tokens": vision})
+    except ValueError as e:  # "path: cannot write ...": the flag is --output
+        raise ValueError(f"--output: {e}") from None
     out = {
         "source": source,
         "samples": len(vision),

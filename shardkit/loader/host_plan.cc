@@ -106,14 +106,16 @@ namespace internal {
 
 class HostPlanFile {
  public:
-  HostPlanFile(std::string path, const std::uint64_t* words, std::size_t size, Index W,
-               Index rows_per_rank, Index num_steps)
+  HostPlanFile(std::string path, const std::uint64_t* words, std::size_t size,
+               std::vector<std::uint64_t> head, Index W, Index rows_per_rank, Index num_steps)
       : path_(std::move(path)),
         words_(words),
         size_(size),
+        head_(std::move(head)),
         W_(W),
         rows_(rows_per_rank),
         steps_(num_steps),
+        sections_(static_cast<std::size_t>(W)),
         checked_(static_cast<std::size_t>(W), 0) {}
   ~HostPlanFile() {
     munmap(const_cast<std::uint64_t*>(words_), size_ * 8);
@@ -134,7 +136,7 @@ class HostPlanFile {
                                             Index rows_per_rank, Index rank, bool* missing,
                                             std::string* why);
 
-  [[nodiscard]] TrainSummary summary() const { return GetSummary(words_ + kFixedWords); }
+  [[nodiscard]] TrainSummary summary() const { return GetSummary(head_.data() + kFixedWords); }
   [[nodiscard]] Index num_steps() const { return steps_; }
   void set_owner() { owner_ = true; }
   [[nodiscard]] std::string_view bytes() const {
@@ -145,7 +147,10 @@ class HostPlanFile {
     ino_ = ino;
   }
 
-  // Checks rank r's section (once); false when it fails.
+  // Copies rank r's section out of the mapping and checks the copy (once);
+  // false when it fails. Steps are read from the copy: the file is shared
+  // and writable by others, and bytes edited or cut in place after the check
+  // must neither change what was checked nor fault (SIGBUS) in a read.
   bool CheckSection(Index r, std::string* why) const;
   bool Read(Index rank, Index step, TrainStep* out) const;
 
@@ -157,13 +162,15 @@ class HostPlanFile {
 
   std::string path_;
   const std::uint64_t* words_;
-  std::size_t size_;  // words
+  std::size_t size_;                 // words
+  std::vector<std::uint64_t> head_;  // the checked header, copied at Open
   Index W_, rows_, steps_;
   bool owner_ = false;
   dev_t dev_ = 0;
   ino_t ino_ = 0;
   mutable std::atomic<bool> finished_{false};  // a reader went past the last step
   mutable std::mutex mu_;
+  mutable std::vector<std::vector<std::uint64_t>> sections_;  // checked copies
   mutable std::vector<char> checked_;
 };
 
@@ -196,7 +203,10 @@ std::shared_ptr<HostPlanFile> HostPlanFile::Open(const std::string& path, std::u
     *why = std::string("cannot map: ") + std::strerror(errno);
     return nullptr;
   }
-  const auto* w = static_cast<const std::uint64_t*>(map);
+  // Every check below reads this copy, and so does every later use: an edit
+  // in place after Open cannot change a checked header.
+  const std::vector<std::uint64_t> w(static_cast<const std::uint64_t*>(map),
+                                     static_cast<const std::uint64_t*>(map) + header);
   const std::size_t size = bytes / 8;
   auto fail = [&](std::string what) -> std::shared_ptr<HostPlanFile> {
     munmap(map, bytes);
@@ -206,7 +216,9 @@ std::shared_ptr<HostPlanFile> HostPlanFile::Open(const std::string& path, std::u
   if (w[0] != kMagic) return fail("not a shardkit host plan (magic)");
   if (w[1] != kVersion) return fail("format version " + Str(w[1]) + ", expected " + Str(kVersion));
   if (w[2] != key) return fail("made for another plan (key " + HexDigest(w[2]) + ")");
-  if (Checksum(w, header - 1, kMagic) != w[header - 1]) return fail("header checksum mismatch");
+  if (Checksum(w.data(), header - 1, kMagic) != w[header - 1]) {
+    return fail("header checksum mismatch");
+  }
   if (w[3] != size) return fail("truncated: " + Str(size) + " words, header says " + Str(w[3]));
   if (w[4] != static_cast<std::uint64_t>(W) || w[5] != static_cast<std::uint64_t>(rows_per_rank)) {
     return fail("another world size or batch shape");
@@ -221,11 +233,11 @@ std::shared_ptr<HostPlanFile> HostPlanFile::Open(const std::string& path, std::u
       return fail("section offsets out of bounds");
     }
   }
-  if (steps < 0 || GetSummary(w + kFixedWords).num_steps != steps) {
+  if (steps < 0 || GetSummary(w.data() + kFixedWords).num_steps != steps) {
     return fail("inconsistent step count");
   }
-  auto file =
-      std::make_shared<HostPlanFile>(path, w, size, W, rows_per_rank, static_cast<Index>(steps));
+  auto file = std::make_shared<HostPlanFile>(path, static_cast<const std::uint64_t*>(map), size, w,
+                                             W, rows_per_rank, static_cast<Index>(steps));
   file->set_identity(st.st_dev, st.st_ino);
   if (!file->CheckSection(rank, why)) return nullptr;  // the destructor unmaps
   return file;
@@ -236,21 +248,23 @@ bool HostPlanFile::CheckSection(Index r, std::string* why) const {
   const std::size_t ur = static_cast<std::size_t>(r);
   if (checked_[ur]) return true;
   const std::size_t at = SectionOffsetsAt();
-  const std::uint64_t begin = words_[at + ur], end = words_[at + ur + 1];
-  const std::uint64_t sum = words_[at + static_cast<std::size_t>(W_) + 1 + ur];
-  if (Checksum(words_ + begin, end - begin, kMagic ^ ur) != sum) {
+  const std::uint64_t begin = head_[at + ur], end = head_[at + ur + 1];
+  const std::uint64_t sum = head_[at + static_cast<std::size_t>(W_) + 1 + ur];
+  std::vector<std::uint64_t> copy(words_ + begin, words_ + end);
+  if (Checksum(copy.data(), copy.size(), kMagic ^ ur) != sum) {
     *why = "checksum mismatch in rank " + Str(ur) + "'s section";
     return false;
   }
   // The index is sealed too; its entries must stay inside the section.
   const std::uint64_t n = end - begin;
-  const std::uint64_t* index = words_ + begin;
+  const std::uint64_t* index = copy.data();
   for (Index s = 0; s <= steps_; ++s) {
     if (index[s] > n || (s > 0 && index[s] < index[s - 1])) {
       *why = "rank " + Str(ur) + "'s step index out of bounds";
       return false;
     }
   }
+  sections_[ur] = std::move(copy);
   checked_[ur] = 1;
   return true;
 }
@@ -263,7 +277,7 @@ bool HostPlanFile::Read(Index rank, Index step, TrainStep* out) const {
   std::string why;
   if (!CheckSection(rank, &why)) ThrowInvalid("share_plan", "'" + path_ + "': " + why);
   const std::size_t ur = static_cast<std::size_t>(rank);
-  const std::uint64_t* section = words_ + words_[SectionOffsetsAt() + ur];
+  const std::uint64_t* section = sections_[ur].data();
   const std::uint64_t* w = section + section[step];
   const std::uint64_t* end = section + section[step + 1];
   auto next = [&]() -> std::uint64_t {

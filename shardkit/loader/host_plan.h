@@ -18,7 +18,10 @@
 //   seal     the header (magic, version, key, sizes, the plan's summary, the
 //            offsets of the W rank sections) carries a checksum, and so does
 //            every rank's section (base/hash.h's Hasher); a reader checks the
-//            header and its own rank's section (O(its own rows)).
+//            header and its own rank's section (O(its own rows)), each
+//            copied out of the mapping first: the checks and every read see
+//            the copy, so a file edited or cut in place after the check
+//            changes nothing delivered and cannot fault a read (SIGBUS).
 //   read     the other local ranks wait for the file (polling, up to
 //            `timeout_seconds`; then invalid_argument naming the file and
 //            local rank 0), map it and check it. A file that fails a check

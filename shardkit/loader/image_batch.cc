@@ -13,9 +13,10 @@
 namespace shardkit {
 
 ImageBatchDecoder::ImageBatchDecoder(const ImageBatchOptions& options) : options_(options) {
-  (void)ResizedShape(1, 1, options.resize);  // validates the resize options
-  if (options.threads < 0) ThrowInvalid("threads", "must be >= 0, got " + Str(options.threads));
   CheckAtLeast("max_pixels", options.max_pixels, 1);
+  // Validates the resize options.
+  (void)ResizedShape(1, 1, options.resize, options.max_pixels);
+  if (options.threads < 0) ThrowInvalid("threads", "must be >= 0, got " + Str(options.threads));
   int threads = options.threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   pool_ = std::make_unique<internal::ThreadPool>(threads);
@@ -49,7 +50,7 @@ DecodedImages ImageBatchDecoder::Decode(std::span<const std::span<const std::uin
     try {
       const ImageInfo info = ReadImageInfo(images[i], fields[i], options_.max_pixels);
       std::tie(out.heights[i], out.widths[i]) =
-          ResizedShape(info.height, info.width, options_.resize);
+          ResizedShape(info.height, info.width, options_.resize, options_.max_pixels);
     } catch (...) {
       errors[i] = std::current_exception();
     }

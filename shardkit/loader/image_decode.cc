@@ -438,7 +438,7 @@ ImageInfo ReadImageInfo(std::span<const std::uint8_t> bytes, std::string_view fi
   return info;
 }
 
-std::pair<Index, Index> ResizedShape(Index h, Index w, const ResizeOptions& r) {
+std::pair<Index, Index> ResizedShape(Index h, Index w, const ResizeOptions& r, Index pixel_limit) {
   if (r.height < 0 || r.width < 0 || r.max_pixels < 0) {
     ThrowInvalid("resize", "height, width and max_pixels must be >= 0, got " + Str(r.height) +
                                ", " + Str(r.width) + ", " + Str(r.max_pixels));
@@ -447,7 +447,16 @@ std::pair<Index, Index> ResizedShape(Index h, Index w, const ResizeOptions& r) {
     ThrowInvalid("resize",
                  "height and width are set together, got " + Str(r.height) + " x " + Str(r.width));
   }
-  if (r.height > 0) return {r.height, r.width};
+  if (r.height > 0) {
+    // The target is allocated as it stands: held to the decoder's pixel limit
+    // like a header (a target of 2^31 x 2 was allocated; 2^63-1 x 1 overflowed).
+    Index pixels = 0;
+    if (__builtin_mul_overflow(r.height, r.width, &pixels) || pixels > pixel_limit) {
+      ThrowInvalid("resize", "the target " + Str(r.height) + " x " + Str(r.width) +
+                                 " is over the limit of " + Str(pixel_limit) + " pixels");
+    }
+    return {r.height, r.width};
+  }
   if (r.max_pixels == 0 || h <= r.max_pixels / w) return {h, w};
   const double s = std::sqrt(static_cast<double>(r.max_pixels) /
                              (static_cast<double>(h) * static_cast<double>(w)));
@@ -549,7 +558,7 @@ std::pair<Index, Index> DecodeImageInto(std::span<const std::uint8_t> bytes, std
                                         const ResizeOptions& resize, Index max_pixels,
                                         std::span<std::uint8_t> out) {
   const ImageInfo info = ReadImageInfo(bytes, field, max_pixels);
-  const auto [out_h, out_w] = ResizedShape(info.height, info.width, resize);
+  const auto [out_h, out_w] = ResizedShape(info.height, info.width, resize, max_pixels);
   if (static_cast<Index>(out.size()) != out_h * out_w * 3) {
     ThrowInvalid("out", "has " + Str(static_cast<Index>(out.size())) + " bytes, the image " +
                             Str(out_h) + " x " + Str(out_w) + " x 3");
@@ -589,7 +598,7 @@ std::pair<Index, Index> DecodeImageInto(std::span<const std::uint8_t> bytes, std
 Image DecodeImage(std::span<const std::uint8_t> bytes, std::string_view field,
                   const ResizeOptions& resize, Index max_pixels) {
   const ImageInfo info = ReadImageInfo(bytes, field, max_pixels);
-  const auto [out_h, out_w] = ResizedShape(info.height, info.width, resize);
+  const auto [out_h, out_w] = ResizedShape(info.height, info.width, resize, max_pixels);
   Image image{out_h, out_w, std::vector<std::uint8_t>(out_h * out_w * 3)};
   (void)DecodeImageInto(bytes, field, resize, max_pixels, image.pixels);
   return image;

@@ -108,8 +108,10 @@ struct ResizeOptions {
 };
 
 // The size an h x w image has after `resize`. Throws invalid_argument naming
-// "resize" for a negative value or only one of height/width set.
-[[nodiscard]] std::pair<Index, Index> ResizedShape(Index h, Index w, const ResizeOptions& resize);
+// "resize" for a negative value, only one of height/width set, or a target
+// height x width over `pixel_limit` (the decoder's limit on a header).
+[[nodiscard]] std::pair<Index, Index> ResizedShape(Index h, Index w, const ResizeOptions& resize,
+                                                   Index pixel_limit = kDefaultMaxImagePixels);
 
 // Decodes `bytes` (see the file comment) and resizes by `resize`.
 // Throws invalid_argument "<field>: ..." (see ReadImageInfo; also for data

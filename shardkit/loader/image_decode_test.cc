@@ -139,6 +139,12 @@ TEST(ImageDecodeTest, ResizedShapeFollowsTheStatedRule) {
   }
   EXPECT_THROW((void)ResizedShape(1, 1, {224, 0, 0}), std::invalid_argument);
   EXPECT_THROW((void)ResizedShape(1, 1, {0, 0, -1}), std::invalid_argument);
+  // A target over the pixel limit is refused before anything is allocated (a
+  // target of 2^31 x 2 was allocated; 2^63-1 x 1 overflowed height * width).
+  EXPECT_THROW((void)ResizedShape(1, 1, {Index{1} << 31, 2, 0}), std::invalid_argument);
+  EXPECT_THROW((void)ResizedShape(1, 1, {INT64_MAX, 1, 0}), std::invalid_argument);
+  EXPECT_THROW((void)ResizedShape(1, 1, {100, 100, 0}, 9999), std::invalid_argument);
+  EXPECT_EQ(ResizedShape(1, 1, {100, 100, 0}, 10000), std::make_pair(Index{100}, Index{100}));
 }
 
 // Resizing a constant image gives the same constant (the weights sum to one).

@@ -88,6 +88,9 @@ std::string_view VisionCostName(VisionCost cost) {
   return cost == VisionCost::kTokens ? "tokens" : "squared";
 }
 
+// The most images SampleTable::Make expands from image_counts alone.
+constexpr Index kMaxImplicitImages = Index{1} << 28;
+
 SampleTable SampleTable::Make(std::vector<Index> lengths, std::span<const Index> image_counts,
                               std::vector<Index> vision_tokens) {
   SampleTable t;
@@ -111,6 +114,13 @@ SampleTable SampleTable::Make(std::vector<Index> lengths, std::span<const Index>
   }
   Index images = t.image_offsets.back();
   if (vision_tokens.empty()) {
+    // One entry per image is allocated here from a count alone: a hostile
+    // count (2^31 in one JSON number took 16 GB and 49 s) is refused instead.
+    if (images > kMaxImplicitImages) {
+      ThrowInvalid("image_counts", Str(images) +
+                                       " images in all; without vision_tokens each image takes "
+                                       "one entry of the table, at most 2^28 (pass vision_tokens)");
+    }
     vision_tokens.assign(static_cast<std::size_t>(images), 1);
   } else if (static_cast<Index>(vision_tokens.size()) != images) {
     ThrowInvalid("vision_tokens", "has " + Str(static_cast<Index>(vision_tokens.size())) +

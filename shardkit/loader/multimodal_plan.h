@@ -68,7 +68,9 @@ struct SampleTable {
   // From per-sample image counts and per-image vision tokens (sum(image_counts)
   // entries; empty: 1 per image). Throws invalid_argument naming `lengths`,
   // `image_counts` or `vision_tokens` for a negative value, a size mismatch
-  // or an overflowing sum.
+  // or an overflowing sum, and naming `image_counts` when vision_tokens is
+  // empty and the counts add up to more than 2^28 images (the 1-per-image
+  // table would be allocated from a few numbers).
   static SampleTable Make(std::vector<Index> lengths, std::span<const Index> image_counts,
                           std::vector<Index> vision_tokens);
 

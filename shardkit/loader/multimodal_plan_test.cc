@@ -272,6 +272,19 @@ TEST(MultimodalPlanTest, BadInputNamesTheParameter) {
   EXPECT_THROW((void)plan.Rows(1, 0), std::out_of_range);
 }
 
+TEST(MultimodalPlan, HugeImageCountWithoutVisionTokensIsRefusedNotAllocated) {
+  // 2^31 in one count expanded to 16 GB of 1-per-image entries (49 s) before.
+  try {
+    (void)SampleTable::Make({10, 20}, std::vector<Index>{1, Index{1} << 31}, {});
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("image_counts: 2147483649 images in all", 0), 0u)
+        << e.what();
+  }
+  EXPECT_EQ(SampleTable::Make({1}, std::vector<Index>{Index{1} << 20}, {}).vision_tokens.size(),
+            std::size_t{1} << 20);
+}
+
 TEST(MultimodalPlan, HugeWorldTimesRowsIsRefusedNamingTheOption) {
   SampleTable t = SampleTable::Make({3, 4}, {}, {});
   for (auto [w, r, param] : {std::tuple<Index, Index, std::string>{Index{1} << 62, 4, "world_size"},

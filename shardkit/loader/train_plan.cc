@@ -26,6 +26,9 @@ constexpr char kTrainPlanVersion[] = "shardkit-train-1";
 constexpr std::uint64_t kStreamDomain = 0x5452414953544d32ULL;  // "TRAISTM2"
 constexpr std::uint64_t kPlanDomain = 0x5452414950314e32ULL;    // "TRAIP1N2"
 constexpr std::uint64_t kCpTag = 0x4350000000000000ULL;         // "CP"
+// Continuous mode packs another stream (documents cut to fill rows); pad and
+// drop pack the same one.
+constexpr std::uint64_t kContinuousTag = 0x434f4e54494e5545ULL;  // "CONTINUE"
 
 std::string Str(std::uint64_t v) { return std::to_string(v); }
 
@@ -210,6 +213,9 @@ void TrainPlan::Prepare() {
   const Index granule = CpGranule(o.cp);
   // Only when g > 1, so plans without context parallelism keep one stream.
   if (granule > 1) h.Add(kCpTag ^ static_cast<std::uint64_t>(granule));
+  // Only for continuous mode, so pad and drop states keep resuming each other
+  // (a pad state loaded into a continuous loader delivered tokens twice).
+  if (o.mode == TrainMode::kContinuous) h.Add(kContinuousTag);
   Index total = 0, total_images = 0;
   std::uint64_t lengths[Hasher::kArrayBlock], images[Hasher::kArrayBlock];
   constexpr Index kBlock = static_cast<Index>(Hasher::kArrayBlock);

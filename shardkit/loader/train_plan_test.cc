@@ -697,6 +697,15 @@ TEST(TrainPlanTest, BadInputNamesTheParameter) {
   other = ok;
   other.world_size = 3;
   EXPECT_NO_THROW(TrainPlan(docs, other, state));
+  // Regression: a pad state loaded into a continuous plan was accepted (mode
+  // was not in the stream) and its rows repeated tokens of the steps before
+  // the state; continuous mode is another stream, drop the same as pad.
+  other = ok;
+  other.mode = TrainMode::kContinuous;
+  EXPECT_THROW(TrainPlan(docs, other, state), std::invalid_argument);
+  EXPECT_THROW(TrainPlan(docs, ok, TrainPlan(docs, other).StateAt(0)), std::invalid_argument);
+  other.mode = TrainMode::kDrop;
+  EXPECT_NO_THROW(TrainPlan(docs, other, state));
   std::vector<Index> changed = {5, 6, 8};
   EXPECT_THROW(TrainPlan(TrainDocuments::FromSpans(changed), ok, state), std::invalid_argument);
 }
