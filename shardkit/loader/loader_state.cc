@@ -223,6 +223,10 @@ DataFingerprint SelectedFingerprint(const TokenSource& view) {
   for (const auto& source : view.selected_from()) {
     f.tokens = CheckedAdd("sources", f.tokens, source->num_tokens());
     h.Add(SourceDigest(*source));
+    // Every length of the source (computed when it was opened): with the
+    // identity, which determines the documents selected, this determines
+    // every length of the view (TrainDocumentsOf's lengths_bound).
+    h.Add(source->LengthsDigest());
   }
   h.Add(static_cast<std::uint64_t>(f.tokens));
   f.hash = h.Finish();
@@ -316,6 +320,15 @@ TrainDocuments TrainDocumentsOf(const TokenSource& source, std::uint64_t data_ha
     docs.length = [src](Index d) { return src->DocumentLength(d); };
   }
   docs.identity = data_hash;
+  if (!source.selected_from().empty() && data_hash != 0) {
+    // A selected view: its data fingerprint binds every length (the identity
+    // and each source's LengthsDigest), so the plan takes it for them, and
+    // no document is longer than its longest source.
+    docs.lengths_bound = true;
+    for (const auto& s : source.selected_from()) {
+      docs.length_bound = std::max(docs.length_bound, s->num_tokens());
+    }
+  }
   return docs;
 }
 

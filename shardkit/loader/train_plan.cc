@@ -26,6 +26,8 @@ constexpr char kTrainPlanVersion[] = "shardkit-train-1";
 constexpr std::uint64_t kStreamDomain = 0x5452414953544d32ULL;  // "TRAISTM2"
 constexpr std::uint64_t kPlanDomain = 0x5452414950314e32ULL;    // "TRAIP1N2"
 constexpr std::uint64_t kCpTag = 0x4350000000000000ULL;         // "CP"
+// Tags a stream whose lengths are bound by the documents' identity.
+constexpr std::uint64_t kBoundTag = 0x424f554e444c454eULL;  // "BOUNDLEN"
 
 std::string Str(std::uint64_t v) { return std::to_string(v); }
 
@@ -210,6 +212,20 @@ void TrainPlan::Prepare() {
   const Index granule = CpGranule(o.cp);
   // Only when g > 1, so plans without context parallelism keep one stream.
   if (granule > 1) h.Add(kCpTag ^ static_cast<std::uint64_t>(granule));
+  if (documents_.lengths_bound && documents_.identity != 0 && !documents_.images) {
+    // The identity binds every length (train_plan.h): O(1), no pass. Every
+    // document has at most 1 + length_bound / seq_len pieces.
+    CheckAtLeast("length_bound", documents_.length_bound, 0);
+    if (granule > 1) (void)CheckedAdd("lengths", documents_.length_bound, granule - 1);
+    h.Add(kBoundTag);
+    h.Add(documents_.identity);
+    stream_ = h.Finish();
+    if (__builtin_mul_overflow(documents_.count, 1 + documents_.length_bound / o.seq_len,
+                               &max_packs_)) {
+      max_packs_ = std::numeric_limits<Index>::max();
+    }
+    return;
+  }
   Index total = 0, total_images = 0;
   std::uint64_t lengths[Hasher::kArrayBlock], images[Hasher::kArrayBlock];
   constexpr Index kBlock = static_cast<Index>(Hasher::kArrayBlock);

@@ -117,6 +117,15 @@ struct TrainDocuments {
   // into the stream fingerprint, so a state of another data set with the
   // same lengths is refused.
   std::uint64_t identity = 0;
+  // Set when `identity` (non-zero) binds every length (a selected view's
+  // data fingerprint, TrainDocumentsOf) and each length is in [0,
+  // length_bound]: the stream fingerprint then hashes the count and the
+  // identity instead of every length, and the plan reads no length before
+  // its first step (Prepare is O(1); the epoch's lengths are read as the
+  // pack stream reaches them). The position bound is then
+  // count * (1 + length_bound / seq_len).
+  bool lengths_bound = false;
+  Index length_bound = 0;
 
   // Document d's length and images, from the arrays when set.
   [[nodiscard]] Index Length(Index d) const {
