@@ -186,6 +186,8 @@ namespace {
 
 constexpr std::uint64_t kSelectedDomain = 0x53454c4543544544ULL;  // "SELECTED"
 
+constexpr Index kReleaseSamples = 64;
+
 // A source's sampled digest (the sources of a selected view): part sizes,
 // totals, and the lengths and middle tokens of the sampled documents.
 std::uint64_t SourceDigest(const TokenSource& source) {
@@ -210,7 +212,12 @@ std::uint64_t SourceDigest(const TokenSource& source) {
     h.Add(static_cast<std::uint64_t>(d));
     h.Add(static_cast<std::uint64_t>(length));
     for (std::int32_t t : tokens) h.Add(static_cast<std::uint32_t>(t));
+    // Each sample faults in 64 KB or more of each file around it: 4096 of
+    // them map most of a source's files. Released as the pass goes, so the
+    // resident set grows by kReleaseSamples samples' pages at most.
+    if (k % kReleaseSamples == kReleaseSamples - 1) source.ReleasePages();
   }
+  source.ReleasePages();
   return h.Finish();
 }
 

@@ -626,6 +626,14 @@ std::uint64_t TokenSource::LengthsDigest() const {
   return lengths_digest_->value;
 }
 
+void TokenSource::ReleasePages() const {
+  for (const Part& p : parts_) {
+    for (const auto* file : {p.tokens_file.get(), p.offsets_file.get(), p.index_file.get()}) {
+      if (file != nullptr) file->Release(file->size());
+    }
+  }
+}
+
 Index TokenSource::PartBegin(Index part) const { return part_begin_[part]; }
 
 const TokenSource::Part& TokenSource::PartOf(Index d) const {

@@ -212,6 +212,13 @@ class TokenSource {
   // the hash's collisions). Views (Gather, Select): 0.
   [[nodiscard]] std::uint64_t LengthsDigest() const;
 
+  // Drops this process's mappings of the source's files (MappedFile::Release
+  // of every part's tokens, offsets and index files; nothing for memory or
+  // views): what a sparse pass such as a sampled fingerprint faulted in
+  // (the kernel maps 64 KB or more around each touched byte) leaves the
+  // resident set. The data stays in the page cache; later reads map it again.
+  void ReleasePages() const;
+
   // Length in tokens of document d. REQUIRES: 0 <= d < num_documents().
   [[nodiscard]] Index DocumentLength(Index d) const;
   // Every document's offsets as one array of num_documents() + 1 8-byte

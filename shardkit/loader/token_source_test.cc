@@ -278,6 +278,15 @@ TEST(TokenSourceTest, LengthsDigestIsEveryLengthWhateverHoldsTheOffsets) {
                                               static_cast<Index>(offsets.size()));
   EXPECT_EQ(memory->LengthsDigest(), digest);
   EXPECT_EQ(TokenSource::Concat({memory})->LengthsDigest(), digest);
+  // Its pages released (a sparse pass's), the source reads as before.
+  a->ReleasePages();
+  for (Index d = 0; d < a->num_documents(); d += 7) {
+    ASSERT_EQ(a->DocumentLength(d),
+              offsets[static_cast<std::size_t>(d) + 1] - offsets[static_cast<std::size_t>(d)]);
+    std::int32_t t[8] = {};
+    a->Copy(d, 0, a->DocumentLength(d), t);
+    for (Index k = 0; k < a->DocumentLength(d); ++k) ASSERT_EQ(t[k], 7);
+  }
   std::vector<std::int64_t> moved = offsets;
   moved[2502] = moved[2501];  // document 2501 empty, 2502 longer: the same total
   ASSERT_NE(moved[2502], offsets[2502]);
