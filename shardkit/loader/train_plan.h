@@ -54,7 +54,11 @@
 //
 // A loader reading one rank's steps builds its plan Deferred and reads it
 // with ReadOnce: one pass deals and counts every step and hands out the
-// rank's rows, in the same memory.
+// rank's rows, in the same memory. Every plan first hashes and checks every
+// length (its stream fingerprint) unless its documents are lengths_bound (a
+// mixture window, whose data fingerprint binds them): a Deferred plan of
+// such documents is made in O(1) and reads only the packer's buffer and the
+// first step's packs before that step; num_steps is known at the epoch's end.
 //
 // Thread-safety: a TrainPlan is immutable after construction (share freely;
 // a Deferred plan completes itself once, under a once flag);
