@@ -620,6 +620,10 @@ std::uint64_t TokenSource::LengthsDigest() const {
       }
       h.Add(static_cast<std::uint64_t>(p.num_documents));
       digest.Add(h.Finish());
+      // Like the open pass, the pass leaves none of the part's pages mapped.
+      for (const auto* file : {p.offsets_file.get(), p.index_file.get()}) {
+        if (file != nullptr) file->Release(file->size());
+      }
     }
     lengths_digest_->value = digest.Finish();
   });
