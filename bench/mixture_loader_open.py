@@ -10,10 +10,13 @@ the process (all threads), wall seconds, the peak RSS above the RSS before the
 call (mapped file pages that the loader touches count: clean page cache, mostly the
 sampled documents' token pages with the kernel's fault-around), the anonymous RSS added
 (allocations) and the load average, with equal steps (the Python default) and per rank. Minimum of
---repeats runs per size, runs of the sizes interleaved.
+--repeats runs per size, runs of the sizes interleaved. With ``--before DIR`` (a directory
+holding another build's ``shardkit`` package, e.g. a copy of python/ made at an earlier
+commit) every run is made with that build too, interleaved with this one's on the same files
+(rows ``before`` / ``after``).
 
     PYTHONPATH=python .venv/bin/python bench/mixture_loader_open.py \
-        [--sizes 1000000,10000000,100000000] [--repeats 2] [--dir /tmp]
+        [--sizes 1000000,10000000,100000000] [--repeats 2] [--dir /tmp] [--before DIR]
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000,10000000")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--before", default=None)
     parser.add_argument("--run", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
@@ -120,27 +124,38 @@ def main() -> None:
             directory = os.path.join(root, str(n))
             os.makedirs(directory)
             prefixes[n] = write_sources(directory, n)
+        builds = {"after": os.environ.get("PYTHONPATH", "")}
+        if args.before:
+            builds = {"before": os.path.abspath(args.before), **builds}
         best: dict = {}
         for _ in range(args.repeats):
-            for n, equal_steps in ((n, e) for n in sizes for e in (True, False)):
+            for n, equal_steps, build in (
+                (n, e, b) for n in sizes for e in (True, False) for b in builds
+            ):
+                env = dict(os.environ, PYTHONPATH=builds[build])
                 out = subprocess.run(
                     [sys.executable, __file__, "--run", json.dumps([prefixes[n], equal_steps])],
                     check=True,
                     capture_output=True,
                     text=True,
+                    env=env,
                 )
                 r = json.loads(out.stdout.strip().splitlines()[-1])
-                if (n, equal_steps) not in best or r["cpu_s"] < best[n, equal_steps]["cpu_s"]:
-                    best[n, equal_steps] = r
+                key = (n, equal_steps, build)
+                if key not in best or r["cpu_s"] < best[key]["cpu_s"]:
+                    best[key] = r
         print(f"machine: {platform.machine()} {os.cpu_count()} cpus, {platform.platform()}")
         print(
-            f"{'samples':>12} {'equal_steps':>11} {'cpu s':>8} {'wall s':>8} "
+            f"{'samples':>12} {'equal_steps':>11} {'build':>6} {'cpu s':>8} {'wall s':>8} "
             f"{'peak RSS +MB':>13} {'anon RSS +MB':>13}  load average"
         )
-        for (n, equal_steps), r in sorted(best.items(), key=lambda kv: (kv[0][0], not kv[0][1])):
+        order = list(builds)
+        for (n, equal_steps, build), r in sorted(
+            best.items(), key=lambda kv: (kv[0][0], not kv[0][1], order.index(kv[0][2]))
+        ):
             load = " ".join(f"{x:.2f}" for x in r["load_average"])
             print(
-                f"{r['samples']:>12} {str(equal_steps):>11} {r['cpu_s']:>8.3f} "
+                f"{r['samples']:>12} {str(equal_steps):>11} {build:>6} {r['cpu_s']:>8.3f} "
                 f"{r['wall_s']:>8.3f} {r['peak_rss_delta_mb']:>13.1f} "
                 f"{r['anon_rss_delta_mb']:>13.1f}  {load}"
             )

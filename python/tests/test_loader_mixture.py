@@ -236,6 +236,35 @@ def test_bad_input_names_the_parameter():
             next(iter(loader))
 
 
+def test_regression_corrupt_offsets_deep_in_a_source_are_one_line_before_any_batch(cli, tmp_path):
+    """A source whose offsets go down at entry 2,500,001 of 3 Mi (past the pages the
+    open pass releases, issue 25): TokenLoader.mixture raises one ValueError naming
+    offsets, the file and the entry before any batch; the CLI exits 2 with that line."""
+    n = 3 << 20
+    offsets = np.arange(n + 1, dtype=np.int64)
+    offsets[2_500_001] = 2_499_999
+    np.save(tmp_path / "t0.npy", np.ones(n, dtype=np.uint16))
+    np.save(tmp_path / "o0.npy", offsets)
+    np.save(tmp_path / "t1.npy", np.ones(40, dtype=np.uint16))
+    np.save(tmp_path / "o1.npy", np.arange(0, 41, 4, dtype=np.int64))
+    sources = [(str(tmp_path / f"t{s}.npy"), str(tmp_path / f"o{s}.npy")) for s in range(2)]
+    want = f"offsets: {tmp_path / 'o0.npy'}: offsets[2500001] = 2499999 < offsets[2500000]"
+    for equal_steps in (True, False):
+        with pytest.raises(ValueError) as error:
+            loader = shardkit.TokenLoader.mixture(
+                sources, [1, 1], seq_len=64, batch_size=2, equal_steps=equal_steps
+            )
+            next(iter(loader))
+        assert str(error.value).startswith(want), error.value
+    out = cli(
+        "loader-stats", "--mixture", ",".join(f"{t}:{o}" for t, o in sources),
+        "--weights", "1,1", "--seq-len", 64, "--batch", 2, "--quiet",
+    )  # fmt: skip
+    assert out.returncode == 2 and out.stdout == "", (out.returncode, out.stdout)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "offsets[2500001] = 2499999 < offsets[2500000]" in lines[0], lines
+
+
 def test_shuffle_false_and_shard_files_false_are_accepted_and_deliver_the_default_run():
     # The core refuses shuffle=True and shard_files=True by name and accepts
     # False ("give false"): what is then delivered is the run without them.

@@ -186,6 +186,8 @@ namespace {
 
 constexpr std::uint64_t kSelectedDomain = 0x53454c4543544544ULL;  // "SELECTED"
 
+constexpr Index kReleaseSamples = 64;
+
 // A source's sampled digest (the sources of a selected view): part sizes,
 // totals, and the lengths and middle tokens of the sampled documents.
 std::uint64_t SourceDigest(const TokenSource& source) {
@@ -210,7 +212,12 @@ std::uint64_t SourceDigest(const TokenSource& source) {
     h.Add(static_cast<std::uint64_t>(d));
     h.Add(static_cast<std::uint64_t>(length));
     for (std::int32_t t : tokens) h.Add(static_cast<std::uint32_t>(t));
+    // Each sample faults in 64 KB or more of each file around it: 4096 of
+    // them map most of a source's files. Released as the pass goes, so the
+    // resident set grows by kReleaseSamples samples' pages at most.
+    if (k % kReleaseSamples == kReleaseSamples - 1) source.ReleasePages();
   }
+  source.ReleasePages();
   return h.Finish();
 }
 
@@ -223,6 +230,10 @@ DataFingerprint SelectedFingerprint(const TokenSource& view) {
   for (const auto& source : view.selected_from()) {
     f.tokens = CheckedAdd("sources", f.tokens, source->num_tokens());
     h.Add(SourceDigest(*source));
+    // Every length of the source (computed when it was opened): with the
+    // identity, which determines the documents selected, this determines
+    // every length of the view (TrainDocumentsOf's lengths_bound).
+    h.Add(source->LengthsDigest());
   }
   h.Add(static_cast<std::uint64_t>(f.tokens));
   f.hash = h.Finish();
@@ -316,6 +327,15 @@ TrainDocuments TrainDocumentsOf(const TokenSource& source, std::uint64_t data_ha
     docs.length = [src](Index d) { return src->DocumentLength(d); };
   }
   docs.identity = data_hash;
+  if (!source.selected_from().empty() && data_hash != 0) {
+    // A selected view: its data fingerprint binds every length (the identity
+    // and each source's LengthsDigest), so the plan takes it for them, and
+    // no document is longer than its longest source.
+    docs.lengths_bound = true;
+    for (const auto& s : source.selected_from()) {
+      docs.length_bound = std::max(docs.length_bound, s->num_tokens());
+    }
+  }
   return docs;
 }
 

@@ -122,9 +122,10 @@ struct LoaderState {
 // document), and the hash covers the count, the view's identity (which
 // determines which documents it selects) and each source's digest: its part
 // sizes, documents, tokens, and the lengths and middle tokens of the
-// kFingerprintDocuments sampled documents above. Cost O(K x 4096), whatever
-// the view's size; an edit of a source's offsets between sampled documents
-// that keeps its totals is not seen (the view's sources are bound by sample).
+// kFingerprintDocuments sampled documents above, and its LengthsDigest (every
+// length, token_source.h; computed when a file source is opened). Cost
+// O(K x 4096), whatever the view's size; the sources' lengths are bound
+// whole, their tokens by sample.
 inline constexpr Index kFingerprintAllTokens = Index{1} << 16;
 inline constexpr Index kFingerprintDocuments = 4096;
 inline constexpr Index kFingerprintWindow = 16;
@@ -138,8 +139,11 @@ struct DataFingerprint {
 // The documents of `source` as a TrainPlan reads them: their lengths (from
 // the offsets array when the source has one) and identity `data_hash`
 // (FingerprintData(source).hash, which the caller has computed), so that the
-// plan's stream fingerprint covers the data, not only its lengths. The
-// source must outlive the plan.
+// plan's stream fingerprint covers the data, not only its lengths. For a
+// selected view (data_hash != 0) the lengths are bound by data_hash
+// (TrainDocuments::lengths_bound: the plan reads none before its first
+// step), with length_bound its longest source's token count. The source
+// must outlive the plan.
 [[nodiscard]] TrainDocuments TrainDocumentsOf(const TokenSource& source, std::uint64_t data_hash);
 
 // The fingerprint of the plan and data a state belongs to (the "fingerprint"

@@ -366,6 +366,9 @@ TEST(MegatronSourceTest, BulkLengthsAndThePlanFromPointersMatchTheCorpus) {
         TokenSource::FromMemory(flat.data(), TokenDType::kInt32, static_cast<Index>(flat.size()),
                                 offsets.data(), static_cast<Index>(offsets.size()));
     EXPECT_EQ(FingerprintData(*one).hash, FingerprintData(*memory).hash) << round;
+    // LengthsDigest: the Megatron part's, a pass over its lengths on the
+    // first call, equals the one memory's validation pass computed.
+    EXPECT_EQ(one->LengthsDigest(), memory->LengthsDigest()) << round;
   }
   fs::remove_all(dir);
 }

@@ -788,6 +788,101 @@ TEST(MixtureLoaderTest, ASelectedWindowReadsTheDocumentsOfAGatheredCopy) {
   EXPECT_NE(FingerprintData(*MixtureSource(changed.views(), mix, w)).hash, fp);
 }
 
+TEST(MixtureLoaderTest, AWindowsPlanReadsNoLengthBeforeItsFirstStepAndPlansAsAPassWould) {
+  // The window's data fingerprint binds every length (its identity and its
+  // sources' LengthsDigest), so an equal-steps plan of it reads no length to
+  // be made and only the packer's buffer's worth before its first step. The
+  // oracle: the plan of the same documents that reads every length first
+  // (lengths_bound off), step for step, rank for rank.
+  std::mt19937_64 rng(21);
+  const Corpus corpus = MakeCorpus(rng, {300, 120, 500}, 50);
+  MixtureOptions mo;
+  mo.seed = 4;
+  const Mixture mix = MixtureOfSources(corpus.views(), {1, 2, 3}, mo);
+  const auto view = MixtureSource(corpus.views(), mix, MixtureEpochWindow(mix, 700, 1));
+  TrainDocuments bound = TrainDocumentsOf(*view, FingerprintData(*view).hash);
+  ASSERT_TRUE(bound.lengths_bound);
+  Index longest = 0;
+  for (const auto& s : corpus.views()) longest = std::max(longest, s->num_tokens());
+  EXPECT_EQ(bound.length_bound, longest);
+  auto reads = std::make_shared<std::atomic<Index>>(0);
+  const TokenSource* v = view.get();
+  bound.length = [v, reads](Index d) {
+    ++*reads;
+    return v->DocumentLength(d);
+  };
+  TrainDocuments all = bound;
+  all.lengths_bound = false;
+  TrainOptions t = loader_testing::PlanOptions(64, 2, 3);
+  t.shuffle = false;
+  t.buffer = 16;
+  const auto deferred = TrainPlan::Deferred(bound, t, std::nullopt);
+  EXPECT_EQ(reads->load(), 0);
+  TrainStep first;
+  ASSERT_TRUE(deferred->ReadOnce(1, 0)->Next(&first));
+  EXPECT_LT(reads->load(), 100) << "of " << view->num_documents();
+  const TrainPlan whole(all, t);
+  EXPECT_GE(reads->load(), view->num_documents());  // the pass
+  const TrainPlan lazy(bound, t);
+  ASSERT_EQ(lazy.num_steps(), whole.num_steps());
+  // The same summary; its end state carries each plan's own stream.
+  TrainSummary want = whole.summary();
+  EXPECT_EQ(want.end.stream, whole.stream());
+  want.end.stream = lazy.stream();
+  loader_testing::ExpectSameSummary(lazy.summary(), want);
+  for (Index s = 0; s < whole.num_steps(); ++s) {
+    for (Index r = 0; r < 3; ++r) {
+      const TrainStep a = lazy.Step(r, s), b = whole.Step(r, s);
+      ASSERT_EQ(a.rows.size(), b.rows.size());
+      for (std::size_t i = 0; i < a.rows.size(); ++i) {
+        ASSERT_EQ(a.rows[i].size(), b.rows[i].size()) << s << " " << r;
+        for (std::size_t j = 0; j < a.rows[i].size(); ++j) {
+          EXPECT_EQ(a.rows[i][j].item, b.rows[i][j].item);
+          EXPECT_EQ(a.rows[i][j].start, b.rows[i][j].start);
+          EXPECT_EQ(a.rows[i][j].length, b.rows[i][j].length);
+        }
+      }
+    }
+  }
+  // A position past what the window can hold is refused before any replay.
+  TrainOptions far = t;
+  far.position = Index{1} << 40;
+  EXPECT_NE(loader_testing::ErrorOf([&] { (void)TrainPlan(bound, far); }).find("more packs than"),
+            std::string::npos);
+}
+
+TEST(MixtureLoaderTest, AWindowsStreamBindsEveryLengthOfItsSourcesNotOnlyTheSampledOnes) {
+  // Source 0 has 10,000 documents of 4 tokens; in the edited copy document
+  // 5 is one token longer and document 6 one shorter (same totals, same
+  // tokens): neither is among the 4096 documents FingerprintData samples
+  // (floor(k * 10000 / 4096): 4 and 7 are). The window's stream differs.
+  auto corpus_with = [](bool edited) {
+    Corpus c;
+    Source big;
+    for (Index d = 0; d < 10000; ++d) {
+      big.Add(4, [d](Index k) { return static_cast<std::int32_t>(d * 10 + k); });
+    }
+    if (edited) big.offsets[6] += 1;
+    big.Seal();
+    c.sources.push_back(std::move(big));
+    std::mt19937_64 rng(5);
+    c.sources.push_back(MakeSource(rng, 1, 50, 30));
+    return c;
+  };
+  const Corpus a = corpus_with(false), b = corpus_with(true);
+  MixtureOptions mo;
+  mo.seed = 2;
+  const Mixture mix = MixtureOfSources(a.views(), {1, 1}, mo);
+  const MixtureWindow w = MixtureEpochWindow(mix, 5000, 0);
+  const auto va = MixtureSource(a.views(), mix, w), vb = MixtureSource(b.views(), mix, w);
+  const std::uint64_t fa = FingerprintData(*va).hash, fb = FingerprintData(*vb).hash;
+  EXPECT_NE(fa, fb);
+  TrainOptions t = loader_testing::PlanOptions(64, 2, 2);
+  t.shuffle = false;
+  EXPECT_NE(TrainPlan::Deferred(TrainDocumentsOf(*va, fa), t, std::nullopt)->stream(),
+            TrainPlan::Deferred(TrainDocumentsOf(*vb, fb), t, std::nullopt)->stream());
+}
+
 TEST(MixtureLoaderTest, StateResumesTheUninterruptedRunAndAChangeOfWeightsContinues) {
   std::mt19937_64 rng(13);
   const Corpus corpus = MakeCorpus(rng, {40, 60, 25}, 60);

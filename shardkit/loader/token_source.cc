@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 
 #include "shardkit/base/enum_names.h"
+#include "shardkit/base/hash.h"
 #include "shardkit/loader/files.h"
 #include "shardkit/loader/npy.h"
 
@@ -78,6 +80,12 @@ void MappedFile::AdviseRandom() const {
   if (data_ != nullptr) (void)::madvise(const_cast<char*>(data_), size_, MADV_RANDOM);
 }
 
+void MappedFile::Release(std::uint64_t end) const {
+  static const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  end = std::min(end, size_) / page * page;
+  if (data_ != nullptr && end > 0) (void)::madvise(const_cast<char*>(data_), end, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
 }
@@ -117,6 +125,82 @@ void CheckBelow2To31(const std::string& name, const char* tokens, Index num_toke
                                  "; " + dtype +
                                  " ids must be below 2^31 (they are delivered as int32)");
     }
+  }
+}
+
+// LengthsDigest's domains: a part's term, and the source's digest of them.
+constexpr std::uint64_t kLengthsDomain = 0x4c454e4754485331ULL;  // "LENGTHS1"
+constexpr std::uint64_t kPartsDomain = 0x4c454e5041525453ULL;    // "LENPARTS"
+
+// The validation pass over offsets[0, num_offsets) stored as T at p: each
+// offset in [previous, limit] (previous = 0 before the first), a block of
+// Hasher::kArrayBlock at a time; the lengths go to the part's digest term in
+// the same pass. Returns the term, or sets *bad to the first offset that
+// breaks the rule. release(i) is called every kReleaseEvery offsets with the
+// number of offsets read so far (a mapped file drops those pages).
+constexpr Index kReleaseEvery = Index{1} << 20;
+template <typename T, typename Release>
+std::uint64_t ScanOffsets(const char* p, Index num_offsets, Index limit, Index* bad,
+                          Release release) {
+  constexpr Index kBlock = static_cast<Index>(Hasher::kArrayBlock);
+  Hasher h(kLengthsDomain);
+  Index values[kBlock + 1];
+  std::uint64_t lengths[kBlock];
+  *bad = -1;
+  values[0] = Load<T>(p);
+  if (values[0] < 0 || values[0] > limit) {
+    *bad = 0;
+    return 0;
+  }
+  const Index documents = num_offsets - 1;
+  for (Index begin = 0; begin < documents; begin += kBlock) {
+    const Index n = std::min(kBlock, documents - begin);
+    const char* src = p + (begin + 1) * static_cast<Index>(sizeof(T));
+    if constexpr (sizeof(T) == 8) {
+      std::memcpy(values + 1, src, static_cast<std::size_t>(n) * 8);
+    } else {
+      T narrow[kBlock];
+      std::memcpy(narrow, src, static_cast<std::size_t>(n) * sizeof(T));
+      for (Index j = 0; j < n; ++j) values[j + 1] = static_cast<Index>(narrow[j]);
+    }
+    bool broken = false;
+    for (Index j = 0; j < n; ++j) {
+      broken |= (values[j + 1] < values[j]) | (values[j + 1] > limit);
+      lengths[j] =
+          static_cast<std::uint64_t>(values[j + 1]) - static_cast<std::uint64_t>(values[j]);
+    }
+    if (broken) {
+      for (Index j = 0; j < n; ++j) {
+        if (values[j + 1] < values[j] || values[j + 1] > limit) {
+          *bad = begin + 1 + j;
+          return 0;
+        }
+      }
+    }
+    h.AddArray(lengths, static_cast<std::size_t>(n));
+    values[0] = values[n];
+    if ((begin + n) % kReleaseEvery < kBlock) release(begin + n + 1);
+  }
+  h.Add(static_cast<std::uint64_t>(documents));
+  return h.Finish();
+}
+
+// ScanOffsets of a part's offsets as the part stores them.
+template <typename Release>
+std::uint64_t ScanPartOffsets(const char* p, int size, bool is_signed, Index num_offsets,
+                              Index limit, Index* bad, Release release) {
+  switch (size) {
+    case 8:
+      return ScanOffsets<std::int64_t>(p, num_offsets, limit, bad, release);
+    case 4:
+      return is_signed ? ScanOffsets<std::int32_t>(p, num_offsets, limit, bad, release)
+                       : ScanOffsets<std::uint32_t>(p, num_offsets, limit, bad, release);
+    case 2:
+      return is_signed ? ScanOffsets<std::int16_t>(p, num_offsets, limit, bad, release)
+                       : ScanOffsets<std::uint16_t>(p, num_offsets, limit, bad, release);
+    default:
+      return is_signed ? ScanOffsets<std::int8_t>(p, num_offsets, limit, bad, release)
+                       : ScanOffsets<std::uint8_t>(p, num_offsets, limit, bad, release);
   }
 }
 
@@ -218,20 +302,28 @@ TokenSource::Part TokenSource::OpenPart(const std::string& tokens_path,
                  offsets_path + ": empty; needs num_documents + 1 entries (the first is 0)");
   }
   part.num_documents = num_offsets - 1;
-  Index previous = part.RawOffset(0);
-  if (previous < 0) {
-    ThrowInvalid("offsets",
-                 offsets_path + ": offsets[0] = " + std::to_string(previous) + " is negative");
+  // One pass: every offset non-decreasing from a non-negative first one,
+  // and the lengths hashed into the part's LengthsDigest term. The pages
+  // read are released as the pass goes (an offsets file of 10^8 documents
+  // is 800 MB): the resident set stays small, the page cache keeps them.
+  const std::uint64_t data_offset = static_cast<std::uint64_t>(part.offsets - o.data());
+  Index bad = -1;
+  part.lengths_digest = ScanPartOffsets(
+      part.offsets, part.offset_size, part.offset_signed, num_offsets,
+      std::numeric_limits<Index>::max(), &bad, [&](Index read) {
+        o.Release(data_offset + static_cast<std::uint64_t>(read * part.offset_size));
+      });
+  if (bad == 0) {
+    ThrowInvalid("offsets", offsets_path + ": offsets[0] = " + std::to_string(part.RawOffset(0)) +
+                                " is negative");
   }
-  for (Index i = 1; i < num_offsets; ++i) {
-    const Index v = part.RawOffset(i);
-    if (v < previous) {
-      ThrowInvalid("offsets", offsets_path + ": offsets[" + std::to_string(i) + "] = " +
-                                  std::to_string(v) + " < offsets[" + std::to_string(i - 1) +
-                                  "] = " + std::to_string(previous) + " (not non-decreasing)");
-    }
-    previous = v;
+  if (bad > 0) {
+    ThrowInvalid("offsets", offsets_path + ": offsets[" + std::to_string(bad) +
+                                "] = " + std::to_string(part.RawOffset(bad)) + " < offsets[" +
+                                std::to_string(bad - 1) + "] = " +
+                                std::to_string(part.RawOffset(bad - 1)) + " (not non-decreasing)");
   }
+  const Index previous = part.RawOffset(num_offsets - 1);
   if (previous > part.num_tokens) {
     ThrowInvalid("offsets", offsets_path + ": last offset " + std::to_string(previous) +
                                 " is past the end of " + tokens_path + " (" +
@@ -380,16 +472,16 @@ std::shared_ptr<const TokenSource> TokenSource::FromMemory(const void* tokens, T
   part.offsets = reinterpret_cast<const char*>(offsets);
   part.offset_size = 8;
   part.num_documents = num_offsets - 1;
-  for (Index i = 0; i < num_offsets; ++i) {
-    const Index v = offsets[i];
-    if (v < 0 || v > num_tokens || (i > 0 && v < offsets[i - 1])) {
-      ThrowInvalid(
-          "offsets",
-          "offsets[" + std::to_string(i) + "] = " + std::to_string(v) +
-              (v < 0 || v > num_tokens
-                   ? " is outside [0, " + std::to_string(num_tokens) + "] (the token count)"
-                   : " < offsets[" + std::to_string(i - 1) + "] (not non-decreasing)"));
-    }
+  Index bad = -1;
+  part.lengths_digest =
+      ScanOffsets<std::int64_t>(part.offsets, num_offsets, num_tokens, &bad, [](Index) {});
+  if (bad >= 0) {
+    const Index v = offsets[bad];
+    ThrowInvalid("offsets",
+                 "offsets[" + std::to_string(bad) + "] = " + std::to_string(v) +
+                     (v < 0 || v > num_tokens
+                          ? " is outside [0, " + std::to_string(num_tokens) + "] (the token count)"
+                          : " < offsets[" + std::to_string(bad - 1) + "] (not non-decreasing)"));
   }
   std::shared_ptr<TokenSource> source(new TokenSource());
   source->AddPart(std::move(part));
@@ -502,6 +594,48 @@ std::pair<const TokenSource*, Index> TokenSource::Locate(Index d) const {
   const std::size_t k = static_cast<std::size_t>(std::upper_bound(begin.begin(), begin.end(), id) -
                                                  begin.begin() - 1);
   return {gathered_->sources[k].get(), id - begin[k]};
+}
+
+std::uint64_t TokenSource::LengthsDigest() const {
+  if (gathered_ != nullptr) return 0;
+  std::call_once(lengths_digest_->once, [&] {
+    Hasher digest(kPartsDomain);
+    digest.Add(static_cast<std::uint64_t>(parts_.size()));
+    constexpr Index kBlock = static_cast<Index>(Hasher::kArrayBlock);
+    Index bulk[kBlock];
+    std::uint64_t lengths[kBlock];
+    for (std::size_t k = 0; k < parts_.size(); ++k) {
+      const Part& p = parts_[k];
+      if (p.lengths_digest) {
+        digest.Add(*p.lengths_digest);
+        continue;
+      }
+      // The term ScanOffsets computes, from the lengths as Lengths reads them.
+      Hasher h(kLengthsDomain);
+      for (Index begin = 0; begin < p.num_documents; begin += kBlock) {
+        const Index n = std::min(kBlock, p.num_documents - begin);
+        Lengths(p.first_document + begin, n, bulk);
+        for (Index i = 0; i < n; ++i) lengths[i] = static_cast<std::uint64_t>(bulk[i]);
+        h.AddArray(lengths, static_cast<std::size_t>(n));
+      }
+      h.Add(static_cast<std::uint64_t>(p.num_documents));
+      digest.Add(h.Finish());
+      // Like the open pass, the pass leaves none of the part's pages mapped.
+      for (const auto* file : {p.offsets_file.get(), p.index_file.get()}) {
+        if (file != nullptr) file->Release(file->size());
+      }
+    }
+    lengths_digest_->value = digest.Finish();
+  });
+  return lengths_digest_->value;
+}
+
+void TokenSource::ReleasePages() const {
+  for (const Part& p : parts_) {
+    for (const auto* file : {p.tokens_file.get(), p.offsets_file.get(), p.index_file.get()}) {
+      if (file != nullptr) file->Release(file->size());
+    }
+  }
 }
 
 Index TokenSource::PartBegin(Index part) const { return part_begin_[part]; }

@@ -18,7 +18,11 @@
 // headers, file sizes (exactly what the header promises), offsets
 // non-decreasing and within the token array, and, for files, the last offset
 // equal to the token count (every token of a file is in a document, so a
-// truncated offsets file is caught). Errors are
+// truncated offsets file is caught). The offsets are checked in one pass
+// that also hashes every length (LengthsDigest), a block at a time, and
+// releases the pages it has read from the process (an offsets file of 10^8
+// documents is 800 MB: the page cache keeps it, the resident set does not
+// grow by it; a later read maps a page again). Errors are
 // std::invalid_argument "tokens: <file>: ..." / "offsets: <file>: ..." (or
 // "directory: ..."), naming the file. After that, reading never throws.
 // Token ids are delivered as int32; uint32 and uint64 ids must be below 2^31
@@ -46,6 +50,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -88,6 +93,11 @@ class MappedFile {
   // read_ahead_kb around it (8 MB on some machines: 32 GB for one fingerprint
   // of a 120 GB file). Advice only: a failure is ignored.
   void AdviseRandom() const;
+  // Drops this process's mapping of the pages of bytes [0, end) (madvise
+  // MADV_DONTNEED; the file and the page cache are unchanged, a later read
+  // maps them again): a pass over a large file at open does not leave it
+  // all in the process's resident set. Advice only: a failure is ignored.
+  void Release(std::uint64_t end) const;
 
  private:
   std::string path_;
@@ -192,6 +202,22 @@ class TokenSource {
   [[nodiscard]] const std::string& PartName(Index part) const { return parts_[part].name; }
   // Gather's identity (0 for a source of files or memory).
   [[nodiscard]] std::uint64_t identity() const { return identity_; }
+  // A digest of every document's length: per part, Hasher::AddArray of its
+  // lengths (blocks of Hasher::kArrayBlock) and its document count, then the
+  // parts in order. Parts of .npy / raw files and memory compute theirs in
+  // the validation pass that opens them (the same pass over the offsets, at
+  // hash speed); other parts (Megatron, OLMo, Arrow) on the first call, one
+  // pass over their lengths (Lengths). Sources with equal lengths part by
+  // part have equal digests; one length changed anywhere changes it (up to
+  // the hash's collisions). Views (Gather, Select): 0.
+  [[nodiscard]] std::uint64_t LengthsDigest() const;
+
+  // Drops this process's mappings of the source's files (MappedFile::Release
+  // of every part's tokens, offsets and index files; nothing for memory or
+  // views): what a sparse pass such as a sampled fingerprint faulted in
+  // (the kernel maps 64 KB or more around each touched byte) leaves the
+  // resident set. The data stays in the page cache; later reads map it again.
+  void ReleasePages() const;
 
   // Length in tokens of document d. REQUIRES: 0 <= d < num_documents().
   [[nodiscard]] Index DocumentLength(Index d) const;
@@ -248,6 +274,8 @@ class TokenSource {
     const char* document_indices = nullptr;   // num_documents + 1 entries
     Index num_sequences = 0;
     int token_shift = 0;  // log2 of the token size
+    // The part's LengthsDigest term when its opening pass computed it.
+    std::optional<std::uint64_t> lengths_digest;
     // Offset i as the file holds it now; Offset clamps it to [0, num_tokens].
     [[nodiscard]] Index RawOffset(Index i) const;
     [[nodiscard]] Index Offset(Index i) const;
@@ -284,6 +312,12 @@ class TokenSource {
 
   std::shared_ptr<const Gathered> gathered_;
   std::uint64_t identity_ = 0;
+  // LengthsDigest, computed once.
+  struct Digest {
+    std::once_flag once;
+    std::uint64_t value = 0;
+  };
+  std::shared_ptr<Digest> lengths_digest_ = std::make_shared<Digest>();
   std::vector<Part> parts_;
   std::vector<Index> part_begin_;  // parts_.size() + 1 entries
   Index num_documents_ = 0;

@@ -252,5 +252,107 @@ TEST(TokenSourceTest, RegressionCallerOffsetsChangedAfterConstructionAreNotRead)
   EXPECT_EQ(out[1], 4);
 }
 
+TEST(TokenSourceTest, LengthsDigestIsEveryLengthWhateverHoldsTheOffsets) {
+  // Oracle: the lengths. One source's documents as int64, int32 and uint16
+  // .npy offsets, raw int64 offsets and memory: one digest (each computed in
+  // its open pass); one document boundary moved (the totals kept) changes
+  // it, and so does another split into parts.
+  fs::path dir = TempDir("digest");
+  std::mt19937_64 rng(3);
+  std::vector<std::int64_t> offsets{0};
+  for (int d = 0; d < 5000; ++d) offsets.push_back(offsets.back() + static_cast<Index>(rng() % 6));
+  const Index n = offsets.back();
+  const std::vector<std::uint16_t> tokens(static_cast<std::size_t>(n), 7);
+  WriteNpy(dir / "t.npy", "<u2", tokens);
+  WriteNpy(dir / "o8.npy", "<i8", offsets);
+  WriteNpy(dir / "o4.npy", "<i4", std::vector<std::int32_t>(offsets.begin(), offsets.end()));
+  WriteNpy(dir / "o2.npy", "<u2", std::vector<std::uint16_t>(offsets.begin(), offsets.end()));
+  WriteRaw(dir / "o8.bin", offsets);
+  const auto a = TokenSource::Open(dir / "t.npy", dir / "o8.npy");
+  const std::uint64_t digest = a->LengthsDigest();
+  EXPECT_NE(digest, 0u);
+  EXPECT_EQ(TokenSource::Open(dir / "t.npy", dir / "o4.npy")->LengthsDigest(), digest);
+  EXPECT_EQ(TokenSource::Open(dir / "t.npy", dir / "o2.npy")->LengthsDigest(), digest);
+  EXPECT_EQ(TokenSource::Open(dir / "t.npy", dir / "o8.bin")->LengthsDigest(), digest);
+  const auto memory = TokenSource::FromMemory(tokens.data(), TokenDType::kUint16, n, offsets.data(),
+                                              static_cast<Index>(offsets.size()));
+  EXPECT_EQ(memory->LengthsDigest(), digest);
+  EXPECT_EQ(TokenSource::Concat({memory})->LengthsDigest(), digest);
+  // Its pages released (a sparse pass's), the source reads as before.
+  a->ReleasePages();
+  for (Index d = 0; d < a->num_documents(); d += 7) {
+    ASSERT_EQ(a->DocumentLength(d),
+              offsets[static_cast<std::size_t>(d) + 1] - offsets[static_cast<std::size_t>(d)]);
+    std::int32_t t[8] = {};
+    a->Copy(d, 0, a->DocumentLength(d), t);
+    for (Index k = 0; k < a->DocumentLength(d); ++k) ASSERT_EQ(t[k], 7);
+  }
+  std::vector<std::int64_t> moved = offsets;
+  moved[2502] = moved[2501];  // document 2501 empty, 2502 longer: the same total
+  ASSERT_NE(moved[2502], offsets[2502]);
+  EXPECT_NE(TokenSource::FromMemory(tokens.data(), TokenDType::kUint16, n, moved.data(),
+                                    static_cast<Index>(moved.size()))
+                ->LengthsDigest(),
+            digest);
+  const std::vector<std::int64_t> head(offsets.begin(), offsets.begin() + 2001);
+  std::vector<std::int64_t> tail;
+  for (std::size_t i = 2000; i < offsets.size(); ++i) tail.push_back(offsets[i] - offsets[2000]);
+  const auto parts = TokenSource::Concat(
+      {TokenSource::FromMemory(tokens.data(), TokenDType::kUint16, head.back(), head.data(), 2001),
+       TokenSource::FromMemory(tokens.data(), TokenDType::kUint16, tail.back(), tail.data(),
+                               static_cast<Index>(tail.size()))});
+  ASSERT_EQ(parts->num_documents(), a->num_documents());
+  EXPECT_NE(parts->LengthsDigest(), digest);
+  fs::remove_all(dir);
+}
+
+TEST(TokenSourceTest, CorruptOffsetsDeepInALargeFileAreRefusedAtOpenNamingTheEntry) {
+  // 3 Mi documents of one token: the open pass releases its pages every
+  // 2^20 offsets, and an error past those points still names its entry (and
+  // nothing opens, so no batch is ever read from such a file).
+  fs::path dir = TempDir("deep");
+  const Index n = Index{3} << 20;
+  WriteNpy(dir / "t.npy", "<u2", std::vector<std::uint16_t>(static_cast<std::size_t>(n), 1));
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(n) + 1);
+  for (Index i = 0; i <= n; ++i) offsets[static_cast<std::size_t>(i)] = i;
+  WriteNpy(dir / "good.npy", "<i8", offsets);
+  EXPECT_EQ(ErrorOf([&] { (void)TokenSource::Open(dir / "t.npy", dir / "good.npy"); }), "no error");
+  auto refused = [&](std::vector<std::int64_t> bad, const std::string& descr) {
+    if (descr == "<i4") {
+      WriteNpy(dir / "bad.npy", descr, std::vector<std::int32_t>(bad.begin(), bad.end()));
+    } else {
+      WriteNpy(dir / "bad.npy", descr, bad);
+    }
+    return ErrorOf([&] { (void)TokenSource::Open(dir / "t.npy", dir / "bad.npy"); });
+  };
+  const std::size_t deep = 2500001;  // past two release points
+  std::vector<std::int64_t> down = offsets;
+  down[deep] = down[deep - 1] - 1;
+  EXPECT_EQ(refused(down, "<i8"), "offsets: " + (dir / "bad.npy").string() +
+                                      ": offsets[2500001] = 2499999 < offsets[2500000] = "
+                                      "2500000 (not non-decreasing)");
+  EXPECT_NE(refused(down, "<i4").find("offsets[2500001] = 2499999 < offsets[2500000]"),
+            std::string::npos);
+  // An offset past the token file in the middle: the next one goes down.
+  std::vector<std::int64_t> past = offsets;
+  past[deep] = n + 5;
+  EXPECT_NE(refused(past, "<i8")
+                .find("offsets[2500002] = 2500002 < offsets[2500001] = " + std::to_string(n + 5)),
+            std::string::npos);
+  // Non-decreasing to the end, the last offset past the token file.
+  std::vector<std::int64_t> end = offsets;
+  end.back() = n + 1;
+  EXPECT_NE(refused(end, "<i8").find("last offset " + std::to_string(n + 1) + " is past the end"),
+            std::string::npos);
+  // The same rules for memory (no pages released: the copy is the source's).
+  const std::vector<std::uint16_t> tokens(static_cast<std::size_t>(n), 1);
+  EXPECT_NE(ErrorOf([&] {
+              (void)TokenSource::FromMemory(tokens.data(), TokenDType::kUint16, n, past.data(),
+                                            n + 1);
+            }).find("offsets[2500001] = " + std::to_string(n + 5) + " is outside [0, "),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace shardkit

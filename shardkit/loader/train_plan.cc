@@ -29,6 +29,8 @@ constexpr std::uint64_t kCpTag = 0x4350000000000000ULL;         // "CP"
 // Continuous mode packs another stream (documents cut to fill rows); pad and
 // drop pack the same one.
 constexpr std::uint64_t kContinuousTag = 0x434f4e54494e5545ULL;  // "CONTINUE"
+// Tags a stream whose lengths are bound by the documents' identity.
+constexpr std::uint64_t kBoundTag = 0x424f554e444c454eULL;  // "BOUNDLEN"
 
 std::string Str(std::uint64_t v) { return std::to_string(v); }
 
@@ -216,6 +218,20 @@ void TrainPlan::Prepare() {
   // Only for continuous mode, so pad and drop states keep resuming each other
   // (a pad state loaded into a continuous loader delivered tokens twice).
   if (o.mode == TrainMode::kContinuous) h.Add(kContinuousTag);
+  if (documents_.lengths_bound && documents_.identity != 0 && !documents_.images) {
+    // The identity binds every length (train_plan.h): O(1), no pass. Every
+    // document has at most 1 + length_bound / seq_len pieces.
+    CheckAtLeast("length_bound", documents_.length_bound, 0);
+    if (granule > 1) (void)CheckedAdd("lengths", documents_.length_bound, granule - 1);
+    h.Add(kBoundTag);
+    h.Add(documents_.identity);
+    stream_ = h.Finish();
+    if (__builtin_mul_overflow(documents_.count, 1 + documents_.length_bound / o.seq_len,
+                               &max_packs_)) {
+      max_packs_ = std::numeric_limits<Index>::max();
+    }
+    return;
+  }
   Index total = 0, total_images = 0;
   std::uint64_t lengths[Hasher::kArrayBlock], images[Hasher::kArrayBlock];
   constexpr Index kBlock = static_cast<Index>(Hasher::kArrayBlock);

@@ -54,7 +54,11 @@
 //
 // A loader reading one rank's steps builds its plan Deferred and reads it
 // with ReadOnce: one pass deals and counts every step and hands out the
-// rank's rows, in the same memory.
+// rank's rows, in the same memory. Every plan first hashes and checks every
+// length (its stream fingerprint) unless its documents are lengths_bound (a
+// mixture window, whose data fingerprint binds them): a Deferred plan of
+// such documents is made in O(1) and reads only the packer's buffer and the
+// first step's packs before that step; num_steps is known at the epoch's end.
 //
 // Thread-safety: a TrainPlan is immutable after construction (share freely;
 // a Deferred plan completes itself once, under a once flag);
@@ -117,6 +121,15 @@ struct TrainDocuments {
   // into the stream fingerprint, so a state of another data set with the
   // same lengths is refused.
   std::uint64_t identity = 0;
+  // Set when `identity` (non-zero) binds every length (a selected view's
+  // data fingerprint, TrainDocumentsOf) and each length is in [0,
+  // length_bound]: the stream fingerprint then hashes the count and the
+  // identity instead of every length, and the plan reads no length before
+  // its first step (Prepare is O(1); the epoch's lengths are read as the
+  // pack stream reaches them). The position bound is then
+  // count * (1 + length_bound / seq_len).
+  bool lengths_bound = false;
+  Index length_bound = 0;
 
   // Document d's length and images, from the arrays when set.
   [[nodiscard]] Index Length(Index d) const {
