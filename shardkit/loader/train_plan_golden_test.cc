@@ -7,7 +7,9 @@
 // 6b5275f's pack_stream.h), so a change of the planner's speed must leave it
 // unchanged. Its stream= and fingerprint= columns were rewritten once, when
 // the fingerprints moved to base/hash.h's Hasher (train state version 3),
-// every other column unchanged. To rewrite it (only when the plan is meant
+// every other column unchanged, and again for the 9 continuous-mode cases
+// when continuous mode joined the stream fingerprint (a pad state had resumed
+// a continuous loader), every other column unchanged. To rewrite it (only when the plan is meant
 // to change, with a new version name):
 //   SHARDKIT_WRITE_TRAIN_PLAN_GOLDEN=path build/dev/shardkit/train_plan_golden_test
 #include <gtest/gtest.h>
