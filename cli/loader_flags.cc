@@ -51,7 +51,10 @@ void ReadLoaderOptionFlags(const Args& args, LoaderOptions* o) {
     }
     for (auto [negated, flag] : kNegated) {
       if (negated != name) continue;
-      if constexpr (std::is_same_v<T, bool>) field = !args.Has(std::string(flag));
+      // The switch turns the field off; without it the core's default holds.
+      if constexpr (std::is_same_v<T, bool>) {
+        if (args.Has(std::string(flag))) field = false;
+      }
       return;
     }
     std::string flag = name;

@@ -109,11 +109,15 @@ nb::dict WriteOptions(const LoaderOptions& options) {
 }
 
 void init_arguments(nb::module_& m) {
-  // The names of LoaderOptions' fields (shardkit.TokenLoader passes the
-  // arguments of these names to the core as they are).
+  // LoaderOptions' fields and their defaults (the core's, written once in
+  // loader.h): shardkit.TokenLoader passes the arguments of these names to
+  // the core as they are, and the Python loaders' signatures read the
+  // defaults they spell from here (equal_steps).
+  const nb::dict defaults = WriteOptions(LoaderOptions{});
   nb::list names;
-  for (auto [key, value] : WriteOptions(LoaderOptions{})) names.append(key);
+  for (auto [key, value] : defaults) names.append(key);
   m.attr("_loader_option_names") = nb::tuple(names);
+  m.attr("_loader_option_defaults") = defaults;
   m.def(
       "_index", [](nb::handle v, const std::string& name) { return ToIndex(v, name.c_str()); },
       nb::sig("def _index(value: typing.Any, name: str) -> int"), "value"_a.none(), "name"_a);
