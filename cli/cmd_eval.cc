@@ -37,7 +37,12 @@ int RunEvalPlan(const Argv& argv) {
       .Flag("batch", "B", "slots per step on each rank (required)")
       .Flag("devices", "D", "local devices per rank; must divide the batch (default 1)")
       .Flag("min-device-batch", "M", "at least M slots per device (Flax pad_shard_unpad)")
-      .Flag("split", "NAME", "round_robin (default, lmms-eval) | contiguous");
+      .Flag("split", "NAME", "round_robin (default, lmms-eval) | contiguous")
+      .Flag("offset", "O", "skip the first O items (window start)")
+      .Flag("limit", "L", "at most L items after the offset")
+      .Flag("window", "NAME",
+            "strict (default: an offset past the items is an error) | harness (lm-eval's\n"
+            "reading: limit 0 is every item, an offset past the items none)");
   AddShuffleFlags(args, "shuffled order (seed, epoch)");
   args.Flag("rank", "R", "with --batches: show only this rank")
       .Flag("batches", "", "list every step's indices and mask")
@@ -46,10 +51,7 @@ int RunEvalPlan(const Argv& argv) {
   if (!args.Parse(argv)) return 0;
   const std::optional<std::vector<DataRoles>> roles = RolesFromArgs(args);
   EvalOptions o;
-  o.devices = args.Int("devices", 1);
-  o.min_device_batch = args.Int("min-device-batch", 0);
-  o.split = ParseSplit(args.Str("split", "round_robin"));
-  ReadShuffleFlags(args, o);
+  ReadOptionFlags(args, &o, {});
   EvalPlan plan(args.RequireInt("items"), WorldFromArgs(args, roles), args.RequireInt("batch"), o);
   const std::vector<Index> ranks =
       ListedRanks(args, plan.world_size(), [&](Index r) { (void)plan.Real(r); });

@@ -39,12 +39,8 @@ Args PlanArgs(const std::string& command, const std::string& summary) {
 
 ShardPlan PlanFromArgs(const Args& args, const std::optional<std::vector<DataRoles>>& roles) {
   ShardOptions options;
-  options.split = ParseSplit(args.Str("split", "round_robin"));
-  options.remainder = ParseRemainder(args.Str("remainder", "uneven"));
-  options.offset = args.Int("offset", 0);
-  options.limit = args.Int("limit");
-  ReadShuffleFlags(args, options);
-  options.equal_counts = args.Has("equal-counts");
+  constexpr std::string_view kOwn[] = {"weights"};  // a file, read below
+  ReadOptionFlags(args, &options, {{}, {}, kOwn});
   if (auto path = args.Str("weights")) options.weights = ReadNumbers("--weights", *path);
   return ShardPlan(args.RequireInt("items"), WorldFromArgs(args, roles), std::move(options));
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/roles.h"
 #include "shardkit/loader/option_fields.h"
 
@@ -19,16 +20,15 @@ namespace {
 
 std::string Default(Index v) { return " (default " + std::to_string(v) + ")"; }
 
-// The flags of LoaderOptions' fields are their names (shardkit/loader/
-// option_fields.h) with '-' for '_'; the true renames, the switches that turn
-// a field off, and the fields the command sets by a rule of its own (--cp
-// plans for the report only, --rank picks the ranks to run, --whale-policy).
-constexpr std::pair<std::string_view, std::string_view> kRenamed[] = {{"batch_size", "batch"},
-                                                                      {"world_size", "world"},
-                                                                      {"num_workers", "workers"},
-                                                                      {"num_threads", "threads"}};
-constexpr std::pair<std::string_view, std::string_view> kNegated[] = {{"shuffle", "no-shuffle"},
-                                                                      {"equal_steps", "per-rank"}};
+// The flags of LoaderOptions' fields (cli/flags.h): the true renames, the
+// switches that turn a field off, and the fields the command sets by a rule of
+// its own (--cp plans for the report only, --rank picks the ranks to run,
+// --whale-policy).
+constexpr FieldFlag kRenamed[] = {{"batch_size", "batch"},
+                                  {"world_size", "world"},
+                                  {"num_workers", "workers"},
+                                  {"num_threads", "threads"}};
+constexpr FieldFlag kNegated[] = {{"shuffle", "no-shuffle"}, {"equal_steps", "per-rank"}};
 constexpr std::string_view kOwnRule[] = {"cp_size", "cp_granularity", "rank",
                                          "whale_unbalanced_io_slicing", "whale_drop_last_files"};
 
@@ -44,35 +44,7 @@ std::string ReadText(const std::string& flag, const std::string& path) {
 }
 
 void ReadLoaderOptionFlags(const Args& args, LoaderOptions* o) {
-  VisitOptions(*o, [&](const char* name, auto& field) {
-    using T = std::decay_t<decltype(field)>;
-    for (std::string_view own : kOwnRule) {
-      if (own == name) return;
-    }
-    for (auto [negated, flag] : kNegated) {
-      if (negated != name) continue;
-      // The switch turns the field off; without it the core's default holds.
-      if constexpr (std::is_same_v<T, bool>) {
-        if (args.Has(std::string(flag))) field = false;
-      }
-      return;
-    }
-    std::string flag = name;
-    for (auto [renamed, short_flag] : kRenamed) {
-      if (renamed == name) flag = short_flag;
-    }
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    if (!args.Has(flag)) return;
-    if constexpr (std::is_same_v<T, bool>) {
-      field = true;
-    } else if constexpr (std::is_same_v<T, std::uint64_t>) {
-      field = args.Uint(flag, field);
-    } else if constexpr (std::is_same_v<T, Index> || std::is_same_v<T, std::optional<Index>>) {
-      field = *args.Int(flag);
-    } else {
-      field = ParseOptionField(*args.Str(flag), &field);
-    }
-  });
+  ReadOptionFlags(args, o, {kRenamed, kNegated, kOwnRule});
 }
 
 void DeclareLoaderFlags(Args& args) {

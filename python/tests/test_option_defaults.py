@@ -64,3 +64,67 @@ def test_cli_loader_default_is_the_cores(cli, tmp_path):
     r = cli(*base, "--per-rank")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["equal_steps"] is False
+
+
+def _signature_options(cls):
+    """The keyword options the binding's signature lists (after roles/data_axes)."""
+    text = cls.__init__.__nb_signature__[0][0]
+    params = text.split("*, ", 1)[1].rsplit(") -> None", 1)[0].split(", ")
+    return {p.split(":")[0]: p.split(" = ")[1] for p in params}
+
+
+def test_shard_plan_keywords_are_its_options_table():
+    options = _signature_options(shardkit.ShardPlan)
+    assert set(options) == {
+        "split", "remainder", "offset", "limit", "shuffle", "seed", "epoch", "weights",
+        "equal_counts",
+    }  # fmt: skip
+    # Each one reaches the plan: the window, the order and the balance (the
+    # oracle: the definitions in docs/sharding.md written out here).
+    plan = shardkit.ShardPlan(10, 2, offset=2, limit=5, split="contiguous", remainder="drop")
+    assert [list(plan.shard(r)) for r in range(2)] == [[2, 3], [4, 5]]
+    weights = [9, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+    balanced = shardkit.ShardPlan(10, 2, split="balanced", weights=weights, equal_counts=True)
+    assert sorted(len(balanced.shard(r)) for r in range(2)) == [5, 5]
+    shuffled = shardkit.ShardPlan(10, 1, shuffle=True, seed=3, epoch=1)
+    assert sorted(shuffled.shard(0)) == list(range(10))
+    assert list(shuffled.shard(0)) != list(range(10))
+
+
+def test_eval_plan_keywords_are_its_options_table():
+    options = _signature_options(shardkit.EvalPlan)
+    for name in ("roles", "mesh", "data_axes"):
+        options.pop(name)
+    assert set(options) == {
+        "devices", "min_device_batch", "split", "shuffle", "seed", "epoch", "offset", "limit",
+        "window",
+    }  # fmt: skip
+    assert options["min_device_batch"] == "None" and options["window"] == "'strict'"
+    plan = shardkit.EvalPlan(10, 2, 4, devices=2, min_device_batch=3)
+    assert plan.batch_size == 6  # 2 devices x max(4 / 2, 3)
+    assert shardkit.EvalPlan(10, 2, 4, min_device_batch=None).batch_size == 4
+
+
+def test_cli_eval_plan_window_flags_select_the_window(cli):
+    # Items [offset, min(N, offset + limit)) each once (docs/eval.md, Window).
+    r = cli("eval-plan", "--items", 20, "--world", 3, "--batch", 2, "--offset", 4, "--limit", 9,
+            "--batches", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    seen = [
+        i
+        for rank in out["ranks"]
+        for step in rank["batches"]
+        for i, m in zip(step["indices"], step["mask"])
+        if m
+    ]
+    assert sorted(seen) == list(range(4, 13))
+    # harness: limit 0 is every item from the offset; strict: no item.
+    harness = cli("eval-plan", "--items", 20, "--world", 3, "--batch", 2, "--offset", 15,
+                  "--limit", 0, "--window", "harness", "--json")  # fmt: skip
+    assert sum(rank["real"] for rank in json.loads(harness.stdout)["ranks"]) == 5
+    strict = cli("eval-plan", "--items", 20, "--world", 3, "--batch", 2, "--offset", 15,
+                 "--limit", 0, "--json")  # fmt: skip
+    assert sum(rank["real"] for rank in json.loads(strict.stdout)["ranks"]) == 0
+    bad = cli("eval-plan", "--items", 20, "--world", 3, "--batch", 2, "--window", "loose")
+    assert bad.returncode == 2 and "window" in bad.stderr and "loose" in bad.stderr, bad.stderr

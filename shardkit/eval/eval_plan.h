@@ -73,9 +73,9 @@ enum class WindowRule { kStrict, kHarness };
 [[nodiscard]] std::string_view WindowRuleName(WindowRule rule);
 
 struct EvalOptions {
-  Index devices = 1;                 // local devices per rank; divides batch_size
-  Index min_device_batch = 0;        // 0: no minimum (Flax's None)
-  Split split = Split::kRoundRobin;  // round_robin (lmms-eval) or contiguous
+  Index devices = 1;                      // local devices per rank; divides batch_size
+  std::optional<Index> min_device_batch;  // unset: no minimum (Flax's None)
+  Split split = Split::kRoundRobin;       // round_robin (lmms-eval) or contiguous
   bool shuffle = false;
   std::uint64_t seed = 0;
   std::uint64_t epoch = 0;

@@ -16,9 +16,14 @@
 //
 // Field types a visitor meets: Index (std::int64_t), std::uint64_t, bool,
 // std::optional<Index> and the enums PackAlgorithm, Oversize, TrainMode,
-// CostModel, CpStrategy, PaddingSide, VisionCost and MultimodalMode (read with
-// ParseOptionField below). MultimodalOptions (multimodal_plan.h) has a table
-// of its own.
+// CostModel, CpStrategy, PaddingSide, VisionCost, MultimodalMode, Split,
+// Remainder and WindowRule (read with ParseOptionField below), and
+// ShardOptions::weights (std::vector<double>, which each edge reads by a rule
+// of its own: an array in Python, a file in the CLI). MultimodalOptions
+// (multimodal_plan.h), ShardOptions (shard_plan.h) and EvalOptions
+// (eval_plan.h) have tables of their own: the Python ShardPlan / EvalPlan
+// take their keyword arguments through them (python/src/sharding.cc,
+// eval.cc), the CLI's shard / audit / eval-plan their flags (cli/flags.h).
 //
 // Thread-safety: pure functions over the caller's struct.
 #ifndef SHARDKIT_LOADER_OPTION_FIELDS_H_
@@ -27,9 +32,11 @@
 #include <string_view>
 #include <type_traits>
 
+#include "shardkit/eval/eval_plan.h"
 #include "shardkit/loader/loader.h"
 #include "shardkit/loader/multimodal_plan.h"
 #include "shardkit/loader/train_plan.h"
+#include "shardkit/sharding/shard_plan.h"
 
 namespace shardkit {
 
@@ -114,6 +121,34 @@ void VisitOptions(Options& o, Visit&& v) {
   v("epoch", o.epoch);
 }
 
+template <typename Options, typename Visit>
+requires std::is_same_v<std::remove_const_t<Options>, ShardOptions>
+void VisitOptions(Options& o, Visit&& v) {
+  v("split", o.split);
+  v("remainder", o.remainder);
+  v("offset", o.offset);
+  v("limit", o.limit);
+  v("shuffle", o.shuffle);
+  v("seed", o.seed);
+  v("epoch", o.epoch);
+  v("weights", o.weights);
+  v("equal_counts", o.equal_counts);
+}
+
+template <typename Options, typename Visit>
+requires std::is_same_v<std::remove_const_t<Options>, EvalOptions>
+void VisitOptions(Options& o, Visit&& v) {
+  v("devices", o.devices);
+  v("min_device_batch", o.min_device_batch);
+  v("split", o.split);
+  v("shuffle", o.shuffle);
+  v("seed", o.seed);
+  v("epoch", o.epoch);
+  v("offset", o.offset);
+  v("limit", o.limit);
+  v("window", o.window);
+}
+
 // The enum fields' text, by the core's name tables: ParseOptionField(text,
 // &field) (throws invalid_argument naming the option, as Parse* does) and
 // OptionFieldName(value).
@@ -131,12 +166,18 @@ inline VisionCost ParseOptionField(std::string_view s, VisionCost*) { return Par
 inline MultimodalMode ParseOptionField(std::string_view s, MultimodalMode*) {
   return ParseMultimodalMode(s);
 }
+inline Split ParseOptionField(std::string_view s, Split*) { return ParseSplit(s); }
+inline Remainder ParseOptionField(std::string_view s, Remainder*) { return ParseRemainder(s); }
+inline WindowRule ParseOptionField(std::string_view s, WindowRule*) { return ParseWindowRule(s); }
 inline std::string_view OptionFieldName(PackAlgorithm v) { return PackAlgorithmName(v); }
 inline std::string_view OptionFieldName(Oversize v) { return OversizeName(v); }
 inline std::string_view OptionFieldName(TrainMode v) { return TrainModeName(v); }
 inline std::string_view OptionFieldName(CostModel v) { return CostModelName(v); }
 inline std::string_view OptionFieldName(PaddingSide v) { return PaddingSideName(v); }
 inline std::string_view OptionFieldName(CpStrategy v) { return CpStrategyName(v); }
+inline std::string_view OptionFieldName(Split v) { return SplitName(v); }
+inline std::string_view OptionFieldName(Remainder v) { return RemainderName(v); }
+inline std::string_view OptionFieldName(WindowRule v) { return WindowRuleName(v); }
 
 }  // namespace shardkit
 

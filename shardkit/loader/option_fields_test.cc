@@ -86,6 +86,14 @@ TEST(OptionFieldsTest, MultimodalOptionsTableVisitsEveryField) {
   EXPECT_EQ(Visited<MultimodalOptions>().size(), AggregateElements<MultimodalOptions>());
 }
 
+TEST(OptionFieldsTest, ShardOptionsTableVisitsEveryField) {
+  EXPECT_EQ(Visited<ShardOptions>().size(), AggregateElements<ShardOptions>());
+}
+
+TEST(OptionFieldsTest, EvalOptionsTableVisitsEveryField) {
+  EXPECT_EQ(Visited<EvalOptions>().size(), AggregateElements<EvalOptions>());
+}
+
 TEST(OptionFieldsTest, TheLoaderCollatesWithItsOwnPaddingOptions) {
   // The loader's collation options are its PaddingOptions part and seq_len:
   // every padding field set through the table arrives unchanged.
