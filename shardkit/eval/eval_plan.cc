@@ -18,19 +18,13 @@ ShardPlan MakeItemPlan(Index num_items, Index world_size, const EvalOptions& o) 
                  "contiguous): evaluation needs no weights to be exact");
   }
   ShardOptions so;
-  so.offset = o.offset;
-  so.limit = o.limit;
+  static_cast<ItemSplitOptions&>(so) = o;  // remainder uneven, the default
   if (o.window == WindowRule::kHarness) {
     // lm-eval / lmms-eval: `limit = int(limit) if limit else None`, and
     // islice from an offset beyond the data yields nothing.
     if (o.limit && *o.limit == 0) so.limit.reset();
     if (o.offset > num_items && num_items >= 0) so.offset = num_items;
   }
-  so.split = o.split;
-  so.remainder = Remainder::kUneven;
-  so.shuffle = o.shuffle;
-  so.seed = o.seed;
-  so.epoch = o.epoch;
   return ShardPlan(num_items, world_size, so);
 }
 

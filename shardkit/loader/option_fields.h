@@ -20,10 +20,11 @@
 // Remainder and WindowRule (read with ParseOptionField below), and
 // ShardOptions::weights (std::vector<double>, which each edge reads by a rule
 // of its own: an array in Python, a file in the CLI). MultimodalOptions
-// (multimodal_plan.h), ShardOptions (shard_plan.h) and EvalOptions
-// (eval_plan.h) have tables of their own: the Python ShardPlan / EvalPlan
-// take their keyword arguments through them (python/src/sharding.cc,
-// eval.cc), the CLI's shard / audit / eval-plan their flags (cli/flags.h).
+// (multimodal_plan.h) has a table of its own; ShardOptions (shard_plan.h) and
+// EvalOptions (eval_plan.h) visit their shared ItemSplitOptions part (split,
+// window, order), then their own fields: the Python ShardPlan / EvalPlan take
+// their keyword arguments through them (python/src/sharding.cc, eval.cc), the
+// CLI's shard / audit / eval-plan their flags (cli/flags.h).
 //
 // Thread-safety: pure functions over the caller's struct.
 #ifndef SHARDKIT_LOADER_OPTION_FIELDS_H_
@@ -40,8 +41,11 @@
 
 namespace shardkit {
 
-template <typename Options, typename Visit>
-requires std::is_same_v<std::remove_const_t<Options>, TrainOptions>
+// `Options` is T, or const T (a table reads and writes alike).
+template <typename Options, typename T>
+concept OptionsOf = std::is_same_v<std::remove_const_t<Options>, T>;
+
+template <OptionsOf<TrainOptions> Options, typename Visit>
 void VisitOptions(Options& o, Visit&& v) {
   v("seq_len", o.seq_len);
   v("batch_size", o.batch_size);
@@ -63,8 +67,7 @@ void VisitOptions(Options& o, Visit&& v) {
   v("cp_granularity", o.cp.granularity);
 }
 
-template <typename Options, typename Visit>
-requires std::is_same_v<std::remove_const_t<Options>, PaddingOptions>
+template <OptionsOf<PaddingOptions> Options, typename Visit>
 void VisitOptions(Options& o, Visit&& v) {
   v("padding_side", o.padding_side);
   v("pad_token_id", o.pad_token_id);
@@ -78,15 +81,13 @@ auto& OptionsPart(Options& o) {
   return static_cast<std::conditional_t<std::is_const_v<Options>, const Part, Part>&>(o);
 }
 
-template <typename Options, typename Visit>
-requires std::is_same_v<std::remove_const_t<Options>, CollateOptions>
+template <OptionsOf<CollateOptions> Options, typename Visit>
 void VisitOptions(Options& o, Visit&& v) {
   v("seq_len", o.seq_len);
   VisitOptions(OptionsPart<PaddingOptions>(o), v);
 }
 
-template <typename Options, typename Visit>
-requires std::is_same_v<std::remove_const_t<Options>, LoaderOptions>
+template <OptionsOf<LoaderOptions> Options, typename Visit>
 void VisitOptions(Options& o, Visit&& v) {
   VisitOptions(OptionsPart<TrainOptions>(o), v);
   VisitOptions(OptionsPart<PaddingOptions>(o), v);
@@ -105,8 +106,7 @@ void VisitOptions(Options& o, Visit&& v) {
   v("local_rank", o.local_rank);
 }
 
-template <typename Options, typename Visit>
-requires std::is_same_v<std::remove_const_t<Options>, MultimodalOptions>
+template <OptionsOf<MultimodalOptions> Options, typename Visit>
 void VisitOptions(Options& o, Visit&& v) {
   v("seq_len", o.seq_len);
   v("rows_per_rank", o.rows_per_rank);
@@ -121,31 +121,29 @@ void VisitOptions(Options& o, Visit&& v) {
   v("epoch", o.epoch);
 }
 
-template <typename Options, typename Visit>
-requires std::is_same_v<std::remove_const_t<Options>, ShardOptions>
+template <OptionsOf<ItemSplitOptions> Options, typename Visit>
 void VisitOptions(Options& o, Visit&& v) {
   v("split", o.split);
-  v("remainder", o.remainder);
   v("offset", o.offset);
   v("limit", o.limit);
   v("shuffle", o.shuffle);
   v("seed", o.seed);
   v("epoch", o.epoch);
+}
+
+template <OptionsOf<ShardOptions> Options, typename Visit>
+void VisitOptions(Options& o, Visit&& v) {
+  VisitOptions(OptionsPart<ItemSplitOptions>(o), v);
+  v("remainder", o.remainder);
   v("weights", o.weights);
   v("equal_counts", o.equal_counts);
 }
 
-template <typename Options, typename Visit>
-requires std::is_same_v<std::remove_const_t<Options>, EvalOptions>
+template <OptionsOf<EvalOptions> Options, typename Visit>
 void VisitOptions(Options& o, Visit&& v) {
+  VisitOptions(OptionsPart<ItemSplitOptions>(o), v);
   v("devices", o.devices);
   v("min_device_batch", o.min_device_batch);
-  v("split", o.split);
-  v("shuffle", o.shuffle);
-  v("seed", o.seed);
-  v("epoch", o.epoch);
-  v("offset", o.offset);
-  v("limit", o.limit);
   v("window", o.window);
 }
 

@@ -86,12 +86,21 @@ TEST(OptionFieldsTest, MultimodalOptionsTableVisitsEveryField) {
   EXPECT_EQ(Visited<MultimodalOptions>().size(), AggregateElements<MultimodalOptions>());
 }
 
-TEST(OptionFieldsTest, ShardOptionsTableVisitsEveryField) {
-  EXPECT_EQ(Visited<ShardOptions>().size(), AggregateElements<ShardOptions>());
+TEST(OptionFieldsTest, ItemSplitOptionsTableVisitsEveryField) {
+  EXPECT_EQ(Visited<ItemSplitOptions>().size(), AggregateElements<ItemSplitOptions>());
 }
 
-TEST(OptionFieldsTest, EvalOptionsTableVisitsEveryField) {
-  EXPECT_EQ(Visited<EvalOptions>().size(), AggregateElements<EvalOptions>());
+TEST(OptionFieldsTest, ShardAndEvalOptionsAreTheItemSplitPlusTheirOwn) {
+  // One base (ItemSplitOptions) plus each struct's own fields.
+  const auto split = Visited<ItemSplitOptions>();
+  const auto shard = Visited<ShardOptions>();
+  const auto eval = Visited<EvalOptions>();
+  EXPECT_EQ(shard.size(), split.size() + AggregateElements<ShardOptions>() - 1);
+  EXPECT_EQ(eval.size(), split.size() + AggregateElements<EvalOptions>() - 1);
+  for (const std::string& name : split) {
+    EXPECT_TRUE(shard.contains(name)) << name;
+    EXPECT_TRUE(eval.contains(name)) << name;
+  }
 }
 
 TEST(OptionFieldsTest, TheLoaderCollatesWithItsOwnPaddingOptions) {
