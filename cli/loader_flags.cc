@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/mixture_flags.h"
 #include "cli/roles.h"
 #include "shardkit/loader/option_fields.h"
 
@@ -112,18 +113,11 @@ void DeclareLoaderFlags(Args& args) {
             "read point and reports the shares before and after the change apart\n"
             "(docs/loader.md, Mixing sources)")
       .Flag("weights", "W0,W1,...", "with --mixture: one weight per source")
-      .Flag("by", "NAME", "with --mixture: tokens (default; weights are token shares) | samples")
       .Flag("samples", "N",
             "with --mixture: samples per epoch (default: the whole mixture when a source\n"
-            "does not repeat, else the sum of the sources' documents; on --resume the state's)")
-      .Flag("block", "B", "with --mixture: samples per block (default: the smallest valid)")
-      .Flag("schedule", "P:W,..;..", "with --mixture: weights from position P on")
-      .Flag("linear", "", "with --mixture: move the weights linearly between schedule points")
-      .Flag("schedule-unit", "NAME",
-            "with --mixture: samples (default) | tokens: schedule positions count tokens")
-      .Flag("no-repeat", "K0,K1,...",
-            "with --mixture: sources that end the mixture when they run out")
-      .Flag("mode", "NAME",
+            "does not repeat, else the sum of the sources' documents; on --resume the state's)");
+  AddMixtureFlags(args, "with --mixture: ", MixBy::kTokens);
+  args.Flag("mode", "NAME",
             Choices(TrainModeNames(), TrainModeName(d.mode)) +
                 ": equal steps at the end of the epoch")
       .Flag("cost", "NAME", Choices(CostModelNames(), CostModelName(d.cost)) + ": per-step balance")
