@@ -37,13 +37,11 @@ int RunEvalPlan(const Argv& argv) {
       .Flag("batch", "B", "slots per step on each rank (required)")
       .Flag("devices", "D", "local devices per rank; must divide the batch (default 1)")
       .Flag("min-device-batch", "M", "at least M slots per device (Flax pad_shard_unpad)")
-      .Flag("split", "NAME", "round_robin (default, lmms-eval) | contiguous")
-      .Flag("offset", "O", "skip the first O items (window start)")
-      .Flag("limit", "L", "at most L items after the offset")
       .Flag("window", "NAME",
             "strict (default: an offset past the items is an error) | harness (lm-eval's\n"
             "reading: limit 0 is every item, an offset past the items none)");
-  AddShuffleFlags(args, "shuffled order (seed, epoch)");
+  AddItemSplitFlags(args, "round_robin (default, lmms-eval) | contiguous",
+                    "shuffled order (seed, epoch)");
   args.Flag("rank", "R", "with --batches: show only this rank")
       .Flag("batches", "", "list every step's indices and mask")
       .Flag("json", "", "print one JSON object");

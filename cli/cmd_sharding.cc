@@ -23,13 +23,11 @@ Args PlanArgs(const std::string& command, const std::string& summary) {
   args.Flag("items", "N", "number of items (or files) in the data set (required)")
       .Flag("world", "W", "number of ranks (required unless --mesh)")
       .Flag("rank", "R", "show only this rank")
-      .Flag("split", "NAME", "round_robin (default) | contiguous | balanced")
       .Flag("weights", "FILE", "per-item weights, one per line or .npy ('-' = stdin)")
       .Flag("equal-counts", "", "balanced: keep item counts within one across ranks")
-      .Flag("remainder", "NAME", "uneven (default) | drop | pad | replicate")
-      .Flag("offset", "O", "skip the first O items (window start)")
-      .Flag("limit", "L", "at most L items after the offset");
-  AddShuffleFlags(args, "one global permutation per (seed, epoch)");
+      .Flag("remainder", "NAME", "uneven (default) | drop | pad | replicate");
+  AddItemSplitFlags(args, "round_robin (default) | contiguous | balanced",
+                    "one global permutation per (seed, epoch)");
   args.Flag("workers", "K", "dataloader workers per rank (interleaved)")
       .Flag("worker", "k", "show only this worker (with --workers)")
       .Flag("json", "", "print one JSON object");

@@ -18,12 +18,23 @@
 
 namespace shardkit::cli {
 
-// Declares --shuffle (described by `help`), --seed S and --epoch E (each 0
+// Declares the shuffle switch described by `help` (--shuffle, or --no-shuffle
+// for options that shuffle by default: `on`), --seed S and --epoch E (each 0
 // by default), in that order.
-inline void AddShuffleFlags(Args& args, const std::string& help) {
-  args.Flag("shuffle", "", help)
+inline void AddShuffleFlags(Args& args, const std::string& help, bool on = false) {
+  args.Flag(on ? "no-shuffle" : "shuffle", "", help)
       .Flag("seed", "S", "shuffle seed (default 0)")
       .Flag("epoch", "E", "shuffle epoch (default 0)");
+}
+
+// Declares the flags of ItemSplitOptions (shardkit/sharding/shard_plan.h;
+// shard, audit, eval-plan): --split (described by `split`), --offset,
+// --limit, then the shuffle group.
+inline void AddItemSplitFlags(Args& args, const std::string& split, const std::string& shuffle) {
+  args.Flag("split", "NAME", split)
+      .Flag("offset", "O", "skip the first O items (window start)")
+      .Flag("limit", "L", "at most L items after the offset");
+  AddShuffleFlags(args, shuffle);
 }
 
 // How a command names the flags of an options struct's fields: a field's

@@ -80,11 +80,9 @@ void DeclareLoaderFlags(Args& args) {
       .Flag("batch", "B", "rows per batch (required)")
       .Flag("world", "W", "number of ranks" + Default(d.world_size))
       .Flag("rank", "R", "run only this rank")
-      .Flag("workers", "K", "dataloader workers per rank" + Default(d.num_workers))
-      .Flag("no-shuffle", "", "keep document order (default: shuffled per seed and epoch)")
-      .Flag("seed", "S", "shuffle seed" + Default(static_cast<Index>(d.seed)))
-      .Flag("epoch", "E", "epoch" + Default(static_cast<Index>(d.epoch)))
-      .Flag("algorithm", "NAME", Choices(PackAlgorithmNames(), PackAlgorithmName(d.algorithm)))
+      .Flag("workers", "K", "dataloader workers per rank" + Default(d.num_workers));
+  AddShuffleFlags(args, "keep document order (default: shuffled per seed and epoch)", d.shuffle);
+  args.Flag("algorithm", "NAME", Choices(PackAlgorithmNames(), PackAlgorithmName(d.algorithm)))
       .Flag("buffer", "N", "packing buffer in documents (default 1024)")
       .Flag("oversize", "NAME",
             Choices(OversizeNames(), OversizeName(d.oversize), {OversizeName(Oversize::kError)}) +
