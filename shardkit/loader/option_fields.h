@@ -30,13 +30,16 @@
 #ifndef SHARDKIT_LOADER_OPTION_FIELDS_H_
 #define SHARDKIT_LOADER_OPTION_FIELDS_H_
 
+#include <span>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "shardkit/eval/eval_plan.h"
 #include "shardkit/loader/loader.h"
 #include "shardkit/loader/multimodal_plan.h"
 #include "shardkit/loader/train_plan.h"
+#include "shardkit/packing/packing.h"
 #include "shardkit/sharding/shard_plan.h"
 
 namespace shardkit {
@@ -66,6 +69,24 @@ void VisitOptions(Options& o, Visit&& v) {
   v("cp_strategy", o.cp.strategy);
   v("cp_granularity", o.cp.granularity);
 }
+
+// The packer's options (shardkit/packing/packing.h). A plan packs with the
+// fields it shares with TrainOptions by name (TrainPackOptions, through
+// AssignFieldsByName below): capacity is the plan's seq_len, and the fields in
+// kPackerOnlyFields keep the packer's defaults.
+template <OptionsOf<PackOptions> Options, typename Visit>
+void VisitOptions(Options& o, Visit&& v) {
+  v("capacity", o.capacity);
+  v("algorithm", o.algorithm);
+  v("max_images", o.max_images);
+  v("max_sequences", o.max_sequences);
+  v("oversize", o.oversize);
+  v("buffer", o.buffer);
+  v("compat", o.compat);
+}
+
+// compat: TRL's rows (pack_dataset), not a plan's.
+inline constexpr std::string_view kPackerOnlyFields[] = {"compat"};
 
 template <OptionsOf<PaddingOptions> Options, typename Visit>
 void VisitOptions(Options& o, Visit&& v) {
@@ -145,6 +166,28 @@ void VisitOptions(Options& o, Visit&& v) {
   v("devices", o.devices);
   v("min_device_batch", o.min_device_batch);
   v("window", o.window);
+}
+
+// Sets every field of `to` from the field of `from` with the same name in
+// their tables (or the name `renamed` maps it from: {from's name, to's name}),
+// when both have the same type; the others keep their values. What makes a
+// struct built from another carry a field added to both without a line of
+// its own (TrainPackOptions).
+template <typename From, typename To>
+void AssignFieldsByName(const From& from, To* to,
+                        std::span<const std::pair<std::string_view, std::string_view>> renamed) {
+  VisitOptions(*to, [&](const char* to_name, auto& to_field) {
+    VisitOptions(from, [&](const char* from_name, const auto& from_field) {
+      std::string_view name = from_name;
+      for (auto [old_name, new_name] : renamed) {
+        if (old_name == name) name = new_name;
+      }
+      if constexpr (std::is_same_v<std::decay_t<decltype(from_field)>,
+                                   std::decay_t<decltype(to_field)>>) {
+        if (name == to_name) to_field = from_field;
+      }
+    });
+  });
 }
 
 // The enum fields' text, by the core's name tables: ParseOptionField(text,
