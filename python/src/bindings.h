@@ -238,6 +238,20 @@ inline Int64View ViewOf(const std::vector<Index>& v, nb::handle owner) {
   return Int64View(reinterpret_cast<const std::int64_t*>(v.data()), {v.size()}, owner);
 }
 
+// The getter of a bound class's std::vector<Index> member as ViewOf's view
+// of it: .def_prop_ro("offsets", &MemberView<&Packing::offsets>).
+template <typename Pointer>
+struct MemberOwner;
+template <typename Class, typename Field>
+struct MemberOwner<Field Class::*> {
+  using type = Class;
+};
+template <auto Member>
+Int64View MemberView(nb::handle self) {
+  using Class = typename MemberOwner<decltype(Member)>::type;
+  return ViewOf(nb::cast<const Class&>(self).*Member, self);
+}
+
 // A tuple of ints.
 inline nb::typed<nb::tuple, Index, nb::ellipsis> ToTuple(std::span<const Index> values) {
   nb::list out;
