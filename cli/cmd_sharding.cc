@@ -19,14 +19,15 @@ namespace {
 constexpr Index kMaxListedIndices = 100000000;
 
 Args PlanArgs(const std::string& command, const std::string& summary) {
+  const ShardOptions d;  // the defaults are the core's
   Args args(command, summary);
   args.Flag("items", "N", "number of items (or files) in the data set (required)")
       .Flag("world", "W", "number of ranks (required unless --mesh)")
       .Flag("rank", "R", "show only this rank")
       .Flag("weights", "FILE", "per-item weights, one per line or .npy ('-' = stdin)")
       .Flag("equal-counts", "", "balanced: keep item counts within one across ranks")
-      .Flag("remainder", "NAME", "uneven (default) | drop | pad | replicate");
-  AddItemSplitFlags(args, "round_robin (default) | contiguous | balanced",
+      .Flag("remainder", "NAME", Choices(RemainderNames(), RemainderName(d.remainder)));
+  AddItemSplitFlags(args, Choices(SplitNames(), SplitName(d.split)),
                     "one global permutation per (seed, epoch)");
   args.Flag("workers", "K", "dataloader workers per rank (interleaved)")
       .Flag("worker", "k", "show only this worker (with --workers)")

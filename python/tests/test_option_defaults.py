@@ -128,3 +128,29 @@ def test_cli_eval_plan_window_flags_select_the_window(cli):
     assert sum(rank["real"] for rank in json.loads(strict.stdout)["ranks"]) == 0
     bad = cli("eval-plan", "--items", 20, "--world", 3, "--batch", 2, "--window", "loose")
     assert bad.returncode == 2 and "window" in bad.stderr and "loose" in bad.stderr, bad.stderr
+
+
+def _help_choices(cli, command, flag):
+    line = next(
+        x for x in cli(command, "--help").stdout.splitlines() if x.strip().startswith(f"--{flag} ")
+    )
+    listed = line.split("NAME", 1)[1].split(":")[0]
+    names = [c.replace("(default)", "").strip() for c in listed.split("|")]
+    default = next(
+        c.replace("(default)", "").strip() for c in listed.split("|") if "(default)" in c
+    )
+    return names, default
+
+
+def test_cli_split_and_remainder_help_lists_what_the_core_takes(cli):
+    shard = _signature_options(shardkit.ShardPlan)
+    for flag in ("split", "remainder"):
+        names, default = _help_choices(cli, "shard", flag)
+        assert repr(default) == shard[flag]  # the core's default, read through the binding
+        for name in names:  # every listed name is one the core accepts
+            shardkit.ShardPlan(4, 2, **{flag: name}, weights=[1, 2, 3, 4])
+    names, default = _help_choices(cli, "eval-plan", "split")
+    assert repr(default) == _signature_options(shardkit.EvalPlan)["split"]
+    assert "balanced" not in names  # EvalPlan refuses it
+    for name in names:
+        shardkit.EvalPlan(4, 2, 2, split=name)

@@ -53,6 +53,10 @@ enum class Remainder { kUneven, kDrop, kPad, kReplicate };
 [[nodiscard]] Remainder ParseRemainder(std::string_view name);
 [[nodiscard]] std::string_view SplitName(Split split);
 [[nodiscard]] std::string_view RemainderName(Remainder remainder);
+// Every name Parse accepts, in the order of the name table (the CLI's help
+// lists these).
+[[nodiscard]] std::vector<std::string_view> SplitNames();
+[[nodiscard]] std::vector<std::string_view> RemainderNames();
 
 // The window, order and split of the items over ranks: the options a
 // ShardPlan and an EvalPlan (shardkit/eval/eval_plan.h) share, each default
