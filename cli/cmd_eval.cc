@@ -28,6 +28,7 @@ std::string Hex(std::uint64_t v) {
 }  // namespace
 
 int RunEvalPlan(const Argv& argv) {
+  const EvalOptions d;  // the defaults are the core's
   Args args("eval-plan",
             "Full-dataset evaluation in equal, fixed-shape steps: every rank runs\n"
             "ceil(ceil(N / W) / B) steps of B slots; every item is in exactly one\n"
@@ -35,10 +36,18 @@ int RunEvalPlan(const Argv& argv) {
   args.Flag("items", "N", "number of items to evaluate (required)")
       .Flag("world", "W", "number of ranks (required unless --mesh)")
       .Flag("batch", "B", "slots per step on each rank (required)")
-      .Flag("devices", "D", "local devices per rank; must divide the batch (default 1)")
+      .Flag("devices", "D",
+            "local devices per rank; must divide the batch (default " + std::to_string(d.devices) +
+                ")")
       .Flag("min-device-batch", "M", "at least M slots per device (Flax pad_shard_unpad)")
-      .Flag("split", "NAME", "round_robin (default, lmms-eval) | contiguous");
-  AddShuffleFlags(args, "shuffled order (seed, epoch)");
+      .Flag("window", "NAME",
+            "strict (default: an offset past the items is an error) | harness (lm-eval's\n"
+            "reading: limit 0 is every item, an offset past the items none)");
+  // balanced is refused: an evaluation needs no weights to be exact.
+  AddItemSplitFlags(args,
+                    Choices(SplitNames(), SplitName(d.split), {SplitName(Split::kBalanced)}) +
+                        ": round_robin is lmms-eval's",
+                    "shuffled order (seed, epoch)");
   args.Flag("rank", "R", "with --batches: show only this rank")
       .Flag("batches", "", "list every step's indices and mask")
       .Flag("json", "", "print one JSON object");
@@ -46,10 +55,7 @@ int RunEvalPlan(const Argv& argv) {
   if (!args.Parse(argv)) return 0;
   const std::optional<std::vector<DataRoles>> roles = RolesFromArgs(args);
   EvalOptions o;
-  o.devices = args.Int("devices", 1);
-  o.min_device_batch = args.Int("min-device-batch", 0);
-  o.split = ParseSplit(args.Str("split", "round_robin"));
-  ReadShuffleFlags(args, o);
+  ReadOptionFlags(args, &o, {});
   EvalPlan plan(args.RequireInt("items"), WorldFromArgs(args, roles), args.RequireInt("batch"), o);
   const std::vector<Index> ranks =
       ListedRanks(args, plan.world_size(), [&](Index r) { (void)plan.Real(r); });

@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/multimodal_report.h"
 #include "shardkit/base/atomic_file.h"
 #include "shardkit/loader/files.h"
@@ -58,11 +59,10 @@ int RunMultimodalStats(const Argv& argv) {
       .Flag("max-vision-tokens", "V", "vision tokens per row")
       .Flag("max-images-per-sample", "K", "samples with more images are dropped")
       .Flag("vision-cost", "NAME", "tokens (default) | squared: the balanced cost")
-      .Flag("mode", "NAME", "pad (default) | drop: the last partial step")
-      .Flag("no-shuffle", "", "samples in table order (default: shuffled by --seed/--epoch)")
-      .Flag("seed", "S", "shuffle seed (default 0)")
-      .Flag("epoch", "E", "epoch (default 0)")
-      .Flag("steps", "", "list every step's per-rank values")
+      .Flag("mode", "NAME", "pad (default) | drop: the last partial step");
+  AddShuffleFlags(args, "samples in table order (default: shuffled by --seed/--epoch)",
+                  MultimodalOptions{}.shuffle);
+  args.Flag("steps", "", "list every step's per-rank values")
       .Flag("svg", "PATH", "write the picture of vision cost per step per rank (atomically)")
       .Flag("json", "", "print one JSON object");
   if (!args.Parse(argv)) return 0;
@@ -70,17 +70,10 @@ int RunMultimodalStats(const Argv& argv) {
     throw UsageError("--table: give the sample table with --table FILE or --tar PATHS (one)");
   }
   MultimodalOptions o;
-  o.seq_len = args.RequireInt("seq-len");
-  o.world_size = args.Int("world", 1);
-  o.rows_per_rank = args.Int("batch", 1);
-  o.max_images = args.Int("max-images");
-  o.max_vision_tokens = args.Int("max-vision-tokens");
-  o.max_images_per_sample = args.Int("max-images-per-sample");
-  o.vision_cost = ParseVisionCost(args.Str("vision-cost", "tokens"));
-  o.mode = ParseMultimodalMode(args.Str("mode", "pad"));
-  o.shuffle = !args.Has("no-shuffle");
-  o.seed = args.Uint("seed", 0);
-  o.epoch = args.Uint("epoch", 0);
+  (void)args.RequireInt("seq-len");
+  constexpr FieldFlag kRenamed[] = {{"rows_per_rank", "batch"}, {"world_size", "world"}};
+  constexpr FieldFlag kNegated[] = {{"shuffle", "no-shuffle"}};
+  ReadOptionFlags(args, &o, {kRenamed, kNegated, {}});
 
   SampleTable table;
   std::string source;

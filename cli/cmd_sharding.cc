@@ -19,17 +19,16 @@ namespace {
 constexpr Index kMaxListedIndices = 100000000;
 
 Args PlanArgs(const std::string& command, const std::string& summary) {
+  const ShardOptions d;  // the defaults are the core's
   Args args(command, summary);
   args.Flag("items", "N", "number of items (or files) in the data set (required)")
       .Flag("world", "W", "number of ranks (required unless --mesh)")
       .Flag("rank", "R", "show only this rank")
-      .Flag("split", "NAME", "round_robin (default) | contiguous | balanced")
       .Flag("weights", "FILE", "per-item weights, one per line or .npy ('-' = stdin)")
       .Flag("equal-counts", "", "balanced: keep item counts within one across ranks")
-      .Flag("remainder", "NAME", "uneven (default) | drop | pad | replicate")
-      .Flag("offset", "O", "skip the first O items (window start)")
-      .Flag("limit", "L", "at most L items after the offset");
-  AddShuffleFlags(args, "one global permutation per (seed, epoch)");
+      .Flag("remainder", "NAME", Choices(RemainderNames(), RemainderName(d.remainder)));
+  AddItemSplitFlags(args, Choices(SplitNames(), SplitName(d.split)),
+                    "one global permutation per (seed, epoch)");
   args.Flag("workers", "K", "dataloader workers per rank (interleaved)")
       .Flag("worker", "k", "show only this worker (with --workers)")
       .Flag("json", "", "print one JSON object");
@@ -39,12 +38,8 @@ Args PlanArgs(const std::string& command, const std::string& summary) {
 
 ShardPlan PlanFromArgs(const Args& args, const std::optional<std::vector<DataRoles>>& roles) {
   ShardOptions options;
-  options.split = ParseSplit(args.Str("split", "round_robin"));
-  options.remainder = ParseRemainder(args.Str("remainder", "uneven"));
-  options.offset = args.Int("offset", 0);
-  options.limit = args.Int("limit");
-  ReadShuffleFlags(args, options);
-  options.equal_counts = args.Has("equal-counts");
+  constexpr std::string_view kOwn[] = {"weights"};  // a file, read below
+  ReadOptionFlags(args, &options, {{}, {}, kOwn});
   if (auto path = args.Str("weights")) options.weights = ReadNumbers("--weights", *path);
   return ShardPlan(args.RequireInt("items"), WorldFromArgs(args, roles), std::move(options));
 }

@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/json.h"
+#include "cli/mixture_flags.h"
 #include "shardkit/sharding/mixture.h"
 
 namespace shardkit::cli {
@@ -48,18 +49,11 @@ int RunMix(const Argv& argv) {
             "source's epochs consumed and a picture of the proportions over windows.");
   args.Flag("sizes", "N0,N1,...", "items in each source (required)")
       .Flag("weights", "W0,W1,...", "weight of each source (required)")
-      .Flag("by", "NAME", "samples (default) | tokens (weights are shares of tokens)")
       .Flag("lengths", "F0,F1,...",
             "by tokens or --schedule-unit tokens: one file of item lengths per source")
-      .Flag("block", "B", "samples per block (default: the smallest valid, at least 1024)")
-      .Flag("seed", "S", "seed of the block orders and the source walks (default 0)")
-      .Flag("schedule", "P:W,..;..", "weights from position P on, e.g. '100000:1,0;200000:1,1'")
-      .Flag("linear", "", "move the weights linearly between schedule points")
-      .Flag("schedule-unit", "NAME",
-            "samples (default) | tokens: schedule positions count tokens (each source's\n"
-            "samples x its mean length; needs --lengths)")
-      .Flag("no-repeat", "K0,K1,...", "sources that stop the mixture when they run out")
-      .Flag("start", "P", "first sample of the report window (default 0)")
+      .Flag("seed", "S", "seed of the block orders and the source walks (default 0)");
+  AddMixtureFlags(args, "", MixBy::kSamples);
+  args.Flag("start", "P", "first sample of the report window (default 0)")
       .Flag("stop", "P", "end of the report window (default: 100 blocks, or the end)")
       .Flag("windows", "W", "stretches in the picture (default 20)")
       .Flag("samples", "", "list (source, item) of every sample in the window")
@@ -68,8 +62,8 @@ int RunMix(const Argv& argv) {
   std::vector<Index> sizes = args.IntList("sizes");
   if (!args.Has("sizes")) throw UsageError("--sizes: required");
   const std::vector<double> weights = ParseDoubles("--weights", args.RequireStr("weights"));
-  MixtureOptions o;
-  o.by = ParseMixBy(args.Str("by", "samples"));
+  MixtureOptions o = ReadMixtureFlags(args, static_cast<Index>(sizes.size()), MixBy::kSamples);
+  o.seed = args.Uint("seed", 0);
   if (auto files = args.Str("lengths")) {
     std::stringstream stream(*files);
     std::string path;
@@ -77,21 +71,6 @@ int RunMix(const Argv& argv) {
       const std::vector<double> lengths = ReadNumbers("--lengths", path);
       std::vector<std::int64_t> ints(lengths.begin(), lengths.end());
       o.tokens.push_back(TotalTokens(ints));
-    }
-  }
-  o.block = args.Int("block");
-  o.seed = args.Uint("seed", 0);
-  if (auto s = args.Str("schedule")) o.schedule = ParseSchedule(*s);
-  o.interpolation = args.Has("linear") ? Interpolation::kLinear : Interpolation::kStep;
-  o.schedule_unit = ParseMixBy(args.Str("schedule-unit", "samples"), "--schedule-unit");
-  if (args.Has("no-repeat")) {
-    o.repeat.assign(sizes.size(), true);
-    for (std::int64_t k : args.IntList("no-repeat")) {
-      if (k < 0 || k >= static_cast<std::int64_t>(sizes.size())) {
-        throw UsageError("--no-repeat: source " + std::to_string(k) + " is outside [0, " +
-                         std::to_string(sizes.size()) + ")");
-      }
-      o.repeat[k] = false;
     }
   }
   const Mixture mix(sizes, weights, o);

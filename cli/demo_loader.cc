@@ -62,6 +62,7 @@ void DemoLoader(const DemoContext& c, HtmlReport& report) {
       TokenSource::FromMemory(tokens.data(), TokenDType::kInt32, static_cast<Index>(tokens.size()),
                               offsets.data(), static_cast<Index>(offsets.size()));
   LoaderOptions base;
+  base.equal_steps = false;  // per rank first; the equal-steps plan below
   base.seq_len = kSeqLen;
   base.batch_size = kBatch;
   base.world_size = kRanks;

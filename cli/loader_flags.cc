@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/mixture_flags.h"
 #include "cli/roles.h"
 #include "shardkit/loader/option_fields.h"
 
@@ -19,16 +21,15 @@ namespace {
 
 std::string Default(Index v) { return " (default " + std::to_string(v) + ")"; }
 
-// The flags of LoaderOptions' fields are their names (shardkit/loader/
-// option_fields.h) with '-' for '_'; the true renames, the switches that turn
-// a field off, and the fields the command sets by a rule of its own (--cp
-// plans for the report only, --rank picks the ranks to run, --whale-policy).
-constexpr std::pair<std::string_view, std::string_view> kRenamed[] = {{"batch_size", "batch"},
-                                                                      {"world_size", "world"},
-                                                                      {"num_workers", "workers"},
-                                                                      {"num_threads", "threads"}};
-constexpr std::pair<std::string_view, std::string_view> kNegated[] = {{"shuffle", "no-shuffle"},
-                                                                      {"equal_steps", "per-rank"}};
+// The flags of LoaderOptions' fields (cli/flags.h): the true renames, the
+// switches that turn a field off, and the fields the command sets by a rule of
+// its own (--cp plans for the report only, --rank picks the ranks to run,
+// --whale-policy).
+constexpr FieldFlag kRenamed[] = {{"batch_size", "batch"},
+                                  {"world_size", "world"},
+                                  {"num_workers", "workers"},
+                                  {"num_threads", "threads"}};
+constexpr FieldFlag kNegated[] = {{"shuffle", "no-shuffle"}, {"equal_steps", "per-rank"}};
 constexpr std::string_view kOwnRule[] = {"cp_size", "cp_granularity", "rank",
                                          "whale_unbalanced_io_slicing", "whale_drop_last_files"};
 
@@ -44,32 +45,7 @@ std::string ReadText(const std::string& flag, const std::string& path) {
 }
 
 void ReadLoaderOptionFlags(const Args& args, LoaderOptions* o) {
-  VisitOptions(*o, [&](const char* name, auto& field) {
-    using T = std::decay_t<decltype(field)>;
-    for (std::string_view own : kOwnRule) {
-      if (own == name) return;
-    }
-    for (auto [negated, flag] : kNegated) {
-      if (negated != name) continue;
-      if constexpr (std::is_same_v<T, bool>) field = !args.Has(std::string(flag));
-      return;
-    }
-    std::string flag = name;
-    for (auto [renamed, short_flag] : kRenamed) {
-      if (renamed == name) flag = short_flag;
-    }
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    if (!args.Has(flag)) return;
-    if constexpr (std::is_same_v<T, bool>) {
-      field = true;
-    } else if constexpr (std::is_same_v<T, std::uint64_t>) {
-      field = args.Uint(flag, field);
-    } else if constexpr (std::is_same_v<T, Index> || std::is_same_v<T, std::optional<Index>>) {
-      field = *args.Int(flag);
-    } else {
-      field = ParseOptionField(*args.Str(flag), &field);
-    }
-  });
+  ReadOptionFlags(args, o, {kRenamed, kNegated, kOwnRule});
 }
 
 void DeclareLoaderFlags(Args& args) {
@@ -104,11 +80,9 @@ void DeclareLoaderFlags(Args& args) {
       .Flag("batch", "B", "rows per batch (required)")
       .Flag("world", "W", "number of ranks" + Default(d.world_size))
       .Flag("rank", "R", "run only this rank")
-      .Flag("workers", "K", "dataloader workers per rank" + Default(d.num_workers))
-      .Flag("no-shuffle", "", "keep document order (default: shuffled per seed and epoch)")
-      .Flag("seed", "S", "shuffle seed" + Default(static_cast<Index>(d.seed)))
-      .Flag("epoch", "E", "epoch" + Default(static_cast<Index>(d.epoch)))
-      .Flag("algorithm", "NAME", Choices(PackAlgorithmNames(), PackAlgorithmName(d.algorithm)))
+      .Flag("workers", "K", "dataloader workers per rank" + Default(d.num_workers));
+  AddShuffleFlags(args, "keep document order (default: shuffled per seed and epoch)", d.shuffle);
+  args.Flag("algorithm", "NAME", Choices(PackAlgorithmNames(), PackAlgorithmName(d.algorithm)))
       .Flag("buffer", "N", "packing buffer in documents (default 1024)")
       .Flag("oversize", "NAME",
             Choices(OversizeNames(), OversizeName(d.oversize), {OversizeName(Oversize::kError)}) +
@@ -137,18 +111,11 @@ void DeclareLoaderFlags(Args& args) {
             "read point and reports the shares before and after the change apart\n"
             "(docs/loader.md, Mixing sources)")
       .Flag("weights", "W0,W1,...", "with --mixture: one weight per source")
-      .Flag("by", "NAME", "with --mixture: tokens (default; weights are token shares) | samples")
       .Flag("samples", "N",
             "with --mixture: samples per epoch (default: the whole mixture when a source\n"
-            "does not repeat, else the sum of the sources' documents; on --resume the state's)")
-      .Flag("block", "B", "with --mixture: samples per block (default: the smallest valid)")
-      .Flag("schedule", "P:W,..;..", "with --mixture: weights from position P on")
-      .Flag("linear", "", "with --mixture: move the weights linearly between schedule points")
-      .Flag("schedule-unit", "NAME",
-            "with --mixture: samples (default) | tokens: schedule positions count tokens")
-      .Flag("no-repeat", "K0,K1,...",
-            "with --mixture: sources that end the mixture when they run out")
-      .Flag("mode", "NAME",
+            "does not repeat, else the sum of the sources' documents; on --resume the state's)");
+  AddMixtureFlags(args, "with --mixture: ", MixBy::kTokens);
+  args.Flag("mode", "NAME",
             Choices(TrainModeNames(), TrainModeName(d.mode)) +
                 ": equal steps at the end of the epoch")
       .Flag("cost", "NAME", Choices(CostModelNames(), CostModelName(d.cost)) + ": per-step balance")

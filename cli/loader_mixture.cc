@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/json.h"
 #include "cli/loader_flags.h"
+#include "cli/mixture_flags.h"
 #include "shardkit/base/json.h"
 #include "shardkit/loader/mixture_loader.h"
 
@@ -41,27 +42,9 @@ std::vector<std::shared_ptr<const TokenSource>> OpenMixtureSources(
 std::shared_ptr<const TokenSource> SetUpMixture(const Args& args, LoaderOptions& o,
                                                 MixtureRun& mix) {
   const std::vector<double> weights = ParseDoubles("--weights", args.RequireStr("weights"));
-  MixtureOptions mo;
-  try {
-    mo.by = ParseMixBy(args.Str("by", "tokens"));
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--") + e.what());
-  }
+  MixtureOptions mo =
+      ReadMixtureFlags(args, static_cast<Index>(mix.sources.size()), MixBy::kTokens);
   mo.seed = o.seed;
-  if (auto b = args.Int("block")) mo.block = *b;
-  if (auto sch = args.Str("schedule")) mo.schedule = ParseSchedule(*sch);
-  if (args.Has("linear")) mo.interpolation = Interpolation::kLinear;
-  mo.schedule_unit = ParseMixBy(args.Str("schedule-unit", "samples"), "--schedule-unit");
-  if (args.Has("no-repeat")) {
-    mo.repeat.assign(mix.sources.size(), true);
-    for (std::int64_t k : args.IntList("no-repeat")) {
-      if (k < 0 || k >= static_cast<std::int64_t>(mix.sources.size())) {
-        throw UsageError("--no-repeat: source " + std::to_string(k) + " is outside [0, " +
-                         std::to_string(mix.sources.size()) + ")");
-      }
-      mo.repeat[static_cast<std::size_t>(k)] = false;
-    }
-  }
   if (auto n = args.Int("samples")) {
     if (*n < 1) throw UsageError("--samples: must be at least 1, got " + std::to_string(*n));
     mix.samples = *n;

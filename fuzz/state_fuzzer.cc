@@ -383,6 +383,7 @@ std::optional<std::string> Resealed(const Json& state) {
 // mixture loader reads as "new weights".
 shardkit::LoaderOptions LoaderOptionsOf(std::uint8_t flags) {
   shardkit::LoaderOptions o;
+  o.equal_steps = false;  // per rank; RunState turns the plan on
   o.algorithm = static_cast<shardkit::PackAlgorithm>((flags >> 1) & 3);
   o.num_threads = (flags & 16) ? 1 : 0;
   o.batch_size = ((flags >> 5) & 3) + 1;

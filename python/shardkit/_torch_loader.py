@@ -124,7 +124,9 @@ class TokenDataset(tud.IterableDataset):
         self._epoch = epoch  # the epoch the next batch comes from
         self._finished: Optional[int] = None  # the epoch the last pass ran out of
         self.options = options if self.data_roles is None else dict(options, roles=self.data_roles)
-        self.equal_steps = bool(options.get("equal_steps", True))
+        self.equal_steps = bool(
+            options.get("equal_steps", _core._loader_option_defaults["equal_steps"])
+        )
         self._resume: Union[None, State, List[State]] = None
         self.loader(0, 1)  # validate now, not inside a worker
 

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.utils.data as tud
 
-from shardkit import packing
+from shardkit import _core, packing
 from shardkit._torch_eval import check_plan as _check_plan
 from shardkit.eval import rank_and_world
 from shardkit.layout import data_rank_and_world, resolve_roles
@@ -211,7 +211,7 @@ class ConstantLengthDataset(tud.IterableDataset):
         pad_token_id: int = 0,
         ignore_index: int = -100,
         block_mask: bool = False,
-        equal_steps: bool = True,
+        equal_steps: bool = _core._loader_option_defaults["equal_steps"],
         mode: str = "pad",
         cost: str = "tokens",
         roles: Any = None,

@@ -145,7 +145,7 @@ class TokenLoader(_LoaderSurface):
         roles: Any = None,
         mesh: Any = None,
         data_axes: Any = None,
-        equal_steps: bool = True,
+        equal_steps: bool = _core._loader_option_defaults["equal_steps"],
         mode: str = "pad",
         cost: str = "tokens",
         block_mask: bool = False,
@@ -191,7 +191,7 @@ class TokenLoader(_LoaderSurface):
         epoch: int = 0,
         token_dtype: str = "int32",
         shuffle: bool = False,
-        equal_steps: bool = True,
+        equal_steps: bool = _core._loader_option_defaults["equal_steps"],
         **options: Any,
     ) -> "TokenLoader":
         """A loader over several token sources mixed with ``weights``: the order

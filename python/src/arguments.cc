@@ -7,6 +7,7 @@
 
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "python/src/bindings.h"
 #include "shardkit/loader/option_fields.h"
@@ -31,6 +32,9 @@ void Convert(nb::handle value, const char* name, T* field) {
     *field = ToIndex(value, name);
   } else if constexpr (std::is_same_v<T, std::optional<Index>>) {
     *field = ToOptionalIndex(value, name);
+  } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+    // None: no values (ShardPlan's weights).
+    *field = value.is_none() ? std::vector<double>{} : ToDoubles(value, name);
   } else {
     *field = ParseOptionField(ToStr(value, name), field);
   }
@@ -43,6 +47,33 @@ nb::object ToPython(const T& value) {
   } else {
     return nb::cast(value);
   }
+}
+
+// A field's Python type and its default, as a signature spells them.
+template <typename T>
+std::string Parameter(const char* name, const T& value) {
+  std::string type, text;
+  if constexpr (std::is_same_v<T, bool>) {
+    type = "bool", text = value ? "True" : "False";
+  } else if constexpr (std::is_same_v<T, Index> || std::is_same_v<T, std::uint64_t>) {
+    type = "int", text = std::to_string(value);
+  } else if constexpr (std::is_same_v<T, std::optional<Index>>) {
+    type = "int | None", text = value ? std::to_string(*value) : "None";
+  } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+    type = "numpy.typing.ArrayLike | None", text = "None";
+  } else {
+    type = "str", text = "'" + std::string(OptionFieldName(value)) + "'";
+  }
+  return std::string(name) + ": " + type + " = " + text;
+}
+
+template <typename Options>
+std::string Parameters(const Options& defaults) {
+  std::string out;
+  VisitOptions(defaults, [&](const char* name, const auto& field) {
+    out += (out.empty() ? "" : ", ") + Parameter(name, field);
+  });
+  return out;
 }
 
 nb::dict ToOptionsDict(nb::handle kwargs) {
@@ -84,6 +115,17 @@ void ReadOptions(nb::handle kwargs, CollateOptions* options, const char* what) {
   Read(kwargs, options, what);
 }
 
+void ReadOptions(nb::handle kwargs, ShardOptions* options, const char* what) {
+  Read(kwargs, options, what);
+}
+
+void ReadOptions(nb::handle kwargs, EvalOptions* options, const char* what) {
+  Read(kwargs, options, what);
+}
+
+std::string OptionParameters(const ShardOptions& defaults) { return Parameters(defaults); }
+std::string OptionParameters(const EvalOptions& defaults) { return Parameters(defaults); }
+
 void ReadOptions(nb::handle kwargs, LoaderOptions* options, const char* what) {
   nb::dict given = ToOptionsDict(kwargs);
   nb::dict rest;
@@ -109,11 +151,15 @@ nb::dict WriteOptions(const LoaderOptions& options) {
 }
 
 void init_arguments(nb::module_& m) {
-  // The names of LoaderOptions' fields (shardkit.TokenLoader passes the
-  // arguments of these names to the core as they are).
+  // LoaderOptions' fields and their defaults (the core's, written once in
+  // loader.h): shardkit.TokenLoader passes the arguments of these names to
+  // the core as they are, and the Python loaders' signatures read the
+  // defaults they spell from here (equal_steps).
+  const nb::dict defaults = WriteOptions(LoaderOptions{});
   nb::list names;
-  for (auto [key, value] : WriteOptions(LoaderOptions{})) names.append(key);
+  for (auto [key, value] : defaults) names.append(key);
   m.attr("_loader_option_names") = nb::tuple(names);
+  m.attr("_loader_option_defaults") = defaults;
   m.def(
       "_index", [](nb::handle v, const std::string& name) { return ToIndex(v, name.c_str()); },
       nb::sig("def _index(value: typing.Any, name: str) -> int"), "value"_a.none(), "name"_a);

@@ -36,6 +36,7 @@
 
 #include "shardkit/base/errors.h"
 #include "shardkit/base/index.h"
+#include "shardkit/eval/eval_plan.h"
 #include "shardkit/loader/loader.h"
 #include "shardkit/loader/multimodal_plan.h"
 #include "shardkit/loader/train_plan.h"
@@ -235,6 +236,20 @@ NumpyArray<T> ToArray(std::span<const T> values) {
 inline Int64View ViewOf(const std::vector<Index>& v, nb::handle owner) {
   static_assert(sizeof(Index) == sizeof(std::int64_t));
   return Int64View(reinterpret_cast<const std::int64_t*>(v.data()), {v.size()}, owner);
+}
+
+// The getter of a bound class's std::vector<Index> member as ViewOf's view
+// of it: .def_prop_ro("offsets", &MemberView<&Packing::offsets>).
+template <typename Pointer>
+struct MemberOwner;
+template <typename Class, typename Field>
+struct MemberOwner<Field Class::*> {
+  using type = Class;
+};
+template <auto Member>
+Int64View MemberView(nb::handle self) {
+  using Class = typename MemberOwner<decltype(Member)>::type;
+  return ViewOf(nb::cast<const Class&>(self).*Member, self);
 }
 
 // A tuple of ints.
@@ -519,21 +534,17 @@ void ReadOptions(nb::handle kwargs, LoaderOptions* options, const char* what = "
 void ReadOptions(nb::handle kwargs, MultimodalOptions* options,
                  const char* what = "MultimodalPlan");
 void ReadOptions(nb::handle kwargs, CollateOptions* options, const char* what);
+// ShardPlan's and EvalPlan's keyword options by their tables (ShardOptions'
+// weights: an array of numbers, or None for none).
+void ReadOptions(nb::handle kwargs, ShardOptions* options, const char* what = "ShardPlan");
+void ReadOptions(nb::handle kwargs, EvalOptions* options, const char* what = "EvalPlan");
 [[nodiscard]] nb::dict WriteOptions(const LoaderOptions& options);
-
-// The window and order arguments ShardPlan and EvalPlan share (ShardOptions,
-// EvalOptions: split, offset, limit, shuffle, seed, epoch), converted by the
-// rules above; each error names its parameter.
-template <typename Options>
-void ReadWindowAndOrder(nb::handle split, nb::handle offset, nb::handle limit, nb::handle shuffle,
-                        nb::handle seed, nb::handle epoch, Options* o) {
-  o->split = ParseSplit(ToStr(split, "split"));
-  o->offset = ToIndex(offset, "offset");
-  o->limit = ToOptionalIndex(limit, "limit");
-  o->shuffle = ToBool(shuffle, "shuffle");
-  o->seed = ToUint64(seed, "seed");
-  o->epoch = ToUint64(epoch, "epoch");
-}
+// The keyword parameters of an options struct as a signature spells them
+// ("split: str = 'round_robin', ..."), in the table's order with the core's
+// defaults: the bindings that take the struct's fields as **options build
+// their nb::sig with it, so the stub and help() show every option.
+[[nodiscard]] std::string OptionParameters(const ShardOptions& defaults);
+[[nodiscard]] std::string OptionParameters(const EvalOptions& defaults);
 
 // ---- one init function per core area; module.cc calls them in order ----------
 

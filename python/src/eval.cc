@@ -126,6 +126,13 @@ std::optional<DataRoles> RolesArgument(nb::handle roles, nb::handle mesh, nb::ha
 }  // namespace
 
 void init_eval_plan(nb::module_& m) {
+  // The keyword options and their defaults are EvalOptions' (its table in
+  // shardkit/loader/option_fields.h).
+  static const std::string init_signature =
+      "def __init__(self, num_items: int, world_size: int | None = None, batch_size: int | None = "
+      "None, *, roles: DataRoles | None = None, mesh: typing.Any = None, data_axes: str | "
+      "collections.abc.Sequence[str] | None = None, " +
+      OptionParameters(EvalOptions{}) + ") -> None";
   nb::class_<EvalBatches>(m, "_EvalBatches")
       .def("__iter__", [](nb::handle self) { return self; })
       .def("__next__", [](EvalBatches& it) {
@@ -159,18 +166,13 @@ void init_eval_plan(nb::module_& m) {
       "(2, 1, [1, 3, 5, 7])\n")
       .def(
           "__init__",
-          [](EvalPlan* self, Int num_items, OptionalInt world_size, Int batch_size, Int devices,
-             OptionalInt min_device_batch, Str split, Bool shuffle, Int seed, Int epoch,
-             nb::handle roles, nb::handle mesh, nb::handle data_axes, Int offset, OptionalInt limit,
-             Str window) {
+          [](EvalPlan* self, Int num_items, OptionalInt world_size, Int batch_size,
+             nb::handle roles, nb::handle mesh, nb::handle data_axes, nb::kwargs options) {
             EvalOptions o;
             const Index n = ToIndex(num_items, "num_items");
             const std::optional<Index> w = ToOptionalIndex(world_size, "world_size");
             const Index b = ToIndex(batch_size, "batch_size");
-            o.devices = ToIndex(devices, "devices");
-            o.min_device_batch = ToOptionalIndex(min_device_batch, "min_device_batch").value_or(0);
-            ReadWindowAndOrder(split, offset, limit, shuffle, seed, epoch, &o);
-            o.window = ParseWindowRule(ToStr(window, "window"));
+            ReadOptions(options, &o);
             const std::optional<DataRoles> r = RolesArgument(roles, mesh, data_axes);
             if (!r) {
               if (!w) throw std::invalid_argument("world_size: required unless roles= is given");
@@ -185,19 +187,9 @@ void init_eval_plan(nb::module_& m) {
             new (self) EvalPlan(n, *r, b, o);
           },
           "num_items"_a.none(), "world_size"_a.none() = nb::none(),
-          "batch_size"_a.none() = nb::none(), nb::kw_only(), "devices"_a.none() = 1,
-          "min_device_batch"_a.none() = nb::none(), "split"_a.none() = "round_robin",
-          "shuffle"_a.none() = false, "seed"_a.none() = 0, "epoch"_a.none() = 0,
-          "roles"_a.none() = nb::none(), "mesh"_a.none() = nb::none(),
-          "data_axes"_a.none() = nb::none(), "offset"_a.none() = 0, "limit"_a.none() = nb::none(),
-          "window"_a.none() = "strict",
-          nb::sig("def __init__(self, num_items: int, world_size: int | None = None, "
-                  "batch_size: int | None = None, *, devices: int = 1, "
-                  "min_device_batch: int | None = None, split: str = 'round_robin', "
-                  "shuffle: bool = False, seed: int = 0, epoch: int = 0, "
-                  "roles: DataRoles | None = None, mesh: typing.Any = None, "
-                  "data_axes: str | collections.abc.Sequence[str] | None = None, offset: int = 0, "
-                  "limit: int | None = None, window: str = 'strict') -> None"))
+          "batch_size"_a.none() = nb::none(), nb::kw_only(), "roles"_a.none() = nb::none(),
+          "mesh"_a.none() = nb::none(), "data_axes"_a.none() = nb::none(), "options"_a,
+          nb::sig(init_signature.c_str()))
       .def_prop_ro(
           "roles", [](const EvalPlan& p) { return p.roles(); },
           "The DataRoles the plan was built from (None without roles=): the plan's ranks are\n"

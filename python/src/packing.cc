@@ -41,26 +41,26 @@ PackOptions MakeOptions(Index capacity, const std::string& algorithm,
 
 nb::tuple PieceTuple(const Piece& p) { return nb::make_tuple(p.item, p.start, p.length, p.images); }
 
-// The context-parallel options of the _cp_* helpers.
-ContextParallelOptions CpOptions(Index cp_size, std::optional<Index> cp_granularity,
-                                 const std::string& cp_strategy = "head_tail") {
+// The arguments the _cp_* helpers share: one row of the documents `lengths`
+// (items 0, 1, ... in order) and the context-parallel options, the row
+// checked by the core (ValidateCpRow) for them and `how`.
+struct CpRow {
   ContextParallelOptions cp;
-  cp.size = cp_size;
-  cp.granularity = cp_granularity;
-  cp.strategy = ParseCpStrategy(cp_strategy);
-  return cp;
-}
-
-// One row of the documents `lengths` (items 0, 1, ... in order), checked by
-// the core (ValidateCpRow) for `cp` and `how`.
-std::vector<Piece> CheckedCpRow(const std::vector<Index>& lengths, Index seq_len,
-                                const ContextParallelOptions& cp, CpSplit how) {
   std::vector<Piece> pieces;
+};
+
+CpRow CheckedCpRow(const std::vector<Index>& lengths, Index seq_len, Index cp_size,
+                   std::optional<Index> cp_granularity, const std::string& cp_strategy,
+                   CpSplit how) {
+  CpRow row;
+  row.cp.size = cp_size;
+  row.cp.granularity = cp_granularity;
+  row.cp.strategy = ParseCpStrategy(cp_strategy);
   for (std::size_t i = 0; i < lengths.size(); ++i) {
-    pieces.push_back(Piece{static_cast<Index>(i), lengths[i], 0, 0});
+    row.pieces.push_back(Piece{static_cast<Index>(i), lengths[i], 0, 0});
   }
-  ValidateCpRow(pieces, seq_len, cp, how);
-  return pieces;
+  ValidateCpRow(row.pieces, seq_len, row.cp, how);
+  return row;
 }
 
 }  // namespace
@@ -81,22 +81,11 @@ void init_packing(nb::module_& m) {
       .def_prop_ro("split_items", [](const Packing& p) { return p.split_items; })
       .def_prop_ro("tokens", [](const Packing& p) { return p.tokens; })
       .def_prop_ro("images_packed", [](const Packing& p) { return p.image_count; })
-      .def_prop_ro(
-          "offsets",
-          [](nb::handle self) { return ViewOf(nb::cast<const Packing&>(self).offsets, self); })
-      .def_prop_ro(
-          "items",
-          [](nb::handle self) { return ViewOf(nb::cast<const Packing&>(self).items, self); })
-      .def_prop_ro(
-          "lengths",
-          [](nb::handle self) { return ViewOf(nb::cast<const Packing&>(self).lengths, self); })
-      .def_prop_ro(
-          "starts",
-          [](nb::handle self) { return ViewOf(nb::cast<const Packing&>(self).starts, self); })
-      .def_prop_ro("dropped_items",
-                   [](nb::handle self) {
-                     return ViewOf(nb::cast<const Packing&>(self).dropped_items, self);
-                   })
+      .def_prop_ro("offsets", &MemberView<&Packing::offsets>)
+      .def_prop_ro("items", &MemberView<&Packing::items>)
+      .def_prop_ro("lengths", &MemberView<&Packing::lengths>)
+      .def_prop_ro("starts", &MemberView<&Packing::starts>)
+      .def_prop_ro("dropped_items", &MemberView<&Packing::dropped_items>)
       .def_prop_ro(
           "packs",
           [](const Packing& p) {
@@ -247,12 +236,8 @@ void init_packing(nb::module_& m) {
           },
           "float64 [num_steps, world_size]: each rank's cost at each step")
       .def_ro("padding_packs", &RankSchedule::padding_packs)
-      .def_prop_ro(
-          "dropped_packs",
-          [](nb::handle self) {
-            return ViewOf(nb::cast<const RankSchedule&>(self).dropped_packs, self);
-          },
-          "ids of the packs left out (drop_last)")
+      .def_prop_ro("dropped_packs", &MemberView<&RankSchedule::dropped_packs>,
+                   "ids of the packs left out (drop_last)")
       .def_ro("max_step_imbalance", &RankSchedule::max_step_imbalance,
               "max over steps of heaviest rank / mean rank - 1")
       .def_ro("max_full_step_imbalance", &RankSchedule::max_full_step_imbalance,
@@ -373,10 +358,9 @@ void init_packing(nb::module_& m) {
       "_cp_rank_work",
       [](const std::vector<Index>& lengths, Index seq_len, Index cp_size, const std::string& split,
          std::optional<Index> cp_granularity) {
-        const ContextParallelOptions cp = CpOptions(cp_size, cp_granularity);
         const CpSplit how = ParseCpSplit(split);
-        const std::vector<Piece> pieces = CheckedCpRow(lengths, seq_len, cp, how);
-        return CpRankWork(pieces, seq_len, cp, how);
+        const CpRow row = CheckedCpRow(lengths, seq_len, cp_size, cp_granularity, "head_tail", how);
+        return CpRankWork(row.pieces, seq_len, row.cp, how);
       },
       "lengths"_a, "seq_len"_a, "cp_size"_a, "split"_a = "document_head_tail",
       "cp_granularity"_a = nb::none());
@@ -385,10 +369,9 @@ void init_packing(nb::module_& m) {
       "_cp_document_padding",
       [](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
          std::optional<Index> cp_granularity, const std::string& cp_strategy) {
-        const ContextParallelOptions cp = CpOptions(cp_size, cp_granularity, cp_strategy);
-        const std::vector<Piece> pieces =
-            CheckedCpRow(lengths, seq_len, cp, CpSplit::kDocumentHeadTail);
-        return CpDocumentPadding(pieces, seq_len, cp);
+        const CpRow row = CheckedCpRow(lengths, seq_len, cp_size, cp_granularity, cp_strategy,
+                                       CpSplit::kDocumentHeadTail);
+        return CpDocumentPadding(row.pieces, seq_len, row.cp);
       },
       "lengths"_a, "seq_len"_a, "cp_size"_a, "cp_granularity"_a = nb::none(),
       "cp_strategy"_a = "head_tail");
@@ -397,12 +380,11 @@ void init_packing(nb::module_& m) {
       "_cp_restore_index",
       [](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
          std::optional<Index> cp_granularity, const std::string& cp_strategy) {
-        const ContextParallelOptions cp = CpOptions(cp_size, cp_granularity, cp_strategy);
-        const std::vector<Piece> pieces =
-            CheckedCpRow(lengths, seq_len, cp, CpSplit::kDocumentHeadTail);
+        const CpRow row = CheckedCpRow(lengths, seq_len, cp_size, cp_granularity, cp_strategy,
+                                       CpSplit::kDocumentHeadTail);
         std::int64_t* data;
         auto out = NewNd<std::int64_t>({static_cast<std::size_t>(seq_len)}, &data);
-        FillCpRestoreIndex(pieces, seq_len, cp, data);
+        FillCpRestoreIndex(row.pieces, seq_len, row.cp, data);
         return out;
       },
       "lengths"_a, "seq_len"_a, "cp_size"_a, "cp_granularity"_a = nb::none(),

@@ -49,6 +49,11 @@ std::optional<double> IfWeighted(const AuditReport& r, double value) {
 }  // namespace
 
 void init_shard_plan(nb::module_& m) {
+  // The keyword options and their defaults are ShardOptions' (its table in
+  // shardkit/loader/option_fields.h).
+  static const std::string init_signature =
+      "def __init__(self, num_items: int, world_size: int, *, " + OptionParameters(ShardOptions{}) +
+      ") -> None";
   nb::class_<Shard>(m, "Shard",
                     "One rank's (or one dataloader worker's) list of global item indices.\n\n"
                     "O(1) random access; padded entries are the trailing ``padding`` ones.")
@@ -205,24 +210,16 @@ void init_shard_plan(nb::module_& m) {
       "remainder -> workers, a pure function of its parameters.")
       .def(
           "__init__",
-          [](ShardPlan* self, Int num_items, Int world_size, Str split, Str remainder, Int offset,
-             OptionalInt limit, Bool shuffle, Int seed, Int epoch, FloatArray weights,
-             Bool equal_counts) {
+          [](ShardPlan* self, Int num_items, Int world_size, nb::kwargs options) {
             ShardOptions o;
             const Index n = ToIndex(num_items, "num_items");
             const Index w = ToIndex(world_size, "world_size");
-            ReadWindowAndOrder(split, offset, limit, shuffle, seed, epoch, &o);
-            o.remainder = ParseRemainder(ToStr(remainder, "remainder"));
-            o.equal_counts = ToBool(equal_counts, "equal_counts");
-            if (!weights.is_none()) o.weights = ToDoubles(weights, "weights");
+            ReadOptions(options, &o);
             ReleaseGil release;
             new (self) ShardPlan(n, w, std::move(o));
           },
-          // .none(): None reaches ToIndex/ToStr/ToBool, whose TypeError names the parameter.
-          "num_items"_a.none(), "world_size"_a.none(), nb::kw_only(),
-          "split"_a.none() = "round_robin", "remainder"_a.none() = "uneven", "offset"_a.none() = 0,
-          "limit"_a.none() = nb::none(), "shuffle"_a.none() = false, "seed"_a.none() = 0,
-          "epoch"_a.none() = 0, "weights"_a.none() = nb::none(), "equal_counts"_a.none() = false)
+          // .none(): None reaches ToIndex, whose TypeError names the parameter.
+          "num_items"_a.none(), "world_size"_a.none(), "options"_a, nb::sig(init_signature.c_str()))
       .def(
           "shard",
           [](const ShardPlan& p, Int rank, Int worker, Int num_workers) {

@@ -18,31 +18,26 @@ ShardPlan MakeItemPlan(Index num_items, Index world_size, const EvalOptions& o) 
                  "contiguous): evaluation needs no weights to be exact");
   }
   ShardOptions so;
-  so.offset = o.offset;
-  so.limit = o.limit;
+  static_cast<ItemSplitOptions&>(so) = o;  // remainder uneven, the default
   if (o.window == WindowRule::kHarness) {
     // lm-eval / lmms-eval: `limit = int(limit) if limit else None`, and
     // islice from an offset beyond the data yields nothing.
     if (o.limit && *o.limit == 0) so.limit.reset();
     if (o.offset > num_items && num_items >= 0) so.offset = num_items;
   }
-  so.split = o.split;
-  so.remainder = Remainder::kUneven;
-  so.shuffle = o.shuffle;
-  so.seed = o.seed;
-  so.epoch = o.epoch;
   return ShardPlan(num_items, world_size, so);
 }
 
 Index EffectiveBatch(Index batch_size, const EvalOptions& o) {
   CheckAtLeast("batch_size", batch_size, 1);
   CheckAtLeast("devices", o.devices, 1);
-  CheckAtLeast("min_device_batch", o.min_device_batch, 0);
+  const Index min_device_batch = o.min_device_batch.value_or(0);
+  CheckAtLeast("min_device_batch", min_device_batch, 0);
   if (batch_size % o.devices != 0) {
     ThrowInvalid("devices", Str(o.devices) + " devices do not divide batch_size " +
                                 Str(batch_size) + " (each device needs an equal share)");
   }
-  const Index per_device = std::max(batch_size / o.devices, o.min_device_batch);
+  const Index per_device = std::max(batch_size / o.devices, min_device_batch);
   return CheckedMul("min_device_batch", per_device, o.devices);
 }
 
@@ -168,7 +163,7 @@ std::uint64_t EvalPlan::Fingerprint() const {
   add(static_cast<std::uint64_t>(world_size()));
   add(static_cast<std::uint64_t>(batch_));
   add(static_cast<std::uint64_t>(options_.devices));
-  add(static_cast<std::uint64_t>(options_.min_device_batch));
+  add(static_cast<std::uint64_t>(options_.min_device_batch.value_or(0)));  // unset and 0 alike
   add(static_cast<std::uint64_t>(options_.split));
   add(options_.shuffle ? 1 : 0);
   add(options_.seed);
@@ -187,7 +182,9 @@ std::string EvalPlan::Describe() const {
   std::string s = "EvalPlan(num_items=" + Str(num_items()) + ", world_size=" + Str(world_size()) +
                   ", batch_size=" + Str(batch_) + ", devices=" + Str(options_.devices) +
                   ", split=" + std::string(SplitName(options_.split));
-  if (options_.min_device_batch) s += ", min_device_batch=" + Str(options_.min_device_batch);
+  if (options_.min_device_batch.value_or(0) != 0) {
+    s += ", min_device_batch=" + Str(*options_.min_device_batch);
+  }
   if (window_begin() != 0 || window_size() != num_items()) {
     s += ", window=[" + Str(window_begin()) + ", " + Str(window_begin() + window_size()) + ")";
   }

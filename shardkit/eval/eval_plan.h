@@ -72,15 +72,11 @@ enum class WindowRule { kStrict, kHarness };
 [[nodiscard]] WindowRule ParseWindowRule(std::string_view name);
 [[nodiscard]] std::string_view WindowRuleName(WindowRule rule);
 
-struct EvalOptions {
-  Index devices = 1;                 // local devices per rank; divides batch_size
-  Index min_device_batch = 0;        // 0: no minimum (Flax's None)
-  Split split = Split::kRoundRobin;  // round_robin (lmms-eval) or contiguous
-  bool shuffle = false;
-  std::uint64_t seed = 0;
-  std::uint64_t epoch = 0;
-  Index offset = 0;            // first item of the window
-  std::optional<Index> limit;  // an upper bound on the window size
+// The items' window, order and split (ItemSplitOptions, shard_plan.h; split
+// round_robin as lmms-eval, or contiguous) plus what only an evaluation has.
+struct EvalOptions : ItemSplitOptions {
+  Index devices = 1;                      // local devices per rank; divides batch_size
+  std::optional<Index> min_device_batch;  // unset: no minimum (Flax's None)
   WindowRule window = WindowRule::kStrict;
 };
 

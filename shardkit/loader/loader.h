@@ -103,9 +103,10 @@ struct LoaderOptions : TrainOptions, PaddingOptions {
   // and every piece is in exactly one batch of one rank; worker k of K yields
   // the rank's steps k, k + K, ... (Batch::index is the step). Not with
   // shard_files (see above).
-  // Off by default here (the per-rank planner is the building block); the
-  // Python TokenLoader, the torch datasets and the CLI turn it on.
-  bool equal_steps = false;
+  // On by default, the default of a training loader written here once: the
+  // Python TokenLoader, the torch datasets and the CLI read it from here, and
+  // equal_steps=False / --per-rank turn it off (the per-rank packer).
+  bool equal_steps = true;
   // Also fill Batch::block_mask (packing_metadata.h's dense block-diagonal
   // mask, [batch_size, seq_len, seq_len] bytes), causal within each piece.
   bool block_mask = false;

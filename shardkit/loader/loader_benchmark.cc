@@ -54,6 +54,7 @@ std::shared_ptr<const TokenSource> Source() {
 // Loader options of [kBatch, kSeqLen] batches on `world_size` ranks (rank 0).
 LoaderOptions BenchOptions(Index world_size = 1) {
   LoaderOptions o;
+  o.equal_steps = false;  // per rank; the equal-steps runs turn it on
   o.seq_len = kSeqLen;
   o.batch_size = kBatch;
   o.world_size = world_size;

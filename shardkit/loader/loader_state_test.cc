@@ -141,6 +141,7 @@ TEST(LoaderStateTest, SaveToJsonAndResumeEqualsTheUninterruptedRun) {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 40; ++trial) {
     LoaderOptions o;
+    o.equal_steps = false;
     o.seq_len = 8 + static_cast<Index>(rng() % 40);
     o.batch_size = 1 + static_cast<Index>(rng() % 4);
     o.world_size = 1 + static_cast<Index>(rng() % 3);

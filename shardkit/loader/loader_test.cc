@@ -160,6 +160,7 @@ void ExpectSameBatch(const Batch& a, const Batch& b) {
 
 LoaderOptions RandomOptions(std::mt19937_64& rng) {
   LoaderOptions o;
+  o.equal_steps = false;
   o.seq_len = 8 + static_cast<Index>(rng() % 60);
   o.batch_size = 1 + static_cast<Index>(rng() % 4);
   o.world_size = 1 + static_cast<Index>(rng() % 5);
@@ -198,6 +199,7 @@ TEST(LoaderTest, EveryDocumentOnceAcrossRanksAndWorkers) {
 TEST(LoaderTest, ShuffleIsOneGlobalOrderPerSeedAndEpoch) {
   Data data = SeededData(2, 50, 4);
   LoaderOptions o;
+  o.equal_steps = false;
   o.seq_len = 4;  // a document (<= 4 tokens) fills at most one row
   o.batch_size = 1;
   o.algorithm = PackAlgorithm::kNextFit;

@@ -74,6 +74,7 @@ void BM_MixtureLoaderBatches(benchmark::State& state) {
     source = MixtureSource(c.sources, mix, MixtureEpochWindow(mix, 20000, 0));
   }
   LoaderOptions o;
+  o.equal_steps = false;
   o.seq_len = 2048;
   o.batch_size = 8;
   o.shuffle = false;

@@ -82,8 +82,62 @@ TEST(OptionFieldsTest, LoaderOptionsAreTheTrainAndPaddingOptionsPlusTheirOwn) {
   }
 }
 
+TEST(OptionFieldsTest, PackOptionsTableVisitsEveryField) {
+  EXPECT_EQ(Visited<PackOptions>().size(), AggregateElements<PackOptions>());
+}
+
+TEST(OptionFieldsTest, TrainPackOptionsCarriesEveryPackerFieldOfThePlan) {
+  // Every TrainOptions field set apart from its default: each PackOptions
+  // field but the packer-only ones must change (a field the mapping forgot
+  // keeps its default and fails here), to the plan's value.
+  TrainOptions t;
+  t.seq_len = 96;
+  t.algorithm = PackAlgorithm::kNextFit;
+  t.max_images = 3;
+  t.max_sequences = 5;
+  t.oversize = Oversize::kSplit;  // the packer's default is drop
+  t.buffer = 7;
+  const PackOptions p = TrainPackOptions(t);
+  const PackOptions d;
+  std::set<std::string> carried;
+  VisitOptions(p, [&](const char* name, const auto& field) {
+    VisitOptions(d, [&](const char* default_name, const auto& default_field) {
+      if constexpr (std::is_same_v<decltype(field), decltype(default_field)>) {
+        if (std::string(name) == default_name && !(field == default_field)) carried.insert(name);
+      }
+    });
+  });
+  std::set<std::string> expected = Visited<PackOptions>();
+  for (std::string_view only : kPackerOnlyFields) expected.erase(std::string(only));
+  EXPECT_EQ(carried, expected);
+  EXPECT_EQ(p.capacity, 96);
+  EXPECT_EQ(p.algorithm, PackAlgorithm::kNextFit);
+  EXPECT_EQ(p.max_images, 3);
+  EXPECT_EQ(p.max_sequences, 5);
+  EXPECT_EQ(p.oversize, Oversize::kSplit);
+  EXPECT_EQ(p.buffer, 7);
+  EXPECT_EQ(p.compat, PackCompat::kNone);
+}
+
 TEST(OptionFieldsTest, MultimodalOptionsTableVisitsEveryField) {
   EXPECT_EQ(Visited<MultimodalOptions>().size(), AggregateElements<MultimodalOptions>());
+}
+
+TEST(OptionFieldsTest, ItemSplitOptionsTableVisitsEveryField) {
+  EXPECT_EQ(Visited<ItemSplitOptions>().size(), AggregateElements<ItemSplitOptions>());
+}
+
+TEST(OptionFieldsTest, ShardAndEvalOptionsAreTheItemSplitPlusTheirOwn) {
+  // One base (ItemSplitOptions) plus each struct's own fields.
+  const auto split = Visited<ItemSplitOptions>();
+  const auto shard = Visited<ShardOptions>();
+  const auto eval = Visited<EvalOptions>();
+  EXPECT_EQ(shard.size(), split.size() + AggregateElements<ShardOptions>() - 1);
+  EXPECT_EQ(eval.size(), split.size() + AggregateElements<EvalOptions>() - 1);
+  for (const std::string& name : split) {
+    EXPECT_TRUE(shard.contains(name)) << name;
+    EXPECT_TRUE(eval.contains(name)) << name;
+  }
 }
 
 TEST(OptionFieldsTest, TheLoaderCollatesWithItsOwnPaddingOptions) {

@@ -15,6 +15,7 @@
 #include "shardkit/loader/internal/train_deal.h"
 #include "shardkit/loader/internal/train_reader.h"
 #include "shardkit/loader/internal/train_tally.h"
+#include "shardkit/loader/option_fields.h"
 
 namespace shardkit {
 
@@ -45,13 +46,11 @@ using internal::SkipToPosition;
 using internal::Tally;
 
 PackOptions TrainPackOptions(const TrainOptions& o) {
+  // By name through the two tables (option_fields.h): a new packing field
+  // of both structs is carried without a line here.
+  constexpr std::pair<std::string_view, std::string_view> kRenamed[] = {{"seq_len", "capacity"}};
   PackOptions p;
-  p.capacity = o.seq_len;
-  p.algorithm = o.algorithm;
-  p.max_images = o.max_images;
-  p.max_sequences = o.max_sequences;
-  p.oversize = o.oversize;
-  p.buffer = o.buffer;
+  AssignFieldsByName(o, &p, kRenamed);
   return p;
 }
 

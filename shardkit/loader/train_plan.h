@@ -208,8 +208,10 @@ struct TrainOptions {
 };
 
 // The packer options of the plan's pack stream: capacity seq_len, algorithm,
-// buffer, max_images, max_sequences, oversize. The one mapping from a
-// TrainOptions to the packing engine (the per-rank loader packs with it too).
+// buffer, max_images, max_sequences, oversize (every PackOptions field that
+// TrainOptions has by name, option_fields.h; compat stays none). The one
+// mapping from a TrainOptions to the packing engine (the per-rank loader
+// packs with it too).
 [[nodiscard]] PackOptions TrainPackOptions(const TrainOptions& options);
 
 // Where a run stands: the same on every rank, independent of world size and

@@ -35,6 +35,8 @@ Split ParseSplit(std::string_view name) { return kSplits.Parse(name); }
 std::string_view SplitName(Split split) { return kSplits.Name(split); }
 Remainder ParseRemainder(std::string_view name) { return kRemainders.Parse(name); }
 std::string_view RemainderName(Remainder remainder) { return kRemainders.Name(remainder); }
+std::vector<std::string_view> SplitNames() { return kSplits.Names(); }
+std::vector<std::string_view> RemainderNames() { return kRemainders.Names(); }
 
 // The balanced split: per-rank lists of window positions in epoch order, and
 // the inverse map. Only ranks [0, min(W, M)) can receive items (see Assign).

@@ -53,15 +53,26 @@ enum class Remainder { kUneven, kDrop, kPad, kReplicate };
 [[nodiscard]] Remainder ParseRemainder(std::string_view name);
 [[nodiscard]] std::string_view SplitName(Split split);
 [[nodiscard]] std::string_view RemainderName(Remainder remainder);
+// Every name Parse accepts, in the order of the name table (the CLI's help
+// lists these).
+[[nodiscard]] std::vector<std::string_view> SplitNames();
+[[nodiscard]] std::vector<std::string_view> RemainderNames();
 
-struct ShardOptions {
+// The window, order and split of the items over ranks: the options a
+// ShardPlan and an EvalPlan (shardkit/eval/eval_plan.h) share, each default
+// written once here; both contain it, and an EvalPlan hands it to its item
+// plan whole.
+struct ItemSplitOptions {
   Split split = Split::kRoundRobin;
-  Remainder remainder = Remainder::kUneven;
   Index offset = 0;
   std::optional<Index> limit;  // an upper bound on the window size
   bool shuffle = false;
   std::uint64_t seed = 0;
   std::uint64_t epoch = 0;
+};
+
+struct ShardOptions : ItemSplitOptions {
+  Remainder remainder = Remainder::kUneven;
   // One non-negative finite weight per item of [0, num_items) (bytes, tokens,
   // measured cost). Required by `balanced`; otherwise only reported as loads.
   std::vector<double> weights;

@@ -96,10 +96,13 @@ inline void ExpectDocuments(const TokenSource& s,
 }
 
 // Loader options of `batch_size` rows of `seq_len` tokens for rank `rank` of
-// `world_size`; every other option at its default.
+// `world_size`, packed per rank (equal_steps off: the building block these
+// tests check; a test of the plan turns it on); every other option at its
+// default.
 inline LoaderOptions RowOptions(Index seq_len, Index batch_size, Index world_size = 1,
                                 Index rank = 0) {
   LoaderOptions o;
+  o.equal_steps = false;
   o.seq_len = seq_len;
   o.batch_size = batch_size;
   o.world_size = world_size;
