@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from sealing import reseal
 from test_loader import make_data
+from test_share_plan import pieces_of
 
 import shardkit
 
@@ -94,20 +95,6 @@ def test_mixture_numpy_with_edge_ranges_and_hostile_out_buffers():
 
 
 # ---- share_plan: the host's plan file edited, cut, swapped, replayed ------------
-
-
-def pieces_of(loader):
-    out = []
-    for batch in loader:
-        triples = zip(batch["documents"], batch["starts"], batch["lengths"])
-        out.append(
-            (
-                [(int(d), int(s), int(n)) for d, s, n in triples],
-                batch["input_ids"].tobytes(),
-                batch["labels"].tobytes(),
-            )
-        )
-    return out
 
 
 def test_share_plan_file_mutations_never_change_what_a_rank_delivers(tmp_path, monkeypatch):
