@@ -143,7 +143,7 @@ TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options, const Train
   }
   // The stream at `position`, checked, is checkpoint 0: the reader starts there.
   const bool continuous = options_.mode == TrainMode::kContinuous;
-  PackStream stream(&documents_, options_, continuous);
+  PackStream stream(&documents_, options_, continuous, compact_.get());
   SkipToPosition(&documents_, options_, &stream, position_param_);
   checkpoints_.push_back(std::make_shared<const Checkpoint>(stream.Save()));
   lazy_ = std::make_unique<Lazy>();
@@ -156,7 +156,7 @@ Index TrainPlan::DocumentsReadAt(Index position) const {
     const Checkpoint& c = *checkpoints_.front();
     if (c.epoch == options_.epoch && c.popped == position) return c.pushed;
   }
-  PackStream stream(&documents_, options_, false);
+  PackStream stream(&documents_, options_, false, compact_.get());
   if (position < 0 || stream.Skip(position) != position) {
     PackStream count(&documents_, options_, false);
     const Index p = count.Skip(std::numeric_limits<Index>::max());
@@ -212,6 +212,12 @@ void TrainPlan::Prepare() {
   if (granule > 1) h.Add(kCpTag ^ static_cast<std::uint64_t>(granule));
   Index total = 0, total_images = 0;
   std::uint64_t lengths[Hasher::kArrayBlock], images[Hasher::kArrayBlock];
+  // The shuffled reads of a large corpus's lengths go to a compact copy
+  // written in this pass (internal::CompactLengths, 2 bytes a document).
+  std::unique_ptr<internal::CompactLengths> compact;
+  if (o.shuffle && documents_.count >= internal::CompactLengths::kFrom) {
+    compact = std::make_unique<internal::CompactLengths>(documents_.count);
+  }
   constexpr Index kBlock = static_cast<Index>(Hasher::kArrayBlock);
   for (Index begin = 0; begin < documents_.count; begin += kBlock) {
     const Index n = std::min(kBlock, documents_.count - begin);
@@ -235,7 +241,9 @@ void TrainPlan::Prepare() {
     }
     h.AddArray(lengths, static_cast<std::size_t>(n));
     if (documents_.images) h.AddArray(images, static_cast<std::size_t>(n));
+    if (compact) compact->Set(begin, lengths, n);
   }
+  compact_ = std::move(compact);
   // The data's identity beyond its lengths (a token source's content hash).
   if (documents_.identity != 0) h.Add(documents_.identity);
   stream_ = h.Finish();
@@ -264,7 +272,7 @@ void TrainPlan::CheckPositionBound() const {
 void TrainPlan::Construct() const {
   const TrainOptions& o = options_;
   const bool continuous = o.mode == TrainMode::kContinuous;
-  PackStream stream(&documents_, o, continuous);
+  PackStream stream(&documents_, o, continuous, compact_.get());
   SkipToPosition(&documents_, o, &stream, position_param_);
   Tally tally(o, rows_per_rank_, stream_);
   Deal deal;
