@@ -127,6 +127,11 @@ TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options, const Train
     position_param_ = "state.position";
   }
   Prepare();
+  // The shuffled reads of a large corpus's lengths go to a compact copy,
+  // made by the first stream that reads them (internal::CompactLengths).
+  if (options_.shuffle && documents_.count >= internal::CompactLengths::kFrom) {
+    compact_ = std::make_shared<internal::LazyCompactLengths>();
+  }
   if (state && state->stream != stream_) {
     ThrowInvalid("state",
                  "was saved for another data set or packing configuration: the data differs "
@@ -212,12 +217,6 @@ void TrainPlan::Prepare() {
   if (granule > 1) h.Add(kCpTag ^ static_cast<std::uint64_t>(granule));
   Index total = 0, total_images = 0;
   std::uint64_t lengths[Hasher::kArrayBlock], images[Hasher::kArrayBlock];
-  // The shuffled reads of a large corpus's lengths go to a compact copy
-  // written in this pass (internal::CompactLengths, 2 bytes a document).
-  std::unique_ptr<internal::CompactLengths> compact;
-  if (o.shuffle && documents_.count >= internal::CompactLengths::kFrom) {
-    compact = std::make_unique<internal::CompactLengths>(documents_.count);
-  }
   constexpr Index kBlock = static_cast<Index>(Hasher::kArrayBlock);
   for (Index begin = 0; begin < documents_.count; begin += kBlock) {
     const Index n = std::min(kBlock, documents_.count - begin);
@@ -241,9 +240,7 @@ void TrainPlan::Prepare() {
     }
     h.AddArray(lengths, static_cast<std::size_t>(n));
     if (documents_.images) h.AddArray(images, static_cast<std::size_t>(n));
-    if (compact) compact->Set(begin, lengths, n);
   }
-  compact_ = std::move(compact);
   // The data's identity beyond its lengths (a token source's content hash).
   if (documents_.identity != 0) h.Add(documents_.identity);
   stream_ = h.Finish();

@@ -87,7 +87,7 @@ namespace shardkit {
 struct HostPlanOptions;  // host_plan.h
 struct HostPlanInfo;
 namespace internal {
-class CompactLengths;  // internal/pack_stream.h
+class LazyCompactLengths;  // internal/pack_stream.h
 }  // namespace internal
 
 enum class TrainMode { kPad, kContinuous, kDrop };
@@ -417,9 +417,9 @@ class TrainPlan {
   mutable Index checkpoint_stride_ = 1;                                 // steps between checkpoints
   mutable std::vector<std::shared_ptr<const Checkpoint>> checkpoints_;  // step k * stride
   std::unique_ptr<Lazy> lazy_;
-  // The lengths' compact copy the streams read in shuffled order (Prepare
-  // makes it from CompactLengths::kFrom documents on), or null.
-  std::shared_ptr<const internal::CompactLengths> compact_;
+  // The lengths' compact copy the streams read in shuffled order (from
+  // CompactLengths::kFrom documents on, made on first use), or null.
+  std::shared_ptr<const internal::LazyCompactLengths> compact_;
 };
 
 class TrainPlan::Reader {

@@ -341,7 +341,7 @@ TEST(TrainPlanTest, DocumentsFromOffsetsArraysOrCallsGiveTheSamePlan) {
 }
 
 // From 2^21 documents on (internal::CompactLengths::kFrom) a shuffled plan
-// reads its lengths from a 2-byte copy made in Prepare's pass, lengths of
+// reads its lengths from a 2-byte copy its first stream makes, lengths of
 // 65535 tokens or more escaped to the documents themselves: every pack
 // delivered is the oracle's (the documents in the keyed order through a
 // StreamingPacker) for lengths from spans with image counts, from offsets and

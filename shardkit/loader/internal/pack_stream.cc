@@ -22,10 +22,10 @@ constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
 }  // namespace
 
-CompactLengths::CompactLengths(Index count) {
+CompactLengths::CompactLengths(const TrainDocuments& docs) {
   // A whole number of 2 MB pages (aligned_alloc wants a multiple of the
   // alignment).
-  const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(std::uint16_t);
+  const std::size_t bytes = static_cast<std::size_t>(docs.count) * sizeof(std::uint16_t);
   const std::size_t size = std::max(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
   data_ = static_cast<std::uint16_t*>(std::aligned_alloc(kHugePage, size));
   if (data_ == nullptr) throw std::bad_alloc();
@@ -34,6 +34,12 @@ CompactLengths::CompactLengths(Index count) {
   // the lengths a line and a page that int64 lengths do.
   (void)::madvise(data_, size, MADV_HUGEPAGE);
 #endif
+  // A length read as negative (data changed under the plan: the documents
+  // were checked when it was made) is escaped too: read as before.
+  for (Index d = 0; d < docs.count; ++d) {
+    data_[d] = static_cast<std::uint16_t>(
+        std::min<std::uint64_t>(static_cast<std::uint64_t>(docs.Length(d)), kEscape));
+  }
 }
 
 CompactLengths::~CompactLengths() { std::free(data_); }

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <string_view>
 #include <vector>
@@ -36,41 +38,47 @@ namespace internal {
 // pages (madvise MADV_HUGEPAGE, where the system has them). Over 1e8
 // documents the 800 MB of int64 lengths or offsets become 200 MB: a hundred
 // 2 MB pages (the TLB covers them) and 32 lengths a cache line instead of 8.
-// TrainPlan::Prepare fills it in its pass over every length; the plan's
-// streams read it, the same values as the documents', so the plan is the
-// same bit for bit.
+// The same values as the documents', so the plan is the same bit for bit.
 class CompactLengths {
  public:
   static constexpr std::uint16_t kEscape = 0xFFFF;
-  // Made from this many documents on, for shuffled plans (PackStream's
-  // gathered reads start there too): below it the lengths mostly stay in
-  // the caches.
+  // Made from this many documents on, for shuffled plans: below it the
+  // lengths mostly stay in the caches.
   static constexpr Index kFrom = Index{1} << 21;
 
-  explicit CompactLengths(Index count);
+  // One sequential pass over docs' lengths.
+  explicit CompactLengths(const TrainDocuments& docs);
   ~CompactLengths();
   CompactLengths(const CompactLengths&) = delete;
   CompactLengths& operator=(const CompactLengths&) = delete;
 
-  // Lengths of documents [begin, begin + n).
-  void Set(Index begin, const std::uint64_t* lengths, Index n) {
-    std::uint16_t* out = data_ + begin;
-    for (Index i = 0; i < n; ++i) {
-      out[i] = static_cast<std::uint16_t>(std::min<std::uint64_t>(lengths[i], kEscape));
-    }
-  }
   [[nodiscard]] const std::uint16_t* data() const { return data_; }
 
  private:
   std::uint16_t* data_ = nullptr;
 };
 
+// A plan's CompactLengths, made once by the first stream that gathers (so a
+// plan whose streams never read the lengths in shuffled order, a rank that
+// reads a shared host plan's file, never holds one). Thread-safe.
+class LazyCompactLengths {
+ public:
+  [[nodiscard]] const CompactLengths* Get(const TrainDocuments& docs) const {
+    std::call_once(once_, [&] { made_ = std::make_unique<CompactLengths>(docs); });
+    return made_.get();
+  }
+
+ private:
+  mutable std::once_flag once_;
+  mutable std::unique_ptr<CompactLengths> made_;
+};
+
 class PackStream {
  public:
-  // compact: the documents' lengths in CompactLengths form (read when
-  // shuffled), or null.
+  // compact: the plan's compact copy of the lengths (read when shuffled),
+  // or null.
   PackStream(const TrainDocuments* docs, const TrainOptions& o, bool continuous,
-             const CompactLengths* compact = nullptr)
+             const LazyCompactLengths* compact = nullptr)
       : docs_(docs),
         options_(TrainPackOptions(o)),
         shuffle_(o.shuffle),
@@ -80,7 +88,7 @@ class PackStream {
         lengths_(docs->length_data    ? reinterpret_cast<const char*>(docs->length_data)
                  : docs->offsets_data ? reinterpret_cast<const char*>(docs->offsets_data)
                                       : docs->pointer_bytes),
-        compact_(shuffle_ ? compact : nullptr),
+        lazy_compact_(shuffle_ ? compact : nullptr),
         order_(docs->count, o.seed, o.epoch),
         epoch_(o.epoch),
         packer_(options_) {}
@@ -167,7 +175,7 @@ class PackStream {
   [[nodiscard]] Index dropped() const { return dropped_; }
   [[nodiscard]] Index split_items() const { return packer_.State().split_items; }
   void set_dropped_sink(std::vector<Index>* sink) { dropped_sink_ = sink; }
-  [[nodiscard]] const CompactLengths* compact() const { return compact_; }
+  [[nodiscard]] const LazyCompactLengths* compact() const { return lazy_compact_; }
 
   // The whole stream of one epoch: its packs, dropped and split documents.
   struct EpochTotals {
@@ -221,7 +229,7 @@ class PackStream {
     const std::size_t j = static_cast<std::size_t>(block_at_++);
     ++pushed_;
     const Index d = block_[j];
-    if (compact_) {
+    if (lazy_compact_) {
       packer_.Push(d, CpPaddedLength(block_length_[j], granule_), block_images_[j]);
     } else {
       if (j + kAhead < block_.size()) Prefetch(block_[j + kAhead]);
@@ -245,10 +253,11 @@ class PackStream {
     }
     block_at_ = 0;
     const Index* ids = block_.data();
-    if (!compact_) {
+    if (!lazy_compact_) {
       for (Index j = 0; j < std::min(kAhead, n); ++j) Prefetch(ids[j]);
       return;
     }
+    if (!compact_) compact_ = lazy_compact_->Get(*docs_);
     block_size_ = std::min(2 * block_size_, kMaxBlock);
     block_length_.resize(un);
     block_images_.resize(un);
@@ -284,8 +293,9 @@ class PackStream {
   // length_data, offsets_data or pointer_bytes: 8 bytes per document (prefetched)
   const char* lengths_;
   // The lengths' compact copy (shuffled plans from CompactLengths::kFrom
-  // documents on: blocks are gathered from it), or null.
-  const CompactLengths* compact_;
+  // documents on: blocks are gathered from it), or null; compact_ once got.
+  const LazyCompactLengths* lazy_compact_;
+  const CompactLengths* compact_ = nullptr;
   Permutation order_;
   std::uint64_t epoch_;
   Index pushed_ = 0;
