@@ -131,6 +131,11 @@ TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options, const Train
     position_param_ = "state.position";
   }
   Prepare();
+  // The shuffled reads of a large corpus's lengths go to a compact copy,
+  // made by the first stream that reads them (internal::CompactLengths).
+  if (options_.shuffle && documents_.count >= internal::CompactLengths::kFrom) {
+    compact_ = std::make_shared<internal::LazyCompactLengths>();
+  }
   if (state && state->stream != stream_) {
     ThrowInvalid("state",
                  "was saved for another data set or packing configuration: the data differs "
@@ -147,7 +152,7 @@ TrainPlan::TrainPlan(TrainDocuments documents, TrainOptions options, const Train
   }
   // The stream at `position`, checked, is checkpoint 0: the reader starts there.
   const bool continuous = options_.mode == TrainMode::kContinuous;
-  PackStream stream(&documents_, options_, continuous);
+  PackStream stream(&documents_, options_, continuous, compact_.get());
   SkipToPosition(&documents_, options_, &stream, position_param_);
   checkpoints_.push_back(std::make_shared<const Checkpoint>(stream.Save()));
   lazy_ = std::make_unique<Lazy>();
@@ -160,7 +165,7 @@ Index TrainPlan::DocumentsReadAt(Index position) const {
     const Checkpoint& c = *checkpoints_.front();
     if (c.epoch == options_.epoch && c.popped == position) return c.pushed;
   }
-  PackStream stream(&documents_, options_, false);
+  PackStream stream(&documents_, options_, false, compact_.get());
   if (position < 0 || stream.Skip(position) != position) {
     PackStream count(&documents_, options_, false);
     const Index p = count.Skip(std::numeric_limits<Index>::max());
@@ -285,7 +290,7 @@ void TrainPlan::CheckPositionBound() const {
 void TrainPlan::Construct() const {
   const TrainOptions& o = options_;
   const bool continuous = o.mode == TrainMode::kContinuous;
-  PackStream stream(&documents_, o, continuous);
+  PackStream stream(&documents_, o, continuous, compact_.get());
   SkipToPosition(&documents_, o, &stream, position_param_);
   Tally tally(o, rows_per_rank_, stream_);
   Deal deal;

@@ -48,9 +48,11 @@
 // Cost: construction runs the whole epoch through the packer and the deal
 // once (it needs P to know num_steps) in O(N log buffer) time and
 // O(buffer + world_size * rows_per_rank) memory plus at most kCheckpoints
-// packer checkpoints; Step(rank, s) replays from the nearest checkpoint at or
-// before s (O(N / kCheckpoints) packed documents). A Reader streams the steps
-// of one rank in order at planning speed.
+// packer checkpoints (a shuffled plan of 2^21 documents or more also keeps a
+// copy of the lengths, 2 bytes a document, for its shuffled reads);
+// Step(rank, s) replays from the nearest checkpoint at or before s
+// (O(N / kCheckpoints) packed documents). A Reader streams the steps of one
+// rank in order at planning speed.
 //
 // A loader reading one rank's steps builds its plan Deferred and reads it
 // with ReadOnce: one pass deals and counts every step and hands out the
@@ -88,6 +90,9 @@ namespace shardkit {
 
 struct HostPlanOptions;  // host_plan.h
 struct HostPlanInfo;
+namespace internal {
+class LazyCompactLengths;  // internal/pack_stream.h
+}  // namespace internal
 
 enum class TrainMode { kPad, kContinuous, kDrop };
 // "pad", "continuous", "drop"; Parse throws invalid_argument naming `mode`.
@@ -427,6 +432,9 @@ class TrainPlan {
   mutable Index checkpoint_stride_ = 1;                                 // steps between checkpoints
   mutable std::vector<std::shared_ptr<const Checkpoint>> checkpoints_;  // step k * stride
   std::unique_ptr<Lazy> lazy_;
+  // The lengths' compact copy the streams read in shuffled order (from
+  // CompactLengths::kFrom documents on, made on first use), or null.
+  std::shared_ptr<const internal::LazyCompactLengths> compact_;
 };
 
 class TrainPlan::Reader {

@@ -10,6 +10,7 @@
 // included).
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -73,6 +74,25 @@ BENCHMARK(BM_TrainPlanBuild)
     ->ArgNames({"seq_len", "algorithm"})
     ->Unit(benchmark::kMillisecond);
 
+// The first n lengths as n + 1 offsets (made once per n).
+const std::vector<std::int64_t>& Offsets(Index n) {
+  static std::map<Index, std::vector<std::int64_t>> made;
+  std::vector<std::int64_t>& v = made[n];
+  if (v.empty()) {
+    const auto& lengths = Lengths(n);
+    v.reserve(lengths.size() + 1);
+    v.push_back(0);
+    for (Index l : lengths) v.push_back(v.back() + l);
+  }
+  return v;
+}
+
+void ReportNsPerDoc(benchmark::State& state, Index docs) {
+  state.counters["ns/doc"] =
+      benchmark::Counter(static_cast<double>(docs) * static_cast<double>(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 // Construction cost per document against the number of documents (the goal:
 // linear, ns/doc within 1.2x from 1e6 to 1e8). 1e8 documents (800 MB of
 // lengths, ~10 s a plan) only with SHARDKIT_BENCH_LARGE=1, one iteration.
@@ -84,11 +104,34 @@ void BM_TrainPlanBuildN(benchmark::State& state) {
     plan = std::make_unique<TrainPlan>(TrainDocuments::FromSpans(lengths), o);
     benchmark::DoNotOptimize(plan->num_steps());
   }
-  state.counters["ns/doc"] = benchmark::Counter(
-      static_cast<double>(lengths.size()) * static_cast<double>(state.iterations()) / 1e9,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  ReportNsPerDoc(state, static_cast<Index>(lengths.size()));
 }
+
+// The same from document offsets, the form a loader's token source gives the
+// plan (TrainDocumentsOf: an int64 .npy or in-memory offsets; a length is two
+// offsets apart, clamped), with the loader's Deferred plan read once by one
+// rank (an equal-steps TokenLoader's pass). 1e8: SHARDKIT_BENCH_LARGE=1
+// (1.6 GB: the lengths and the offsets).
+void BM_TrainPlanBuildNOffsetsReadOnce(benchmark::State& state) {
+  const auto& offsets = Offsets(state.range(0));
+  const TrainOptions o = Options(4096, PackAlgorithm::kBestFitDecreasing);
+  for (auto _ : state) {
+    auto plan = TrainPlan::Deferred(TrainDocuments::FromOffsets(offsets), o, std::nullopt);
+    auto reader = plan->ReadOnce(3, 0);
+    TrainStep step;
+    Index n = 0;
+    while (reader->Next(&step)) n += step.tokens;
+    benchmark::DoNotOptimize(n);
+  }
+  ReportNsPerDoc(state, static_cast<Index>(offsets.size()) - 1);
+}
+
 BENCHMARK(BM_TrainPlanBuildN)
+    ->Arg(1'000'000)
+    ->Arg(10'000'000)
+    ->ArgName("documents")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainPlanBuildNOffsetsReadOnce)
     ->Arg(1'000'000)
     ->Arg(10'000'000)
     ->ArgName("documents")
@@ -97,6 +140,12 @@ const bool kLarge = [] {
   const char* large = std::getenv("SHARDKIT_BENCH_LARGE");
   if (large && std::string_view(large) == "1") {
     benchmark::RegisterBenchmark("BM_TrainPlanBuildN", BM_TrainPlanBuildN)
+        ->Arg(100'000'000)
+        ->ArgName("documents")
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("BM_TrainPlanBuildNOffsetsReadOnce",
+                                 BM_TrainPlanBuildNOffsetsReadOnce)
         ->Arg(100'000'000)
         ->ArgName("documents")
         ->Iterations(1)

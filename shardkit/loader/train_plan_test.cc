@@ -17,6 +17,7 @@
 
 #include "shardkit/base/hash.h"
 #include "shardkit/base/json.h"
+#include "shardkit/loader/internal/pack_stream.h"
 #include "shardkit/loader/internal/test_corpus.h"
 #include "shardkit/sharding/permutation.h"
 
@@ -336,6 +337,102 @@ TEST(TrainPlanTest, DocumentsFromOffsetsArraysOrCallsGiveTheSamePlan) {
     ADD_FAILURE() << "an empty offsets span was accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("offsets"), std::string::npos) << e.what();
+  }
+}
+
+// From 2^21 documents on (internal::CompactLengths::kFrom) a shuffled plan
+// reads its lengths from a 2-byte copy its first stream makes, lengths of
+// 65535 tokens or more escaped to the documents themselves: every pack
+// delivered is the oracle's (the documents in the keyed order through a
+// StreamingPacker) for lengths from spans with image counts, from offsets and
+// from a call per document; a step replayed from a checkpoint and a deferred
+// plan read once give the same rows; a continuous plan's packs of the next
+// epoch too.
+TEST(TrainPlanTest, LargeShuffledCorporaDeliverTheOraclesPacks) {
+  const Index n = internal::CompactLengths::kFrom + 4321;
+  std::mt19937_64 rng(77);
+  std::vector<Index> lengths(static_cast<std::size_t>(n)), images(lengths.size());
+  for (auto& l : lengths) {
+    const auto r = rng() % 1000;
+    l = r < 3   ? static_cast<Index>(65534 + rng() % 3)  // around the escape
+        : r < 5 ? static_cast<Index>(65536 + rng() % 200000)
+                : static_cast<Index>(rng() % 400);
+  }
+  for (auto& i : images) i = static_cast<Index>(rng() % 3);
+  std::vector<std::int64_t> offsets = {0};
+  for (Index l : lengths) offsets.push_back(offsets.back() + l);
+  TrainDocuments calls;
+  calls.count = n;
+  calls.length = [&lengths](Index d) { return lengths[static_cast<std::size_t>(d)]; };
+
+  struct Case {
+    const char* name;
+    TrainDocuments docs;
+    bool images;
+    TrainMode mode;
+  };
+  const Case cases[] = {
+      {"spans with images", TrainDocuments::FromSpans(lengths, images), true, TrainMode::kPad},
+      {"offsets", TrainDocuments::FromOffsets(offsets), false, TrainMode::kContinuous},
+      {"calls", calls, false, TrainMode::kDrop},
+  };
+  for (const Case& c : cases) {
+    TrainOptions o = PlanOptions(4096, 4, 8);
+    o.seed = 1234;
+    o.epoch = 1;
+    o.mode = c.mode;
+    if (c.images) o.max_images = 5;
+    const TrainPlan plan(c.docs, o);
+    SCOPED_TRACE(std::string(c.name) + ": " + plan.Describe());
+    ASSERT_GT(plan.num_steps(), 2);
+    const std::vector<Index> no_images;
+    const Stream oracle = Oracle(lengths, c.images ? images : no_images, o, o.epoch);
+    const Stream next =
+        c.mode == TrainMode::kContinuous ? Oracle(lengths, no_images, o, o.epoch + 1) : Stream{};
+    const Index P = static_cast<Index>(oracle.packs.size());
+    // Every step's rows per rank (Read(-1)); each pack against the oracle's.
+    std::vector<std::vector<TrainStep>> steps;
+    std::vector<char> seen(static_cast<std::size_t>(P), 0);
+    Index this_epoch = 0, next_epoch = 0;
+    auto all = plan.Read(-1);
+    std::vector<TrainStep> step;
+    for (Index k = 0; k < plan.num_steps() && all->NextAll(&step); ++k) {
+      for (const TrainStep& t : step) {
+        for (std::size_t j = 0; j < t.rows.size(); ++j) {
+          const Index g = t.row_packs[j];
+          if (g < 0) continue;  // filler
+          if (t.row_epochs[j] == o.epoch) {
+            ASSERT_LT(g, P);
+            ASSERT_FALSE(seen[static_cast<std::size_t>(g)]) << "pack " << g << " twice";
+            seen[static_cast<std::size_t>(g)] = 1;
+            ASSERT_EQ(t.rows[j], oracle.packs[static_cast<std::size_t>(g)]) << "pack " << g;
+            ++this_epoch;
+          } else {
+            ASSERT_EQ(t.row_epochs[j], o.epoch + 1);
+            ASSERT_LT(g, static_cast<Index>(next.packs.size()));
+            ASSERT_EQ(t.rows[j], next.packs[static_cast<std::size_t>(g)]) << "next epoch's " << g;
+            ++next_epoch;
+          }
+        }
+      }
+      steps.push_back(step);
+    }
+    const Index R = 8 * 4;
+    EXPECT_EQ(this_epoch, c.mode == TrainMode::kDrop ? P / R * R : P);
+    EXPECT_EQ(next_epoch, c.mode == TrainMode::kContinuous ? plan.summary().next_epoch_rows : 0);
+    EXPECT_EQ(plan.summary().dropped, static_cast<Index>(oracle.dropped.size()));
+    // A step in the middle, replayed from the nearest checkpoint.
+    const Index mid = plan.num_steps() / 2 + 1;
+    for (Index r = 0; r < 8; ++r) EXPECT_EQ(plan.Step(r, mid).rows, steps[mid][r].rows);
+    // A deferred plan read once by rank 5.
+    auto deferred = TrainPlan::Deferred(c.docs, o, std::nullopt);
+    auto reader = deferred->ReadOnce(5, 0);
+    TrainStep t;
+    Index s = 0;
+    for (; s < plan.num_steps() && reader->Next(&t); ++s) {
+      ASSERT_EQ(t.rows, steps[s][5].rows) << "step " << s;
+    }
+    EXPECT_EQ(s, plan.num_steps());
   }
 }
 

@@ -9,8 +9,9 @@
 #define SHARDKIT_LOADER_INTERNAL_PACK_STREAM_H_
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <string_view>
 #include <vector>
@@ -31,9 +32,53 @@ struct TrainPlan::Checkpoint {
 
 namespace internal {
 
+// A compact copy of a corpus's document lengths for the shuffled reads of a
+// large plan: 2 bytes a document (kEscape: 65535 tokens or more, read from
+// the documents), in one 2 MB-aligned buffer advised into transparent huge
+// pages (madvise MADV_HUGEPAGE, where the system has them). Over 1e8
+// documents the 800 MB of int64 lengths or offsets become 200 MB: a hundred
+// 2 MB pages (the TLB covers them) and 32 lengths a cache line instead of 8.
+// The same values as the documents', so the plan is the same bit for bit.
+class CompactLengths {
+ public:
+  static constexpr std::uint16_t kEscape = 0xFFFF;
+  // Made from this many documents on, for shuffled plans: below it the
+  // lengths mostly stay in the caches.
+  static constexpr Index kFrom = Index{1} << 21;
+
+  // One sequential pass over docs' lengths.
+  explicit CompactLengths(const TrainDocuments& docs);
+  ~CompactLengths();
+  CompactLengths(const CompactLengths&) = delete;
+  CompactLengths& operator=(const CompactLengths&) = delete;
+
+  [[nodiscard]] const std::uint16_t* data() const { return data_; }
+
+ private:
+  std::uint16_t* data_ = nullptr;
+};
+
+// A plan's CompactLengths, made once by the first stream that gathers (so a
+// plan whose streams never read the lengths in shuffled order, a rank that
+// reads a shared host plan's file, never holds one). Thread-safe.
+class LazyCompactLengths {
+ public:
+  [[nodiscard]] const CompactLengths* Get(const TrainDocuments& docs) const {
+    std::call_once(once_, [&] { made_ = std::make_unique<CompactLengths>(docs); });
+    return made_.get();
+  }
+
+ private:
+  mutable std::once_flag once_;
+  mutable std::unique_ptr<CompactLengths> made_;
+};
+
 class PackStream {
  public:
-  PackStream(const TrainDocuments* docs, const TrainOptions& o, bool continuous)
+  // compact: the plan's compact copy of the lengths (read when shuffled),
+  // or null.
+  PackStream(const TrainDocuments* docs, const TrainOptions& o, bool continuous,
+             const LazyCompactLengths* compact = nullptr)
       : docs_(docs),
         options_(TrainPackOptions(o)),
         shuffle_(o.shuffle),
@@ -43,6 +88,7 @@ class PackStream {
         lengths_(docs->length_data    ? reinterpret_cast<const char*>(docs->length_data)
                  : docs->offsets_data ? reinterpret_cast<const char*>(docs->offsets_data)
                                       : docs->pointer_bytes),
+        lazy_compact_(shuffle_ ? compact : nullptr),
         order_(docs->count, o.seed, o.epoch),
         epoch_(o.epoch),
         packer_(options_) {}
@@ -129,6 +175,7 @@ class PackStream {
   [[nodiscard]] Index dropped() const { return dropped_; }
   [[nodiscard]] Index split_items() const { return packer_.State().split_items; }
   void set_dropped_sink(std::vector<Index>* sink) { dropped_sink_ = sink; }
+  [[nodiscard]] const LazyCompactLengths* compact() const { return lazy_compact_; }
 
   // The whole stream of one epoch: its packs, dropped and split documents.
   struct EpochTotals {
@@ -165,25 +212,24 @@ class PackStream {
   }
 
   // The next document of the order. Ids come in blocks from
-  // Permutation::Fill. Below kBucketFrom documents (an array the caches
-  // mostly hold) the length of the document kAhead places ahead is
-  // prefetched as documents are pushed. From kBucketFrom documents on
-  // (shuffled), every read missed the TLB and stalled the packer (204
-  // ns/document at 1e8 against 67 at 1e6): a block's lengths and image counts
-  // are gathered at once, its ids first put in order of their high bits (a
-  // counting sort into 2^kBucketBits ranges) so that the reads of one range
-  // share their pages' translations, in blocks that start at kBlock ids (a
-  // reader restored at a checkpoint reads a few) and double up to kMaxBlock
-  // along a pass. The ids, and so the plan, are the same either way.
-  static constexpr Index kBlock = 512, kMaxBlock = Index{1} << 18, kAhead = 24;
-  static constexpr Index kBucketFrom = Index{1} << 21;
-  static constexpr int kBucketBits = 11;
+  // Permutation::Fill. Without a compact copy of the lengths (below
+  // CompactLengths::kFrom documents, an array the caches mostly hold, or
+  // unshuffled) the length of the document kAhead places ahead is prefetched
+  // as documents are pushed. With one (shuffled, from kFrom documents on) a
+  // block's lengths and image counts are gathered from it at once, kAhead
+  // reads prefetched ahead, in blocks that start at kBlock ids (a reader
+  // restored at a checkpoint reads a few) and double up to kMaxBlock (their
+  // arrays stay in L2). In the 8-byte arrays every shuffled read had missed
+  // the TLB (204 ns/document at 1e8 against 67 at 1e6; 100 with the ids
+  // first counting-sorted by their high bits, which the copy made slower).
+  // The ids and the lengths, and so the plan, are the same either way.
+  static constexpr Index kBlock = 512, kMaxBlock = 4096, kAhead = 24;
   void PushNext() {
     if (block_at_ == static_cast<Index>(block_.size())) FillBlock();
     const std::size_t j = static_cast<std::size_t>(block_at_++);
     ++pushed_;
     const Index d = block_[j];
-    if (gathered_) {
+    if (lazy_compact_) {
       packer_.Push(d, CpPaddedLength(block_length_[j], granule_), block_images_[j]);
     } else {
       if (j + kAhead < block_.size()) Prefetch(block_[j + kAhead]);
@@ -207,32 +253,27 @@ class PackStream {
     }
     block_at_ = 0;
     const Index* ids = block_.data();
-    if (!gathered_) {
+    if (!lazy_compact_) {
       for (Index j = 0; j < std::min(kAhead, n); ++j) Prefetch(ids[j]);
       return;
     }
+    if (!compact_) compact_ = lazy_compact_->Get(*docs_);
     block_size_ = std::min(2 * block_size_, kMaxBlock);
     block_length_.resize(un);
     block_images_.resize(un);
-    const bool images = docs_->images_data || docs_->images;
-    if (!images) std::fill(block_images_.begin(), block_images_.end(), 0);
-    // slots_: the block's slots in order of their ids' high bits.
-    const int shift =
-        std::max(0, static_cast<int>(std::bit_width(static_cast<std::uint64_t>(docs_->count - 1))) -
-                        kBucketBits);
-    bucket_start_.assign((std::size_t{1} << kBucketBits) + 1, 0);
-    for (Index j = 0; j < n; ++j) ++bucket_start_[static_cast<std::size_t>(ids[j] >> shift) + 1];
-    for (std::size_t b = 1; b < bucket_start_.size(); ++b) bucket_start_[b] += bucket_start_[b - 1];
-    slots_.resize(un);
+    const std::uint16_t* compact = compact_->data();
+    const Index* images_data = docs_->images_data;
+    const bool images = images_data || docs_->images;
     for (Index j = 0; j < n; ++j) {
-      slots_[static_cast<std::size_t>(bucket_start_[static_cast<std::size_t>(ids[j] >> shift)]++)] =
-          static_cast<std::uint32_t>(j);
-    }
-    for (Index k = 0; k < n; ++k) {
-      if (k + kAhead < n) Prefetch(ids[slots_[static_cast<std::size_t>(k + kAhead)]]);
-      const std::size_t j = slots_[static_cast<std::size_t>(k)];
-      block_length_[j] = docs_->Length(ids[j]);
-      if (images) block_images_[j] = docs_->Images(ids[j]);
+      if (j + kAhead < n) {
+        __builtin_prefetch(compact + ids[j + kAhead]);
+        if (images_data) __builtin_prefetch(images_data + ids[j + kAhead]);
+      }
+      const Index d = ids[j];
+      const std::uint16_t c = compact[d];
+      block_length_[static_cast<std::size_t>(j)] =
+          c != CompactLengths::kEscape ? Index{c} : docs_->Length(d);
+      block_images_[static_cast<std::size_t>(j)] = images ? docs_->Images(d) : 0;
     }
   }
   void Prefetch(Index d) const {
@@ -251,6 +292,10 @@ class PackStream {
   Index granule_;  // CP granularity: documents packed padded to it
   // length_data, offsets_data or pointer_bytes: 8 bytes per document (prefetched)
   const char* lengths_;
+  // The lengths' compact copy (shuffled plans from CompactLengths::kFrom
+  // documents on: blocks are gathered from it), or null; compact_ once got.
+  const LazyCompactLengths* lazy_compact_;
+  const CompactLengths* compact_ = nullptr;
   Permutation order_;
   std::uint64_t epoch_;
   Index pushed_ = 0;
@@ -260,13 +305,9 @@ class PackStream {
   StreamingPacker packer_;
   std::vector<Index>* dropped_sink_ = nullptr;
   std::vector<Index> block_;         // ids of order positions [pushed_ - block_at_, ...)
-  std::vector<Index> block_length_;  // their lengths and image counts
+  std::vector<Index> block_length_;  // their lengths and image counts (compact_ set)
   std::vector<Index> block_images_;
-  // Whether blocks are gathered (and bucketed) before they are pushed.
-  bool gathered_ = shuffle_ && docs_->count >= kBucketFrom;
-  Index block_size_ = kBlock;        // of the next block (doubles along a pass)
-  std::vector<Index> bucket_start_;  // the bucketed gather's counting sort
-  std::vector<std::uint32_t> slots_;
+  Index block_size_ = kBlock;  // of the next block (doubles along a pass)
   Index block_at_ = 0;
   EpochTotals left_;  // of the first epoch this stream left (continuous)
   bool left_set_ = false;

@@ -44,7 +44,8 @@ struct TrainPlan::Reader::Impl {
   Impl(const TrainPlan* p, Index r)
       : plan(p),
         rank(r),
-        stream(&p->documents_, p->options_, p->options_.mode == TrainMode::kContinuous) {}
+        stream(&p->documents_, p->options_, p->options_.mode == TrainMode::kContinuous,
+               p->compact_.get()) {}
 
   void SeekTo(Index first) {
     const Index c = std::min<Index>(first / plan->checkpoint_stride_,
