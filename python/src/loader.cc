@@ -343,6 +343,7 @@ void init_loader(nb::module_& m) {
             std::vector<std::int64_t> values(static_cast<std::size_t>(n));
             {
               ReleaseGil release;
+              s.source->CheckUnchanged();
               if (const std::int64_t* offsets = s.source->ContiguousOffsets()) {
                 for (Index d = 0; d < n; ++d) values[d] = offsets[d + 1] - offsets[d];
               } else {
@@ -356,6 +357,7 @@ void init_loader(nb::module_& m) {
           "document",
           [](const PySource& s, Index d) {
             CheckIndex("document", d, 0, s.source->num_documents());
+            s.source->CheckUnchanged(d);
             const Index n = s.source->DocumentLength(d);
             std::vector<std::int32_t> values(static_cast<std::size_t>(n));
             s.source->Copy(d, 0, n, values.data());
@@ -366,6 +368,7 @@ void init_loader(nb::module_& m) {
           "document_length",
           [](const PySource& s, Index d) {
             CheckIndex("document", d, 0, s.source->num_documents());
+            s.source->CheckUnchanged(d);
             return s.source->DocumentLength(d);
           },
           "document"_a);

@@ -190,6 +190,7 @@ class Planner {
         packer_(MakePacker(o, std::move(packer))),
         read_(read),
         batches_(batches) {
+    source_.CheckUnchanged();  // planning an equal-steps epoch reads lengths now
     if (o.equal_steps) {
       StartTrainPlan(o);
       return;
@@ -240,8 +241,11 @@ class Planner {
     return StreamingPacker(Options(o));
   }
 
-  // Plans the next batch; false at the end of the epoch.
+  // Plans the next batch; false at the end of the epoch. The plan reads
+  // lengths from the source's mapped files: a file changed since it was
+  // opened is refused first (token_source.h).
   bool Next(Plan* plan) {
+    source_.CheckUnchanged();
     if (train_) return NextStep(plan);
     while (packer_.pending() < batch_size_) {
       if (read_ < list_.size()) {
@@ -570,6 +574,9 @@ void LoaderImpl::StartBatch(const Plan& plan, Batch* batch) {
 }
 
 void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
+  // The copies below read the mapped files: one check per batch that none
+  // changed since it was opened (a truncated one would raise SIGBUS).
+  source_->CheckUnchanged();
   if (options_.cp.size > 1) {
     CollateContextParallel(plan, batch);
     return;

@@ -243,6 +243,8 @@ DataFingerprint SelectedFingerprint(const TokenSource& view) {
 }  // namespace
 
 DataFingerprint FingerprintData(const TokenSource& source) {
+  // The fingerprint samples the mapped files: refuse one changed since open.
+  source.CheckUnchanged();
   if (!source.selected_from().empty()) return SelectedFingerprint(source);
   DataFingerprint f;
   f.documents = source.num_documents();

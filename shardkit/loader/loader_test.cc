@@ -1,7 +1,9 @@
 #include "shardkit/loader/loader.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1080,8 +1082,14 @@ TEST(LoaderTest, RegressionOffsetsFileEditedInPlaceWhileMappedNeverReadsOutsideI
       }
       std::ofstream(off, std::ios::binary) << bytes;
     };
-    // Overwrites every entry in place (no truncation: the mapping stays valid).
+    // Overwrites every entry in place (no truncation: the mapping stays valid)
+    // and sets the modification time back: an edit the open-time check
+    // (TokenSource::CheckUnchanged) cannot see, as one inside the file
+    // system's timestamp granularity; a seen one is refused
+    // (TokenSourceTest.RegressionAFileChangedAfterOpenIsRefusedNeverReadPastItsEnd).
     auto edit = [&] {
+      struct stat before {};
+      ASSERT_EQ(::stat(off.c_str(), &before), 0);
       std::fstream f(off, std::ios::binary | std::ios::in | std::ios::out);
       for (Index d = 0; d <= kDocs; ++d) {
         std::int64_t v;
@@ -1109,6 +1117,9 @@ TEST(LoaderTest, RegressionOffsetsFileEditedInPlaceWhileMappedNeverReadsOutsideI
         f.seekp(static_cast<std::streamoff>(header.size() + static_cast<std::size_t>(d * size)));
         f.write(reinterpret_cast<const char*>(&v), static_cast<std::streamsize>(size));
       }
+      f.close();
+      const struct timespec times[2] = {before.st_atim, before.st_mtim};
+      ASSERT_EQ(::utimensat(AT_FDCWD, off.c_str(), times, 0), 0);
     };
     for (const bool equal_steps : {false, true}) {
       write_valid();

@@ -55,7 +55,14 @@ int TokenDTypeSize(TokenDType type) {
   return 4;
 }
 
-MappedFile::MappedFile(const std::string& path, std::string_view param) : path_(path) {
+namespace {
+std::int64_t Nanoseconds(const struct timespec& t) {
+  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+}  // namespace
+
+MappedFile::MappedFile(const std::string& path, std::string_view param)
+    : path_(path), param_(param) {
   const int fd = OpenRegularFile(param, path);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -64,6 +71,7 @@ MappedFile::MappedFile(const std::string& path, std::string_view param) : path_(
     ThrowInvalid(param, "cannot read '" + path + "': " + why);
   }
   size_ = static_cast<std::uint64_t>(st.st_size);
+  mtime_ns_ = Nanoseconds(st.st_mtim);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
@@ -73,7 +81,28 @@ MappedFile::MappedFile(const std::string& path, std::string_view param) : path_(
     }
     data_ = static_cast<const char*>(p);
   }
-  ::close(fd);
+  // Kept open for CheckUnchanged: an fstat of the descriptor sees the mapped
+  // file itself (a path could name a replacement by now).
+  fd_ = fd;
+}
+
+void MappedFile::CheckUnchanged() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    ThrowInvalid(param_, path_ + ": cannot check it is unchanged since it was opened: " +
+                             std::strerror(errno));
+  }
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size != size_) {
+    ThrowInvalid(param_, path_ + ": changed since it was opened (size " + std::to_string(size_) +
+                             " -> " + std::to_string(size) + ")");
+  }
+  if (Nanoseconds(st.st_mtim) != mtime_ns_) {
+    ThrowInvalid(param_, path_ + ": changed since it was opened (same size " +
+                             std::to_string(size_) + ", written: modification time " +
+                             std::to_string(mtime_ns_) + " -> " +
+                             std::to_string(Nanoseconds(st.st_mtim)) + " ns)");
+  }
 }
 
 void MappedFile::AdviseRandom() const {
@@ -88,6 +117,7 @@ void MappedFile::Release(std::uint64_t end) const {
 
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 namespace {
@@ -636,6 +666,34 @@ void TokenSource::ReleasePages() const {
       if (file != nullptr) file->Release(file->size());
     }
   }
+}
+
+namespace {
+void CheckPartFiles(const MappedFile* tokens, const MappedFile* offsets, const MappedFile* index) {
+  for (const MappedFile* file : {tokens, offsets, index}) {
+    if (file != nullptr) file->CheckUnchanged();
+  }
+}
+}  // namespace
+
+void TokenSource::CheckUnchanged() const {
+  if (gathered_ != nullptr) {
+    for (const auto& source : gathered_->sources) source->CheckUnchanged();
+    return;
+  }
+  for (const Part& p : parts_) {
+    CheckPartFiles(p.tokens_file.get(), p.offsets_file.get(), p.index_file.get());
+  }
+}
+
+void TokenSource::CheckUnchanged(Index d) const {
+  if (gathered_ != nullptr) {
+    const auto [source, local] = Locate(d);
+    source->CheckUnchanged(local);
+    return;
+  }
+  const Part& p = PartOf(d);
+  CheckPartFiles(p.tokens_file.get(), p.offsets_file.get(), p.index_file.get());
 }
 
 Index TokenSource::PartBegin(Index part) const { return part_begin_[part]; }

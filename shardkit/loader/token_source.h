@@ -31,15 +31,23 @@
 //
 // Files changed after opening: the files are mapped, not copied (an offsets
 // array of 10^8 documents is 800 MB), so bytes written into them later reach
-// the reader. Whatever they become, reading never leaves the mapping: every
-// offset read (and a Megatron index's sequence id) is clamped to
-// [0, num_tokens] of its part, DocumentLength is then >= 0, and Copy delivers
-// zeros for tokens past the part's end. The tokens delivered from a file
-// edited in place are unspecified (keep data files immutable; write new
-// versions under new names). A file *truncated* after opening is not caught:
-// touching a page past its new end raises SIGBUS
-// (the kernel's rule for a shrunk shared mapping; a size check before each
-// read would race with the truncation and is not made).
+// the reader, and touching a page past a shrunk file's new end raises SIGBUS
+// (the kernel's rule for a shared mapping). So a reader asks CheckUnchanged
+// before it reads: one fstat of each file's open descriptor, compared with the
+// size and modification time recorded when it was opened; a file
+// truncated, extended or written since is refused with invalid_argument
+// "<param>: <file>: changed since it was opened (size 800000 -> 4096)". The
+// TokenLoader checks before it plans and before it copies each batch, the
+// Python source before each document. The check is not atomic with the read:
+// a file cut between the check and the read still raises SIGBUS, and one
+// written in place in that window (or within the file system's timestamp
+// granularity at the same size, or by a writer that sets the old modification
+// time back) delivers unspecified tokens; keep data files
+// immutable and write new versions under new names (a file replaced by rename
+// is not a change: the opened one stays mapped). Whatever the bytes become,
+// reading never leaves the mapping: every offset read (and a Megatron index's
+// sequence id) is clamped to [0, num_tokens] of its part, DocumentLength is
+// then >= 0, and Copy delivers zeros for tokens past the part's end.
 //
 // Thread-safety: immutable after construction; share freely. Memory is the
 // mapped files (paged in on demand) plus O(number of parts).
@@ -98,11 +106,20 @@ class MappedFile {
   // maps them again): a pass over a large file at open does not leave it
   // all in the process's resident set. Advice only: a failure is ignored.
   void Release(std::uint64_t end) const;
+  // Throws invalid_argument "<param>: <path>: changed since it was opened
+  // (size A -> B)" (or "(same size A, written: modification time ...)") when
+  // an fstat of the file's descriptor, kept open for this, finds another size
+  // or modification time than at open (chmod, links, reads change neither).
+  // One system call; thread-safe.
+  void CheckUnchanged() const;
 
  private:
   std::string path_;
+  std::string param_;
   const char* data_ = nullptr;
   std::uint64_t size_ = 0;
+  int fd_ = -1;
+  std::int64_t mtime_ns_ = 0;
 };
 
 struct SourceOptions {
@@ -218,6 +235,14 @@ class TokenSource {
   // (the kernel maps 64 KB or more around each touched byte) leaves the
   // resident set. The data stays in the page cache; later reads map it again.
   void ReleasePages() const;
+
+  // MappedFile::CheckUnchanged of every file the source reads (every part's
+  // tokens, offsets and index files; a view's: its sources'); nothing for
+  // memory. Throws invalid_argument naming the first changed file. The
+  // second form checks only the files of the part that holds document d.
+  // REQUIRES: 0 <= d < num_documents().
+  void CheckUnchanged() const;
+  void CheckUnchanged(Index d) const;
 
   // Length in tokens of document d. REQUIRES: 0 <= d < num_documents().
   [[nodiscard]] Index DocumentLength(Index d) const;

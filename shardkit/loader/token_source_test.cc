@@ -1,5 +1,6 @@
 #include "shardkit/loader/token_source.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,7 +14,10 @@
 #include <vector>
 
 #include "shardkit/loader/internal/test_corpus.h"
+#include "shardkit/loader/loader.h"
 #include "shardkit/loader/npy.h"
+#include "shardkit/loader/olmo_source.h"
+#include "shardkit/loader/token_writer.h"
 
 namespace shardkit {
 namespace {
@@ -351,6 +355,149 @@ TEST(TokenSourceTest, CorruptOffsetsDeepInALargeFileAreRefusedAtOpenNamingTheEnt
                                             n + 1);
             }).find("offsets[2500001] = " + std::to_string(n + 5) + " is outside [0, "),
             std::string::npos);
+  fs::remove_all(dir);
+}
+
+// Truncates `path` to one page, appends a page, or rewrites every byte past
+// the first 128 in place (same size) and sets a modification time surely not
+// the old one (a write inside the file system's timestamp granularity keeps
+// it: the documented residual case).
+void ChangeFile(const fs::path& path, const std::string& how) {
+  struct stat before {};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  if (how == "truncate") {
+    fs::resize_file(path, 4096);
+  } else if (how == "extend") {
+    fs::resize_file(path, fs::file_size(path) + 4096);
+  } else {
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    for (std::size_t i = 128; i < bytes.size(); ++i) bytes[i] = static_cast<char>(bytes[i] ^ 0x5A);
+    f.seekp(0);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.close();
+    struct timespec times[2] = {before.st_atim, before.st_mtim};
+    times[1].tv_sec += 1;
+    times[1].tv_nsec = (times[1].tv_nsec + 7) % 1'000'000'000;
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  }
+}
+
+// A source of 6000 random documents in one format, its two files (data, then
+// offsets / index / scan cache) and every document as written (the oracle).
+struct ChangedSource {
+  std::function<std::shared_ptr<const TokenSource>()> open;
+  fs::path files[2];
+  std::vector<std::vector<std::int64_t>> documents;
+};
+
+ChangedSource WriteSource(const fs::path& dir, const std::string& format) {
+  std::mt19937_64 rng(31);
+  std::vector<std::vector<std::int64_t>> docs(6000);
+  for (auto& d : docs) {
+    d.resize(1 + rng() % 60);
+    for (auto& t : d) t = static_cast<std::int64_t>(1 + rng() % 60000);
+  }
+  ChangedSource out;
+  const std::string prefix = (dir / format).string();
+  if (format == "olmo") {
+    // A headerless uint16 file, documents ending in EOS 0, from an EOS scan
+    // (its cache is mapped as the part's offsets).
+    std::vector<std::uint16_t> flat;
+    for (auto& d : docs) {
+      d.push_back(0);
+      for (std::int64_t t : d) flat.push_back(static_cast<std::uint16_t>(t));
+    }
+    const std::string path = prefix + ".npy";
+    WriteRaw(path, flat);
+    OlmoOptions o;
+    o.token_dtype = TokenDType::kUint16;
+    o.eos_token_id = 0;
+    out.open = [path, o] { return TokenSource::OpenOlmo(path, o); };
+    (void)out.open();  // writes the scan cache
+    out.files[0] = path;
+    out.files[1] = OlmoCachePath(path, o);
+  } else {
+    const bool npy = format == "npy";
+    TokenWriter writer(prefix, npy ? SourceFormat::kNpy : SourceFormat::kMegatron,
+                       TokenDType::kUint16);
+    for (const auto& d : docs) writer.Add(d.data(), static_cast<Index>(d.size()));
+    const TokenWriterResult r = writer.Finish();
+    out.files[0] = r.files.at(0);
+    out.files[1] = r.files.at(1);
+    if (npy) {
+      out.open = [r] { return TokenSource::Open(r.files[0], r.files[1]); };
+    } else {
+      out.open = [prefix] { return TokenSource::OpenMegatron(prefix); };
+    }
+  }
+  out.documents = std::move(docs);
+  return out;
+}
+
+// The one line a changed file is refused with.
+void ExpectChangedRefusal(const std::string& error, const fs::path& file) {
+  EXPECT_NE(error.find(file.string() + ": changed since it was opened ("), std::string::npos)
+      << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+}
+
+// A source's data or offsets / index / cache file truncated after the source
+// was opened raised SIGBUS on the next read past its new end, and one
+// rewritten in place delivered other tokens. Now, for npy pairs, Megatron
+// .bin/.idx and OLMo files: every check before a document's read, and every
+// TokenLoader batch after the change (per rank and equal steps), is one
+// invalid_argument naming the file; batches delivered before are the
+// uninterrupted run's.
+TEST(TokenSourceTest, RegressionAFileChangedAfterOpenIsRefusedNeverReadPastItsEnd) {
+  const fs::path dir = TempDir("changed");
+  for (const std::string format : {"npy", "megatron", "olmo"}) {
+    for (int which = 0; which < 2; ++which) {
+      for (const std::string how : {"truncate", "extend", "rewrite"}) {
+        for (const int reader : {0, 1, 2}) {  // documents, per-rank batches, equal steps
+          SCOPED_TRACE(format + " file " + std::to_string(which) + " " + how + " reader " +
+                       std::to_string(reader));
+          fs::remove_all(dir);
+          fs::create_directories(dir);
+          const ChangedSource written = WriteSource(dir, format);
+          const fs::path& file = written.files[which];
+          auto source = written.open();
+          const Index n = source->num_documents();
+          ASSERT_EQ(n, static_cast<Index>(written.documents.size()));
+          if (reader == 0) {
+            source->CheckUnchanged(n - 1);
+            std::vector<std::int64_t> got(written.documents[n - 1].size());
+            source->Copy(n - 1, 0, static_cast<Index>(got.size()), got.data());
+            EXPECT_EQ(got, written.documents[n - 1]);
+            ChangeFile(file, how);
+            // The last document lies past a truncated file's end.
+            ExpectChangedRefusal(ErrorOf([&] { source->CheckUnchanged(n - 1); }), file);
+            ExpectChangedRefusal(ErrorOf([&] { source->CheckUnchanged(0); }), file);
+            ExpectChangedRefusal(ErrorOf([&] { source->CheckUnchanged(); }), file);
+            continue;
+          }
+          LoaderOptions o = loader_testing::RowOptions(64, 4);
+          o.equal_steps = reader == 2;
+          std::vector<std::vector<std::int64_t>> oracle;
+          {
+            TokenLoader whole(written.open(), o);
+            while (auto b = whole.Next()) oracle.push_back(b->input_ids);
+          }
+          ASSERT_GT(oracle.size(), 100u);
+          TokenLoader loader(source, o);
+          std::vector<std::vector<std::int64_t>> got;
+          for (int i = 0; i < 2; ++i) got.push_back(loader.Next()->input_ids);
+          ChangeFile(file, how);
+          const std::string error = ErrorOf([&] {
+            while (auto b = loader.Next()) got.push_back(b->input_ids);
+          });
+          ExpectChangedRefusal(error, file);
+          ASSERT_LT(got.size(), oracle.size());
+          for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], oracle[i]) << i;
+        }
+      }
+    }
+  }
   fs::remove_all(dir);
 }
 

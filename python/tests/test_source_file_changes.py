@@ -1,0 +1,165 @@
+"""A token file changed after open_source is refused, never a crash or other tokens.
+
+Sources map their files (token_source.h): a file cut after it was opened used to
+kill the process with SIGBUS on the next read past its new end, and one written in
+place delivered other tokens than the ones the source (and its fingerprint) was
+opened on. Now every read of a batch (TokenLoader) or a document
+(TokenSource.document / document_length / lengths) first compares an fstat of each
+mapped file with its size and modification time at open. For npy pairs, Megatron
+.bin/.idx (written and read back by megatron-core, the oracle of their documents)
+and OLMo token files (with their scan cache), each file is truncated, extended or
+rewritten in place (same size, new mtime) between open and read: the read is one
+ValueError line naming the file and what changed; batches delivered before it are
+the uninterrupted run's.
+"""
+
+import os
+
+import numpy as np
+import pytest
+from test_olmo_source import olmo_documents
+from test_sources import megatron_documents, needs_megatron
+
+import shardkit
+
+try:
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+except ImportError:  # pragma: no cover - needs_megatron skips those cases
+    IndexedDatasetBuilder = None
+
+DOCUMENTS = 6000
+EOS = 0
+CHANGES = ["truncate", "extend", "rewrite"]
+
+
+def random_documents(seed):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(1, 60000, size=int(rng.integers(1, 60))) for _ in range(DOCUMENTS)]
+
+
+def write_npy(tmp_path, docs):
+    """shardkit's pair: (the path to open, [tokens file, offsets file], documents)."""
+    tokens = tmp_path / "part.tokens.npy"
+    offsets = tmp_path / "part.offsets.npy"
+    np.save(tokens, np.concatenate(docs).astype(np.int32))
+    np.save(offsets, np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64))
+    return dict(path=str(tokens)), [tokens, offsets], [d.astype(np.int64) for d in docs]
+
+
+def write_megatron(tmp_path, docs):
+    import torch
+
+    prefix = str(tmp_path / "corpus")
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.int32)
+    for d in docs:
+        builder.add_item(torch.from_numpy(d.astype(np.int64)))
+        builder.end_document()
+    builder.finalize(prefix + ".idx")
+    want = megatron_documents(prefix)  # what Megatron reads: the oracle
+    files = [tmp_path / "corpus.bin", tmp_path / "corpus.idx"]
+    return dict(path=prefix, format="megatron"), files, want
+
+
+def write_olmo(tmp_path, docs):
+    path = tmp_path / "part-0-00000.npy"
+    np.concatenate([np.append(d, EOS) for d in docs]).astype(np.uint16).tofile(path)
+    kw = dict(path=str(path), format="olmo", token_dtype="uint16", eos_token_id=EOS)
+    shardkit.open_source(**kw)  # writes the scan cache, mapped by every later open
+    (cache,) = [p for p in tmp_path.iterdir() if ".shardkit-docs" in p.name]
+    return kw, [path, cache], olmo_documents([str(path)], np.uint16, EOS)
+
+
+FORMATS = {
+    "npy": (write_npy, ()),
+    "megatron": (write_megatron, (needs_megatron,)),
+    "olmo": (write_olmo, ()),
+}
+
+
+def change(path, how):
+    """Truncates to one page, appends a page, or rewrites every byte past the first
+    128 in place (same size) with a modification time surely not the old one."""
+    before = os.stat(path)
+    with open(path, "r+b") as f:
+        if how == "truncate":
+            f.truncate(4096)
+        elif how == "extend":
+            f.seek(0, os.SEEK_END)
+            f.write(bytes(4096))
+        else:
+            data = bytearray(f.read())
+            for i in range(128, len(data)):
+                data[i] ^= 0x5A
+            f.seek(0)
+            f.write(bytes(data))
+    if how == "rewrite":
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_007))
+    after = os.stat(path)
+    return before.st_size, after.st_size
+
+
+def expect_refusal(error, path, sizes):
+    text = str(error)
+    assert "\n" not in text.strip(), text
+    assert path.name in text and "changed since it was opened" in text, text
+    old, new = sizes
+    if old != new:
+        assert f"(size {old} -> {new})" in text, text
+    else:
+        assert f"same size {old}" in text, text
+
+
+def cases():
+    for fmt, (writer, marks) in FORMATS.items():
+        for which in (0, 1):
+            for how in CHANGES:
+                name = f"{fmt}-{'data' if which == 0 else 'index'}-{how}"
+                yield pytest.param(writer, which, how, id=name, marks=marks)
+
+
+@pytest.mark.parametrize("writer,which,how", list(cases()))
+def test_document_reads_refuse_a_changed_file(tmp_path, writer, which, how):
+    kw, files, want = writer(tmp_path, random_documents(7))
+    source = shardkit.open_source(**kw)
+    assert source.num_documents == len(want)
+    for d in (0, len(want) // 2, len(want) - 1):  # unchanged: the oracle's tokens
+        assert source.document(d).tolist() == want[d].tolist(), d
+    sizes = change(files[which], how)
+    # The last document lies past a truncated file's end: SIGBUS before.
+    for read in (
+        lambda: source.document(len(want) - 1),
+        lambda: source.document(0),
+        source.lengths,
+    ):
+        with pytest.raises(ValueError) as e:
+            read()
+        expect_refusal(e.value, files[which], sizes)
+
+
+@pytest.mark.parametrize("equal_steps", [False, True], ids=["per_rank", "equal_steps"])
+@pytest.mark.parametrize("writer,which,how", list(cases()))
+def test_loader_batches_refuse_a_changed_file(tmp_path, writer, which, how, equal_steps):
+    kw, files, want = writer(tmp_path, random_documents(11))
+    options = dict(seq_len=64, batch_size=4, seed=3, equal_steps=equal_steps)
+    # The oracle: the uninterrupted epoch on the unchanged files.
+    oracle = [
+        (b["input_ids"].copy(), b["documents"].copy())
+        for b in shardkit.TokenLoader(shardkit.open_source(**kw), **options)
+    ]
+    assert len(oracle) > 100
+    loader = shardkit.TokenLoader(shardkit.open_source(**kw), **options)
+    got = []
+    it = iter(loader)
+    for _ in range(2):
+        b = next(it)
+        got.append((b["input_ids"].copy(), b["documents"].copy()))
+    sizes = change(files[which], how)
+    with pytest.raises(ValueError) as e:
+        for b in it:
+            got.append((b["input_ids"].copy(), b["documents"].copy()))
+    expect_refusal(e.value, files[which], sizes)
+    # Batches already copied before the change (prefetched) are the oracle's;
+    # none after it.
+    assert len(got) < len(oracle)
+    for (ids, docs), (want_ids, want_docs) in zip(got, oracle):
+        assert np.array_equal(docs, want_docs) and np.array_equal(ids, want_ids)
