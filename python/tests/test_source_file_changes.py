@@ -163,3 +163,60 @@ def test_loader_batches_refuse_a_changed_file(tmp_path, writer, which, how, equa
     assert len(got) < len(oracle)
     for (ids, docs), (want_ids, want_docs) in zip(got, oracle):
         assert np.array_equal(docs, want_docs) and np.array_equal(ids, want_ids)
+
+
+CHILD = r"""
+import os, resource, sys
+import numpy as np
+import shardkit
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))  # 32 descriptors kept at most
+folder, parts = sys.argv[1], int(sys.argv[2])
+source = shardkit.open_source(folder, format="npy")
+last = source.num_documents - 1
+for d in range(source.num_documents):  # every part readable, kept descriptor or not
+    assert source.document(d).tolist() == list(range(d * 1000, (d + 1) * 1000)), d
+tokens = os.path.join(folder, f"p{parts - 1:03d}.tokens.npy")
+offsets = os.path.join(folder, f"p{parts - 1:03d}.offsets.npy")
+how = sys.argv[3]
+if how == "truncate":
+    os.truncate(tokens, 4096)
+else:  # another file renamed over the path: the mapped one is no longer the one named
+    np.save(offsets + ".new.npy", np.array([0, 1000], dtype=np.int64))
+    os.replace(offsets + ".new.npy", offsets)
+try:
+    source.document(last)
+except ValueError as e:
+    print(e)
+else:
+    print("read")
+"""
+
+
+@pytest.mark.parametrize("how", ["truncate", "replace"])
+def test_past_the_descriptor_budget_the_path_is_checked(tmp_path, how):
+    """A source of more files than a quarter of RLIMIT_NOFILE keeps no descriptor for
+    the rest (a Dolma directory of thousands of files must not exhaust the limit):
+    those are checked by path, still one line, never SIGBUS."""
+    import subprocess
+    import sys
+
+    parts = 80  # 160 files, past the limit of 128 if each kept its descriptor; 32 kept
+    for p in range(parts):
+        np.save(
+            tmp_path / f"p{p:03d}.tokens.npy", np.arange(p * 1000, (p + 1) * 1000, dtype=np.int32)
+        )
+        np.save(tmp_path / f"p{p:03d}.offsets.npy", np.array([0, 1000], dtype=np.int64))
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path), str(parts), how],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])  # -7: SIGBUS
+    line = run.stdout.strip()
+    assert "\n" not in line and "changed since it was opened" in line, line
+    if how == "truncate":
+        assert "p079.tokens.npy" in line and "(size 4128 -> 4096)" in line, line
+    else:
+        assert "p079.offsets.npy" in line and "(replaced: inode" in line, line

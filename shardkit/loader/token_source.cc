@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -56,9 +57,29 @@ int TokenDTypeSize(TokenDType type) {
 }
 
 namespace {
+
 std::int64_t Nanoseconds(const struct timespec& t) {
   return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
 }
+
+// Descriptors kept open for CheckUnchanged, process-wide, and how many may
+// be: a quarter of RLIMIT_NOFILE (at least 16), so a source of thousands of
+// files (a Dolma directory) never exhausts the limit (1024 by default).
+std::atomic<Index> kept_descriptors{0};
+Index DescriptorBudget() {
+  static const Index budget = [] {
+    struct rlimit r {};
+    Index soft = 1024;
+    if (::getrlimit(RLIMIT_NOFILE, &r) == 0) {
+      soft = r.rlim_cur == RLIM_INFINITY
+                 ? Index{1} << 20
+                 : static_cast<Index>(std::min<rlim_t>(r.rlim_cur, 1 << 20));
+    }
+    return std::max<Index>(16, soft / 4);
+  }();
+  return budget;
+}
+
 }  // namespace
 
 MappedFile::MappedFile(const std::string& path, std::string_view param)
@@ -72,6 +93,8 @@ MappedFile::MappedFile(const std::string& path, std::string_view param)
   }
   size_ = static_cast<std::uint64_t>(st.st_size);
   mtime_ns_ = Nanoseconds(st.st_mtim);
+  device_ = static_cast<std::uint64_t>(st.st_dev);
+  inode_ = static_cast<std::uint64_t>(st.st_ino);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
@@ -81,16 +104,29 @@ MappedFile::MappedFile(const std::string& path, std::string_view param)
     }
     data_ = static_cast<const char*>(p);
   }
-  // Kept open for CheckUnchanged: an fstat of the descriptor sees the mapped
-  // file itself (a path could name a replacement by now).
-  fd_ = fd;
+  // Kept open for CheckUnchanged while the budget allows: an fstat of the
+  // descriptor sees the mapped file itself, whatever the path names now.
+  if (kept_descriptors.fetch_add(1) < DescriptorBudget()) {
+    fd_ = fd;
+  } else {
+    kept_descriptors.fetch_sub(1);
+    ::close(fd);
+  }
 }
 
 void MappedFile::CheckUnchanged() const {
   struct stat st {};
-  if (::fstat(fd_, &st) != 0) {
+  // Past the descriptor budget the path is looked up: a file replaced under
+  // it (another inode) counts as changed, since the check cannot see the
+  // mapped one any more.
+  if ((fd_ >= 0 ? ::fstat(fd_, &st) : ::stat(path_.c_str(), &st)) != 0) {
     ThrowInvalid(param_, path_ + ": cannot check it is unchanged since it was opened: " +
                              std::strerror(errno));
+  }
+  if (static_cast<std::uint64_t>(st.st_dev) != device_ ||
+      static_cast<std::uint64_t>(st.st_ino) != inode_) {
+    ThrowInvalid(param_, path_ + ": changed since it was opened (replaced: inode " +
+                             std::to_string(inode_) + " -> " + std::to_string(st.st_ino) + ")");
   }
   const auto size = static_cast<std::uint64_t>(st.st_size);
   if (size != size_) {
@@ -117,7 +153,10 @@ void MappedFile::Release(std::uint64_t end) const {
 
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    ::close(fd_);
+    kept_descriptors.fetch_sub(1);
+  }
 }
 
 namespace {

@@ -110,7 +110,10 @@ class MappedFile {
   // (size A -> B)" (or "(same size A, written: modification time ...)") when
   // an fstat of the file's descriptor, kept open for this, finds another size
   // or modification time than at open (chmod, links, reads change neither).
-  // One system call; thread-safe.
+  // Descriptors are kept for a quarter of RLIMIT_NOFILE's files at most (a
+  // source of thousands of files must not exhaust it); past that the path is
+  // stat'ed, and a file renamed over it counts as changed too ("(replaced:
+  // inode A -> B)"). One system call; thread-safe.
   void CheckUnchanged() const;
 
  private:
@@ -118,8 +121,9 @@ class MappedFile {
   std::string param_;
   const char* data_ = nullptr;
   std::uint64_t size_ = 0;
-  int fd_ = -1;
+  int fd_ = -1;  // -1: past the descriptor budget, the path is stat'ed
   std::int64_t mtime_ns_ = 0;
+  std::uint64_t device_ = 0, inode_ = 0;
 };
 
 struct SourceOptions {
