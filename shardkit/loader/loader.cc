@@ -190,7 +190,7 @@ class Planner {
         packer_(MakePacker(o, std::move(packer))),
         read_(read),
         batches_(batches) {
-    source_.CheckUnchanged();  // planning an equal-steps epoch reads lengths now
+    source_.CheckLengthsUnchanged();  // planning an equal-steps epoch reads lengths now
     if (o.equal_steps) {
       StartTrainPlan(o);
       return;
@@ -242,10 +242,10 @@ class Planner {
   }
 
   // Plans the next batch; false at the end of the epoch. The plan reads
-  // lengths from the source's mapped files: a file changed since it was
-  // opened is refused first (token_source.h).
+  // lengths from the source's mapped offsets / index files: one changed
+  // since it was opened is refused first (token_source.h).
   bool Next(Plan* plan) {
-    source_.CheckUnchanged();
+    source_.CheckLengthsUnchanged();
     if (train_) return NextStep(plan);
     while (packer_.pending() < batch_size_) {
       if (read_ < list_.size()) {
@@ -574,9 +574,15 @@ void LoaderImpl::StartBatch(const Plan& plan, Batch* batch) {
 }
 
 void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
-  // The copies below read the mapped files: one check per batch that none
-  // changed since it was opened (a truncated one would raise SIGBUS).
-  source_->CheckUnchanged();
+  // The copies below read the mapped files of the batch's documents: one
+  // check of each per batch that it has not changed since it was opened (a
+  // truncated one would raise SIGBUS).
+  thread_local std::vector<Index> documents;  // reused: no allocation per batch
+  documents.clear();
+  for (const auto& row : plan.rows) {
+    for (const Piece& p : row) documents.push_back(p.item);
+  }
+  source_->CheckUnchanged(documents);
   if (options_.cp.size > 1) {
     CollateContextParallel(plan, batch);
     return;

@@ -707,32 +707,66 @@ void TokenSource::ReleasePages() const {
   }
 }
 
-namespace {
-void CheckPartFiles(const MappedFile* tokens, const MappedFile* offsets, const MappedFile* index) {
-  for (const MappedFile* file : {tokens, offsets, index}) {
-    if (file != nullptr) file->CheckUnchanged();
-  }
-}
-}  // namespace
-
 void TokenSource::CheckUnchanged() const {
   if (gathered_ != nullptr) {
     for (const auto& source : gathered_->sources) source->CheckUnchanged();
     return;
   }
+  // The parts of one Arrow file (one per record batch) share it: once each.
+  const MappedFile* previous = nullptr;
   for (const Part& p : parts_) {
-    CheckPartFiles(p.tokens_file.get(), p.offsets_file.get(), p.index_file.get());
+    for (const auto* file : {p.tokens_file.get(), p.offsets_file.get(), p.index_file.get()}) {
+      if (file != nullptr && file != previous) file->CheckUnchanged();
+    }
+    previous = p.tokens_file.get();
+  }
+}
+
+void TokenSource::CheckLengthsUnchanged() const {
+  if (gathered_ != nullptr) {
+    for (const auto& source : gathered_->sources) source->CheckLengthsUnchanged();
+    return;
+  }
+  const MappedFile* previous = nullptr;
+  for (const Part& p : parts_) {
+    // A Megatron part's lengths come from its index, any other's from its
+    // offsets (an Arrow part's are in its one file, the tokens file).
+    const MappedFile* file = p.index_file != nullptr     ? p.index_file.get()
+                             : p.offsets_file != nullptr ? p.offsets_file.get()
+                                                         : p.tokens_file.get();
+    if (file != nullptr && file != previous) file->CheckUnchanged();
+    previous = file;
+  }
+}
+
+void TokenSource::CheckDocumentFiles(Index d, std::vector<const MappedFile*>* checked) const {
+  if (gathered_ != nullptr) {
+    const auto [source, local] = Locate(d);
+    source->CheckDocumentFiles(local, checked);
+    return;
+  }
+  const Part& p = PartOf(d);
+  for (const auto* file : {p.tokens_file.get(), p.offsets_file.get(), p.index_file.get()}) {
+    if (file != nullptr && std::find(checked->begin(), checked->end(), file) == checked->end()) {
+      file->CheckUnchanged();
+      checked->push_back(file);
+    }
   }
 }
 
 void TokenSource::CheckUnchanged(Index d) const {
-  if (gathered_ != nullptr) {
-    const auto [source, local] = Locate(d);
-    source->CheckUnchanged(local);
+  std::vector<const MappedFile*> checked;
+  CheckDocumentFiles(d, &checked);
+}
+
+void TokenSource::CheckUnchanged(std::span<const Index> documents) const {
+  if (documents.empty()) return;
+  if (gathered_ == nullptr && parts_.size() == 1) {
+    CheckUnchanged();  // one part: its files once, not a lookup per document
     return;
   }
-  const Part& p = PartOf(d);
-  CheckPartFiles(p.tokens_file.get(), p.offsets_file.get(), p.index_file.get());
+  std::vector<const MappedFile*> checked;
+  for (const Index d : documents) CheckDocumentFiles(d, &checked);
 }
 
 Index TokenSource::PartBegin(Index part) const { return part_begin_[part]; }

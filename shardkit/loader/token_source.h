@@ -59,6 +59,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -242,11 +243,16 @@ class TokenSource {
 
   // MappedFile::CheckUnchanged of every file the source reads (every part's
   // tokens, offsets and index files; a view's: its sources'); nothing for
-  // memory. Throws invalid_argument naming the first changed file. The
-  // second form checks only the files of the part that holds document d.
-  // REQUIRES: 0 <= d < num_documents().
+  // memory. Throws invalid_argument naming the first changed file.
+  // CheckLengthsUnchanged checks only the files lengths are read from
+  // (offsets, index, scan cache: what a planner reads). The forms with
+  // documents check only the files of the parts that hold them, each file
+  // once (what one batch's copies read).
+  // REQUIRES: 0 <= d < num_documents() for each document d given.
   void CheckUnchanged() const;
+  void CheckLengthsUnchanged() const;
   void CheckUnchanged(Index d) const;
+  void CheckUnchanged(std::span<const Index> documents) const;
 
   // Length in tokens of document d. REQUIRES: 0 <= d < num_documents().
   [[nodiscard]] Index DocumentLength(Index d) const;
@@ -316,6 +322,8 @@ class TokenSource {
   static Part OpenPart(const std::string& tokens_path, const std::string& offsets_path,
                        SourceOptions options);
   [[nodiscard]] const Part& PartOf(Index d) const;
+  // Checks the files of document d's part not in *checked, and adds them.
+  void CheckDocumentFiles(Index d, std::vector<const MappedFile*>* checked) const;
 
   // Gather's view: the sources, their first global document ids (K + 1) and
   // the gathered ids; Select's: the sources and the locator, and the token

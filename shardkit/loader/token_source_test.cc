@@ -501,5 +501,47 @@ TEST(TokenSourceTest, RegressionAFileChangedAfterOpenIsRefusedNeverReadPastItsEn
   fs::remove_all(dir);
 }
 
+// A batch checks only the files of the parts its documents are in, and a
+// view checks its sources' files: a directory of three parts with its last
+// part's tokens cut is refused by the loader (directly and through a
+// gathered view), by the document check of that part, and not by a
+// document check of an untouched part.
+TEST(TokenSourceTest, AChangedPartIsRefusedThroughDirectoriesAndViews) {
+  const fs::path dir = TempDir("changed_parts");
+  for (int k = 0; k < 3; ++k) {
+    std::vector<std::int32_t> tokens(3000);
+    std::vector<std::int64_t> offsets = {0};
+    for (int d = 1; d <= 100; ++d) offsets.push_back(d * 30);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(i);
+    WriteNpy(dir / ("p" + std::to_string(k) + ".tokens.npy"), "<i4", tokens);
+    WriteNpy(dir / ("p" + std::to_string(k) + ".offsets.npy"), "<i8", offsets);
+  }
+  auto source = TokenSource::OpenDirectory(dir.string());
+  ASSERT_EQ(source->num_documents(), 300);
+  std::vector<std::int64_t> everything(300);
+  for (Index i = 0; i < 300; ++i) everything[static_cast<std::size_t>(i)] = 299 - i;
+  auto view = TokenSource::Gather({source}, everything, 1);
+  const fs::path cut = dir / "p2.tokens.npy";
+  fs::resize_file(cut, 4096);
+  for (const auto& s : {source, view}) {
+    ExpectChangedRefusal(ErrorOf([&] { s->CheckUnchanged(); }), cut);
+    LoaderOptions o = loader_testing::RowOptions(64, 4);
+    o.shuffle = false;
+    ExpectChangedRefusal(ErrorOf([&] {
+                           TokenLoader loader(s, o);
+                           while (loader.Next() != nullptr) {
+                           }
+                         }),
+                         cut);
+  }
+  ExpectChangedRefusal(ErrorOf([&] { source->CheckUnchanged(250); }), cut);
+  ExpectChangedRefusal(ErrorOf([&] { view->CheckUnchanged(0); }), cut);  // document 299
+  source->CheckUnchanged(10);                                            // part 0: unchanged
+  view->CheckUnchanged(299);                                             // document 0
+  const std::vector<Index> untouched = {0, 99, 100, 199};
+  source->CheckUnchanged(untouched);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace shardkit
