@@ -37,8 +37,9 @@
 // size and modification time recorded when it was opened; a file
 // truncated, extended or written since is refused with invalid_argument
 // "<param>: <file>: changed since it was opened (size 800000 -> 4096)". The
-// TokenLoader checks before it plans and before it copies each batch, the
-// Python source before each document. The check is not atomic with the read:
+// TokenLoader checks the files lengths come from before it plans each batch,
+// and the files of its documents before it copies it; the Python source
+// checks before each document. The check is not atomic with the read:
 // a file cut between the check and the read still raises SIGBUS, and one
 // written in place in that window (or within the file system's timestamp
 // granularity at the same size, or by a writer that sets the old modification
