@@ -37,13 +37,25 @@ def random_documents(seed):
     return [rng.integers(1, 60000, size=int(rng.integers(1, 60))) for _ in range(DOCUMENTS)]
 
 
-def write_npy(tmp_path, docs):
+def write_npy(tmp_path, docs, stem="part"):
     """shardkit's pair: (the path to open, [tokens file, offsets file], documents)."""
-    tokens = tmp_path / "part.tokens.npy"
-    offsets = tmp_path / "part.offsets.npy"
+    tokens = tmp_path / f"{stem}.tokens.npy"
+    offsets = tmp_path / f"{stem}.offsets.npy"
     np.save(tokens, np.concatenate(docs).astype(np.int32))
     np.save(offsets, np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64))
     return dict(path=str(tokens)), [tokens, offsets], [d.astype(np.int64) for d in docs]
+
+
+def write_npy_parts(tmp_path, docs):
+    """A directory of four pairs (a source of many files: the loader checks the parts a
+    batch reads, token_source.h); the files named are the third part's."""
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    files = []
+    for k, part in enumerate(np.array_split(np.arange(len(docs)), 4)):
+        _, pair, _ = write_npy(folder, [docs[i] for i in part], stem=f"p{k}")
+        files.append(pair)
+    return dict(path=str(folder)), files[2], [d.astype(np.int64) for d in docs]
 
 
 def write_megatron(tmp_path, docs):
@@ -109,8 +121,8 @@ def expect_refusal(error, path, sizes):
         assert f"same size {old}" in text, text
 
 
-def cases():
-    for fmt, (writer, marks) in FORMATS.items():
+def cases(formats=FORMATS):
+    for fmt, (writer, marks) in formats.items():
         for which in (0, 1):
             for how in CHANGES:
                 name = f"{fmt}-{'data' if which == 0 else 'index'}-{how}"
@@ -137,7 +149,9 @@ def test_document_reads_refuse_a_changed_file(tmp_path, writer, which, how):
 
 
 @pytest.mark.parametrize("equal_steps", [False, True], ids=["per_rank", "equal_steps"])
-@pytest.mark.parametrize("writer,which,how", list(cases()))
+@pytest.mark.parametrize(
+    "writer,which,how", list(cases(dict(FORMATS, npy_parts=(write_npy_parts, ()))))
+)
 def test_loader_batches_refuse_a_changed_file(tmp_path, writer, which, how, equal_steps):
     kw, files, want = writer(tmp_path, random_documents(11))
     options = dict(seq_len=64, batch_size=4, seed=3, equal_steps=equal_steps)

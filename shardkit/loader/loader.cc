@@ -3,8 +3,10 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -179,18 +181,65 @@ class ConsumerList {
 // ---------------------------------------------------------------------------
 // The sequential part: read entries, push them into the packer, pop packs.
 
+// The lengths files a planner reads, checked unchanged since they were
+// opened (token_source.h) before they are read in each batch. One file (or
+// a view: its sources) is checked once per batch; a source of many files
+// checks each part the first time the batch reads one of its lengths, so a
+// batch costs one fstat per part it reads, not one per file of the source.
+class LengthsGuard {
+ public:
+  explicit LengthsGuard(const TokenSource& source)
+      : source_(source),
+        parts_(source.selected_from().empty() && source.num_parts() > 1 ? source.num_parts() : 0),
+        checked_in_(parts_ > 0 ? std::make_unique<std::atomic<std::uint64_t>[]>(
+                                     static_cast<std::size_t>(parts_))
+                               : nullptr) {}
+
+  // Begins a batch's reads.
+  void NextBatch() {
+    if (parts_ == 0) {
+      source_.CheckLengthsUnchanged();
+    } else {
+      batch_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  // DocumentLength(d), its part's lengths file checked first in this batch.
+  // Atomic: the plan's length calls may come from a user's thread too
+  // (TokenLoader::train_plan()).
+  Index Length(Index d) const {
+    if (parts_ > 0) {
+      const Index part = source_.PartIndex(d);
+      std::atomic<std::uint64_t>& last = checked_in_[static_cast<std::size_t>(part)];
+      const std::uint64_t batch = batch_.load(std::memory_order_relaxed);
+      if (last.load(std::memory_order_relaxed) != batch) {
+        source_.CheckLengthsUnchanged(part);
+        last.store(batch, std::memory_order_relaxed);
+      }
+    }
+    return source_.DocumentLength(d);
+  }
+
+ private:
+  const TokenSource& source_;
+  Index parts_;                                               // 0: checked whole once per batch
+  std::unique_ptr<std::atomic<std::uint64_t>[]> checked_in_;  // per part: a batch number
+  std::atomic<std::uint64_t> batch_{1};
+};
+
 class Planner {
  public:
   Planner(const TokenSource& source, const LoaderOptions& o, Index consumers, Index consumer,
           LoaderState base, Index read, Index batches, std::optional<PackerState> packer)
       : source_(source),
+        lengths_(source),
         batch_size_(o.batch_size),
         base_(std::move(base)),
         list_(source, o, consumers, consumer, base_),
         packer_(MakePacker(o, std::move(packer))),
         read_(read),
         batches_(batches) {
-    source_.CheckLengthsUnchanged();  // planning an equal-steps epoch reads lengths now
+    lengths_.NextBatch();  // the constructor's reads (the list, the plan's preparation)
     if (o.equal_steps) {
       StartTrainPlan(o);
       return;
@@ -208,6 +257,7 @@ class Planner {
     t.epoch = base_.epoch;
     // The plan's stream fingerprint covers the data (its content sample).
     TrainDocuments docs = TrainDocumentsOf(source_, base_.data_hash.value_or(0));
+    if (docs.length) docs.length = [this](Index d) { return lengths_.Length(d); };
     // One pass plans the epoch: the reader deals every step (this worker's
     // and the others'), counts the plan's totals as it goes and hands out
     // this rank's rows; the plan learns num_steps when it reaches the end.
@@ -245,7 +295,7 @@ class Planner {
   // lengths from the source's mapped offsets / index files: one changed
   // since it was opened is refused first (token_source.h).
   bool Next(Plan* plan) {
-    source_.CheckLengthsUnchanged();
+    lengths_.NextBatch();
     if (train_) return NextStep(plan);
     while (packer_.pending() < batch_size_) {
       if (read_ < list_.size()) {
@@ -254,7 +304,7 @@ class Planner {
         if (head_index >= 0) {
           packer_.Push(-(head_index + 1), base_.head[static_cast<std::size_t>(head_index)].length);
         } else {
-          packer_.Push(doc, source_.DocumentLength(doc));
+          packer_.Push(doc, lengths_.Length(doc));
         }
       } else if (!finished_) {
         packer_.Finish();
@@ -312,6 +362,7 @@ class Planner {
 
  private:
   const TokenSource& source_;
+  LengthsGuard lengths_;  // before train_: the plan's length calls go through it
   Index batch_size_;
   LoaderState base_;  // the plan part and fingerprint; list_ points into it
   ConsumerList list_;

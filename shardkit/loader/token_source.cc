@@ -722,6 +722,14 @@ void TokenSource::CheckUnchanged() const {
   }
 }
 
+// A Megatron part's lengths are read from its index, any other's from its
+// offsets (an Arrow part's are in its one file, the tokens file).
+const MappedFile* TokenSource::LengthsFile(const Part& p) {
+  return p.index_file != nullptr     ? p.index_file.get()
+         : p.offsets_file != nullptr ? p.offsets_file.get()
+                                     : p.tokens_file.get();
+}
+
 void TokenSource::CheckLengthsUnchanged() const {
   if (gathered_ != nullptr) {
     for (const auto& source : gathered_->sources) source->CheckLengthsUnchanged();
@@ -729,14 +737,22 @@ void TokenSource::CheckLengthsUnchanged() const {
   }
   const MappedFile* previous = nullptr;
   for (const Part& p : parts_) {
-    // A Megatron part's lengths come from its index, any other's from its
-    // offsets (an Arrow part's are in its one file, the tokens file).
-    const MappedFile* file = p.index_file != nullptr     ? p.index_file.get()
-                             : p.offsets_file != nullptr ? p.offsets_file.get()
-                                                         : p.tokens_file.get();
+    const MappedFile* file = LengthsFile(p);
     if (file != nullptr && file != previous) file->CheckUnchanged();
     previous = file;
   }
+}
+
+void TokenSource::CheckLengthsUnchanged(Index part) const {
+  if (const MappedFile* file = LengthsFile(parts_[static_cast<std::size_t>(part)])) {
+    file->CheckUnchanged();
+  }
+}
+
+Index TokenSource::PartIndex(Index d) const {
+  if (parts_.size() == 1) return 0;
+  return static_cast<Index>(std::upper_bound(part_begin_.begin(), part_begin_.end(), d) -
+                            part_begin_.begin() - 1);
 }
 
 void TokenSource::CheckDocumentFiles(Index d, std::vector<const MappedFile*>* checked) const {
@@ -772,9 +788,7 @@ void TokenSource::CheckUnchanged(std::span<const Index> documents) const {
 Index TokenSource::PartBegin(Index part) const { return part_begin_[part]; }
 
 const TokenSource::Part& TokenSource::PartOf(Index d) const {
-  if (parts_.size() == 1) return parts_[0];
-  auto it = std::upper_bound(part_begin_.begin(), part_begin_.end(), d);
-  return parts_[static_cast<std::size_t>(it - part_begin_.begin() - 1)];
+  return parts_[static_cast<std::size_t>(PartIndex(d))];
 }
 
 void TokenSource::PrefetchOffset(Index d) const {

@@ -252,6 +252,12 @@ class TokenSource {
   // REQUIRES: 0 <= d < num_documents() for each document d given.
   void CheckUnchanged() const;
   void CheckLengthsUnchanged() const;
+  // CheckLengthsUnchanged of part `part`'s lengths file alone (a reader of
+  // a source of many files checks the parts it reads, not all of them).
+  // REQUIRES: not a view; 0 <= part < num_parts().
+  void CheckLengthsUnchanged(Index part) const;
+  // The part document d is in. REQUIRES: not a view; 0 <= d < num_documents().
+  [[nodiscard]] Index PartIndex(Index d) const;
   void CheckUnchanged(Index d) const;
   void CheckUnchanged(std::span<const Index> documents) const;
 
@@ -323,6 +329,8 @@ class TokenSource {
   static Part OpenPart(const std::string& tokens_path, const std::string& offsets_path,
                        SourceOptions options);
   [[nodiscard]] const Part& PartOf(Index d) const;
+  // The mapped file part p's lengths are read from (null: in memory).
+  static const MappedFile* LengthsFile(const Part& p);
   // Checks the files of document d's part not in *checked, and adds them.
   void CheckDocumentFiles(Index d, std::vector<const MappedFile*>* checked) const;
 
