@@ -349,6 +349,7 @@ void init_loader(nb::module_& m) {
               } else {
                 for (Index d = 0; d < n; ++d) values[d] = s.source->DocumentLength(d);
               }
+              s.source->CheckUnchanged();  // and after: token_source.h
             }
             return VectorToArray(std::move(values));
           },
@@ -361,6 +362,7 @@ void init_loader(nb::module_& m) {
             const Index n = s.source->DocumentLength(d);
             std::vector<std::int32_t> values(static_cast<std::size_t>(n));
             s.source->Copy(d, 0, n, values.data());
+            s.source->CheckUnchanged(d);  // and after: token_source.h
             return VectorToArray(std::move(values));
           },
           "document"_a, "The tokens of document `document` (int32, a copy).")

@@ -636,8 +636,16 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
   source_->CheckUnchanged(documents);
   if (options_.cp.size > 1) {
     CollateContextParallel(plan, batch);
-    return;
+  } else {
+    CollateRows(plan, batch);
   }
+  // And once after: a write(2) stamps the modification time before it copies
+  // its bytes, so a batch that read any byte written during the copy is
+  // refused here instead of delivered.
+  source_->CheckUnchanged(documents);
+}
+
+void LoaderImpl::CollateRows(const Plan& plan, Batch* batch) const {
   const Index L = options_.seq_len;
   StartBatch(plan, batch);
   std::vector<std::span<const Piece>> rows(static_cast<std::size_t>(options_.batch_size));

@@ -38,12 +38,14 @@
 // truncated, extended or written since is refused with invalid_argument
 // "<param>: <file>: changed since it was opened (size 800000 -> 4096)". The
 // TokenLoader checks the files lengths come from before it plans each batch,
-// and the files of its documents before it copies it; the Python source
-// checks before each document. The check is not atomic with the read:
-// a file cut between the check and the read still raises SIGBUS, and one
-// written in place in that window (or within the file system's timestamp
-// granularity at the same size, or by a writer that sets the old modification
-// time back) delivers unspecified tokens; keep data files
+// and the files of its documents before it copies it and again after; the
+// Python source checks before and after each document. write(2) stamps the
+// modification time before it copies its bytes, so a copy that read any byte
+// such a write put there is refused by the check after it. Not covered: a
+// file cut between the check and the read still raises SIGBUS, and one
+// written through a shared mapping of its own (its time is stamped later), within the
+// file system's timestamp granularity at the same size, or by a writer that
+// sets the old modification time back delivers unspecified tokens; keep data files
 // immutable and write new versions under new names (a file replaced by rename
 // is not a change: the opened one stays mapped). Whatever the bytes become,
 // reading never leaves the mapping: every offset read (and a Megatron index's

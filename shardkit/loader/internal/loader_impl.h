@@ -98,8 +98,12 @@ class LoaderImpl {
   // What every collate path sets first: the batch's epoch, index and step,
   // and its piece lists and token count emptied.
   static void StartBatch(const Plan& plan, Batch* batch);
+  // Copies the plan's rows into `batch`, checking the files of its documents
+  // unchanged before the copy and after it (token_source.h).
   void Collate(const Plan& plan, Batch* batch) const;
-  // Collate with context parallelism: the CP rank's slice of every row.
+  // The copy itself: whole rows, or with context parallelism the CP rank's
+  // slice of every row.
+  void CollateRows(const Plan& plan, Batch* batch) const;
   void CollateContextParallel(const Plan& plan, Batch* batch) const;
   std::shared_ptr<Batch> AcquireBatch();
   // A new batch of batch_size x seq_len; std::bad_alloc becomes
