@@ -46,6 +46,25 @@ def timed(fn):
     return out, cpu_seconds() - c, time.perf_counter() - w
 
 
+# The job shape of the comparisons (docs/benchmarks.md): batches of 8 rows of 4096 tokens,
+# W = 8 ranks; each a command-line option of the benches that take it.
+JOB_SHAPE = {"--seq-len": 4096, "--batch": 8, "--world": 8}
+
+
+def add_job_arguments(parser, *flags):
+    """Adds the integer options `flags` (of JOB_SHAPE), defaulting to the job shape."""
+    for flag in flags:
+        parser.add_argument(flag, type=int, default=JOB_SHAPE[flag])
+
+
+def one_rank_loader(*source, **options):
+    """`shardkit.TokenLoader(*source, rank=0, world_size=1, **options)` (the shardkit on
+    the path): the whole epoch in one loader, what the one-loader benches time."""
+    import shardkit
+
+    return shardkit.TokenLoader(*source, rank=0, world_size=1, **options)
+
+
 def loader_epoch(tokens, offsets, **options):
     """Rank 0's epoch of `shardkit.TokenLoader(tokens, offsets, rank=0, **options)` (the
     shardkit on the path): the real tokens and the rows it delivered."""

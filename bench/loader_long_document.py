@@ -15,8 +15,6 @@ import sys
 import bench_util
 import numpy as np
 
-import shardkit
-
 
 def main(sizes):
     for n in sizes:
@@ -24,9 +22,7 @@ def main(sizes):
         offsets = np.array([0, n], dtype=np.int64)
 
         def epoch(tokens=tokens, offsets=offsets):
-            loader = shardkit.TokenLoader(
-                tokens, offsets, seq_len=64, batch_size=8, rank=0, world_size=1
-            )
+            loader = bench_util.one_rank_loader(tokens, offsets, seq_len=64, batch_size=8)
             return loader, sum(1 for _ in loader)
 
         (loader, batches), cpu, wall = bench_util.timed(epoch)

@@ -16,12 +16,11 @@ steps, the sides interleaved round by round, best of ``--rounds``: CPU microseco
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from bench_util import interleaved, load_average
+from bench_util import interleaved, load_average, one_rank_loader
 
 
 def write_pairs(folder: Path, docs: np.ndarray, tokens: np.ndarray, parts: int) -> None:
@@ -37,10 +36,8 @@ def write_pairs(folder: Path, docs: np.ndarray, tokens: np.ndarray, parts: int) 
 def epoch(path: str, equal_steps: bool):
     import shardkit
 
-    loader = shardkit.TokenLoader(
+    loader = one_rank_loader(
         shardkit.open_source(path),
-        rank=0,
-        world_size=1,
         seq_len=2048,
         batch_size=8,
         shuffle=True,
@@ -58,8 +55,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     docs = rng.integers(20, 400, args.documents)
     tokens = rng.integers(0, 50_000, int(docs.sum())).astype(np.uint16)
-    root = Path(tempfile.mkdtemp(prefix="many_files_"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="many_files_", ignore_cleanup_errors=True) as tmp:
+        root = Path(tmp)
         write_pairs(root / "one", docs, tokens, 1)
         write_pairs(root / "many", docs, tokens, args.parts)
         sides = {}
@@ -75,8 +72,6 @@ def main() -> None:
                 f"{label:>32}: {b.out} batches, {b.cpu / b.out * 1e6:8.1f} CPU us/batch, "
                 f"{b.wall / b.out * 1e6:8.1f} wall us/batch"
             )
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ measures the other tenants. Wall-clock rates are printed beside them.
 import argparse
 import bisect
 import os
-import platform
 import tempfile
 import time
 
@@ -33,8 +32,6 @@ import bench_util
 import numpy as np
 import torch
 import torch.utils.data as tud
-
-import shardkit
 
 torch.set_num_threads(1)
 
@@ -160,13 +157,11 @@ def run_torch(directory, seq_len, batch_size, max_seconds):
 
 
 def run_shardkit(directory, seq_len, batch_size, num_threads):
-    loader = shardkit.TokenLoader(
+    loader = bench_util.one_rank_loader(
         os.path.join(directory, "tokens.npy"),
         os.path.join(directory, "offsets.npy"),
         seq_len=seq_len,
         batch_size=batch_size,
-        rank=0,
-        world_size=1,
         shuffle=False,
         num_threads=num_threads,
         buffer=1024,
@@ -178,8 +173,7 @@ def run_shardkit(directory, seq_len, batch_size, num_threads):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=float, default=20e6)
-    parser.add_argument("--seq-len", type=int, default=4096)
-    parser.add_argument("--batch", type=int, default=8)
+    bench_util.add_job_arguments(parser, "--seq-len", "--batch")
     parser.add_argument(
         "--torch-seconds",
         type=float,
@@ -189,11 +183,7 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         num_tokens, num_docs = make_data(directory, int(args.tokens))
-        print(
-            f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"load average {os.getloadavg()[0]:.1f}; python {platform.python_version()}, "
-            f"torch {torch.__version__}"
-        )
+        print(f"machine: {bench_util.machine()}; torch {torch.__version__}")
         print(
             f"data: {num_docs} documents, {num_tokens / 1e6:.1f} M int32 tokens "
             f"(lognormal lengths), memory-mapped .npy; batches [{args.batch}, "

@@ -129,7 +129,7 @@ SIDES = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=100_000_000)
-    parser.add_argument("--world", type=int, default=8)
+    bench_util.add_job_arguments(parser, "--world")
     parser.add_argument("--rank", type=int, default=3)
     parser.add_argument(
         "--grain-limit",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,8 +52,7 @@ def main() -> None:
     builds = {"after": os.environ.get("PYTHONPATH", "")}
     if args.before:
         builds = {"before": os.path.abspath(args.before), **builds}
-    root = tempfile.mkdtemp(prefix="source_open_")
-    try:
+    with tempfile.TemporaryDirectory(prefix="source_open_", ignore_cleanup_errors=True) as root:
         prefixes = write_sources(root, args.size)
         best: dict = {}
         for _ in range(args.rounds):
@@ -76,8 +74,6 @@ def main() -> None:
                 f"opened in {r['cpu_s'] * 1e3:.1f} CPU ms = "
                 f"{r['offsets_bytes'] / 1e9 / r['cpu_s']:.2f} GB/s, load {r['load']:.2f}"
             )
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -219,12 +219,12 @@ def bench_tokens(args):
     npy = shardkit.open_source(stem + ".tokens.npy")
     meg = shardkit.open_source(prefix)
     assert meg.num_tokens == npy.num_tokens and np.array_equal(meg.lengths(), npy.lengths())
-    options = dict(seq_len=4096, batch_size=8, rank=0, world_size=1, seed=3, num_threads=1)
+    options = dict(seq_len=4096, batch_size=8, seed=3, num_threads=1)
 
     def epoch(source):
         def run():
             real = 0
-            for b in shardkit.TokenLoader(source, **options):
+            for b in bench_util.one_rank_loader(source, **options):
                 real += int(b["row_tokens"].sum())
             return real
 

@@ -79,9 +79,7 @@ def side(tokens, offsets, args, equal_steps, share, steps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=50_000)
-    ap.add_argument("--world", type=int, default=8)
-    ap.add_argument("--seq-len", type=int, default=4096)
-    ap.add_argument("--batch", type=int, default=8)
+    bench_util.add_job_arguments(ap, "--world", "--seq-len", "--batch")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="collating threads per loader")
     args = ap.parse_args()

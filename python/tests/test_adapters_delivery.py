@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 from thread_engines import ThreadEngines
-from tiling import lognormal_lengths, offsets_of
+from tiling import batch_pieces, lognormal_lengths, offsets_of
 
 import shardkit
 
@@ -23,15 +23,7 @@ def corpus(n, seed=0, median=60):
 
 
 def pieces(batches):
-    return [
-        (d, s, n)
-        for b in batches
-        for d, s, n in zip(
-            np.asarray(b["documents"]).tolist(),
-            np.asarray(b["starts"]).tolist(),
-            np.asarray(b["lengths"]).tolist(),
-        )
-    ]
+    return [piece for b in batches for piece in batch_pieces(b)]
 
 
 def tiles(lengths, delivered):

@@ -20,6 +20,7 @@ import pytest
 from sealing import reseal
 from test_loader import make_data
 from test_share_plan import pieces_of
+from tiling import batch_fields
 
 import shardkit
 
@@ -580,15 +581,7 @@ def _cp_pass(tokens, offsets, **kw):
     """Every batch of one loader: (pieces, per-slot rows)."""
     out = []
     for batch in shardkit.TokenLoader(tokens, offsets, **kw):
-        pieces = list(
-            zip(
-                batch["rows"].tolist(),
-                batch["documents"].tolist(),
-                batch["starts"].tolist(),
-                batch["lengths"].tolist(),
-            )
-        )
-        out.append((pieces, batch))
+        out.append((batch_fields(batch, "rows", "documents", "starts", "lengths"), batch))
     return out
 
 

@@ -13,7 +13,7 @@ import random
 import numpy as np
 import pytest
 import torchrun_launch
-from tiling import batch_pieces, tiles
+from tiling import batch_fields, batch_pieces, tiles
 
 from shardkit import TokenLoader
 
@@ -35,14 +35,7 @@ def reference_batch(batch, tokens, offsets, seq_len, batch_size):
     cu = [0]
     fill = [0] * batch_size
     nseq = [0] * batch_size
-    pieces = list(
-        zip(
-            batch["documents"].tolist(),
-            batch["starts"].tolist(),
-            batch["lengths"].tolist(),
-            batch["rows"].tolist(),
-        )
-    )
+    pieces = batch_fields(batch, "documents", "starts", "lengths", "rows")
     for row in range(batch_size):
         for d, start, length, r in pieces:
             if r != row:

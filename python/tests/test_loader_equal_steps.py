@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from tiling import lognormal_lengths, offsets_of, tiles
+from tiling import batch_pieces, lognormal_lengths, offsets_of, tiles
 
 import shardkit
 
@@ -57,7 +57,7 @@ def pieces_of(steps):
     out = []
     for step in steps:
         for b in step:
-            out += list(zip(b["documents"].tolist(), b["starts"].tolist(), b["lengths"].tolist()))
+            out += batch_pieces(b)
     return out
 
 

@@ -25,11 +25,15 @@ def save_corpus(root, prefix, lengths, tokens):
     return root / f"{prefix}tokens.npy"
 
 
+def batch_fields(batch, *keys):
+    """The tuple (batch[key] for key in keys) of every piece of a loader batch
+    (numpy, torch or JAX arrays), in the batch's piece order."""
+    return list(zip(*(np.asarray(batch[key]).tolist() for key in keys)))
+
+
 def batch_pieces(batch):
     """(document, start, length) of every piece of a loader batch."""
-    return list(
-        zip(batch["documents"].tolist(), batch["starts"].tolist(), batch["lengths"].tolist())
-    )
+    return batch_fields(batch, "documents", "starts", "lengths")
 
 
 def tiles(lengths, pieces, dropped=()):

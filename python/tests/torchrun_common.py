@@ -11,18 +11,15 @@ import os
 import time
 
 import torch.distributed as dist
+from tiling import batch_pieces
 
 AGENT = os.getppid()
 
 
 def pieces(batch):
-    """(document, start, length) of every piece of a batch."""
-    return [
-        list(p)
-        for p in zip(
-            batch["documents"].tolist(), batch["starts"].tolist(), batch["lengths"].tolist()
-        )
-    ]
+    """[document, start, length] of every piece of a batch (lists, as JSON gives
+    them back)."""
+    return [list(p) for p in batch_pieces(batch)]
 
 
 def gather_states(loader, delivered):

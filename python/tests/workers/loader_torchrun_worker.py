@@ -29,16 +29,9 @@ def main():
     root, mode = Path(sys.argv[1]), sys.argv[2]
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    # rank and world_size come from torch.distributed (shardkit.rank_and_world).
+    # rank and world_size left to their default: torch.distributed's (shardkit.rank_and_world).
     loader = TokenLoader(
-        root / "tokens.npy",
-        root / "offsets.npy",
-        seq_len=64,
-        batch_size=2,
-        seed=7,
-        buffer=16,
-        rank=None,
-        world_size=None,
+        root / "tokens.npy", root / "offsets.npy", seq_len=64, batch_size=2, seed=7, buffer=16
     )
     assert (loader.rank, loader.world_size) == (rank, world)
     if mode == "first":
