@@ -66,14 +66,8 @@ Json Json::MakeObject(Object v) {
 
 namespace {
 // A value's type as error messages say it ("expected an integer, got a list").
-constexpr EnumNames<Json::Type, 6> kTypeNames{"json",
-                                              "type",
-                                              {{{Json::Type::kNull, "null"},
-                                                {Json::Type::kBool, "a boolean"},
-                                                {Json::Type::kInt, "an integer"},
-                                                {Json::Type::kString, "a string"},
-                                                {Json::Type::kArray, "a list"},
-                                                {Json::Type::kObject, "an object"}}}};
+constexpr EnumNames<Json::Type, 6> kTypeNames{
+    "json", "type", {"null", "a boolean", "an integer", "a string", "a list", "an object"}};
 }  // namespace
 
 std::string_view Json::TypeName(Type type) { return kTypeNames.Name(type); }
