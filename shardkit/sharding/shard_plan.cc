@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "shardkit/base/enum_names.h"
+#include "shardkit/base/internal/runs.h"
 
 namespace shardkit {
 
@@ -317,13 +318,7 @@ std::vector<LoadGroup> ShardPlan::LoadGroups() const {
   std::sort(loads.begin(), loads.end());
   std::vector<LoadGroup> groups;
   if (empty_ranks > 0) groups.push_back({0.0, empty_ranks});
-  for (double load : loads) {
-    if (!groups.empty() && groups.back().load == load) {
-      ++groups.back().ranks;
-    } else {
-      groups.push_back({load, 1});
-    }
-  }
+  internal::AppendRuns(loads, &groups);
   return groups;
 }
 
