@@ -12,68 +12,41 @@
 
 namespace shardkit {
 
-Json Json::Bool(bool v) {
+template <typename T>
+Json Json::Of(Type type, T Json::*member, T value) {
   Json j;
-  j.type_ = Type::kBool;
-  j.bool_ = v;
+  j.type_ = type;
+  j.*member = std::move(value);
   return j;
 }
+
+Json Json::Bool(bool v) { return Of(Type::kBool, &Json::bool_, v); }
 
 Json Json::Int(std::int64_t v) {
-  Json j;
-  j.type_ = Type::kInt;
+  Json j = Uint(v < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(v)
+                      : static_cast<std::uint64_t>(v));
   j.negative_ = v < 0;
-  j.magnitude_ =
-      v < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
   return j;
 }
 
-Json Json::Uint(std::uint64_t v) {
-  Json j;
-  j.type_ = Type::kInt;
-  j.magnitude_ = v;
-  return j;
-}
+Json Json::Uint(std::uint64_t v) { return Of(Type::kInt, &Json::magnitude_, v); }
 
 Json Json::BigInt(std::string digits) {
-  Json j;
-  j.type_ = Type::kInt;
+  Json j = Of(Type::kInt, &Json::string_, std::move(digits));
   j.too_big_ = true;
-  j.string_ = std::move(digits);
   return j;
 }
 
-Json Json::String(std::string v) {
-  Json j;
-  j.type_ = Type::kString;
-  j.string_ = std::move(v);
-  return j;
-}
+Json Json::String(std::string v) { return Of(Type::kString, &Json::string_, std::move(v)); }
 
-Json Json::MakeArray(Array v) {
-  Json j;
-  j.type_ = Type::kArray;
-  j.array_ = std::move(v);
-  return j;
-}
+Json Json::MakeArray(Array v) { return Of(Type::kArray, &Json::array_, std::move(v)); }
 
-Json Json::MakeObject(Object v) {
-  Json j;
-  j.type_ = Type::kObject;
-  j.object_ = std::move(v);
-  return j;
-}
+Json Json::MakeObject(Object v) { return Of(Type::kObject, &Json::object_, std::move(v)); }
 
 namespace {
 // A value's type as error messages say it ("expected an integer, got a list").
-constexpr EnumNames<Json::Type, 6> kTypeNames{"json",
-                                              "type",
-                                              {{{Json::Type::kNull, "null"},
-                                                {Json::Type::kBool, "a boolean"},
-                                                {Json::Type::kInt, "an integer"},
-                                                {Json::Type::kString, "a string"},
-                                                {Json::Type::kArray, "a list"},
-                                                {Json::Type::kObject, "an object"}}}};
+constexpr EnumNames<Json::Type, 6> kTypeNames{
+    "json", "type", {"null", "a boolean", "an integer", "a string", "a list", "an object"}};
 }  // namespace
 
 std::string_view Json::TypeName(Type type) { return kTypeNames.Name(type); }

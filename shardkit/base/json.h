@@ -75,6 +75,10 @@ class Json {
   friend bool operator==(const Json&, const Json&) = default;
 
  private:
+  // A value of `type` whose `member` is `value` (the factories above).
+  template <typename T>
+  static Json Of(Type type, T Json::*member, T value);
+
   Type type_ = Type::kNull;
   bool bool_ = false;
   bool negative_ = false;  // kInt: value = negative_ ? -magnitude_ : magnitude_

@@ -31,9 +31,7 @@ namespace shardkit {
 namespace {
 
 constexpr EnumNames<ImageFormat, 3> kImageFormats{
-    "format",
-    "image format",
-    {{{ImageFormat::kJpeg, "jpeg"}, {ImageFormat::kPng, "png"}, {ImageFormat::kWebp, "webp"}}}};
+    "format", "image format", {"jpeg", "png", "webp"}};
 
 [[noreturn]] void Fail(std::string_view field, std::string_view what) { ThrowInvalid(field, what); }
 

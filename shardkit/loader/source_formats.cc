@@ -14,12 +14,8 @@ namespace shardkit {
 
 namespace {
 
-constexpr EnumNames<SourceFormat, 4> kFormats{"format",
-                                              "source format",
-                                              {{{SourceFormat::kNpy, "npy"},
-                                                {SourceFormat::kMegatron, "megatron"},
-                                                {SourceFormat::kOlmo, "olmo"},
-                                                {SourceFormat::kArrow, "arrow"}}}};
+constexpr EnumNames<SourceFormat, 4> kFormats{
+    "format", "source format", {"npy", "megatron", "olmo", "arrow"}};
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -100,8 +96,7 @@ std::vector<std::string> ExpandSourcePath(const std::string& path) {
   return out;
 }
 
-SourceFormat ParseSourceFormat(std::string_view name) { return kFormats.Parse(name); }
-std::string_view SourceFormatName(SourceFormat format) { return kFormats.Name(format); }
+SHARDKIT_ENUM_PARSE_AND_NAME(SourceFormat, kFormats, ParseSourceFormat, SourceFormatName)
 
 SourceFormat DetectSourceFormat(const std::string& path) {
   std::error_code ec;

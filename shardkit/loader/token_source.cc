@@ -23,20 +23,13 @@
 namespace shardkit {
 
 namespace {
-constexpr EnumNames<TokenDType, 8> kTokenDTypes{"token_dtype",
-                                                "token dtype",
-                                                {{{TokenDType::kUint16, "uint16"},
-                                                  {TokenDType::kInt32, "int32"},
-                                                  {TokenDType::kUint32, "uint32"},
-                                                  {TokenDType::kUint8, "uint8"},
-                                                  {TokenDType::kInt8, "int8"},
-                                                  {TokenDType::kInt16, "int16"},
-                                                  {TokenDType::kInt64, "int64"},
-                                                  {TokenDType::kUint64, "uint64"}}}};
+constexpr EnumNames<TokenDType, 8> kTokenDTypes{
+    "token_dtype",
+    "token dtype",
+    {"uint16", "int32", "uint32", "uint8", "int8", "int16", "int64", "uint64"}};
 }  // namespace
 
-TokenDType ParseTokenDType(std::string_view name) { return kTokenDTypes.Parse(name); }
-std::string_view TokenDTypeName(TokenDType type) { return kTokenDTypes.Name(type); }
+SHARDKIT_ENUM_PARSE_AND_NAME(TokenDType, kTokenDTypes, ParseTokenDType, TokenDTypeName)
 
 int TokenDTypeSize(TokenDType type) {
   switch (type) {

@@ -55,16 +55,10 @@ PackOptions TrainPackOptions(const TrainOptions& o) {
 }
 
 namespace {
-constexpr EnumNames<TrainMode, 3> kTrainModes{"mode",
-                                              "mode",
-                                              {{{TrainMode::kPad, "pad"},
-                                                {TrainMode::kContinuous, "continuous"},
-                                                {TrainMode::kDrop, "drop"}}}};
+constexpr EnumNames<TrainMode, 3> kTrainModes{"mode", "mode", {"pad", "continuous", "drop"}};
 }  // namespace
 
-TrainMode ParseTrainMode(std::string_view name) { return kTrainModes.Parse(name); }
-std::string_view TrainModeName(TrainMode mode) { return kTrainModes.Name(mode); }
-std::vector<std::string_view> TrainModeNames() { return kTrainModes.Names(); }
+SHARDKIT_ENUM_PARSE_AND_NAMES(TrainMode, kTrainModes, ParseTrainMode, TrainModeName, TrainModeNames)
 
 TrainDocuments TrainDocuments::FromSpans(std::span<const Index> lengths,
                                          std::span<const Index> images) {

@@ -12,19 +12,9 @@ namespace shardkit {
 namespace {
 
 constexpr EnumNames<CpSplit, kNumCpSplits> kCpSplits{
-    "cp_split",
-    "split",
-    {{{CpSplit::kContiguous, "contiguous"},
-      {CpSplit::kHeadTail, "head_tail"},
-      {CpSplit::kDocumentHeadTail, "document_head_tail"},
-      {CpSplit::kBalanced, "balanced"},
-      {CpSplit::kPtrr, "ptrr"}}}};
-
-constexpr EnumNames<CpStrategy, 3> kCpStrategies{"cp_strategy",
-                                                 "strategy",
-                                                 {{{CpStrategy::kHeadTail, "head_tail"},
-                                                   {CpStrategy::kBalanced, "balanced"},
-                                                   {CpStrategy::kPtrr, "ptrr"}}}};
+    "cp_split", "split", {"contiguous", "head_tail", "document_head_tail", "balanced", "ptrr"}};
+constexpr EnumNames<CpStrategy, 3> kCpStrategies{
+    "cp_strategy", "strategy", {"head_tail", "balanced", "ptrr"}};
 
 bool IsPtrr(const ContextParallelOptions& cp) {
   return cp.strategy == CpStrategy::kPtrr && cp.size > 1;
@@ -157,12 +147,9 @@ void PlanCpRow(std::span<const Piece> pieces, Index seq_len, const ContextParall
   }
 }
 
-CpStrategy ParseCpStrategy(std::string_view name) { return kCpStrategies.Parse(name); }
-std::string_view CpStrategyName(CpStrategy strategy) { return kCpStrategies.Name(strategy); }
+SHARDKIT_ENUM_PARSE_AND_NAME(CpStrategy, kCpStrategies, ParseCpStrategy, CpStrategyName)
 
-CpSplit ParseCpSplit(std::string_view name) { return kCpSplits.Parse(name); }
-std::string_view CpSplitName(CpSplit split) { return kCpSplits.Name(split); }
-std::vector<std::string_view> CpSplitNames() { return kCpSplits.Names(); }
+SHARDKIT_ENUM_PARSE_AND_NAMES(CpSplit, kCpSplits, ParseCpSplit, CpSplitName, CpSplitNames)
 
 void ValidateContextParallel(const ContextParallelOptions& cp, Index seq_len) {
   CheckAtLeast("cp_size", cp.size, 1);

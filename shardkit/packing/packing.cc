@@ -18,32 +18,17 @@
 namespace shardkit {
 
 namespace {
-constexpr EnumNames<PackAlgorithm, 5> kAlgorithms{"algorithm",
-                                                  "algorithm",
-                                                  {{{PackAlgorithm::kNextFit, "next_fit"},
-                                                    {PackAlgorithm::kFirstFitDecreasing, "ffd"},
-                                                    {PackAlgorithm::kBestFitDecreasing, "bfd"},
-                                                    {PackAlgorithm::kBalanced, "balanced"},
-                                                    {PackAlgorithm::kHistogram, "histogram"}}}};
-constexpr EnumNames<Oversize, 3> kOversize{
-    "oversize",
-    "policy",
-    {{{Oversize::kDrop, "drop"}, {Oversize::kError, "error"}, {Oversize::kSplit, "split"}}}};
-constexpr EnumNames<PackCompat, 2> kCompat{
-    "compat", "compat", {{{PackCompat::kNone, "none"}, {PackCompat::kTrl, "trl"}}}};
+constexpr EnumNames<PackAlgorithm, 5> kAlgorithms{
+    "algorithm", "algorithm", {"next_fit", "ffd", "bfd", "balanced", "histogram"}};
+constexpr EnumNames<Oversize, 3> kOversize{"oversize", "policy", {"drop", "error", "split"}};
+constexpr EnumNames<PackCompat, 2> kCompat{"compat", "compat", {"none", "trl"}};
 
 }  // namespace
 
-PackAlgorithm ParsePackAlgorithm(std::string_view name) { return kAlgorithms.Parse(name); }
-std::string_view PackAlgorithmName(PackAlgorithm algorithm) { return kAlgorithms.Name(algorithm); }
-Oversize ParseOversize(std::string_view name) { return kOversize.Parse(name); }
-std::string_view OversizeName(Oversize oversize) { return kOversize.Name(oversize); }
-
-PackCompat ParsePackCompat(std::string_view name) { return kCompat.Parse(name); }
-std::string_view PackCompatName(PackCompat compat) { return kCompat.Name(compat); }
-std::vector<std::string_view> PackAlgorithmNames() { return kAlgorithms.Names(); }
-std::vector<std::string_view> OversizeNames() { return kOversize.Names(); }
-std::vector<std::string_view> PackCompatNames() { return kCompat.Names(); }
+SHARDKIT_ENUM_PARSE_AND_NAMES(PackAlgorithm, kAlgorithms, ParsePackAlgorithm, PackAlgorithmName,
+                              PackAlgorithmNames)
+SHARDKIT_ENUM_PARSE_AND_NAMES(Oversize, kOversize, ParseOversize, OversizeName, OversizeNames)
+SHARDKIT_ENUM_PARSE_AND_NAMES(PackCompat, kCompat, ParsePackCompat, PackCompatName, PackCompatNames)
 
 void ValidatePackOptions(const PackOptions& o) {
   CheckAtLeast("capacity", o.capacity, 1);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "shardkit/packing/internal/wikipedia512_histogram.h"
@@ -46,6 +47,21 @@ void BM_Pack(benchmark::State& state, PackAlgorithm algorithm) {
   state.SetItemsProcessed(state.iterations() * n);
   state.counters["over_lower_bound_pct"] = 100 * over;
 }
+// Packs `lengths` (with `images`) under `o` once per iteration; reports the
+// items per second and the packs over the lower bound. The last packing.
+Packing PackEachIteration(benchmark::State& state, std::span<const Index> lengths,
+                          const PackOptions& o, std::span<const Index> images = {}) {
+  Packing p;
+  for (auto _ : state) {
+    p = PackItems(lengths, o, images);
+    benchmark::DoNotOptimize(p.items.data());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<Index>(lengths.size()));
+  state.counters["over_lower_bound_pct"] =
+      100 * (static_cast<double>(p.num_packs()) / static_cast<double>(p.lower_bound) - 1);
+  return p;
+}
+
 BENCHMARK_CAPTURE(BM_Pack, bfd, PackAlgorithm::kBestFitDecreasing)
     ->Args({10000000, 4096})
     ->Args({10000000, 8192})
@@ -70,15 +86,8 @@ void BM_CountBudget(benchmark::State& state, PackAlgorithm algorithm) {
   o.capacity = 4096;
   o.algorithm = algorithm;
   o.max_sequences = 4;
-  Packing p;
-  for (auto _ : state) {
-    p = PackItems(lengths, o);
-    benchmark::DoNotOptimize(p.items.data());
-  }
-  state.SetItemsProcessed(state.iterations() * n);
+  const Packing p = PackEachIteration(state, lengths, o);
   state.counters["packs"] = static_cast<double>(p.num_packs());
-  state.counters["over_lower_bound_pct"] =
-      100 * (static_cast<double>(p.num_packs()) / static_cast<double>(p.lower_bound) - 1);
 }
 BENCHMARK_CAPTURE(BM_CountBudget, bfd, PackAlgorithm::kBestFitDecreasing)
     ->Arg(3000000)
@@ -123,39 +132,20 @@ void BM_Wikipedia(benchmark::State& state, PackAlgorithm algorithm) {
   o.capacity = 512;
   o.algorithm = algorithm;
   if (state.range(0) > 0) o.max_sequences = state.range(0);
-  Packing p;
-  for (auto _ : state) {
-    p = PackItems(lengths, o);
-    benchmark::DoNotOptimize(p.items.data());
-  }
-  state.SetItemsProcessed(state.iterations() * static_cast<Index>(lengths.size()));
+  const Packing p = PackEachIteration(state, lengths, o);
   state.counters["packs"] = static_cast<double>(p.num_packs());
-  state.counters["over_lower_bound_pct"] =
-      100 * (static_cast<double>(p.num_packs()) / static_cast<double>(p.lower_bound) - 1);
   state.counters["load_cv"] = LoadVariation(p);
   state.counters["efficiency_pct"] = 100 * p.efficiency();
 }
-BENCHMARK_CAPTURE(BM_Wikipedia, next_fit, PackAlgorithm::kNextFit)
-    ->Arg(3)
-    ->Arg(12)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Wikipedia, ffd, PackAlgorithm::kFirstFitDecreasing)
-    ->Arg(3)
-    ->Arg(12)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Wikipedia, bfd, PackAlgorithm::kBestFitDecreasing)
-    ->Arg(3)
-    ->Arg(12)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Wikipedia, histogram, PackAlgorithm::kHistogram)
-    ->Arg(3)
-    ->Arg(12)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Wikipedia, balanced, PackAlgorithm::kBalanced)
-    ->Arg(3)
-    ->Arg(12)
-    ->Arg(0)
-    ->Unit(benchmark::kMillisecond);
+// The count budgets BM_Wikipedia runs at: 3 and 12 sequences per pack.
+void SequenceBudgets(benchmark::internal::Benchmark* b) {
+  b->Arg(3)->Arg(12)->Unit(benchmark::kMillisecond);
+}
+BENCHMARK_CAPTURE(BM_Wikipedia, next_fit, PackAlgorithm::kNextFit)->Apply(SequenceBudgets);
+BENCHMARK_CAPTURE(BM_Wikipedia, ffd, PackAlgorithm::kFirstFitDecreasing)->Apply(SequenceBudgets);
+BENCHMARK_CAPTURE(BM_Wikipedia, bfd, PackAlgorithm::kBestFitDecreasing)->Apply(SequenceBudgets);
+BENCHMARK_CAPTURE(BM_Wikipedia, histogram, PackAlgorithm::kHistogram)->Apply(SequenceBudgets);
+BENCHMARK_CAPTURE(BM_Wikipedia, balanced, PackAlgorithm::kBalanced)->Apply(SequenceBudgets)->Arg(0);
 
 // Multimodal mix: gamma(2, 300) + 16 token lengths, 0-4 images per sample,
 // capacity 4096, at most 18 images per pack.
@@ -172,15 +162,8 @@ void BM_Multimodal(benchmark::State& state, PackAlgorithm algorithm) {
   o.capacity = 4096;
   o.algorithm = algorithm;
   o.max_images = 18;
-  Packing p;
-  for (auto _ : state) {
-    p = PackItems(lengths, o, images);
-    benchmark::DoNotOptimize(p.items.data());
-  }
-  state.SetItemsProcessed(state.iterations() * n);
+  const Packing p = PackEachIteration(state, lengths, o, images);
   state.counters["efficiency_pct"] = 100 * p.efficiency();
-  state.counters["over_lower_bound_pct"] =
-      100 * (static_cast<double>(p.num_packs()) / static_cast<double>(p.lower_bound) - 1);
   state.counters["load_cv"] = LoadVariation(p);
 }
 BENCHMARK_CAPTURE(BM_Multimodal, balanced, PackAlgorithm::kBalanced)

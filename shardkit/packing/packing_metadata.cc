@@ -8,12 +8,10 @@
 namespace shardkit {
 
 namespace {
-constexpr EnumNames<PaddingSide, 2> kPaddingSides{
-    "padding_side", "side", {{{PaddingSide::kRight, "right"}, {PaddingSide::kLeft, "left"}}}};
+constexpr EnumNames<PaddingSide, 2> kPaddingSides{"padding_side", "side", {"right", "left"}};
 }  // namespace
 
-PaddingSide ParsePaddingSide(std::string_view name) { return kPaddingSides.Parse(name); }
-std::string_view PaddingSideName(PaddingSide side) { return kPaddingSides.Name(side); }
+SHARDKIT_ENUM_PARSE_AND_NAME(PaddingSide, kPaddingSides, ParsePaddingSide, PaddingSideName)
 
 void ValidateCollateOptions(const CollateOptions& options) {
   CheckAtLeast("seq_len", options.seq_len, 1);

@@ -13,15 +13,10 @@
 namespace shardkit {
 
 namespace {
-constexpr EnumNames<CostModel, 2> kCostModels{
-    "cost",
-    "cost model",
-    {{{CostModel::kTokens, "tokens"}, {CostModel::kSquaredLengths, "squared"}}}};
+constexpr EnumNames<CostModel, 2> kCostModels{"cost", "cost model", {"tokens", "squared"}};
 }  // namespace
 
-CostModel ParseCostModel(std::string_view name) { return kCostModels.Parse(name); }
-std::string_view CostModelName(CostModel model) { return kCostModels.Name(model); }
-std::vector<std::string_view> CostModelNames() { return kCostModels.Names(); }
+SHARDKIT_ENUM_PARSE_AND_NAMES(CostModel, kCostModels, ParseCostModel, CostModelName, CostModelNames)
 
 double PieceCost(Index length, CostModel model) {
   const double l = static_cast<double>(length);

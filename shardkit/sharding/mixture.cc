@@ -295,12 +295,8 @@ struct Mixture::Rotation {
 namespace {
 // The parameter of a MixBy is the caller's (mix_by, schedule_unit): Parse
 // takes a copy of the table with that name.
-constexpr EnumNames<MixBy, 2> kMixBy{
-    "mix_by", "value", {{{MixBy::kSamples, "samples"}, {MixBy::kTokens, "tokens"}}}};
-constexpr EnumNames<Interpolation, 2> kInterpolations{
-    "interpolation",
-    "value",
-    {{{Interpolation::kStep, "step"}, {Interpolation::kLinear, "linear"}}}};
+constexpr EnumNames<MixBy, 2> kMixBy{"mix_by", "value", {"samples", "tokens"}};
+constexpr EnumNames<Interpolation, 2> kInterpolations{"interpolation", "value", {"step", "linear"}};
 }  // namespace
 
 MixBy ParseMixBy(std::string_view name, std::string_view param) {
@@ -311,11 +307,7 @@ MixBy ParseMixBy(std::string_view name, std::string_view param) {
 
 std::string_view MixByName(MixBy by) { return kMixBy.Name(by); }
 
-Interpolation ParseInterpolation(std::string_view name) { return kInterpolations.Parse(name); }
-
-std::string_view InterpolationName(Interpolation interpolation) {
-  return kInterpolations.Name(interpolation);
-}
+SHARDKIT_ENUM_PARSE_AND_NAME(Interpolation, kInterpolations, ParseInterpolation, InterpolationName)
 
 Index TotalTokens(std::span<const std::int64_t> lengths) {
   Index total = 0;

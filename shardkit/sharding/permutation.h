@@ -36,21 +36,11 @@ class Permutation {
 
   // The index at `position`. REQUIRES: 0 <= position < size() (unchecked).
   [[nodiscard]] Index Forward(Index position) const {
-    std::uint64_t x = static_cast<std::uint64_t>(position);
-    do {
-      x = Encrypt(x);
-    } while (x >= static_cast<std::uint64_t>(n_));
-    return static_cast<Index>(x);
+    return Walk<&Permutation::Encrypt>(position);
   }
 
   // The position of `index`. REQUIRES: 0 <= index < size() (unchecked).
-  [[nodiscard]] Index Inverse(Index index) const {
-    std::uint64_t x = static_cast<std::uint64_t>(index);
-    do {
-      x = Decrypt(x);
-    } while (x >= static_cast<std::uint64_t>(n_));
-    return static_cast<Index>(x);
-  }
+  [[nodiscard]] Index Inverse(Index index) const { return Walk<&Permutation::Decrypt>(index); }
 
   // out[j] = Forward(first + j * stride) for 0 <= j < count, evaluated in
   // vectorised blocks (a few ns per index). Throws out_of_range naming
@@ -60,6 +50,16 @@ class Permutation {
  private:
   std::uint64_t Encrypt(std::uint64_t x) const;
   std::uint64_t Decrypt(std::uint64_t x) const;
+  // Cycle walking: applies `kStep` (Encrypt or Decrypt, a bijection on the
+  // domain) until the value lies in [0, n).
+  template <std::uint64_t (Permutation::*kStep)(std::uint64_t) const>
+  [[nodiscard]] Index Walk(Index v) const {
+    std::uint64_t x = static_cast<std::uint64_t>(v);
+    do {
+      x = (this->*kStep)(x);
+    } while (x >= static_cast<std::uint64_t>(n_));
+    return static_cast<Index>(x);
+  }
 
   Index n_;
   // position = left * 2^right_bits_ + right, left in [0, a_), right in

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "shardkit/base/enum_names.h"
+#include "shardkit/base/internal/runs.h"
 
 namespace shardkit {
 
@@ -18,25 +19,13 @@ using u128 = unsigned __int128;
 }  // namespace
 
 namespace {
-constexpr EnumNames<Split, 3> kSplits{"split",
-                                      "split",
-                                      {{{Split::kRoundRobin, "round_robin"},
-                                        {Split::kContiguous, "contiguous"},
-                                        {Split::kBalanced, "balanced"}}}};
-constexpr EnumNames<Remainder, 4> kRemainders{"remainder",
-                                              "remainder",
-                                              {{{Remainder::kUneven, "uneven"},
-                                                {Remainder::kDrop, "drop"},
-                                                {Remainder::kPad, "pad"},
-                                                {Remainder::kReplicate, "replicate"}}}};
+constexpr EnumNames<Split, 3> kSplits{"split", "split", {"round_robin", "contiguous", "balanced"}};
+constexpr EnumNames<Remainder, 4> kRemainders{
+    "remainder", "remainder", {"uneven", "drop", "pad", "replicate"}};
 }  // namespace
 
-Split ParseSplit(std::string_view name) { return kSplits.Parse(name); }
-std::string_view SplitName(Split split) { return kSplits.Name(split); }
-Remainder ParseRemainder(std::string_view name) { return kRemainders.Parse(name); }
-std::string_view RemainderName(Remainder remainder) { return kRemainders.Name(remainder); }
-std::vector<std::string_view> SplitNames() { return kSplits.Names(); }
-std::vector<std::string_view> RemainderNames() { return kRemainders.Names(); }
+SHARDKIT_ENUM_PARSE_AND_NAMES(Split, kSplits, ParseSplit, SplitName, SplitNames)
+SHARDKIT_ENUM_PARSE_AND_NAMES(Remainder, kRemainders, ParseRemainder, RemainderName, RemainderNames)
 
 // The balanced split: per-rank lists of window positions in epoch order, and
 // the inverse map. Only ranks [0, min(W, M)) can receive items (see Assign).
@@ -329,13 +318,7 @@ std::vector<LoadGroup> ShardPlan::LoadGroups() const {
   std::sort(loads.begin(), loads.end());
   std::vector<LoadGroup> groups;
   if (empty_ranks > 0) groups.push_back({0.0, empty_ranks});
-  for (double load : loads) {
-    if (!groups.empty() && groups.back().load == load) {
-      ++groups.back().ranks;
-    } else {
-      groups.push_back({load, 1});
-    }
-  }
+  internal::AppendRuns(loads, &groups);
   return groups;
 }
 

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <utility>
 
+#include "shardkit/base/internal/runs.h"
+
 namespace shardkit::internal {
 
 namespace {
@@ -23,13 +25,7 @@ using Column = std::vector<std::pair<Index, Index>>;
 Column ToColumn(std::vector<Index> picks) {
   std::sort(picks.begin(), picks.end());
   Column c;
-  for (Index i : picks) {
-    if (!c.empty() && c.back().first == i) {
-      ++c.back().second;
-    } else {
-      c.push_back({i, 1});
-    }
-  }
+  AppendRuns(picks, &c);
   return c;
 }
 
