@@ -74,14 +74,8 @@ def qwen_vision_tokens(
     >>> qwen_vision_tokens([224, 1000], [224, 2000]).tolist()
     [64, 1250]
     """
-    return _core._qwen_vision_tokens(
-        _int64(heights, "heights"),
-        _int64(widths, "widths"),
-        _core._index(patch_size, "patch_size"),
-        _core._index(merge_size, "merge_size"),
-        _core._index(min_pixels, "min_pixels"),
-        _core._index(max_pixels, "max_pixels"),
-    )
+    sizes = _int64(heights, "heights"), _int64(widths, "widths")
+    return _core._qwen_vision_tokens(*sizes, patch_size, merge_size, min_pixels, max_pixels)
 
 
 def tile_vision_tokens(
@@ -101,14 +95,9 @@ def tile_vision_tokens(
     >>> tile_vision_tokens([1000, 300], [2000, 400]).tolist()  # 2 x 4 + 1 tiles, 1 tile
     [576, 64]
     """
+    sizes = _int64(heights, "heights"), _int64(widths, "widths")
     return _core._tile_vision_tokens(
-        _int64(heights, "heights"),
-        _int64(widths, "widths"),
-        _core._index(tile_size, "tile_size"),
-        _core._index(max_side, "max_side"),
-        _core._bool(resize_to_max_side, "resize_to_max_side"),
-        _core._bool(global_tile, "global_tile"),
-        _core._index(tokens_per_tile, "tokens_per_tile"),
+        *sizes, tile_size, max_side, resize_to_max_side, global_tile, tokens_per_tile
     )
 
 
