@@ -5,7 +5,8 @@ mixture loader's rules; here only the members a mixture adds."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from operator import attrgetter
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -40,11 +41,11 @@ class MixtureTokenLoader(_LoaderSurface):
         )
         self._options = self._loader.options
 
-    @property
-    def mixture(self) -> _core.Mixture:
-        """The mixture the loader reads now (after a resume with other weights,
-        the one from the change on)."""
-        return self._loader.mixture
+    mixture = property(
+        attrgetter("_loader.mixture"),
+        doc="""The mixture the loader reads now (after a resume with other weights,
+        the one from the change on).""",
+    )
 
     def state_dict(self) -> Dict[str, Any]:
         """``{"version", "kind": "mixture_loader", "epoch", "samples", "mixture",
@@ -63,16 +64,16 @@ class MixtureTokenLoader(_LoaderSurface):
         a source). ``last_resume`` says ``(changed, read, at)``."""
         super().load_state_dict(state)
 
-    @property
-    def last_resume(self) -> Optional[Tuple[bool, int, int]]:
-        """After :meth:`load_state_dict`: ``(changed, read, at)``; None before."""
-        return self._loader.last_resume
+    last_resume = property(
+        attrgetter("_loader.last_resume"),
+        doc="After :meth:`load_state_dict`: ``(changed, read, at)``; None before.",
+    )
 
-    @property
-    def changes(self) -> List[int]:
-        """Global sample positions where the weights changed (on resume), from
-        the current epoch's window on."""
-        return self._loader.order.changes
+    changes = property(
+        attrgetter("_loader.order.changes"),
+        doc="""Global sample positions where the weights changed (on resume), from
+        the current epoch's window on.""",
+    )
 
     def window(self, epoch: Optional[int] = None) -> Tuple[int, int]:
         """(first, count): the mixture samples epoch ``epoch`` (default: the
@@ -87,9 +88,7 @@ class MixtureTokenLoader(_LoaderSurface):
         e = self._loader.standing_epoch if epoch is None else epoch
         return self._loader.locate(e, 0, self.window(e)[1])
 
-    @property
-    def samples_per_epoch(self) -> int:
-        return self._loader.samples
+    samples_per_epoch = property(attrgetter("_loader.samples"))
 
     def __repr__(self) -> str:
         o = self._options

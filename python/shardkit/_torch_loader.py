@@ -39,7 +39,7 @@ of the dataset and would replay the same epoch.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import torch.distributed as dist
 import torch.utils.data as tud
@@ -86,41 +86,17 @@ class TokenDataset(tud.IterableDataset):
         **options: Any,
     ) -> None:
         super().__init__()
-        self._setup(
-            functools.partial(TokenLoader, tokens, offsets),
-            tokens,
-            offsets,
-            rank=rank,
-            world_size=world_size,
-            epoch=epoch,
-            roles=roles,
-            mesh=mesh,
-            data_axes=data_axes,
-            **options,
-        )
-
-    def _setup(
-        self,
-        make: Callable[..., TokenLoader],
-        tokens: Any,
-        offsets: Any,
-        *,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
-        epoch: int = 0,
-        roles: Any = None,
-        mesh: Any = None,
-        data_axes: Any = None,
-        **options: Any,
-    ) -> None:
         # roles (a shardkit.DataRoles) or mesh= and data_axes=: shard by the
         # data-parallel rank and size; replicas read identical batches.
         self.data_roles = resolve_roles(roles, mesh, data_axes)
         rank, world_size = data_rank_and_world(rank, world_size, self.data_roles)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.tokens, self.offsets = tokens, offsets
-        # What builds a worker's TokenLoader (a plain one, or TokenLoader.mixture).
-        self._make = make
+        # What builds a worker's TokenLoader: a plain one, or the TokenLoader.mixture
+        # that mixture() hands over (as _mixture) before it runs this constructor.
+        self._make = self.__dict__.pop("_mixture", None) or functools.partial(
+            TokenLoader, tokens, offsets
+        )
         self._epoch = epoch  # the epoch the next batch comes from
         self._finished: Optional[int] = None  # the epoch the last pass ran out of
         self.options = options if self.data_roles is None else dict(options, roles=self.data_roles)
@@ -139,9 +115,8 @@ class TokenDataset(tud.IterableDataset):
         "Mixing sources"). Keyword arguments are ``TokenLoader.mixture``'s and
         this class's (``rank``, ``world_size``, ``epoch``, ``roles``, ...)."""
         ds = cls.__new__(cls)
-        tud.IterableDataset.__init__(ds)
-        make = functools.partial(TokenLoader.mixture, sources, weights)
-        ds._setup(make, None, None, **kwargs)
+        ds._mixture = functools.partial(TokenLoader.mixture, sources, weights)
+        TokenDataset.__init__(ds, None, None, **kwargs)
         return ds
 
     @property
@@ -241,20 +216,9 @@ class TokenDataset(tud.IterableDataset):
 
     def loader(self, worker: int, num_workers: int) -> TokenLoader:
         """The TokenLoader of DataLoader worker ``worker``, positioned where it resumes."""
-        if self.equal_steps:
-            loader = self._make(
-                rank=self.rank,
-                world_size=self.world_size,
-                epoch=self._epoch,
-                worker=worker,
-                num_workers=num_workers,
-                **self.options,
-            )
-            if self._resume is not None:
-                loader.load_state_dict(self._resume)
-            return loader
-        consumer = self.roles(num_workers)[worker]
-        role = (consumer - self.rank) // self.world_size
+        consumer = None if self.equal_steps else self.roles(num_workers)[worker]
+        # The worker role it plays: its own, or that of the consumer it resumes as.
+        role = worker if consumer is None else (consumer - self.rank) // self.world_size
         loader = self._make(
             rank=self.rank,
             world_size=self.world_size,
@@ -263,6 +227,10 @@ class TokenDataset(tud.IterableDataset):
             num_workers=num_workers,
             **self.options,
         )
+        if self.equal_steps:
+            if self._resume is not None:
+                loader.load_state_dict(self._resume)
+            return loader
         resume = self._resume
         # A list of plain loader states goes to the core as it is (ResumeStateFor:
         # this consumer's own state, else the merge); a mixture loader's states

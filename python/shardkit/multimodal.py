@@ -30,6 +30,7 @@ world size or batch size with every remaining sample exactly once.
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -73,14 +74,8 @@ def qwen_vision_tokens(
     >>> qwen_vision_tokens([224, 1000], [224, 2000]).tolist()
     [64, 1250]
     """
-    return _core._qwen_vision_tokens(
-        _int64(heights, "heights"),
-        _int64(widths, "widths"),
-        _core._index(patch_size, "patch_size"),
-        _core._index(merge_size, "merge_size"),
-        _core._index(min_pixels, "min_pixels"),
-        _core._index(max_pixels, "max_pixels"),
-    )
+    sizes = _int64(heights, "heights"), _int64(widths, "widths")
+    return _core._qwen_vision_tokens(*sizes, patch_size, merge_size, min_pixels, max_pixels)
 
 
 def tile_vision_tokens(
@@ -100,14 +95,9 @@ def tile_vision_tokens(
     >>> tile_vision_tokens([1000, 300], [2000, 400]).tolist()  # 2 x 4 + 1 tiles, 1 tile
     [576, 64]
     """
+    sizes = _int64(heights, "heights"), _int64(widths, "widths")
     return _core._tile_vision_tokens(
-        _int64(heights, "heights"),
-        _int64(widths, "widths"),
-        _core._index(tile_size, "tile_size"),
-        _core._index(max_side, "max_side"),
-        _core._bool(resize_to_max_side, "resize_to_max_side"),
-        _core._bool(global_tile, "global_tile"),
-        _core._index(tokens_per_tile, "tokens_per_tile"),
+        *sizes, tile_size, max_side, resize_to_max_side, global_tile, tokens_per_tile
     )
 
 
@@ -159,10 +149,9 @@ class MultimodalPlan:
             epoch=epoch,
         )
 
-    @property
-    def num_steps(self) -> int:
-        """Steps from the resume point on, the same on every rank."""
-        return self._plan.num_steps
+    num_steps = property(
+        attrgetter("_plan.num_steps"), doc="Steps from the resume point on, the same on every rank."
+    )
 
     def rows(self, rank: int, step: int) -> List[List[int]]:
         """The sample ids of each of ``rank``'s ``batch_size`` rows in ``step``
@@ -178,28 +167,27 @@ class MultimodalPlan:
         same on every rank."""
         return json.loads(self._plan.state_after(steps_done))
 
-    @property
-    def summary(self) -> Dict[str, int]:
-        """samples, dropped (oversize), packs, tokens, images, num_steps,
-        filler_rows, dropped_packs and dropped_samples (drop mode)."""
-        return self._plan.summary
+    summary = property(
+        attrgetter("_plan.summary"),
+        doc="""samples, dropped (oversize), packs, tokens, images, num_steps,
+        filler_rows, dropped_packs and dropped_samples (drop mode).""",
+    )
 
-    @property
-    def balance(self) -> Dict[str, Any]:
-        """Per step, heaviest rank / mean rank for LM tokens (``token_ratio``)
+    balance = property(
+        attrgetter("_plan.balance"),
+        doc="""Per step, heaviest rank / mean rank for LM tokens (``token_ratio``)
         and vision cost (``vision_ratio``); their mean and max over the steps
-        without filler rows."""
-        return self._plan.balance
+        without filler rows.""",
+    )
 
-    @property
-    def dropped_samples(self) -> np.ndarray:
-        """The samples dropped as oversize."""
-        return self._plan.dropped_samples
+    dropped_samples = property(
+        attrgetter("_plan.dropped_samples"), doc="The samples dropped as oversize."
+    )
 
-    @property
-    def fingerprint(self) -> int:
-        """Equal on ranks that will run the same steps (compared at start)."""
-        return self._plan.fingerprint
+    fingerprint = property(
+        attrgetter("_plan.fingerprint"),
+        doc="Equal on ranks that will run the same steps (compared at start).",
+    )
 
     def describe(self) -> str:
         s = self.summary

@@ -34,6 +34,7 @@ Collating packs of tokenised samples into fixed-shape rows:
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
@@ -166,18 +167,11 @@ class StreamingPacker:
         """The oldest closed pack as [(item, start, length, images), ...], or None."""
         return self._packer.pop()
 
-    @property
-    def pending(self) -> int:
-        return self._packer.pending
-
-    @property
-    def buffered(self) -> int:
-        return self._packer.buffered
-
-    @property
-    def efficiency(self) -> float:
-        """Real tokens / (closed packs x capacity) so far."""
-        return self._packer.efficiency
+    pending = property(attrgetter("_packer.pending"))
+    buffered = property(attrgetter("_packer.buffered"))
+    efficiency = property(
+        attrgetter("_packer.efficiency"), doc="Real tokens / (closed packs x capacity) so far."
+    )
 
     def take_dropped(self) -> list:
         return self._packer.take_dropped()

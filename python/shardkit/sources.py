@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import os
+from operator import attrgetter
 from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
@@ -53,26 +54,19 @@ class TokenSource:
         self._core = core
         self._reopen = reopen  # (paths, keyword arguments of open_source) for pickling
 
-    @property
-    def num_documents(self) -> int:
-        return self._core.num_documents
-
-    @property
-    def num_tokens(self) -> int:
-        return self._core.num_tokens
-
-    @property
-    def num_files(self) -> int:
-        """Parts of the source: one per Megatron prefix, token file, Arrow
-        record batch or Parquet file."""
-        return self._core.num_parts
-
-    @property
-    def fingerprint(self) -> int:
-        """The data fingerprint every loader state of this source carries
+    num_documents = property(attrgetter("_core.num_documents"))
+    num_tokens = property(attrgetter("_core.num_tokens"))
+    num_files = property(
+        attrgetter("_core.num_parts"),
+        doc="""Parts of the source: one per Megatron prefix, token file, Arrow
+        record batch or Parquet file.""",
+    )
+    fingerprint = property(
+        attrgetter("_core.fingerprint"),
+        doc="""The data fingerprint every loader state of this source carries
         (documents, tokens, files and every document's length): a resume
-        against other data is refused."""
-        return self._core.fingerprint
+        against other data is refused.""",
+    )
 
     def lengths(self) -> np.ndarray:
         """Every document's length in tokens (int64), from the index alone."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from shardkit import _core
@@ -147,43 +148,33 @@ class TrainPlan:
         kwargs.setdefault("data_fingerprint", source.fingerprint)
         return cls(source.lengths(), seq_len, batch_size, world_size, **kwargs)
 
-    # -- the plan -------------------------------------------------------------
-    @property
-    def num_steps(self) -> int:
-        """Steps of this plan (``step(rank, s)`` for s < num_steps), the same on
-        every rank: the epoch's, or the rest of them for a plan from a state."""
-        return self._plan.num_steps
-
-    @property
-    def first_step(self) -> int:
-        """The step of the epoch that step 0 of this plan is: ``position // (world_size
-        * rows_per_rank)`` (0 from the epoch's start)."""
-        return self._plan.first_step
-
-    @property
-    def epoch_steps(self) -> int:
-        """Steps of the whole epoch as this plan counts them: ``first_step + num_steps``
-        (a resumed run's step numbers and count stay those of the epoch)."""
-        return self._plan.epoch_steps
-
-    @property
-    def world_size(self) -> int:
-        return self._plan.world_size
-
-    @property
-    def rows_per_rank(self) -> int:
-        """Rows per rank per step: batch_size * micro_batches."""
-        return self._plan.rows_per_rank
-
-    @property
-    def epoch(self) -> int:
-        return self._plan.epoch
-
-    @property
-    def fingerprint(self) -> int:
-        """A hash of the whole plan; ranks compare it once at start
-        (``shardkit.torch.check_plan(plan)``)."""
-        return self._plan.fingerprint
+    # -- the plan (read from the core's plan) -----------------------------------
+    num_steps = property(
+        attrgetter("_plan.num_steps"),
+        doc="""Steps of this plan (``step(rank, s)`` for s < num_steps), the same on
+        every rank: the epoch's, or the rest of them for a plan from a state.""",
+    )
+    first_step = property(
+        attrgetter("_plan.first_step"),
+        doc="""The step of the epoch that step 0 of this plan is: ``position // (world_size
+        * rows_per_rank)`` (0 from the epoch's start).""",
+    )
+    epoch_steps = property(
+        attrgetter("_plan.epoch_steps"),
+        doc="""Steps of the whole epoch as this plan counts them: ``first_step + num_steps``
+        (a resumed run's step numbers and count stay those of the epoch).""",
+    )
+    world_size = property(attrgetter("_plan.world_size"))
+    rows_per_rank = property(
+        attrgetter("_plan.rows_per_rank"),
+        doc="Rows per rank per step: batch_size * micro_batches.",
+    )
+    epoch = property(attrgetter("_plan.epoch"))
+    fingerprint = property(
+        attrgetter("_plan.fingerprint"),
+        doc="""A hash of the whole plan; ranks compare it once at start
+        (``shardkit.torch.check_plan(plan)``).""",
+    )
 
     def describe(self) -> str:
         return self._plan.describe()

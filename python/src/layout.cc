@@ -62,10 +62,12 @@ using SpecLike = nb::typed<nb::handle, SpecLikeTag>;
 using SpecEntryOut = nb::typed<nb::object, SpecEntryTag>;
 
 // How a process's local data fills its devices (NamedSharding.local_to_global).
+// The arrays are numpy objects typed for the stub, so that .def_ro reads them.
 struct LocalToGlobal {
+  using SliceArray = nb::typed<nb::object, nb::ndarray<nb::numpy, std::int64_t, nb::ndim<3>>>;
   nb::typed<nb::tuple, Index, nb::ellipsis> global_shape;
-  nb::object devices;                      // int64 [device]
-  nb::object global_slices, local_slices;  // int64 [device, dim, (start, stop)]
+  nb::typed<nb::object, NumpyArray<std::int64_t>> devices;  // int64 [device]
+  SliceArray global_slices, local_slices;                   // int64 [device, dim, (start, stop)]
 };
 
 SpecEntry EntryFromPython(nb::handle entry, size_t dim) {
@@ -584,26 +586,11 @@ void init_layout(nb::module_& m) {
       ">>> m.global_slices[:, 0].tolist(), m.local_slices[:, 0].tolist()\n"
       "([[2, 4], [6, 8]], [[0, 2], [2, 4]])\n")
       .def_ro("global_shape", &LocalToGlobal::global_shape)
-      .def_prop_ro(
-          "devices",
-          [](const LocalToGlobal& m) {
-            return nb::typed<nb::object, NumpyArray<std::int64_t>>(m.devices);
-          },
-          "the process's devices, ascending")
-      .def_prop_ro(
-          "global_slices",
-          [](const LocalToGlobal& m) {
-            return nb::typed<nb::object, nb::ndarray<nb::numpy, std::int64_t, nb::ndim<3>>>(
-                m.global_slices);
-          },
-          "int64 [device, dim, (start, stop)]: each device's slice of the global array")
-      .def_prop_ro(
-          "local_slices",
-          [](const LocalToGlobal& m) {
-            return nb::typed<nb::object, nb::ndarray<nb::numpy, std::int64_t, nb::ndim<3>>>(
-                m.local_slices);
-          },
-          "int64 [device, dim, (start, stop)]: the block of the local data it reads")
+      .def_ro("devices", &LocalToGlobal::devices, "the process's devices, ascending")
+      .def_ro("global_slices", &LocalToGlobal::global_slices,
+              "int64 [device, dim, (start, stop)]: each device's slice of the global array")
+      .def_ro("local_slices", &LocalToGlobal::local_slices,
+              "int64 [device, dim, (start, stop)]: the block of the local data it reads")
       .def("__repr__", [](const LocalToGlobal& m) {
         return "LocalToGlobal(global_shape=" + nb::cast<std::string>(nb::repr(m.global_shape)) +
                ", devices=" +

@@ -53,23 +53,30 @@ NumpyArray<Index> TokensOf(const I64In& heights, const I64In& widths, Rule rule)
 void init_multimodal(nb::module_& m) {
   m.def(
       "_qwen_vision_tokens",
-      [](const I64In& heights, const I64In& widths, Index patch_size, Index merge_size,
-         Index min_pixels, Index max_pixels) {
-        QwenVisionOptions o{patch_size, merge_size, min_pixels, max_pixels};
+      [](const I64In& heights, const I64In& widths, Int patch_size, Int merge_size, Int min_pixels,
+         Int max_pixels) {
+        const QwenVisionOptions o{
+            ToIndex(patch_size, "patch_size"), ToIndex(merge_size, "merge_size"),
+            ToIndex(min_pixels, "min_pixels"), ToIndex(max_pixels, "max_pixels")};
         return TokensOf(heights, widths,
                         [&](Index h, Index w) { return QwenVisionTokens(h, w, o); });
       },
-      "heights"_a, "widths"_a, "patch_size"_a, "merge_size"_a, "min_pixels"_a, "max_pixels"_a);
+      "heights"_a, "widths"_a, "patch_size"_a.none(), "merge_size"_a.none(), "min_pixels"_a.none(),
+      "max_pixels"_a.none(), "The options are converted here (ToIndex: errors name the option).");
   m.def(
       "_tile_vision_tokens",
-      [](const I64In& heights, const I64In& widths, Index tile_size, Index max_side,
-         bool resize_to_max_side, bool global_tile, Index tokens_per_tile) {
-        TileOptions o{tile_size, max_side, resize_to_max_side, global_tile, tokens_per_tile};
+      [](const I64In& heights, const I64In& widths, Int tile_size, Int max_side,
+         Bool resize_to_max_side, Bool global_tile, Int tokens_per_tile) {
+        const TileOptions o{ToIndex(tile_size, "tile_size"), ToIndex(max_side, "max_side"),
+                            ToBool(resize_to_max_side, "resize_to_max_side"),
+                            ToBool(global_tile, "global_tile"),
+                            ToIndex(tokens_per_tile, "tokens_per_tile")};
         return TokensOf(heights, widths,
                         [&](Index h, Index w) { return TileVisionTokens(h, w, o); });
       },
-      "heights"_a, "widths"_a, "tile_size"_a, "max_side"_a, "resize_to_max_side"_a, "global_tile"_a,
-      "tokens_per_tile"_a);
+      "heights"_a, "widths"_a, "tile_size"_a.none(), "max_side"_a.none(),
+      "resize_to_max_side"_a.none(), "global_tile"_a.none(), "tokens_per_tile"_a.none(),
+      "The options are converted here (ToIndex, ToBool: errors name the option).");
   nb::class_<MultimodalPlan>(m, "_MultimodalPlan")
       .def(
           "__init__",

@@ -63,6 +63,22 @@ CpRow CheckedCpRow(const std::vector<Index>& lengths, Index seq_len, Index cp_si
   return row;
 }
 
+// Binds `name`(lengths, seq_len, cp_size, cp_granularity=None, cp_strategy="head_tail"),
+// a helper of the row's layout under cp_strategy: body(row, seq_len) of the checked row.
+template <typename Body>
+void DefCpLayoutFunction(nb::module_& m, const char* name, Body body) {
+  m.def(
+      name,
+      [body](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
+             std::optional<Index> cp_granularity, const std::string& cp_strategy) {
+        return body(CheckedCpRow(lengths, seq_len, cp_size, cp_granularity, cp_strategy,
+                                 CpSplit::kDocumentHeadTail),
+                    seq_len);
+      },
+      "lengths"_a, "seq_len"_a, "cp_size"_a, "cp_granularity"_a = nb::none(),
+      "cp_strategy"_a = "head_tail");
+}
+
 }  // namespace
 
 void init_packing(nb::module_& m) {
@@ -365,30 +381,15 @@ void init_packing(nb::module_& m) {
       "lengths"_a, "seq_len"_a, "cp_size"_a, "split"_a = "document_head_tail",
       "cp_granularity"_a = nb::none());
 
-  m.def(
-      "_cp_document_padding",
-      [](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
-         std::optional<Index> cp_granularity, const std::string& cp_strategy) {
-        const CpRow row = CheckedCpRow(lengths, seq_len, cp_size, cp_granularity, cp_strategy,
-                                       CpSplit::kDocumentHeadTail);
-        return CpDocumentPadding(row.pieces, seq_len, row.cp);
-      },
-      "lengths"_a, "seq_len"_a, "cp_size"_a, "cp_granularity"_a = nb::none(),
-      "cp_strategy"_a = "head_tail");
-
-  m.def(
-      "_cp_restore_index",
-      [](const std::vector<Index>& lengths, Index seq_len, Index cp_size,
-         std::optional<Index> cp_granularity, const std::string& cp_strategy) {
-        const CpRow row = CheckedCpRow(lengths, seq_len, cp_size, cp_granularity, cp_strategy,
-                                       CpSplit::kDocumentHeadTail);
-        std::int64_t* data;
-        auto out = NewNd<std::int64_t>({static_cast<std::size_t>(seq_len)}, &data);
-        FillCpRestoreIndex(row.pieces, seq_len, row.cp, data);
-        return out;
-      },
-      "lengths"_a, "seq_len"_a, "cp_size"_a, "cp_granularity"_a = nb::none(),
-      "cp_strategy"_a = "head_tail");
+  DefCpLayoutFunction(m, "_cp_document_padding", [](const CpRow& row, Index seq_len) {
+    return CpDocumentPadding(row.pieces, seq_len, row.cp);
+  });
+  DefCpLayoutFunction(m, "_cp_restore_index", [](const CpRow& row, Index seq_len) {
+    std::int64_t* data;
+    auto out = NewNd<std::int64_t>({static_cast<std::size_t>(seq_len)}, &data);
+    FillCpRestoreIndex(row.pieces, seq_len, row.cp, data);
+    return out;
+  });
 }
 
 }  // namespace shardkit::python
