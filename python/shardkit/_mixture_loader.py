@@ -5,12 +5,12 @@ mixture loader's rules; here only the members a mixture adds."""
 
 from __future__ import annotations
 
-from operator import attrgetter
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from shardkit import _core
+from shardkit._forward import Forwarded as _Forwarded
 from shardkit._loader_base import LoaderSurface as _LoaderSurface
 from shardkit._loader_base import core_sources as _core_sources
 from shardkit._loader_base import loader_options as _loader_options
@@ -41,8 +41,8 @@ class MixtureTokenLoader(_LoaderSurface):
         )
         self._options = self._loader.options
 
-    mixture = property(
-        attrgetter("_loader.mixture"),
+    mixture = _Forwarded[_core.Mixture](
+        "_loader.mixture",
         doc="""The mixture the loader reads now (after a resume with other weights,
         the one from the change on).""",
     )
@@ -64,13 +64,13 @@ class MixtureTokenLoader(_LoaderSurface):
         a source). ``last_resume`` says ``(changed, read, at)``."""
         super().load_state_dict(state)
 
-    last_resume = property(
-        attrgetter("_loader.last_resume"),
+    last_resume = _Forwarded[Optional[Tuple[bool, int, int]]](
+        "_loader.last_resume",
         doc="After :meth:`load_state_dict`: ``(changed, read, at)``; None before.",
     )
 
-    changes = property(
-        attrgetter("_loader.order.changes"),
+    changes = _Forwarded[List[int]](
+        "_loader.order.changes",
         doc="""Global sample positions where the weights changed (on resume), from
         the current epoch's window on.""",
     )
@@ -88,7 +88,7 @@ class MixtureTokenLoader(_LoaderSurface):
         e = self._loader.standing_epoch if epoch is None else epoch
         return self._loader.locate(e, 0, self.window(e)[1])
 
-    samples_per_epoch = property(attrgetter("_loader.samples"))
+    samples_per_epoch = _Forwarded[int]("_loader.samples")
 
     def __repr__(self) -> str:
         o = self._options

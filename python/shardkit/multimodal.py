@@ -30,13 +30,13 @@ world size or batch size with every remaining sample exactly once.
 from __future__ import annotations
 
 import json
-from operator import attrgetter
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from shardkit import _core
 from shardkit._arrays import int64_array as _int64_array
+from shardkit._forward import Forwarded as _Forwarded
 
 __all__ = ["MultimodalPlan", "flat_vision_tokens", "qwen_vision_tokens", "tile_vision_tokens"]
 
@@ -149,8 +149,8 @@ class MultimodalPlan:
             epoch=epoch,
         )
 
-    num_steps = property(
-        attrgetter("_plan.num_steps"), doc="Steps from the resume point on, the same on every rank."
+    num_steps = _Forwarded[int](
+        "_plan.num_steps", doc="Steps from the resume point on, the same on every rank."
     )
 
     def rows(self, rank: int, step: int) -> List[List[int]]:
@@ -167,25 +167,25 @@ class MultimodalPlan:
         same on every rank."""
         return json.loads(self._plan.state_after(steps_done))
 
-    summary = property(
-        attrgetter("_plan.summary"),
+    summary = _Forwarded[Dict[str, int]](
+        "_plan.summary",
         doc="""samples, dropped (oversize), packs, tokens, images, num_steps,
         filler_rows, dropped_packs and dropped_samples (drop mode).""",
     )
 
-    balance = property(
-        attrgetter("_plan.balance"),
+    balance = _Forwarded[Dict[str, Any]](
+        "_plan.balance",
         doc="""Per step, heaviest rank / mean rank for LM tokens (``token_ratio``)
         and vision cost (``vision_ratio``); their mean and max over the steps
         without filler rows.""",
     )
 
-    dropped_samples = property(
-        attrgetter("_plan.dropped_samples"), doc="The samples dropped as oversize."
+    dropped_samples = _Forwarded[np.ndarray](
+        "_plan.dropped_samples", doc="The samples dropped as oversize."
     )
 
-    fingerprint = property(
-        attrgetter("_plan.fingerprint"),
+    fingerprint = _Forwarded[int](
+        "_plan.fingerprint",
         doc="Equal on ranks that will run the same steps (compared at start).",
     )
 

@@ -34,7 +34,6 @@ Collating packs of tokenised samples into fixed-shape rows:
 from __future__ import annotations
 
 import math
-from operator import attrgetter
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
@@ -42,6 +41,7 @@ import numpy as np
 from shardkit import _core
 from shardkit._arrays import int64_array as _int64
 from shardkit._core import Packing, RankSchedule
+from shardkit._forward import Forwarded as _Forwarded
 from shardkit._states import require_state as _require_state
 
 __all__ = [
@@ -167,10 +167,10 @@ class StreamingPacker:
         """The oldest closed pack as [(item, start, length, images), ...], or None."""
         return self._packer.pop()
 
-    pending = property(attrgetter("_packer.pending"))
-    buffered = property(attrgetter("_packer.buffered"))
-    efficiency = property(
-        attrgetter("_packer.efficiency"), doc="Real tokens / (closed packs x capacity) so far."
+    pending = _Forwarded[int]("_packer.pending")
+    buffered = _Forwarded[int]("_packer.buffered")
+    efficiency = _Forwarded[float](
+        "_packer.efficiency", doc="Real tokens / (closed packs x capacity) so far."
     )
 
     def take_dropped(self) -> list:

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import functools
 import os
-from operator import attrgetter
 from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 
 from shardkit import _core
+from shardkit._forward import Forwarded as _Forwarded
 
 __all__ = ["TokenSource", "open_source"]
 
@@ -54,15 +54,15 @@ class TokenSource:
         self._core = core
         self._reopen = reopen  # (paths, keyword arguments of open_source) for pickling
 
-    num_documents = property(attrgetter("_core.num_documents"))
-    num_tokens = property(attrgetter("_core.num_tokens"))
-    num_files = property(
-        attrgetter("_core.num_parts"),
+    num_documents = _Forwarded[int]("_core.num_documents")
+    num_tokens = _Forwarded[int]("_core.num_tokens")
+    num_files = _Forwarded[int](
+        "_core.num_parts",
         doc="""Parts of the source: one per Megatron prefix, token file, Arrow
         record batch or Parquet file.""",
     )
-    fingerprint = property(
-        attrgetter("_core.fingerprint"),
+    fingerprint = _Forwarded[int](
+        "_core.fingerprint",
         doc="""The data fingerprint every loader state of this source carries
         (documents, tokens, files and every document's length): a resume
         against other data is refused.""",

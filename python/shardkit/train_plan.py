@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import json
-from operator import attrgetter
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from shardkit import _core
 from shardkit._arrays import int64_array as _int64_array
 from shardkit._core import TrainAudit, TrainStep, TrainSummary
+from shardkit._forward import Forwarded as _Forwarded
 from shardkit.layout import data_rank_and_world, resolve_roles
 from shardkit.sources import TokenSource, open_source
 
@@ -149,29 +149,29 @@ class TrainPlan:
         return cls(source.lengths(), seq_len, batch_size, world_size, **kwargs)
 
     # -- the plan (read from the core's plan) -----------------------------------
-    num_steps = property(
-        attrgetter("_plan.num_steps"),
+    num_steps = _Forwarded[int](
+        "_plan.num_steps",
         doc="""Steps of this plan (``step(rank, s)`` for s < num_steps), the same on
         every rank: the epoch's, or the rest of them for a plan from a state.""",
     )
-    first_step = property(
-        attrgetter("_plan.first_step"),
+    first_step = _Forwarded[int](
+        "_plan.first_step",
         doc="""The step of the epoch that step 0 of this plan is: ``position // (world_size
         * rows_per_rank)`` (0 from the epoch's start).""",
     )
-    epoch_steps = property(
-        attrgetter("_plan.epoch_steps"),
+    epoch_steps = _Forwarded[int](
+        "_plan.epoch_steps",
         doc="""Steps of the whole epoch as this plan counts them: ``first_step + num_steps``
         (a resumed run's step numbers and count stay those of the epoch).""",
     )
-    world_size = property(attrgetter("_plan.world_size"))
-    rows_per_rank = property(
-        attrgetter("_plan.rows_per_rank"),
+    world_size = _Forwarded[int]("_plan.world_size")
+    rows_per_rank = _Forwarded[int](
+        "_plan.rows_per_rank",
         doc="Rows per rank per step: batch_size * micro_batches.",
     )
-    epoch = property(attrgetter("_plan.epoch"))
-    fingerprint = property(
-        attrgetter("_plan.fingerprint"),
+    epoch = _Forwarded[int]("_plan.epoch")
+    fingerprint = _Forwarded[int](
+        "_plan.fingerprint",
         doc="""A hash of the whole plan; ranks compare it once at start
         (``shardkit.torch.check_plan(plan)``).""",
     )
