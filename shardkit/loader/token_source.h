@@ -281,7 +281,8 @@ class TokenSource {
   // so. The documents delivered are the same in both modes. Bulk passes
   // (opening, LengthsDigest, Lengths' blocks, ContiguousOffsets for a plan
   // that reads every length) keep their sequential reads (blocks read with
-  // pread in kPread; ContiguousOffsets stays a pointer into the map). O(parts).
+  // pread in kPread; ContiguousOffsets stays a pointer into the map). O(parts),
+  // plus a copy of a Gather view's document ids.
   [[nodiscard]] std::shared_ptr<const TokenSource> WithReads(ReadMode mode) const;
   // kPread when WithReads(kPread) made this source, else kMmap.
   [[nodiscard]] ReadMode reads() const { return reads_; }
