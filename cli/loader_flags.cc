@@ -91,6 +91,9 @@ void DeclareLoaderFlags(Args& args) {
             "collating threads per loader (and one planning thread); 0 = inline" +
                 Default(d.num_threads))
       .Flag("prefetch", "N", "batches prefetched" + Default(d.prefetch))
+      .Flag("read", "MODE",
+            "auto | mmap | pread: how documents are read from their files (default " +
+                std::string(ReadModeName(d.read)) + ": pread for --mixture, else mmap)")
       .Flag("max-batches", "N", "stop each loader (rank x worker) after N batches")
       .Flag("shard-files", "",
             "assign whole files to ranks by Whale's policies (with --dir and --per-rank)")

@@ -156,6 +156,7 @@ class TokenLoader(_LoaderSurface):
         cp_strategy: str = "head_tail",
         share_plan: bool = False,
         local_rank: Optional[int] = None,
+        read: str = _core._loader_option_defaults["read"],
     ) -> None:
         # share_plan: one planner per host (local rank 0); local_rank None: the
         # core reads LOCAL_RANK (shardkit/loader/host_plan.h).

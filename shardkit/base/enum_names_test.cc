@@ -124,6 +124,9 @@ TEST(EnumNamesTest, EveryPublicEnumNamesEachValueAsDocumented) {
               {TokenDType::kUint16, TokenDType::kInt32, TokenDType::kUint32, TokenDType::kUint8,
                TokenDType::kInt8, TokenDType::kInt16, TokenDType::kInt64, TokenDType::kUint64}),
       "uint16 int32 uint32 uint8 int8 int16 int64 uint64");
+  EXPECT_EQ(
+      Spelled(ReadModeName, ParseReadMode, {ReadMode::kAuto, ReadMode::kMmap, ReadMode::kPread}),
+      "auto mmap pread");
   EXPECT_EQ(ImageFormatName(ImageFormat::kJpeg), "jpeg");
   EXPECT_EQ(ImageFormatName(ImageFormat::kPng), "png");
   EXPECT_EQ(ImageFormatName(ImageFormat::kWebp), "webp");

@@ -848,7 +848,13 @@ class TokenLoader::Epochs {
     CheckEpoch("epoch", epoch);
     LoaderOptions o = options_;
     o.epoch = epoch;
-    return std::make_shared<internal::LoaderImpl>(source_(epoch), std::move(o), std::move(resume));
+    std::shared_ptr<const TokenSource> source = source_(epoch);
+    // auto leaves the source as it reads (a mixture loader's are pread's).
+    if (o.read != ReadMode::kAuto && source != nullptr) {
+      source = source->WithReads(o.read);
+    }
+    return std::make_shared<internal::LoaderImpl>(std::move(source), std::move(o),
+                                                  std::move(resume));
   }
 
   // The current epoch's loader (rebuilt first in a child process after fork()).

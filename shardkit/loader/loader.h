@@ -127,6 +127,13 @@ struct LoaderOptions : TrainOptions, PaddingOptions {
   // how long the others wait for the file.
   bool share_plan = false;
   Index local_rank = -1;
+  // How the documents' lengths and tokens are read from their files
+  // (token_source.h's ReadMode): "pread" reads each with pread(2) and maps
+  // nothing (a sparse reader's resident set stays at what it read), "mmap"
+  // from the memory maps; "auto" is pread for a mixture loader's sources
+  // (read at random: its first batch maps most of each file otherwise), mmap
+  // for one source. The batches are the same whichever is chosen.
+  ReadMode read = ReadMode::kAuto;
 };
 
 // The loader's options as its plan reads them: the TrainOptions part of

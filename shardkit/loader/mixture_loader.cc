@@ -672,12 +672,23 @@ LoaderOptions CheckedMixtureOptions(LoaderOptions o) {
   return o;
 }
 
+// The sources as the loader reads them: pread unless the options say mmap
+// (LoaderOptions::read: a mixture reads each source in a permuted order).
+std::vector<std::shared_ptr<const TokenSource>> ReadSources(
+    std::vector<std::shared_ptr<const TokenSource>> sources, ReadMode read) {
+  const ReadMode mode = read == ReadMode::kAuto ? ReadMode::kPread : read;
+  for (auto& source : sources) {
+    if (source != nullptr) source = source->WithReads(mode);
+  }
+  return sources;
+}
+
 }  // namespace
 
 MixtureLoader::MixtureLoader(std::vector<std::shared_ptr<const TokenSource>> sources,
                              std::vector<double> weights, MixtureOptions mixture,
                              LoaderOptions options, std::optional<Index> samples)
-    : sources_(std::move(sources)),
+    : sources_(ReadSources(std::move(sources), options.read)),
       requested_(MixtureOfSources(sources_, std::move(weights), std::move(mixture))),
       samples_given_(samples),
       options_(CheckedMixtureOptions(std::move(options))),

@@ -17,7 +17,7 @@
 // Field types a visitor meets: Index (std::int64_t), std::uint64_t, bool,
 // std::optional<Index> and the enums PackAlgorithm, Oversize, TrainMode,
 // CostModel, CpStrategy, PaddingSide, VisionCost, MultimodalMode, Split,
-// Remainder and WindowRule (read with ParseOptionField below), and
+// Remainder, WindowRule and ReadMode (read with ParseOptionField below), and
 // ShardOptions::weights (std::vector<double>, which each edge reads by a rule
 // of its own: an array in Python, a file in the CLI). MultimodalOptions
 // (multimodal_plan.h) has a table of its own; ShardOptions (shard_plan.h) and
@@ -125,6 +125,7 @@ void VisitOptions(Options& o, Visit&& v) {
   v("cp_rank", o.cp_rank);
   v("share_plan", o.share_plan);
   v("local_rank", o.local_rank);
+  v("read", o.read);
 }
 
 template <OptionsOf<MultimodalOptions> Options, typename Visit>
@@ -210,7 +211,9 @@ inline MultimodalMode ParseOptionField(std::string_view s, MultimodalMode*) {
 inline Split ParseOptionField(std::string_view s, Split*) { return ParseSplit(s); }
 inline Remainder ParseOptionField(std::string_view s, Remainder*) { return ParseRemainder(s); }
 inline WindowRule ParseOptionField(std::string_view s, WindowRule*) { return ParseWindowRule(s); }
+inline ReadMode ParseOptionField(std::string_view s, ReadMode*) { return ParseReadMode(s); }
 inline std::string_view OptionFieldName(PackAlgorithm v) { return PackAlgorithmName(v); }
+inline std::string_view OptionFieldName(ReadMode v) { return ReadModeName(v); }
 inline std::string_view OptionFieldName(Oversize v) { return OversizeName(v); }
 inline std::string_view OptionFieldName(TrainMode v) { return TrainModeName(v); }
 inline std::string_view OptionFieldName(CostModel v) { return CostModelName(v); }

@@ -27,9 +27,11 @@ constexpr EnumNames<TokenDType, 8> kTokenDTypes{
     "token_dtype",
     "token dtype",
     {"uint16", "int32", "uint32", "uint8", "int8", "int16", "int64", "uint64"}};
+constexpr EnumNames<ReadMode, 3> kReadModes{"read", "read mode", {"auto", "mmap", "pread"}};
 }  // namespace
 
 SHARDKIT_ENUM_PARSE_AND_NAME(TokenDType, kTokenDTypes, ParseTokenDType, TokenDTypeName)
+SHARDKIT_ENUM_PARSE_AND_NAME(ReadMode, kReadModes, ParseReadMode, ReadModeName)
 
 int TokenDTypeSize(TokenDType type) {
   switch (type) {
@@ -131,6 +133,42 @@ void MappedFile::CheckUnchanged() const {
                              std::to_string(size_) + ", written: modification time " +
                              std::to_string(mtime_ns_) + " -> " +
                              std::to_string(Nanoseconds(st.st_mtim)) + " ns)");
+  }
+  if (const std::int64_t at = failed_at_.load(); at >= 0) {
+    const int error = failed_errno_.load();
+    ThrowInvalid(param_, path_ + ": changed since it was opened (a read at byte " +
+                             std::to_string(at) + " " +
+                             (error == 0 ? std::string("found the file ended before it (") +
+                                               std::to_string(size_) + " bytes at open)"
+                                         : std::string("failed: ") + std::strerror(error)) +
+                             ")");
+  }
+}
+
+void MappedFile::ReadAt(const char* p, std::size_t n, void* out) const {
+  if (fd_ < 0) {
+    std::memcpy(out, p, n);
+    return;
+  }
+  auto* dst = static_cast<char*>(out);
+  auto at = static_cast<off_t>(p - data_);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, dst, n, at);
+    if (got > 0) {
+      dst += got;
+      at += got;
+      n -= static_cast<std::size_t>(got);
+      continue;
+    }
+    if (got < 0 && errno == EINTR) continue;
+    // The file ended (or the read failed) before the bytes read at open:
+    // zeros, remembered for CheckUnchanged.
+    std::int64_t none = -1;
+    if (failed_at_.compare_exchange_strong(none, static_cast<std::int64_t>(at))) {
+      failed_errno_.store(got < 0 ? errno : 0);
+    }
+    std::memset(dst, 0, n);
+    return;
   }
 }
 
@@ -273,25 +311,76 @@ Index TokenSource::Part::Offset(Index i) const {
   return std::clamp<Index>(RawOffset(i), 0, num_tokens);
 }
 
+template <typename T>
+T TokenSource::Part::Get(const char* p) const {
+  if (offsets_in == nullptr) return Load<T>(p);
+  T v;
+  offsets_in->ReadAt(p, sizeof v, &v);
+  return v;
+}
+
+namespace {
+
+// The offset stored at p as `size` bytes, signed or not.
+Index DecodeOffset(const char* p, int size, bool is_signed) {
+  switch (size) {
+    case 8:
+      return Load<std::int64_t>(p);
+    case 4:
+      return is_signed ? Index{Load<std::int32_t>(p)} : Index{Load<std::uint32_t>(p)};
+    case 2:
+      return is_signed ? Index{Load<std::int16_t>(p)} : Index{Load<std::uint16_t>(p)};
+    default:
+      return is_signed ? static_cast<std::int8_t>(*p) : static_cast<std::uint8_t>(*p);
+  }
+}
+
+}  // namespace
+
 Index TokenSource::Part::RawOffset(Index i) const {
   if (sequence_pointers != nullptr) {
     // A Megatron part: the sequence id read is clamped as well, so an index
     // edited after open never makes this read leave the mapping.
-    const Index s = document_indices == nullptr
-                        ? i
-                        : std::clamp<Index>(LoadInt64(document_indices + 8 * i), 0, num_sequences);
-    return s == num_sequences ? num_tokens : LoadInt64(sequence_pointers + 8 * s) >> token_shift;
+    const Index s =
+        document_indices == nullptr
+            ? i
+            : std::clamp<Index>(Get<std::int64_t>(document_indices + 8 * i), 0, num_sequences);
+    return s == num_sequences ? num_tokens
+                              : Get<std::int64_t>(sequence_pointers + 8 * s) >> token_shift;
   }
   const char* p = offsets + i * offset_size;
-  switch (offset_size) {
-    case 8:
-      return Load<std::int64_t>(p);
-    case 4:
-      return offset_signed ? Index{Load<std::int32_t>(p)} : Index{Load<std::uint32_t>(p)};
-    case 2:
-      return offset_signed ? Index{Load<std::int16_t>(p)} : Index{Load<std::uint16_t>(p)};
-    default:
-      return offset_signed ? static_cast<std::int8_t>(*p) : static_cast<std::uint8_t>(*p);
+  if (offsets_in == nullptr) return DecodeOffset(p, offset_size, offset_signed);
+  char bytes[8];
+  offsets_in->ReadAt(p, static_cast<std::size_t>(offset_size), bytes);
+  return DecodeOffset(bytes, offset_size, offset_signed);
+}
+
+void TokenSource::Part::Offsets(Index i, Index n, Index* out) const {
+  constexpr Index kBlock = 512;
+  const bool one_array = sequence_pointers == nullptr;
+  if (offsets_in == nullptr || (!one_array && document_indices != nullptr)) {
+    for (Index j = 0; j < n; ++j) out[j] = Offset(i + j);
+    return;
+  }
+  // One array in the file: offset_size bytes per entry (a Megatron part of
+  // one sequence per document: pointer i, num_tokens past the last).
+  const Index size = one_array ? offset_size : 8;
+  const char* base = one_array ? offsets : sequence_pointers;
+  const Index stored = one_array ? num_documents + 1 : num_sequences;
+  char bytes[kBlock * 8];
+  for (Index b = 0; b < n; b += kBlock) {
+    const Index first = i + b;
+    const Index m = std::min(kBlock, n - b);
+    const Index have = std::clamp<Index>(stored - first, 0, m);
+    if (have > 0) {
+      offsets_in->ReadAt(base + first * size, static_cast<std::size_t>(have * size), bytes);
+    }
+    for (Index j = 0; j < m; ++j) {
+      const Index raw = j >= have   ? num_tokens
+                        : one_array ? DecodeOffset(bytes + j * size, offset_size, offset_signed)
+                                    : Load<std::int64_t>(bytes + j * 8) >> token_shift;
+      out[b + j] = std::clamp<Index>(raw, 0, num_tokens);
+    }
   }
 }
 
@@ -588,6 +677,16 @@ std::shared_ptr<const TokenSource> TokenSource::Gather(
   return source;
 }
 
+namespace {
+
+// A Select view's serial (SelectedLength's per-thread caches tell views apart).
+std::uint64_t NextSerial() {
+  static std::atomic<std::uint64_t> serials{0};
+  return serials.fetch_add(1) + 1;
+}
+
+}  // namespace
+
 std::shared_ptr<const TokenSource> TokenSource::Select(
     std::vector<std::shared_ptr<const TokenSource>> sources, Index count, Locator locate,
     std::uint64_t identity) {
@@ -611,11 +710,10 @@ std::shared_ptr<const TokenSource> TokenSource::Select(
                                     ", outside the sources");
     }
   }
-  static std::atomic<std::uint64_t> serials{0};
   auto g = std::make_shared<Gathered>();
   g->sources = std::move(sources);
   g->locate = std::move(locate);
-  g->serial = serials.fetch_add(1) + 1;
+  g->serial = NextSerial();
   auto source = std::shared_ptr<TokenSource>(new TokenSource());
   source->gathered_ = g;
   source->identity_ = identity;
@@ -690,6 +788,52 @@ std::uint64_t TokenSource::LengthsDigest() const {
     lengths_digest_->value = digest.Finish();
   });
   return lengths_digest_->value;
+}
+
+namespace {
+
+// The file among `files` whose map holds p, or null (memory of the source's
+// own, such as an OLMo part's offsets from its metadata).
+const MappedFile* FileHolding(const char* p, std::initializer_list<const MappedFile*> files) {
+  if (p == nullptr) return nullptr;
+  for (const MappedFile* f : files) {
+    if (f != nullptr && f->data() != nullptr && p >= f->data() && p < f->data() + f->size()) {
+      return f;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::shared_ptr<const TokenSource> TokenSource::WithReads(ReadMode mode) const {
+  const bool pread = mode == ReadMode::kPread;
+  std::shared_ptr<TokenSource> out(new TokenSource());
+  out->identity_ = identity_;
+  out->lengths_digest_ = lengths_digest_;  // the same lengths
+  out->parts_ = parts_;
+  out->part_begin_ = part_begin_;
+  out->num_documents_ = num_documents_;
+  out->num_tokens_ = num_tokens_;
+  out->reads_ = pread ? ReadMode::kPread : ReadMode::kMmap;
+  for (Part& p : out->parts_) {
+    const std::initializer_list<const MappedFile*> files = {
+        p.index_file.get(), p.offsets_file.get(), p.tokens_file.get()};
+    p.offsets_in =
+        pread ? FileHolding(p.sequence_pointers != nullptr ? p.sequence_pointers : p.offsets, files)
+              : nullptr;
+    p.tokens_in = pread ? FileHolding(p.tokens, files) : nullptr;
+  }
+  if (gathered_ != nullptr) {
+    auto g = std::make_shared<Gathered>();
+    for (const auto& source : gathered_->sources) g->sources.push_back(source->WithReads(mode));
+    g->begin = gathered_->begin;
+    g->documents = gathered_->documents;
+    g->locate = gathered_->locate;
+    g->serial = gathered_->locate ? NextSerial() : 0;
+    out->gathered_ = std::move(g);
+  }
+  return out;
 }
 
 void TokenSource::ReleasePages() const {
@@ -786,7 +930,7 @@ const TokenSource::Part& TokenSource::PartOf(Index d) const {
 
 void TokenSource::PrefetchOffset(Index d) const {
   const Part& p = PartOf(d);
-  if (p.offsets != nullptr && p.sequence_pointers == nullptr) {
+  if (p.offsets != nullptr && p.sequence_pointers == nullptr && p.offsets_in == nullptr) {
     __builtin_prefetch(p.offsets + (d - p.first_document) * p.offset_size);
   }
 }
@@ -828,6 +972,11 @@ Index TokenSource::DocumentLength(Index d) const {
   }
   const Part& p = PartOf(d);
   const Index local = d - p.first_document;
+  if (p.offsets_in != nullptr) {
+    Index both[2];  // one read for the two offsets
+    p.Offsets(local, 2, both);
+    return std::max<Index>(0, both[1] - both[0]);
+  }
   return std::max<Index>(0, p.Offset(local + 1) - p.Offset(local));
 }
 
@@ -858,7 +1007,16 @@ void TokenSource::Lengths(Index begin, Index count, Index* out) const {
     const Part& p = PartOf(begin);
     const Index local = begin - p.first_document;
     const Index n = std::min(count, p.num_documents - local);
-    if (p.sequence_pointers != nullptr && p.document_indices == nullptr) {
+    if (p.offsets_in != nullptr) {
+      // Read with pread: the offsets a block at a time.
+      constexpr Index kBlock = 512;
+      Index block[kBlock + 1];
+      for (Index b = 0; b < n; b += kBlock) {
+        const Index m = std::min(kBlock, n - b);
+        p.Offsets(local + b, m + 1, block);
+        for (Index i = 0; i < m; ++i) out[b + i] = std::max<Index>(0, block[i + 1] - block[i]);
+      }
+    } else if (p.sequence_pointers != nullptr && p.document_indices == nullptr) {
       // A Megatron part of one sequence per document: offset i is pointer i
       // (the part's end past the last), clamped as Part::Offset clamps.
       const Index limit = p.num_tokens;
@@ -964,7 +1122,23 @@ void TokenSource::CopyInto(Index d, Index begin, Index count, Out* out) const {
   const Part& p = PartOf(d);
   const Index first = p.Offset(d - p.first_document) + begin;
   const Index n = std::clamp<Index>(p.num_tokens - first, 0, count);
-  if (n > 0) CopyTokens(p.tokens, p.type, first, n, out);
+  if (n > 0 && p.tokens_in != nullptr) {
+    // Read with pread: the bytes into `out` when they are its ids already
+    // (32-bit ids into int32), else into a buffer of this thread's, widened.
+    const int size = TokenDTypeSize(p.type);
+    const char* src = p.tokens + first * size;
+    const auto bytes = static_cast<std::size_t>(n * size);
+    if (size == 4 && sizeof(Out) == 4) {
+      p.tokens_in->ReadAt(src, bytes, out);
+    } else {
+      thread_local std::vector<char> buffer;
+      if (buffer.size() < bytes) buffer.resize(bytes);
+      p.tokens_in->ReadAt(src, bytes, buffer.data());
+      CopyTokens(buffer.data(), p.type, 0, n, out);
+    }
+  } else if (n > 0) {
+    CopyTokens(p.tokens, p.type, first, n, out);
+  }
   if (n < count) std::fill(out + n, out + count, Out{0});
 }
 

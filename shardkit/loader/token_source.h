@@ -50,13 +50,18 @@
 // is not a change: the opened one stays mapped). Whatever the bytes become,
 // reading never leaves the mapping: every offset read (and a Megatron index's
 // sequence id) is clamped to [0, num_tokens] of its part, DocumentLength is
-// then >= 0, and Copy delivers zeros for tokens past the part's end.
+// then >= 0, and Copy delivers zeros for tokens past the part's end. A
+// source that reads with pread (WithReads(ReadMode::kPread)) never faults
+// on a cut file: a read past its end gives zeros and the next check refuses
+// the file (MappedFile::ReadAt).
 //
 // Thread-safety: immutable after construction; share freely. Memory is the
 // mapped files (paged in on demand) plus O(number of parts).
 #ifndef SHARDKIT_LOADER_TOKEN_SOURCE_H_
 #define SHARDKIT_LOADER_TOKEN_SOURCE_H_
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -84,9 +89,28 @@ enum class TokenDType { kUint16, kInt32, kUint32, kUint8, kInt8, kInt16, kInt64,
 // Bytes per token of `type` (1, 2, 4 or 8).
 [[nodiscard]] int TokenDTypeSize(TokenDType type);
 
+// How a source's sparse reads reach its files (LoaderOptions::read):
+// kMmap loads from the memory maps; kPread reads the bytes a document's
+// length and tokens need with pread(2) into memory of its own, so a read maps
+// nothing into the process. On this kind of machine a fault on a mapped file
+// maps 64 KB around the byte (fault-around) or the whole large folio the page
+// cache holds it in (up to 2 MB): a mixture's first batch reads a few
+// thousand places at random in each source and mapped them most of its files
+// (870 MB resident at 10^8 documents, docs/benchmarks.md) where pread keeps
+// the resident set at the bytes read. A pread is a system call per read
+// (about 1 us against a load from a mapped page), so a reader of every
+// length in order is faster mapped. kAuto: pread for the sources of a
+// mixture loader (each source is read in a permuted order), mmap otherwise.
+enum class ReadMode { kAuto, kMmap, kPread };
+
+// "auto" | "mmap" | "pread"; throws invalid_argument naming read.
+[[nodiscard]] ReadMode ParseReadMode(std::string_view name);
+[[nodiscard]] std::string_view ReadModeName(ReadMode mode);
+
 struct OlmoOptions;  // shardkit/loader/olmo_source.h
 
-// A read-only memory map of a whole file; unmapped on destruction.
+// A read-only memory map of a whole file, and its descriptor for pread
+// (ReadAt); unmapped on destruction.
 class MappedFile {
  public:
   // Throws invalid_argument "<param>: cannot open '<path>': <reason>".
@@ -118,7 +142,17 @@ class MappedFile {
   // source of thousands of files must not exhaust it); past that the path is
   // stat'ed, and a file renamed over it counts as changed too ("(replaced:
   // inode A -> B)"). One system call; thread-safe.
+  // Also throws it (naming the byte and why) after a ReadAt found the file
+  // shorter than at open or failed.
   void CheckUnchanged() const;
+  // Copies the n bytes at p (inside [data(), data() + size())) into out with
+  // pread(2) from the file's descriptor, not through the map (kPread); past
+  // the descriptor budget (see below), from the map. A read that finds the
+  // file shorter than at open, or fails, fills the rest of out with zeros
+  // and is remembered: every later CheckUnchanged throws, so such bytes are
+  // never delivered as valid data by a reader that checks after it reads
+  // (the TokenLoader does). Never throws; thread-safe.
+  void ReadAt(const char* p, std::size_t n, void* out) const;
 
  private:
   std::string path_;
@@ -128,6 +162,10 @@ class MappedFile {
   int fd_ = -1;  // -1: past the descriptor budget, the path is stat'ed
   std::int64_t mtime_ns_ = 0;
   std::uint64_t device_ = 0, inode_ = 0;
+  // ReadAt's first failure: the byte it read at, and errno (0: the file ended
+  // there). -1: none.
+  mutable std::atomic<std::int64_t> failed_at_{-1};
+  mutable std::atomic<int> failed_errno_{0};
 };
 
 struct SourceOptions {
@@ -237,6 +275,18 @@ class TokenSource {
   // the hash's collisions). Views (Gather, Select): 0.
   [[nodiscard]] std::uint64_t LengthsDigest() const;
 
+  // This source with its document lengths and tokens read as `mode` says
+  // (kAuto, kMmap: from the maps; kPread: with MappedFile::ReadAt, a few
+  // pread calls per document), sharing its files; a view's sources are read
+  // so. The documents delivered are the same in both modes. Bulk passes
+  // (opening, LengthsDigest, Lengths' blocks, ContiguousOffsets for a plan
+  // that reads every length) keep their sequential reads (blocks read with
+  // pread in kPread; ContiguousOffsets stays a pointer into the map). O(parts),
+  // plus a copy of a Gather view's document ids.
+  [[nodiscard]] std::shared_ptr<const TokenSource> WithReads(ReadMode mode) const;
+  // kPread when WithReads(kPread) made this source, else kMmap.
+  [[nodiscard]] ReadMode reads() const { return reads_; }
+
   // Drops this process's mappings of the source's files (MappedFile::Release
   // of every part's tokens, offsets and index files; nothing for memory or
   // views): what a sparse pass such as a sampled fingerprint faulted in
@@ -320,9 +370,21 @@ class TokenSource {
     int token_shift = 0;  // log2 of the token size
     // The part's LengthsDigest term when its opening pass computed it.
     std::optional<std::uint64_t> lengths_digest;
+    // kPread (WithReads): the files the offsets (or a Megatron part's index
+    // arrays) and the tokens are read from with ReadAt; null: from the map
+    // or memory.
+    const MappedFile* offsets_in = nullptr;
+    const MappedFile* tokens_in = nullptr;
     // Offset i as the file holds it now; Offset clamps it to [0, num_tokens].
     [[nodiscard]] Index RawOffset(Index i) const;
     [[nodiscard]] Index Offset(Index i) const;
+    // out[j] = Offset(i + j) for j < n: one read of the block when the part's
+    // offsets are one array (or one sequence per document) and it reads with
+    // pread.
+    void Offsets(Index i, Index n, Index* out) const;
+    // The T at p, an address in the part's offsets or index arrays.
+    template <typename T>
+    [[nodiscard]] T Get(const char* p) const;
   };
   template <typename Out>
   void CopyInto(Index d, Index begin, Index count, Out* out) const;
@@ -367,6 +429,7 @@ class TokenSource {
   };
   std::shared_ptr<Digest> lengths_digest_ = std::make_shared<Digest>();
   std::vector<Part> parts_;
+  ReadMode reads_ = ReadMode::kMmap;
   std::vector<Index> part_begin_;  // parts_.size() + 1 entries
   Index num_documents_ = 0;
   Index num_tokens_ = 0;

@@ -15,6 +15,7 @@
 
 #include "shardkit/loader/internal/test_corpus.h"
 #include "shardkit/loader/loader.h"
+#include "shardkit/loader/mixture_loader.h"
 #include "shardkit/loader/npy.h"
 #include "shardkit/loader/olmo_source.h"
 #include "shardkit/loader/token_writer.h"
@@ -448,23 +449,24 @@ void ExpectChangedRefusal(const std::string& error, const fs::path& file) {
 // .bin/.idx and OLMo files: every check before a document's read, and every
 // TokenLoader batch after the change (per rank and equal steps), is one
 // invalid_argument naming the file; batches delivered before are the
-// uninterrupted run's.
+// uninterrupted run's. The same when the source reads with pread.
 TEST(TokenSourceTest, RegressionAFileChangedAfterOpenIsRefusedNeverReadPastItsEnd) {
   const fs::path dir = TempDir("changed");
   for (const std::string format : {"npy", "megatron", "olmo"}) {
     for (int which = 0; which < 2; ++which) {
       for (const std::string how : {"truncate", "extend", "rewrite"}) {
-        for (const int reader : {0, 1, 2}) {  // documents, per-rank batches, equal steps
+        for (const int reader : {0, 1, 2, 3, 4, 5}) {  // documents, per-rank, equal steps; pread
+          const ReadMode mode = reader < 3 ? ReadMode::kMmap : ReadMode::kPread;
           SCOPED_TRACE(format + " file " + std::to_string(which) + " " + how + " reader " +
                        std::to_string(reader));
           fs::remove_all(dir);
           fs::create_directories(dir);
           const ChangedSource written = WriteSource(dir, format);
           const fs::path& file = written.files[which];
-          auto source = written.open();
+          auto source = written.open()->WithReads(mode);
           const Index n = source->num_documents();
           ASSERT_EQ(n, static_cast<Index>(written.documents.size()));
-          if (reader == 0) {
+          if (reader % 3 == 0) {
             source->CheckUnchanged(n - 1);
             std::vector<std::int64_t> got(written.documents[n - 1].size());
             source->Copy(n - 1, 0, static_cast<Index>(got.size()), got.data());
@@ -477,7 +479,8 @@ TEST(TokenSourceTest, RegressionAFileChangedAfterOpenIsRefusedNeverReadPastItsEn
             continue;
           }
           LoaderOptions o = loader_testing::RowOptions(64, 4);
-          o.equal_steps = reader == 2;
+          o.equal_steps = reader % 3 == 2;
+          o.read = mode;
           std::vector<std::vector<std::int64_t>> oracle;
           {
             TokenLoader whole(written.open(), o);
@@ -540,6 +543,261 @@ TEST(TokenSourceTest, AChangedPartIsRefusedThroughDirectoriesAndViews) {
   view->CheckUnchanged(299);                                             // document 0
   const std::vector<Index> untouched = {0, 99, 100, 199};
   source->CheckUnchanged(untouched);
+  fs::remove_all(dir);
+}
+
+// The sources ReadsTheSameDocumentsWithPread reads: WriteSource's three
+// formats (6000 documents each), npy pairs with int32 and uint16 offsets and
+// int32 / uint32 tokens (raw .bin), and a directory of three npy parts; each
+// with the documents written (the oracle).
+std::vector<ChangedSource> ReadModeSources(const fs::path& dir) {
+  std::vector<ChangedSource> out;
+  for (const std::string format : {"npy", "megatron", "olmo"}) {
+    fs::create_directories(dir / format);
+    out.push_back(WriteSource(dir / format, format));
+  }
+  std::mt19937_64 rng(5);
+  for (int k = 0; k < 3; ++k) {
+    ChangedSource c;
+    std::vector<std::int32_t> tokens;
+    std::vector<std::int64_t> offsets = {0};
+    for (int d = 0; d < 700; ++d) {
+      std::vector<std::int64_t> doc(rng() % 50);  // empty documents too
+      for (auto& t : doc) t = static_cast<std::int64_t>(rng() % 100000);
+      for (auto t : doc) tokens.push_back(static_cast<std::int32_t>(t));
+      offsets.push_back(static_cast<std::int64_t>(tokens.size()));
+      c.documents.push_back(std::move(doc));
+    }
+    const fs::path stem = dir / ("part" + std::to_string(k));
+    const fs::path t = stem.string() + (k == 2 ? ".tokens.bin" : ".tokens.npy");
+    const fs::path o = stem.string() + ".offsets.npy";
+    if (k == 2) {
+      WriteRaw(t, std::vector<std::uint32_t>(tokens.begin(), tokens.end()));
+    } else {
+      WriteNpy(t, "<i4", tokens);
+    }
+    if (k == 0) {
+      WriteNpy(o, "<i4", std::vector<std::int32_t>(offsets.begin(), offsets.end()));
+    } else {
+      WriteNpy(o, "<i8", offsets);
+    }
+    c.open = [t, o, k] {
+      return TokenSource::Open(t, o,
+                               SourceOptions{k == 2 ? TokenDType::kUint32 : TokenDType::kInt32});
+    };
+    out.push_back(std::move(c));
+  }
+  {
+    // uint16 offsets (a small part) beside the three parts of a directory.
+    ChangedSource c;
+    std::vector<std::uint16_t> tokens;
+    std::vector<std::uint16_t> offsets = {0};
+    for (int d = 0; d < 300; ++d) {
+      std::vector<std::int64_t> doc(rng() % 30);
+      for (auto& t : doc) t = static_cast<std::int64_t>(rng() % 65536);
+      for (auto t : doc) tokens.push_back(static_cast<std::uint16_t>(t));
+      offsets.push_back(static_cast<std::uint16_t>(tokens.size()));
+      c.documents.push_back(std::move(doc));
+    }
+    WriteNpy(dir / "u16.tokens.npy", "<u2", tokens);
+    WriteNpy(dir / "u16.offsets.npy", "<u2", offsets);
+    c.open = [dir] { return TokenSource::Open(dir / "u16.tokens.npy", dir / "u16.offsets.npy"); };
+    out.push_back(std::move(c));
+  }
+  {
+    ChangedSource c;
+    fs::create_directories(dir / "parts");
+    for (int k = 0; k < 3; ++k) {
+      const std::string name = "p" + std::to_string(k);
+      fs::copy_file(dir / ("part" + std::to_string(k % 2) + ".tokens.npy"),
+                    dir / "parts" / (name + ".tokens.npy"));
+      fs::copy_file(dir / ("part" + std::to_string(k % 2) + ".offsets.npy"),
+                    dir / "parts" / (name + ".offsets.npy"));
+      for (const auto& d : out[3 + k % 2].documents) c.documents.push_back(d);
+    }
+    c.open = [dir] { return TokenSource::OpenDirectory((dir / "parts").string()); };
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// ReadMode::kPread reads a document's length and tokens with pread(2), not
+// from the maps (a sparse reader's resident set stays at what it read). For
+// every format and offsets / token width, a pread source delivers what was
+// written, as the mapped one does: every length, every document into int32
+// and int64, random slices, Lengths over random ranges (the block reads),
+// and the same LengthsDigest.
+TEST(TokenSourceTest, ReadsTheSameDocumentsWithPread) {
+  const fs::path dir = TempDir("pread");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::mt19937_64 rng(11);
+  for (const ChangedSource& written : ReadModeSources(dir)) {
+    const auto mapped = written.open();
+    const auto pread = mapped->WithReads(ReadMode::kPread);
+    EXPECT_EQ(mapped->reads(), ReadMode::kMmap);
+    ASSERT_EQ(pread->reads(), ReadMode::kPread);
+    SCOPED_TRACE(mapped->PartName(0));
+    const Index n = static_cast<Index>(written.documents.size());
+    ASSERT_EQ(pread->num_documents(), n);
+    EXPECT_EQ(pread->num_tokens(), mapped->num_tokens());
+    EXPECT_EQ(pread->LengthsDigest(), mapped->LengthsDigest());
+    for (const auto* s : {mapped.get(), pread.get()}) {
+      for (Index d = 0; d < n; ++d) {
+        const auto& want = written.documents[static_cast<std::size_t>(d)];
+        const Index length = static_cast<Index>(want.size());
+        ASSERT_EQ(s->DocumentLength(d), length) << d;
+        std::vector<std::int64_t> wide(want.size());
+        std::vector<std::int32_t> narrow(want.size());
+        s->Copy(d, 0, length, wide.data());
+        s->Copy(d, 0, length, narrow.data());
+        ASSERT_EQ(wide, want) << d;
+        ASSERT_EQ(std::vector<std::int64_t>(narrow.begin(), narrow.end()), want) << d;
+        if (length > 1) {
+          const Index begin = static_cast<Index>(rng() % static_cast<std::uint64_t>(length));
+          const Index count =
+              1 + static_cast<Index>(rng() % static_cast<std::uint64_t>(length - begin));
+          std::vector<std::int64_t> slice(static_cast<std::size_t>(count));
+          s->Copy(d, begin, count, slice.data());
+          ASSERT_EQ(slice,
+                    std::vector<std::int64_t>(want.begin() + begin, want.begin() + begin + count));
+        }
+      }
+      for (int trial = 0; trial < 50; ++trial) {
+        const Index begin = static_cast<Index>(rng() % static_cast<std::uint64_t>(n));
+        const Index count = static_cast<Index>(rng() % static_cast<std::uint64_t>(n - begin + 1));
+        std::vector<Index> got(static_cast<std::size_t>(count));
+        s->Lengths(begin, count, got.data());
+        for (Index i = 0; i < count; ++i) {
+          ASSERT_EQ(
+              got[static_cast<std::size_t>(i)],
+              static_cast<Index>(written.documents[static_cast<std::size_t>(begin + i)].size()))
+              << begin << " + " << i;
+        }
+      }
+    }
+  }
+  fs::remove_all(dir);
+}
+
+// A pread past the end of a file cut after open delivers zeros, never valid
+// data: the read is remembered and every later check refuses the file, also
+// after the file was given back its size and modification time (which the
+// size / time check alone would pass), in one line naming the file and byte.
+TEST(TokenSourceTest, APreadPastAShortenedFileIsRefusedEvenAtItsOldSizeAndTime) {
+  const fs::path dir = TempDir("pread_cut");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const ChangedSource written = WriteSource(dir, "npy");
+  const fs::path& tokens = written.files[0];
+  const auto source = written.open()->WithReads(ReadMode::kPread);
+  const Index last = source->num_documents() - 1;
+  const auto& want = written.documents.back();
+  std::vector<std::int64_t> got(want.size());
+  source->Copy(last, 0, static_cast<Index>(got.size()), got.data());
+  ASSERT_EQ(got, want);
+  struct stat before {};
+  ASSERT_EQ(::stat(tokens.c_str(), &before), 0);
+  const auto size = fs::file_size(tokens);
+  fs::resize_file(tokens, 4096);
+  source->Copy(last, 0, static_cast<Index>(got.size()), got.data());
+  EXPECT_EQ(got, std::vector<std::int64_t>(want.size(), 0));
+  ExpectChangedRefusal(ErrorOf([&] { source->CheckUnchanged(last); }), tokens);
+  fs::resize_file(tokens, size);
+  struct timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, tokens.c_str(), times, 0), 0);
+  const std::string error = ErrorOf([&] { source->CheckUnchanged(); });
+  ExpectChangedRefusal(error, tokens);
+  EXPECT_NE(error.find("a read at byte"), std::string::npos) << error;
+  EXPECT_NE(error.find("found the file ended before it"), std::string::npos) << error;
+  fs::remove_all(dir);
+}
+
+// The loader's batches are the same read with pread or mmap: a mixture over
+// npy, Megatron and OLMo sources and a directory of parts, and a loader over
+// each source alone, in random configurations (seq_len, batch, world, equal
+// steps, shuffle, seeds), every rank's batches field by field, and a state
+// saved under one mode resumed under the other continues as the
+// uninterrupted run.
+TEST(TokenSourceTest, LoaderBatchesAreTheSameReadWithPreadOrMmap) {
+  const fs::path dir = TempDir("pread_loader");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::vector<ChangedSource> written = ReadModeSources(dir);
+  std::vector<std::shared_ptr<const TokenSource>> sources;
+  for (std::size_t k : {0, 1, 2, 7}) sources.push_back(written[k].open());
+  auto same = [](const Batch& a, const Batch& b) {
+    EXPECT_EQ(a.input_ids, b.input_ids);
+    EXPECT_EQ(a.labels, b.labels);
+    EXPECT_EQ(a.position_ids, b.position_ids);
+    EXPECT_EQ(a.cu_seqlens, b.cu_seqlens);
+    EXPECT_EQ(a.documents, b.documents);
+    EXPECT_EQ(a.starts, b.starts);
+    EXPECT_EQ(a.lengths, b.lengths);
+    EXPECT_EQ(a.step, b.step);
+  };
+  std::mt19937_64 rng(23);
+  for (int trial = 0; trial < 6; ++trial) {
+    LoaderOptions o = loader_testing::RowOptions(
+        32 << (rng() % 3), 1 + static_cast<Index>(rng() % 4), 1 + static_cast<Index>(rng() % 3));
+    o.equal_steps = trial % 2 == 0;
+    o.shuffle = rng() % 3 != 0;
+    o.seed = rng();
+    const std::vector<double> weights = {1.0 + static_cast<double>(rng() % 4), 1.0, 2.0,
+                                         1.0 + static_cast<double>(rng() % 3)};
+    MixtureOptions m;
+    m.seed = rng();
+    const Index samples = 3000 + static_cast<Index>(rng() % 3000);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    for (Index rank = 0; rank < o.world_size; ++rank) {
+      o.rank = rank;
+      auto mixture = [&](ReadMode mode) {
+        LoaderOptions r = o;
+        r.read = mode;
+        r.shuffle = false;  // the mixture is the order
+        return std::make_unique<MixtureLoader>(sources, weights, m, r, samples);
+      };
+      auto mapped = mixture(ReadMode::kMmap), pread = mixture(ReadMode::kAuto);
+      std::vector<MixtureBatch> oracle;
+      Index count = 0;
+      std::string state;
+      const Index stop = 1 + static_cast<Index>(rng() % 8);
+      for (;;) {
+        auto a = mapped->Next();
+        auto b = pread->Next();
+        ASSERT_EQ(a.has_value(), b.has_value());
+        if (!a) break;
+        same(*a->batch, *b->batch);
+        EXPECT_EQ(a->sources, b->sources);
+        EXPECT_EQ(a->items, b->items);
+        if (++count == stop) state = pread->State();
+        if (count > stop) oracle.push_back(std::move(*a));
+      }
+      if (state.empty()) continue;  // an epoch of fewer batches than `stop`
+      auto resumed = mixture(ReadMode::kMmap);
+      resumed->Load(state);
+      for (const MixtureBatch& want : oracle) {
+        auto b = resumed->Next();
+        ASSERT_TRUE(b.has_value());
+        same(*want.batch, *b->batch);
+      }
+      EXPECT_FALSE(resumed->Next().has_value());  // the epoch's end, as uninterrupted
+    }
+    for (const auto& source : sources) {
+      LoaderOptions a = o, b = o;
+      a.rank = b.rank = 0;
+      a.read = ReadMode::kMmap;
+      b.read = ReadMode::kPread;
+      TokenLoader mapped(source, a), pread(source, b);
+      for (;;) {
+        auto x = mapped.Next();
+        auto y = pread.Next();
+        ASSERT_EQ(x == nullptr, y == nullptr);
+        if (x == nullptr) break;
+        same(*x, *y);
+      }
+    }
+  }
   fs::remove_all(dir);
 }
 
