@@ -31,11 +31,17 @@ fresh process, measured as shardkit's side, interleaved with it. It needs megatr
 without it the script says so and measures shardkit alone.
 
     PYTHONPATH=python build/bench-venv/bin/python bench/mixture_loader_open.py \
-        [--sizes 1000000,10000000,100000000] [--repeats 2] [--dir /tmp] [--before DIR]
+        [--sizes 1000000,10000000,100000000] [--repeats 2] [--dir /tmp] [--before DIR] \
+        [--mean-tokens 8]
+
+Documents are 8 tokens long on average (lengths uniform in 1..15); ``--mean-tokens M``
+draws them uniformly in 1 .. 2M - 1 instead (M = 8 writes the same files). The token
+files hold about N * M uint16: 2 GB at N = 1e6, M = 1024.
 
 With ``--steady B`` the script instead times the B equal-steps batches after the first,
 with ``read="mmap"`` against ``read="pread"`` (the loader option, docs/loader.md), each in
-a fresh process, interleaved: CPU and wall ms per batch and the peak RSS.
+a fresh process, interleaved: CPU and wall ms per batch, the peak RSS and the batches'
+tokens per wall second.
 """
 
 from __future__ import annotations
@@ -50,7 +56,9 @@ import sys
 import tempfile
 
 
-def write_sources(directory: str, total: int) -> list:
+def write_sources(directory: str, total: int, mean_tokens: int = 8) -> list:
+    """Three sources of total // 2, total // 3 and the rest documents, each document's
+    length drawn uniformly from 1 .. 2 * mean_tokens - 1 (mean: mean_tokens)."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -58,7 +66,7 @@ def write_sources(directory: str, total: int) -> list:
     sizes = [total // 2, total // 3, total - total // 2 - total // 3]
     for k, n in enumerate(sizes):
         prefix = os.path.join(directory, f"s{k}")
-        lengths = rng.integers(1, 16, size=n, dtype=np.int64)  # mean 8 tokens
+        lengths = rng.integers(1, 2 * mean_tokens, size=n, dtype=np.int64)
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         del lengths
@@ -183,8 +191,9 @@ def steady_run(prefixes: list, read: str, batches: int) -> dict:
     }
 
 
-def steady(prefixes: dict, batches: int, repeats: int) -> None:
-    """steady_run under mmap and pread, each in a fresh process, interleaved; best CPU."""
+def steady(prefixes: dict, batches: int, repeats: int, mean_tokens: int) -> None:
+    """steady_run under mmap and pread, each in a fresh process, interleaved; best CPU.
+    Mtokens/s: the batches' real tokens (padding not counted) per wall second."""
     best: dict = {}
     for _ in range(repeats):
         for n in prefixes:
@@ -199,13 +208,15 @@ def steady(prefixes: dict, batches: int, repeats: int) -> None:
                 ]:
                     best[n, read] = r
     print(f"steady state: {batches} equal-steps batches of [8, 2048] after the first, best of "
-          f"{repeats} (CPU of all the process's threads)")  # fmt: skip
+          f"{repeats} (CPU of all the process's threads), documents of {mean_tokens} tokens "
+          "on average")  # fmt: skip
     print(f"{'N':>10} {'read':>6} {'CPU ms/batch':>13} {'wall ms/batch':>14} "
-          f"{'peak RSS +MB':>13} {'tokens':>10}  load average")  # fmt: skip
+          f"{'peak RSS +MB':>13} {'tokens':>10} {'Mtokens/s':>10}  load average")  # fmt: skip
     for (n, read), r in sorted(best.items()):
         load = " ".join(f"{x:.2f}" for x in r["load_average"])
+        rate = r["tokens"] / (r["wall_per_batch_ms"] * batches / 1000) / 1e6
         print(f"{n:>10} {read:>6} {r['cpu_per_batch_ms']:>13.3f} {r['wall_per_batch_ms']:>14.3f} "
-              f"{r['peak_rss_delta_mb']:>13.1f} {r['tokens']:>10}  {load}")  # fmt: skip
+              f"{r['peak_rss_delta_mb']:>13.1f} {r['tokens']:>10} {rate:>10.1f}  {load}")  # fmt: skip
 
 
 def megatron_run(prefixes: list, cache: str) -> dict:
@@ -285,8 +296,16 @@ def main() -> None:
         default=0,
         help="instead: time this many batches after the first, read='mmap' against 'pread'",
     )
+    parser.add_argument(
+        "--mean-tokens",
+        type=int,
+        default=8,
+        help="the documents' mean length in tokens (lengths uniform in 1 .. 2 * this - 1)",
+    )
     parser.add_argument("--run", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.mean_tokens < 1:
+        parser.error(f"--mean-tokens {args.mean_tokens}: must be at least 1")
     if args.run:
         prefixes, side = json.loads(args.run)
         if isinstance(side, list):  # [read, batches]: the steady state
@@ -297,6 +316,8 @@ def main() -> None:
             print(json.dumps(one_run(prefixes, side)))
         return
     sizes = [int(float(s)) for s in args.sizes.split(",")]
+    if args.mean_tokens != 8:
+        print(f"documents of {args.mean_tokens} tokens on average")
     why_not = megatron_available()
     if why_not and not args.steady:
         print(f"megatron-core is not importable here ({why_not}): its side is skipped")
@@ -306,12 +327,12 @@ def main() -> None:
         for n in sizes:
             directory = os.path.join(root, str(n))
             os.makedirs(directory)
-            prefixes[n] = write_sources(directory, n)
+            prefixes[n] = write_sources(directory, n, args.mean_tokens)
             if not why_not and not args.steady:
                 for prefix in prefixes[n]:
                     write_megatron_index(prefix)
         if args.steady:
-            steady(prefixes, args.steady, args.repeats)
+            steady(prefixes, args.steady, args.repeats, args.mean_tokens)
             return
         builds = {"after": os.environ.get("PYTHONPATH", "")}
         if args.before:
