@@ -41,7 +41,7 @@ files hold about N * M uint16: 2 GB at N = 1e6, M = 1024.
 With ``--steady B`` the script instead times the B equal-steps batches after the first,
 with ``read="mmap"`` against ``read="pread"`` (the loader option, docs/loader.md), each in
 a fresh process, interleaved: CPU and wall ms per batch, the peak RSS and the batches'
-tokens per wall second.
+tokens per wall second, with the memcpy baseline of the batch's bytes (bench_util.memcpy_line).
 """
 
 from __future__ import annotations
@@ -173,7 +173,9 @@ def steady_run(prefixes: list, read: str, batches: int) -> dict:
         read=read,
     )  # fmt: skip
     it = iter(loader)
-    next(it)
+    first = next(it)
+    batch_bytes = sum(v.nbytes for v in first.values() if hasattr(v, "nbytes"))
+    del first
 
     def rest():
         tokens = 0
@@ -186,6 +188,7 @@ def steady_run(prefixes: list, read: str, batches: int) -> dict:
         "cpu_per_batch_ms": round(1000 * cpu / batches, 3),
         "wall_per_batch_ms": round(1000 * wall / batches, 3),
         "tokens": tokens,
+        "batch_bytes": batch_bytes,
         "peak_rss_delta_mb": round(status_mb("VmHWM") - before, 1),
         "load_average": os.getloadavg(),
     }
@@ -217,6 +220,11 @@ def steady(prefixes: dict, batches: int, repeats: int, mean_tokens: int) -> None
         rate = r["tokens"] / (r["wall_per_batch_ms"] * batches / 1000) / 1e6
         print(f"{n:>10} {read:>6} {r['cpu_per_batch_ms']:>13.3f} {r['wall_per_batch_ms']:>14.3f} "
               f"{r['peak_rss_delta_mb']:>13.1f} {r['tokens']:>10} {rate:>10.1f}  {load}")  # fmt: skip
+    import bench_util
+
+    batch_bytes = next(iter(best.values()))["batch_bytes"]
+    print(f"a batch: {batch_bytes} B (its arrays), {batch_bytes / (8 * 2048):g} B per slot")
+    print(bench_util.memcpy_line(round(batch_bytes / (8 * 2048), 2), "slots", batch_bytes)[0])
 
 
 def megatron_run(prefixes: list, cache: str) -> dict:
