@@ -179,8 +179,14 @@ def steady_run(prefixes: list, read: str, batches: int) -> dict:
 
     def rest():
         tokens = 0
-        for _ in range(batches):
-            tokens += int(next(it)["row_tokens"].sum())
+        for done in range(batches):
+            batch = next(it, None)
+            if batch is None:
+                raise SystemExit(
+                    f"--steady {batches}: the epoch ends after {done + 1} batches "
+                    "(ask for fewer, or more --sizes)"
+                )
+            tokens += int(batch["row_tokens"].sum())
         return tokens
 
     tokens, cpu, wall = bench_util.timed(rest)
@@ -203,8 +209,11 @@ def steady(prefixes: dict, batches: int, repeats: int, mean_tokens: int) -> None
             for read in ("mmap", "pread"):
                 out = subprocess.run(
                     [sys.executable, __file__, "--run", json.dumps([prefixes[n], [read, batches]])],
-                    check=True, capture_output=True, text=True,
+                    capture_output=True, text=True,
                 )  # fmt: skip
+                if out.returncode:
+                    lines = out.stderr.strip().splitlines() or [f"exit {out.returncode}"]
+                    raise SystemExit(f"N={n} read={read}: {lines[-1]}")
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 if (n, read) not in best or r["cpu_per_batch_ms"] < best[n, read][
                     "cpu_per_batch_ms"
