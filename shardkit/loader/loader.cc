@@ -629,11 +629,14 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
   // check of each per batch that it has not changed since it was opened (a
   // truncated one would raise SIGBUS).
   thread_local std::vector<Index> documents;  // reused: no allocation per batch
+  thread_local std::vector<const MappedFile*> files;
   documents.clear();
+  files.clear();
   for (const auto& row : plan.rows) {
     for (const Piece& p : row) documents.push_back(p.item);
   }
-  source_->CheckUnchanged(documents);
+  source_->DocumentFiles(documents, &files);
+  TokenSource::CheckFiles(files);
   if (options_.cp.size > 1) {
     CollateContextParallel(plan, batch);
   } else {
@@ -642,7 +645,7 @@ void LoaderImpl::Collate(const Plan& plan, Batch* batch) const {
   // And once after: a write(2) stamps the modification time before it copies
   // its bytes, so a batch that read any byte written during the copy is
   // refused here instead of delivered.
-  source_->CheckUnchanged(documents);
+  TokenSource::CheckFiles(files);
 }
 
 void LoaderImpl::CollateRows(const Plan& plan, Batch* batch) const {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -844,15 +845,24 @@ void TokenSource::ReleasePages() const {
   }
 }
 
-void TokenSource::CheckUnchanged() const {
+void TokenSource::CheckUnchanged() const { CheckPartFiles(/*lengths_only=*/false); }
+
+void TokenSource::CheckLengthsUnchanged() const { CheckPartFiles(/*lengths_only=*/true); }
+
+void TokenSource::CheckPartFiles(bool lengths_only) const {
   if (gathered_ != nullptr) {
-    for (const auto& source : gathered_->sources) source->CheckUnchanged();
+    for (const auto& source : gathered_->sources) source->CheckPartFiles(lengths_only);
     return;
   }
-  // The parts of one Arrow file (one per record batch) share it: once each.
+  // The parts of one Arrow file (one per record batch) share it, their
+  // tokens and lengths file: once each.
   const MappedFile* previous = nullptr;
   for (const Part& p : parts_) {
-    for (const auto* file : {p.tokens_file.get(), p.offsets_file.get(), p.index_file.get()}) {
+    const std::array<const MappedFile*, 3> files =
+        lengths_only ? std::array<const MappedFile*, 3>{LengthsFile(p), nullptr, nullptr}
+                     : std::array<const MappedFile*, 3>{p.tokens_file.get(), p.offsets_file.get(),
+                                                        p.index_file.get()};
+    for (const MappedFile* file : files) {
       if (file != nullptr && file != previous) file->CheckUnchanged();
     }
     previous = p.tokens_file.get();
@@ -867,19 +877,6 @@ const MappedFile* TokenSource::LengthsFile(const Part& p) {
                                      : p.tokens_file.get();
 }
 
-void TokenSource::CheckLengthsUnchanged() const {
-  if (gathered_ != nullptr) {
-    for (const auto& source : gathered_->sources) source->CheckLengthsUnchanged();
-    return;
-  }
-  const MappedFile* previous = nullptr;
-  for (const Part& p : parts_) {
-    const MappedFile* file = LengthsFile(p);
-    if (file != nullptr && file != previous) file->CheckUnchanged();
-    previous = file;
-  }
-}
-
 void TokenSource::CheckLengthsUnchanged(Index part) const {
   if (const MappedFile* file = LengthsFile(parts_[static_cast<std::size_t>(part)])) {
     file->CheckUnchanged();
@@ -892,34 +889,41 @@ Index TokenSource::PartIndex(Index d) const {
                             part_begin_.begin() - 1);
 }
 
-void TokenSource::CheckDocumentFiles(Index d, std::vector<const MappedFile*>* checked) const {
+void TokenSource::AddDocumentFiles(Index d, std::vector<const MappedFile*>* files) const {
   if (gathered_ != nullptr) {
     const auto [source, local] = Locate(d);
-    source->CheckDocumentFiles(local, checked);
+    source->AddDocumentFiles(local, files);
     return;
   }
   const Part& p = PartOf(d);
   for (const auto* file : {p.tokens_file.get(), p.offsets_file.get(), p.index_file.get()}) {
-    if (file != nullptr && std::find(checked->begin(), checked->end(), file) == checked->end()) {
-      file->CheckUnchanged();
-      checked->push_back(file);
+    if (file != nullptr && std::find(files->begin(), files->end(), file) == files->end()) {
+      files->push_back(file);
     }
   }
 }
 
-void TokenSource::CheckUnchanged(Index d) const {
-  std::vector<const MappedFile*> checked;
-  CheckDocumentFiles(d, &checked);
-}
-
-void TokenSource::CheckUnchanged(std::span<const Index> documents) const {
+void TokenSource::DocumentFiles(std::span<const Index> documents,
+                                std::vector<const MappedFile*>* files) const {
   if (documents.empty()) return;
   if (gathered_ == nullptr && parts_.size() == 1) {
-    CheckUnchanged();  // one part: its files once, not a lookup per document
+    // One part: its files, not a lookup per document.
+    AddDocumentFiles(documents.front(), files);
     return;
   }
-  std::vector<const MappedFile*> checked;
-  for (const Index d : documents) CheckDocumentFiles(d, &checked);
+  for (const Index d : documents) AddDocumentFiles(d, files);
+}
+
+void TokenSource::CheckFiles(std::span<const MappedFile* const> files) {
+  for (const MappedFile* file : files) file->CheckUnchanged();
+}
+
+void TokenSource::CheckUnchanged(Index d) const { CheckUnchanged(std::span<const Index>(&d, 1)); }
+
+void TokenSource::CheckUnchanged(std::span<const Index> documents) const {
+  std::vector<const MappedFile*> files;
+  DocumentFiles(documents, &files);
+  CheckFiles(files);
 }
 
 Index TokenSource::PartBegin(Index part) const { return part_begin_[part]; }

@@ -312,6 +312,12 @@ class TokenSource {
   [[nodiscard]] Index PartIndex(Index d) const;
   void CheckUnchanged(Index d) const;
   void CheckUnchanged(std::span<const Index> documents) const;
+  // The files CheckUnchanged(documents) checks, appended to *files (each
+  // once, not those already there), and their check: a reader that checks
+  // the same documents before and after it reads them (the TokenLoader's
+  // batches) looks the files up once.
+  void DocumentFiles(std::span<const Index> documents, std::vector<const MappedFile*>* files) const;
+  static void CheckFiles(std::span<const MappedFile* const> files);
 
   // Length in tokens of document d. REQUIRES: 0 <= d < num_documents().
   [[nodiscard]] Index DocumentLength(Index d) const;
@@ -395,8 +401,10 @@ class TokenSource {
   [[nodiscard]] const Part& PartOf(Index d) const;
   // The mapped file part p's lengths are read from (null: in memory).
   static const MappedFile* LengthsFile(const Part& p);
-  // Checks the files of document d's part not in *checked, and adds them.
-  void CheckDocumentFiles(Index d, std::vector<const MappedFile*>* checked) const;
+  // Adds the files of document d's part not in *files.
+  void AddDocumentFiles(Index d, std::vector<const MappedFile*>* files) const;
+  // CheckUnchanged (every file of every part) or CheckLengthsUnchanged.
+  void CheckPartFiles(bool lengths_only) const;
 
   // Gather's view: the sources, their first global document ids (K + 1) and
   // the gathered ids; Select's: the sources and the locator, and the token
