@@ -6,6 +6,8 @@ loader (one source, a mixture), the configuration and a resume across the two mo
 tokens delivered are the peer's documents (Megatron's IndexedDataset, OLMo-core's rule).
 """
 
+import json
+
 import numpy as np
 import pytest
 from test_olmo_source import olmo_documents, write_tokens
@@ -130,3 +132,35 @@ def test_a_read_mode_not_known_names_the_option(tmp_path, cli):
     r = cli("loader-stats", "--source", tmp_path / "t.tokens.npy", "--seq-len", 8,
             "--batch", 1, "--read", "pread", "--json")  # fmt: skip
     assert r.returncode == 0, r.stderr
+
+
+def test_the_cli_reports_the_same_run_whichever_read_mode(tmp_path, cli):
+    """`loader-stats --read`: what the CLI delivers (its report of the run: batches,
+    tokens, padding, pieces and balance per rank) is the same read with pread, the
+    maps, or auto; only the timings differ."""
+    rng = np.random.default_rng(5)
+    paths = []
+    for k in range(3):
+        lengths = rng.integers(1, 300, size=400)
+        np.save(
+            tmp_path / f"s{k}.tokens.npy",
+            rng.integers(1, 50000, size=lengths.sum(), dtype=np.int32),
+        )
+        np.save(tmp_path / f"s{k}.offsets.npy", np.concatenate([[0], np.cumsum(lengths)]))
+        paths.append(str(tmp_path / f"s{k}.tokens.npy"))
+
+    def report(mode):
+        r = cli("loader-stats", "--mixture", ",".join(paths), "--weights", "5,3,2",
+                "--seq-len", 512, "--batch", 2, "--world", 2, "--read", mode, "--json")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        for timing in ("seconds", "tokens_per_second"):
+            out.pop(timing)
+        for rank in out["ranks"]:
+            rank.pop("seconds")
+        return out
+
+    want = report("mmap")
+    assert want["batches"] > 100 and want["tokens"] > 0
+    assert report("pread") == want
+    assert report("auto") == want
