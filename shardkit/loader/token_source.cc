@@ -357,7 +357,7 @@ Index TokenSource::Part::RawOffset(Index i) const {
 }
 
 void TokenSource::Part::Offsets(Index i, Index n, Index* out) const {
-  constexpr Index kBlock = 512;
+  constexpr Index kBlock = kOffsetsBlock;
   const bool one_array = sequence_pointers == nullptr;
   if (offsets_in == nullptr || (!one_array && document_indices != nullptr)) {
     for (Index j = 0; j < n; ++j) out[j] = Offset(i + j);
@@ -1012,8 +1012,9 @@ void TokenSource::Lengths(Index begin, Index count, Index* out) const {
     const Index local = begin - p.first_document;
     const Index n = std::min(count, p.num_documents - local);
     if (p.offsets_in != nullptr) {
-      // Read with pread: the offsets a block at a time.
-      constexpr Index kBlock = 512;
+      // Read with pread: kBlock lengths from the kBlock + 1 offsets of one
+      // read (Part::Offsets' block).
+      constexpr Index kBlock = Part::kOffsetsBlock - 1;
       Index block[kBlock + 1];
       for (Index b = 0; b < n; b += kBlock) {
         const Index m = std::min(kBlock, n - b);

@@ -384,9 +384,10 @@ class TokenSource {
     // Offset i as the file holds it now; Offset clamps it to [0, num_tokens].
     [[nodiscard]] Index RawOffset(Index i) const;
     [[nodiscard]] Index Offset(Index i) const;
-    // out[j] = Offset(i + j) for j < n: one read of the block when the part's
-    // offsets are one array (or one sequence per document) and it reads with
-    // pread.
+    // out[j] = Offset(i + j) for j < n: one read per kOffsetsBlock entries
+    // when the part's offsets are one array (or one sequence per document)
+    // and it reads with pread.
+    static constexpr Index kOffsetsBlock = 512;
     void Offsets(Index i, Index n, Index* out) const;
     // The T at p, an address in the part's offsets or index arrays.
     template <typename T>
